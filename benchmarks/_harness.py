@@ -1,0 +1,94 @@
+"""Shared timing helpers: best-of-N wall time per call, measured inside one event loop.
+
+Benchmarks print ratios against a baseline measured in the same run, never absolute
+thresholds in tests. Each benchmark module exposes ``run(quick: bool) -> list[Row]``.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class Row:
+    """One measured case: ``seconds`` per operation, and the baseline it is compared to."""
+
+    group: str
+    case: str
+    seconds: float
+    baseline: str | None = None
+    baseline_seconds: float | None = None
+    target: str | None = None
+    met: bool | None = None
+    extra: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.baseline_seconds:
+            return None
+        return self.seconds / self.baseline_seconds
+
+
+def best_of(fn: Callable[[], Any], *, number: int, repeat: int = 5) -> float:
+    """Seconds per call of a sync ``fn``: best of ``repeat`` rounds of ``number`` calls."""
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            elapsed = time.perf_counter() - start
+        finally:
+            gc.enable()
+        best = min(best, elapsed / number)
+    return best
+
+
+async def abest_of(fn: Callable[[], Awaitable[Any]], *, number: int, repeat: int = 5) -> float:
+    """Seconds per await of ``fn()`` inside the running loop: best of ``repeat`` rounds."""
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            for _ in range(number):
+                await fn()
+            elapsed = time.perf_counter() - start
+        finally:
+            gc.enable()
+        best = min(best, elapsed / number)
+    return best
+
+
+def fmt_seconds(seconds: float) -> str:
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.0f} ns"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def print_table(rows: list[Row]) -> None:
+    header = f"{'group':<22} {'case':<34} {'time':>11} {'baseline':<28} {'ratio':>8}  target"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        base = ""
+        if row.baseline is not None and row.baseline_seconds is not None:
+            base = f"{row.baseline} {fmt_seconds(row.baseline_seconds)}"
+        ratio = f"{row.ratio:.2f}x" if row.ratio is not None else ""
+        target = row.target or ""
+        if row.met is not None:
+            target += " MET" if row.met else " NOT MET"
+        time_text = fmt_seconds(row.seconds)
+        print(f"{row.group:<22} {row.case:<34} {time_text:>11} {base:<28} {ratio:>8}  {target}")

@@ -1,0 +1,67 @@
+"""Shared test configuration: both anyio backends (trio first), hypothesis profiles."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile(
+    "dev",
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+# the README command and CI run the same thing: the "ci" profile (>= 200 examples)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# the library never configures logging; the test suite (an application) may: keep output quiet
+structlog.configure(
+    wrapper_class=structlog.make_filtering_bound_logger(40), cache_logger_on_first_use=False
+)
+
+
+def _find_shared_data() -> Path | None:
+    """Real data lives beside the checkout (``../shared/data``), or where the env var says."""
+    candidates = [os.environ.get("TINYCTX_SHARED_DATA", "")]
+    repo = Path(__file__).resolve().parents[1]
+    candidates += [str(repo.parent / "shared" / "data"), "/work/shared/data"]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "transcripts").is_dir():
+            return Path(candidate)
+    return None
+
+
+SHARED_DATA = _find_shared_data()
+
+
+@pytest.fixture(params=[pytest.param("trio", id="trio"), pytest.param("asyncio", id="asyncio")])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if SHARED_DATA is None:
+        pytest.skip("shared data not found (set TINYCTX_SHARED_DATA)")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def all_log_levels() -> Any:
+    """Let every level through structlog for this test (capture_logs keeps level filtering)."""
+    before = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(0))
+    yield
+    structlog.configure(**before)

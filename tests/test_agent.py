@@ -1,0 +1,505 @@
+"""End-to-end runs of the agent loop with a scripted fake model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinyctx import (
+    Agent,
+    AssistantMessage,
+    ControlApplied,
+    Interrupt,
+    Interrupted,
+    Layer,
+    LimitExceeded,
+    ModelCall,
+    ModelRequest,
+    ModelResponse,
+    RunCancelled,
+    RunConfig,
+    RunContext,
+    Session,
+    SessionBusy,
+    StopWithFinal,
+    Tool,
+    ToolCall,
+    ToolCallHandler,
+    ToolResult,
+    Usage,
+    UserMessage,
+    check_pairing,
+)
+from tinyctx.testing import (
+    HANG,
+    FakeTool,
+    ScriptedModel,
+    assert_events_form_tree,
+    call,
+    capture_events,
+    reply,
+)
+
+
+def kinds(events: Any) -> list[str]:
+    return [e.kind for e in events]
+
+
+class TestToolUsingRun:
+    """A run calls tools, appends results in order and ends on a final answer."""
+
+    async def test_tool_run_end_to_end(self) -> None:
+        search = FakeTool("search", returns="tinyctx is an onion")
+        model = ScriptedModel(
+            [
+                reply("", call("search", q="tinyctx"), usage=(100, 10)),
+                reply("It is an onion.", usage=(150, 8)),
+            ]
+        )
+        agent = Agent(model=model, tools=[search.tool], system_prompt="be brief")
+        async with Session(agent, thread_id="t1") as session:
+            result = await session.run("what is tinyctx?")
+        assert result.status == "completed"
+        assert result.final_text == "It is an onion."
+        assert result.usage == Usage(250, 18)
+        assert (result.model_calls, result.tool_calls) == (2, 1)
+        assert [m.role for m in result.messages] == ["user", "assistant", "tool", "assistant"]
+        assert search.calls == [{"q": "tinyctx"}]
+        second = model.requests[1]
+        assert second.system_prompt == "be brief"
+        assert [t.name for t in second.tools] == ["search"]
+        assert isinstance(second.messages[-1], ToolResult)
+        assert second.messages[-1].content == "tinyctx is an onion"
+        check_pairing(session.conversation_messages, allow_pending=False)
+        assert result.thread_id == "t1"
+        assert_events_form_tree(result.events)
+        assert kinds(result.events) == [
+            "run.started",
+            "model.call",
+            "tool.call",
+            "model.call",
+            "run.finished",
+        ]
+
+    async def test_agent_is_reusable_across_sessions(self) -> None:
+        model = ScriptedModel(["one", "two"])
+        agent = Agent(model=model)
+        first = await agent.run("a")
+        async with Session(agent) as session:
+            second = await session.run("b")
+        assert (first.final_text, second.final_text) == ("one", "two")
+        assert [len(r.messages) for r in model.requests] == [1, 1]
+
+    async def test_runs_in_a_session_share_the_conversation(self) -> None:
+        model = ScriptedModel(["one", "two"])
+        async with Session(Agent(model=model)) as session:
+            first = await session.run("a")
+            second = await session.run("b")
+        assert first.run_id != second.run_id
+        assert [m.text for m in model.requests[1].messages] == ["a", "one", "b"]
+
+    async def test_tool_failures_become_readable_error_results(self) -> None:
+        boom = FakeTool("boom", returns=ValueError("disk on fire"))
+        model = ScriptedModel(
+            [
+                reply(
+                    "",
+                    call("boom"),
+                    call("missing"),
+                    ToolCall("c_bad", "boom", invalid_arguments="{not json"),
+                ),
+                "recovered",
+            ]
+        )
+        async with Session(Agent(model=model, tools=[boom.tool])) as session:
+            result = await session.run("go")
+        results = [m for m in result.messages if isinstance(m, ToolResult)]
+        assert all(r.is_error for r in results)
+        assert "ValueError" in results[0].content and "disk on fire" in results[0].content
+        assert "unknown tool 'missing'; available tools: boom" in results[1].content
+        assert "not a JSON object" in results[2].content
+        failed = [e for e in result.events if e.kind == "tool.failed"]
+        assert [e.error_type for e in failed] == ["ValueError", "UnknownTool", "InvalidArguments"]  # type: ignore[attr-defined]
+        assert result.final_text == "recovered"
+
+    async def test_tool_returning_values_is_serialized(self) -> None:
+        async def handler(arguments: Any, ctx: RunContext[Any]) -> Any:
+            return {"n": 1, "items": ("a", "b")}
+
+        model = ScriptedModel([reply("", call("data")), "done"])
+        tool = Tool("data", handler=handler)
+        async with Session(Agent(model=model, tools=[tool])) as session:
+            result = await session.run("go")
+        assert result.messages[2].text == '{"n": 1, "items": ["a", "b"]}'
+
+
+class TestControl:
+    """StopWithFinal ends the run; Interrupt pauses it for resume; pairing always holds."""
+
+    async def test_stop_requested_by_a_tool_answers_the_rest(self) -> None:
+        stopper = FakeTool("stop", returns="stopping", control=StopWithFinal("final from tool"))
+        other = FakeTool("other")
+        model = ScriptedModel([reply("", call("stop"), call("other"), call("other"))])
+        async with Session(Agent(model=model, tools=[stopper.tool, other.tool])) as session:
+            result = await session.run("go")
+        assert result.status == "stopped"
+        assert result.final_text == "final from tool"
+        assert other.calls == []  # never run mid-batch after the stop
+        skipped = [m for m in result.messages if isinstance(m, ToolResult) and m.is_error]
+        assert len(skipped) == 2
+        assert all("skipped" in m.content for m in skipped)
+        assert result.messages[-1] == AssistantMessage(
+            "final from tool", metadata={"tinyctx": {"control": "stop_with_final"}}
+        )
+        check_pairing(session.conversation_messages, allow_pending=False)
+        applied = [e for e in result.events if isinstance(e, ControlApplied)]
+        assert [(e.control, e.detail) for e in applied] == [("stop_with_final", "final from tool")]
+
+    async def test_control_value_on_a_response_is_applied(self) -> None:
+        model = ScriptedModel([reply("", call("t"), control=StopWithFinal("layer said stop"))])
+        async with Session(Agent(model=model, tools=[FakeTool("t").tool])) as session:
+            result = await session.run("go")
+        assert result.final_text == "layer said stop"
+        check_pairing(session.conversation_messages, allow_pending=False)
+
+    async def test_interrupt_then_resume_finishes_the_same_run(self) -> None:
+        approve = FakeTool(
+            "approve", returns="needs a human", control=Interrupt("review", "approve the deploy?")
+        )
+        deploy = FakeTool("deploy", returns="deployed")
+        model = ScriptedModel(
+            [
+                reply("", call("approve"), call("deploy"), usage=(10, 1)),
+                reply("all done", usage=(20, 2)),
+            ]
+        )
+        agent = Agent(model=model, tools=[approve.tool, deploy.tool])
+        async with Session(agent) as session:
+            with pytest.raises(Interrupted) as info:
+                await session.run("ship it")
+            paused = info.value.checkpoint
+            assert (info.value.node, info.value.message) == ("review", "approve the deploy?")
+            assert session.paused is paused
+            assert [c.name for c in paused.pending] == ["deploy"]
+            assert deploy.calls == []
+            result = await session.resume(paused)
+        assert result.run_id == paused.run_id
+        assert result.final_text == "all done"
+        assert deploy.calls == [{}]
+        assert (result.model_calls, result.tool_calls) == (2, 2)
+        assert result.usage == Usage(30, 3)
+        assert [m.role for m in result.messages] == [
+            "user",
+            "assistant",
+            "tool",
+            "tool",
+            "assistant",
+        ]
+        check_pairing(session.conversation_messages, allow_pending=False)
+
+    async def test_interrupt_outranks_stop_in_the_same_batch(self) -> None:
+        stop = FakeTool("stop", control=StopWithFinal("stop"))
+        pause = FakeTool("pause", control=Interrupt("n", "pause"))
+        model = ScriptedModel([reply("", call("stop"), call("pause")), "x"])
+        async with Session(Agent(model=model, tools=[stop.tool, pause.tool])) as session:
+            # stop is requested first and applied at the next checkpoint, before pause runs
+            result = await session.run("go")
+        assert result.status == "stopped"
+        assert pause.calls == []
+        ctx = RunContext.new()
+        ctx.request_control(StopWithFinal("s"))
+        ctx.request_control(Interrupt("n"))
+        assert isinstance(ctx.take_control(), Interrupt)
+
+    async def test_resume_in_a_new_session_restores_the_thread(self) -> None:
+        pause = FakeTool("pause", control=Interrupt("n", "m"))
+        model = ScriptedModel([reply("", call("pause"), call("after")), "finished"])
+        after = FakeTool("after")
+        agent = Agent(model=model, tools=[pause.tool, after.tool])
+        async with Session(agent, thread_id="T") as first:
+            with pytest.raises(Interrupted) as info:
+                await first.run("go")
+        async with Session(agent, thread_id="T") as second:
+            result = await second.resume(info.value.checkpoint)
+            assert result.final_text == "finished"
+            check_pairing(second.conversation_messages, allow_pending=False)
+        async with Session(agent, thread_id="other") as third:
+            with pytest.raises(ValueError, match="belongs to thread 'T'"):
+                await third.resume(info.value.checkpoint)
+
+    async def test_a_new_run_after_an_unresumed_interrupt_answers_the_pending_calls(self) -> None:
+        pause = FakeTool("pause", control=Interrupt("n"))
+        model = ScriptedModel([reply("", call("pause"), call("pause")), "fresh answer"])
+        async with Session(Agent(model=model, tools=[pause.tool])) as session:
+            with pytest.raises(Interrupted):
+                await session.run("go")
+            result = await session.run("never mind")
+            assert result.final_text == "fresh answer"
+            assert session.paused is None
+            check_pairing(session.conversation_messages, allow_pending=False)
+            assert "interrupted and not resumed" in session.conversation_messages[3].text
+
+
+class CancelAt(Layer):
+    """Cancels the run's token at a chosen moment."""
+
+    def __init__(self, when: str) -> None:
+        self.when = when
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        if self.when == "before_model_call":
+            ctx.cancellation.cancel("before")
+        response = await call_next(request, ctx)
+        if self.when == "during_model_call":
+            ctx.cancellation.cancel("during")
+        return response
+
+    async def wrap_tool(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+    ) -> ToolResult:
+        result = await call_next(call, ctx)
+        if self.when == "during_tool" or (self.when == "after_last_tool" and call.id.endswith("b")):
+            ctx.cancellation.cancel("tool")
+        return result
+
+
+class TestCancellation:
+    """A cancelled token ends the run at the next checkpoint with nothing half-added."""
+
+    @pytest.mark.parametrize(
+        ("when", "checkpoint", "tool_runs"),
+        [
+            ("before_run", "before_model", 0),
+            ("during_model_call", "after_model", 0),
+            ("during_tool", "before_tool", 1),
+            ("after_last_tool", "after_tools", 2),
+        ],
+    )
+    async def test_cancel_at_each_checkpoint(
+        self, when: str, checkpoint: str, tool_runs: int
+    ) -> None:
+        tool = FakeTool("t")
+        model = ScriptedModel([reply("", call("t", id="c_a"), call("t", id="c_b")), "never"])
+        agent = Agent(model=model, tools=[tool.tool], middleware=[CancelAt(when)])
+        async with Session(agent) as session:
+            if when == "before_run":
+                session.cancel("before")
+            with capture_events() as events:
+                with pytest.raises(RunCancelled) as info:
+                    await session.run("go")
+            messages = session.conversation_messages
+        assert info.value.checkpoint == checkpoint
+        assert len(tool.calls) == tool_runs
+        check_pairing(messages, allow_pending=False)
+        if checkpoint == "after_model":
+            # the answer that arrived after the cancel was dropped, not appended
+            assert [m.role for m in messages] == ["user"]
+        cancelled = [e for e in events if e.kind == "run.cancelled"]
+        assert [e.checkpoint for e in cancelled] == [checkpoint]  # type: ignore[attr-defined]
+
+    async def test_cancelled_results_say_the_tool_did_not_run(self) -> None:
+        tool = FakeTool("t")
+        agent = Agent(
+            model=ScriptedModel([reply("", call("t", id="c_a"), call("t", id="c_b"))]),
+            tools=[tool.tool],
+            middleware=[CancelAt("during_tool")],
+        )
+        async with Session(agent) as session:
+            with pytest.raises(RunCancelled):
+                await session.run("go")
+            last = session.conversation_messages[-1]
+        assert isinstance(last, ToolResult)
+        assert last.tool_call_id == "c_b"
+        assert last.is_error and "cancelled" in last.content
+        assert last.metadata["tinyctx"]["synthetic"] == "cancelled"
+
+    async def test_cancel_from_outside_stops_a_hanging_tool_wait_at_the_next_checkpoint(
+        self,
+    ) -> None:
+        model = ScriptedModel([HANG])
+        async with Session(Agent(model=model)) as session:
+            with anyio.move_on_after(0.05):
+                await session.run("go")
+        # the hang was abandoned by the caller's own deadline; nothing was appended for it
+        assert [m.role for m in session.conversation_messages] == ["user"]
+
+
+class TestNestedCalls:
+    """A tool can make a nested model call under ctx.derive(): ids nest, usage rolls up."""
+
+    async def test_sub_call_inside_a_tool(self) -> None:
+        inner = ScriptedModel([reply("inner answer", usage=(7, 3))])
+
+        async def ask_expert(arguments: Any, ctx: RunContext[Any]) -> str:
+            child = ctx.derive(tags=("expert",), metadata={"role": "expert"})
+            async with Session(
+                Agent(model=inner), ctx=child._with(conversation=type(ctx.conversation)())
+            ) as sub:
+                result = await sub.run(str(arguments["q"]))
+            return result.final_text
+
+        outer = ScriptedModel(
+            [reply("", call("ask", q="why?"), usage=(10, 1)), reply("done", usage=(20, 2))]
+        )
+        agent = Agent(model=outer, tools=[Tool("ask", handler=ask_expert)])
+        async with Session(agent) as session:
+            result = await session.run("go")
+            assert session.ctx.usage.total() == Usage(37, 6)
+        assert result.usage == Usage(37, 6)
+        assert result.messages[2].text == "inner answer"
+        inner_ctx = inner.contexts[0]
+        assert inner_ctx.root_run_id == result.events[0].root_run_id
+        assert "expert" in inner_ctx.tags
+        assert inner_ctx.depth == 3
+        assert_events_form_tree(result.events)
+        # the nested run's own events are attributable and part of the outer run's events
+        nested = [e for e in result.events if "expert" in e.tags]
+        assert kinds(nested) == ["run.started", "model.call", "run.finished"]
+
+
+class TestLimitsAndErrors:
+    """Limits end a run with a clear error; layer errors propagate and pairing holds."""
+
+    async def test_model_call_limit_default_is_25(self) -> None:
+        assert RunConfig().max_model_calls == 25
+        model = ScriptedModel([lambda request, ctx: reply("", call("t"))], repeat_last=True)
+        async with Session(
+            Agent(model=model, tools=[FakeTool("t").tool]), config=RunConfig(max_model_calls=3)
+        ) as session:
+            with capture_events() as events:
+                with pytest.raises(LimitExceeded, match="max_model_calls limit of 3 per run"):
+                    await session.run("loop forever")
+            check_pairing(session.conversation_messages, allow_pending=False)
+        assert model.calls == 3
+        assert [e.kind for e in events if e.kind == "limit.hit"] == ["limit.hit"]
+
+    async def test_tool_call_limit_answers_the_rest(self) -> None:
+        model = ScriptedModel([reply("", call("t"), call("t"), call("t"))])
+        async with Session(
+            Agent(model=model, tools=[FakeTool("t").tool]), config=RunConfig(max_tool_calls=2)
+        ) as session:
+            with pytest.raises(LimitExceeded, match="max_tool_calls"):
+                await session.run("go")
+            check_pairing(session.conversation_messages, allow_pending=False)
+
+    async def test_layer_exception_propagates_unchanged_and_pairing_is_repaired(self) -> None:
+        class Broken(Layer):
+            async def wrap_tool(
+                self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+            ) -> ToolResult:
+                raise KeyError("layer bug")
+
+        error = KeyError("layer bug")
+        model = ScriptedModel([reply("", call("t"), call("t"))])
+        async with Session(
+            Agent(model=model, tools=[FakeTool("t").tool], middleware=[Broken()])
+        ) as session:
+            with pytest.raises(KeyError) as info:
+                await session.run("go")
+            check_pairing(session.conversation_messages, allow_pending=False)
+        assert info.value.args == error.args
+
+    async def test_model_errors_propagate(self) -> None:
+        async with Session(Agent(model=ScriptedModel([ConnectionError("down")]))) as session:
+            with pytest.raises(ConnectionError, match="down"):
+                await session.run("go")
+
+    async def test_concurrent_runs_of_one_session_are_refused(self) -> None:
+        model = ScriptedModel([HANG])
+        async with Session(Agent(model=model)) as session:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(session.run, "first")
+                await anyio.wait_all_tasks_blocked()
+                with pytest.raises(SessionBusy):
+                    await session.run("second")
+                tg.cancel_scope.cancel()
+
+    async def test_session_must_be_entered(self) -> None:
+        with pytest.raises(RuntimeError, match="async with Session"):
+            await Session(Agent(model=ScriptedModel(["x"]))).run("go")
+
+    @settings(max_examples=30)
+    @given(plan=st.lists(st.integers(0, 3), min_size=1, max_size=5))
+    async def test_any_sequence_of_tool_turns_keeps_pairing(self, plan: list[int]) -> None:
+        script: list[Any] = [
+            reply("", *(call("t") for _ in range(n))) if n else reply("thinking") for n in plan
+        ]
+        script[-1] = "final"
+        model = ScriptedModel(script)
+        async with Session(Agent(model=model, tools=[FakeTool("t").tool])) as session:
+            result = await session.run("go")
+        check_pairing(session.conversation_messages, allow_pending=False)
+        # the run ends at the first turn without tool calls
+        ends_at = next(i for i, n in enumerate(plan) if n == 0 or i == len(plan) - 1)
+        assert result.model_calls == ends_at + 1
+        assert result.final_text == ("final" if ends_at == len(plan) - 1 else "thinking")
+
+
+class TestBackgroundWork:
+    """Background tasks live in the session's group: waited for, then cancelled."""
+
+    async def test_session_waits_for_background_work_within_the_grace_period(self) -> None:
+        done: list[str] = []
+
+        async def slow() -> None:
+            await anyio.sleep(0.01)
+            done.append("slow")
+
+        async with Session(Agent(model=ScriptedModel(["x"])), grace_period=5) as session:
+            session.ctx.spawn(slow)
+        assert done == ["slow"]
+
+    async def test_hanging_work_is_cancelled_after_the_grace_period(self) -> None:
+        cancelled: list[bool] = []
+
+        async def hang() -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:
+                cancelled.append(True)
+
+        with anyio.fail_after(5):
+            async with Session(Agent(model=ScriptedModel(["x"])), grace_period=0.01) as session:
+                session.ctx.spawn(hang)
+        assert cancelled == [True]
+
+    async def test_failing_background_work_is_reported_not_raised(self) -> None:
+        async def fail() -> None:
+            raise RuntimeError("extraction failed")
+
+        with capture_events() as events:
+            async with Session(Agent(model=ScriptedModel(["x"]))) as session:
+                session.ctx.spawn(fail, name="extract")
+                result = await session.run("still works")
+        assert result.final_text == "x"
+        failed = [e for e in events if e.kind == "background.failed"]
+        assert [(e.task, e.error) for e in failed] == [
+            ("extract", "RuntimeError: extraction failed")
+        ]  # type: ignore[attr-defined]
+
+    async def test_spawn_outside_a_session_is_an_error(self) -> None:
+        async def work() -> None:
+            pass
+
+        with pytest.raises(RuntimeError, match="owned by a Session"):
+            RunContext.new().spawn(work)
+
+
+class TestInputs:
+    """run() accepts text, a message, several messages, or nothing."""
+
+    async def test_input_forms(self) -> None:
+        model = ScriptedModel(["a", "b", "c"])
+        async with Session(Agent(model=model)) as session:
+            await session.run(UserMessage("m"))
+            await session.run([UserMessage("x"), UserMessage("y")])
+            await session.run(None)
+            with pytest.raises(TypeError, match=r"input\[0\] must be a Message"):
+                await session.run(["bad"])  # type: ignore[list-item]
+        assert [len(r.messages) for r in model.requests] == [1, 4, 5]

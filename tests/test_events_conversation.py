@@ -1,0 +1,227 @@
+"""Event sink delivery and structlog binding; conversation message events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from tinyctx import (
+    Agent,
+    AssistantMessage,
+    ControlApplied,
+    Conversation,
+    Event,
+    EventSink,
+    Message,
+    RunContext,
+    Session,
+    SubscriberFailed,
+    SystemMessage,
+    Usage,
+    UserMessage,
+)
+from tinyctx.testing import ScriptedModel, assert_events_form_tree, capture_events
+
+
+class TestEventSink:
+    """Events reach subscribers in order and structlog with the run's ids bound."""
+
+    @pytest.mark.usefixtures("all_log_levels")
+    def test_emit_stamps_ids_and_logs_them(self) -> None:
+        ctx = RunContext.new().derive(tags=("t1",))
+        received: list[Event] = []
+        ctx.events.subscribe(received.append)
+        with capture_logs() as logs:
+            ctx.emit(ControlApplied(control="interrupt", detail="review"))
+        (event,) = received
+        assert event.run_id == ctx.run_id
+        assert event.parent_run_id == ctx.parent_run_id
+        assert event.root_run_id == ctx.root_run_id
+        assert event.thread_id == ctx.thread_id
+        assert event.tags == ("t1",)
+        assert event.payload() == {"control": "interrupt", "detail": "review"}
+        (line,) = logs
+        assert line["event"] == "control.applied"
+        assert line["log_level"] == "info"
+        assert line["run_id"] == ctx.run_id and line["root_run_id"] == ctx.root_run_id
+        assert line["tags"] == ("t1",) and line["detail"] == "review"
+
+    def test_logger_none_disables_logging(self) -> None:
+        sink = EventSink(logger=None)
+        with capture_logs() as logs:
+            sink.emit(ControlApplied())
+        assert logs == []
+
+    def test_failing_subscriber_is_reported_not_raised(self) -> None:
+        sink = EventSink(logger=None)
+        seen: list[Event] = []
+
+        def broken(event: Event) -> None:
+            raise RuntimeError("ui crashed")
+
+        sink.subscribe(broken)
+        sink.subscribe(seen.append)
+        sink.emit(ControlApplied())
+        assert isinstance(seen[0], ControlApplied)
+        assert isinstance(seen[1], SubscriberFailed)
+        assert seen[1].error == "RuntimeError: ui crashed"
+        strict = EventSink(logger=None, raise_errors=True)
+        strict.subscribe(broken)
+        with pytest.raises(RuntimeError, match="ui crashed"):
+            strict.emit(ControlApplied())
+
+    def test_unsubscribe_and_capture(self) -> None:
+        sink = EventSink(logger=None)
+        seen: list[Event] = []
+        unsubscribe = sink.subscribe(seen.append)
+        with capture_events() as captured:
+            sink.emit(ControlApplied())
+            unsubscribe()
+            sink.emit(ControlApplied())
+        assert len(seen) == 1
+        assert len(captured) == 2
+
+    async def test_events_of_a_session_form_one_tree(self) -> None:
+        with capture_events() as events:
+            async with Session(Agent(model=ScriptedModel(["a", "b"]))) as session:
+                await session.run("1")
+                await session.run("2")
+        assert_events_form_tree(events)
+        runs = {e.run_id for e in events}
+        assert len(runs) == 2
+
+    def test_tree_check_rejects_broken_trees(self) -> None:
+        base = RunContext.new()
+        child = base.derive()
+        good = [
+            ControlApplied().stamped(
+                run_id=child.run_id,
+                parent_run_id=child.parent_run_id,
+                root_run_id=child.root_run_id,
+                thread_id=None,
+                tags=(),
+                lineage=child.config.lineage,
+            )
+        ]
+        assert_events_form_tree(good)
+        orphan = good[0].stamped(
+            run_id="x",
+            parent_run_id="nowhere",
+            root_run_id=base.run_id,
+            thread_id=None,
+            tags=(),
+            lineage=(),
+        )
+        with pytest.raises(AssertionError, match="no lineage"):
+            assert_events_form_tree([*good, orphan])
+        other_root = good[0].stamped(
+            run_id="y", parent_run_id=None, root_run_id="y", thread_id=None, tags=()
+        )
+        with pytest.raises(AssertionError, match="2 roots"):
+            assert_events_form_tree([*good, other_root])
+
+
+class TestConversation:
+    """append notifies now; add/replace queue events flushed exactly once."""
+
+    async def test_append_is_visible_before_subscribers_and_not_rolled_back(self) -> None:
+        conversation = Conversation()
+        seen: list[tuple[int, Message, Usage | None]] = []
+
+        async def subscriber(message: Message, usage: Usage | None) -> None:
+            seen.append((len(conversation), message, usage))
+            raise OSError("disk full")
+
+        conversation.subscribe(subscriber)
+        with pytest.raises(OSError, match="disk full"):
+            await conversation.append(UserMessage("hi"), Usage(1, 2))
+        assert seen == [(1, UserMessage("hi"), Usage(1, 2))]
+        assert conversation.messages == (UserMessage("hi"),)
+
+    async def test_exactly_once_flush_of_add_replace_and_add_message_event(self) -> None:
+        conversation = Conversation([SystemMessage("s")])
+        delivered: list[Message] = []
+
+        async def subscriber(message: Message, usage: Usage | None) -> None:
+            delivered.append(message)
+
+        conversation.subscribe(subscriber)
+        conversation.add(UserMessage("added"))
+        conversation.add(UserMessage("first"), index=0)
+        summary = SystemMessage("summary")
+        conversation.replace([summary, UserMessage("added")], emit_new=True)
+        conversation.replace(
+            [summary, UserMessage("added"), AssistantMessage("restored")], emit_new=False
+        )
+        conversation.add_message_event(AssistantMessage("restored"))
+        with pytest.raises(ValueError, match="not in the conversation"):
+            conversation.add_message_event(UserMessage("ghost"))
+        assert await conversation.flush() == 4
+        assert await conversation.flush() == 0
+        assert delivered == [
+            UserMessage("added"),
+            UserMessage("first"),
+            summary,
+            AssistantMessage("restored"),
+        ]
+
+    async def test_failed_flush_never_redelivers(self) -> None:
+        conversation = Conversation()
+        delivered: list[str] = []
+        fail = [True]
+
+        async def subscriber(message: Message, usage: Usage | None) -> None:
+            if fail[0]:
+                fail[0] = False
+                raise OSError("once")
+            delivered.append(message.text)
+
+        conversation.subscribe(subscriber)
+        conversation.add(UserMessage("a"))
+        conversation.add(UserMessage("b"))
+        with pytest.raises(OSError):
+            await conversation.flush()
+        await conversation.flush()
+        assert delivered == ["b"]
+
+    async def test_loop_flushes_before_each_model_request(self) -> None:
+        delivered: list[str] = []
+
+        async def persist(message: Message, usage: Usage | None) -> None:
+            delivered.append(f"{message.role}:{message.text}")
+
+        async def model(request: Any, ctx: RunContext[Any]) -> Any:
+            from tinyctx import ModelResponse
+
+            # a layer-owned message added during the call is persisted before the next call
+            ctx.conversation.add(SystemMessage("note"))
+            return ModelResponse(AssistantMessage("ok"))
+
+        async with Session(Agent(model=model)) as session:
+            session.ctx.conversation.subscribe(persist)
+            await session.run("one")
+            await session.run("two")
+        assert delivered == ["user:one", "assistant:ok", "user:two", "system:note", "assistant:ok"]
+
+    def test_snapshot_is_cached_and_versioned(self) -> None:
+        conversation = Conversation([UserMessage("a")])
+        first = conversation.messages
+        assert conversation.messages is first
+        version = conversation.version
+        conversation.add(UserMessage("b"))
+        assert conversation.version == version + 1
+        assert conversation.messages is not first
+        assert len(conversation) == 2
+
+
+def test_structlog_is_not_configured_by_the_library() -> None:
+    import importlib
+
+    import tinyctx
+
+    before = structlog.get_config()
+    importlib.reload(tinyctx)
+    assert structlog.get_config() == before

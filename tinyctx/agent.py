@@ -1,0 +1,620 @@
+"""Agent, Session and the loop with its named checkpoints.
+
+One run: checkpoint ``before_model`` → model onion → append the assistant message →
+checkpoint ``after_model`` → for each tool call: checkpoint ``before_tool`` → tool onion →
+append the result → checkpoint ``after_tools`` → loop until a final answer, a
+StopWithFinal, an Interrupt, a limit or cancellation.
+
+At every checkpoint the loop checks the cancellation token and drains the control slot.
+Whatever ends the run, the conversation keeps the pairing invariant: tool calls that will
+not run are answered with a clear synthetic result (an interrupted run keeps them pending
+so ``Session.resume`` can run them).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Generic, Literal, TypeVar
+
+import anyio
+import attrs
+from attrs import field, frozen
+
+from .chain import LayerBus, LayerLike, ModelCall, ToolCallHandler, check_layer_names, compose
+from .context import RunConfig, RunContext
+from .control import Control, Interrupt, StopWithFinal, stronger
+from .errors import (
+    ConfigError,
+    Interrupted,
+    LimitExceeded,
+    RunCancelled,
+    SessionBusy,
+    TinyCtxError,
+)
+from .events import (
+    Cancelled,
+    ControlApplied,
+    Event,
+    LimitHit,
+    ModelCallFinished,
+    PendingCallsAnswered,
+    RunFinished,
+    RunStarted,
+    ToolCallFinished,
+    ToolFailed,
+)
+from .frozen import EMPTY, FrozenDict, frozen_mapping, thaw
+from .messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    answer_pending,
+    pending_tool_calls,
+)
+from .model import ModelHandler, ModelRequest, ModelResponse, Usage
+from .tasks import BackgroundTasks
+from .tools import ServerTool, Tool, ToolRegistry
+
+__all__ = ["Agent", "Session", "RunResult", "Checkpoint", "RunStatus", "execute_tool"]
+
+Data = TypeVar("Data")
+RunStatus = Literal["completed", "stopped"]
+Phase = Literal["before_model", "tools"]
+
+SKIPPED_ON_STOP = "[skipped: the run was stopped with a final answer before this tool ran]"
+SKIPPED_ON_CANCEL = "[not run: the run was cancelled before this tool ran]"
+SKIPPED_ON_ABANDON = "[not run: the run was interrupted and not resumed]"
+
+
+# ---------------------------------------------------------------------------------------
+# the core tool handler
+
+
+async def execute_tool(call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
+    """The innermost tool handler: resolve, run, and turn any failure into an error result.
+
+    The model always gets a result it can read: an unknown tool, arguments that were not
+    JSON, or a tool that raised become ``is_error=True`` results and a ToolFailed event.
+    Cancellation and interrupts propagate; they are not the tool's failure.
+    """
+    tool = ctx.tools.get(call.name)
+    if tool is None:
+        known = ", ".join(ctx.tools.names) or "none"
+        return _tool_error(
+            ctx, call, "UnknownTool", f"unknown tool {call.name!r}; available tools: {known}"
+        )
+    if call.invalid_arguments is not None:
+        return _tool_error(
+            ctx,
+            call,
+            "InvalidArguments",
+            f"arguments for {call.name!r} are not a JSON object: {call.invalid_arguments[:200]!r}",
+        )
+    try:
+        output: object = await tool.invoke(call.arguments, ctx)
+    except (RunCancelled, Interrupted):
+        raise
+    except Exception as exc:
+        return _tool_error(ctx, call, type(exc).__name__, str(exc) or type(exc).__name__)
+    if isinstance(output, ToolResult):
+        if output.tool_call_id != call.id or output.name != call.name:
+            output = attrs.evolve(output, tool_call_id=call.id, name=call.name)
+        return output
+    if not isinstance(output, str):
+        output = json.dumps(thaw(output), default=str, ensure_ascii=False)
+    return ToolResult.for_call(call, output)
+
+
+def _tool_error(ctx: RunContext[Any], call: ToolCall, error_type: str, text: str) -> ToolResult:
+    ctx.emit(ToolFailed(tool=call.name, tool_call_id=call.id, error_type=error_type, error=text))
+    return ToolResult.for_call(call, f"Error ({error_type}): {text}", is_error=True)
+
+
+# ---------------------------------------------------------------------------------------
+# agent
+
+
+def _tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(value)
+
+
+@frozen(eq=False)
+class Agent:
+    """A model, its tools and its middleware: immutable and reusable across sessions.
+
+    Both onions are composed here, once.
+    """
+
+    model: ModelHandler
+    tools: tuple[Tool, ...] = field(default=(), converter=_tuple)
+    middleware: tuple[LayerLike, ...] = field(default=(), converter=_tuple)
+    system_prompt: str | None = None
+    model_name: str | None = None
+    settings: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
+    server_tools: tuple[ServerTool, ...] = field(default=(), converter=_tuple)
+    name: str = "agent"
+    model_onion: ModelCall = field(init=False, repr=False)
+    tool_onion: ToolCallHandler = field(init=False, repr=False)
+    bus: LayerBus = field(init=False, repr=False)
+    registry: ToolRegistry = field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not callable(self.model):
+            raise TypeError("Agent.model must be an async callable (request, ctx) -> ModelResponse")
+        check_layer_names(self.middleware)
+        object.__setattr__(self, "registry", ToolRegistry(self.tools, self.server_tools))
+        object.__setattr__(self, "model_onion", compose(self.middleware, self.model))
+        object.__setattr__(self, "tool_onion", compose(self.middleware, execute_tool, hook="tool"))
+        object.__setattr__(self, "bus", LayerBus(self.middleware))
+
+    def evolve(self, **changes: Any) -> Agent:
+        return attrs.evolve(self, **changes)
+
+    async def run(
+        self, input: str | Message | Sequence[Message], **session_options: Any
+    ) -> RunResult:
+        """One run in a fresh session (``async with Session(self, ...)``)."""
+        async with Session(self, **session_options) as session:
+            return await session.run(input)
+
+
+# ---------------------------------------------------------------------------------------
+# results and checkpoints
+
+
+@frozen
+class RunResult:
+    """What one run produced: the final text, the messages it added, usage and events."""
+
+    final_text: str
+    messages: tuple[Message, ...]
+    usage: Usage
+    status: RunStatus
+    run_id: str
+    thread_id: str
+    model_calls: int
+    tool_calls: int
+    events: tuple[Event, ...] = field(default=(), repr=False)
+
+
+@frozen
+class Checkpoint:
+    """Where an interrupted run stopped; ``Session.resume(checkpoint)`` continues it.
+
+    Self-contained: it carries the conversation at the pause, so a new session of the
+    same thread can resume it too.
+    """
+
+    run_config: RunConfig
+    phase: Phase
+    pending: tuple[ToolCall, ...]
+    node: str
+    message: str
+    messages: tuple[Message, ...] = field(repr=False)
+    added: tuple[Message, ...] = field(repr=False)
+    model_calls: int = 0
+    tool_calls: int = 0
+    usage: Usage = field(factory=Usage)
+
+    @property
+    def run_id(self) -> str:
+        return self.run_config.run_id
+
+    @property
+    def thread_id(self) -> str:
+        return self.run_config.thread_id
+
+
+class _RunState:
+    __slots__ = ("added", "ctx", "events", "model_calls", "tool_calls", "usage_start")
+
+    def __init__(self, ctx: RunContext[Any], *, usage_before: Usage) -> None:
+        self.ctx = ctx
+        self.added: list[Message] = []
+        self.model_calls = 0
+        self.tool_calls = 0
+        self.usage_start = ctx.usage.total() - usage_before
+        self.events: list[Event] = []
+
+
+class _Finished(Exception):
+    """Internal: unwinds the loop with a result (never escapes the session)."""
+
+    def __init__(self, result: RunResult) -> None:
+        self.result = result
+
+
+# ---------------------------------------------------------------------------------------
+# session
+
+
+class Session(Generic[Data]):
+    """One thread of conversation with an agent; owns the task group for background work.
+
+    ``async with Session(agent, thread_id=..., data=...) as s: result = await s.run("...")``.
+    Runs are sequential; leaving the session waits up to ``grace_period`` seconds for
+    background work (session-memory extraction), then cancels what is left.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        ctx: RunContext[Data] | None = None,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        data: Data = None,  # type: ignore[assignment]
+        config: RunConfig | None = None,
+        grace_period: float = 5.0,
+        **context_options: Any,
+    ) -> None:
+        if not isinstance(agent, Agent):
+            raise TypeError(f"Session needs an Agent, got {type(agent).__name__}")
+        if grace_period < 0:
+            raise ConfigError("grace_period", grace_period, ">= 0 seconds", owner="Session")
+        if ctx is None:
+            base_config = config or RunConfig()
+            overrides: dict[str, Any] = {}
+            if thread_id is not None:
+                overrides["thread_id"] = thread_id
+            if user_id is not None:
+                overrides["user_id"] = user_id
+            if overrides:
+                base_config = base_config.evolve(**overrides)
+            ctx = RunContext.new(base_config, data, **context_options)
+        elif thread_id is not None or user_id is not None or config is not None or context_options:
+            raise TypeError(
+                "Session: pass either ctx or thread_id/user_id/config/options, not both"
+            )
+        tools = ToolRegistry(
+            [*agent.tools, *ctx.tools], [*agent.server_tools, *ctx.tools.server_tools]
+        )
+        self.agent = agent
+        self._base: RunContext[Data] = ctx._with(tools=tools, bus=agent.bus)
+        self._grace = grace_period
+        self._group: anyio.abc.TaskGroup | None = None
+        self._background: BackgroundTasks | None = None
+        self._busy = False
+        self._paused: Checkpoint | None = None
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def ctx(self) -> RunContext[Data]:
+        """The session's context; each run derives its own from it."""
+        return self._base
+
+    @property
+    def conversation_messages(self) -> tuple[Message, ...]:
+        return self._base.conversation.messages
+
+    @property
+    def paused(self) -> Checkpoint | None:
+        """The checkpoint of an interrupted run waiting for ``resume``, if any."""
+        return self._paused
+
+    async def __aenter__(self) -> Session[Data]:
+        if self._group is not None or self._closed:
+            raise RuntimeError("a Session can be entered once")
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._group = group
+        self._background = BackgroundTasks(group, self._base.events)
+        self._base = self._base._with(background=self._background)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        group, background = self._group, self._background
+        assert group is not None
+        assert background is not None
+        self._closed = True
+        try:
+            if background.running:
+                # bounded and shielded: leaving is deterministic even when the host is cancelled
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self._grace):
+                    await background.wait_idle()
+        finally:
+            background.close()
+            group.cancel_scope.cancel()
+            # our children never raise (BackgroundTasks reports their errors), so the host's
+            # own exception keeps propagating as itself, never wrapped in an ExceptionGroup
+            await group.__aexit__(None, None, None)
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Cancel the session's token: the current run stops at its next checkpoint."""
+        self._base.cancellation.cancel(reason)
+
+    # -- running -------------------------------------------------------------------------
+
+    def _enter_run(self) -> None:
+        if self._group is None or self._closed:
+            raise RuntimeError("use the session inside `async with Session(...) as session:`")
+        if self._busy:
+            raise SessionBusy("this session is already running; runs of one session are sequential")
+        self._busy = True
+
+    async def run(self, input: str | Message | Sequence[Message] | None) -> RunResult:
+        """Add ``input`` (text, a message or messages) and run until the run ends."""
+        self._enter_run()
+        try:
+            if self._paused is not None:
+                await self._abandon_pause()
+            ctx = self._base._for_run()
+            state = _RunState(ctx, usage_before=Usage())
+            return await self._drive(state, "before_model", (), input=input, resumed=False)
+        finally:
+            self._busy = False
+
+    async def resume(self, checkpoint: Checkpoint) -> RunResult:
+        """Continue an interrupted run from its checkpoint (same run id, same counters)."""
+        if not isinstance(checkpoint, Checkpoint):
+            raise TypeError(f"resume needs a Checkpoint, got {type(checkpoint).__name__}")
+        self._enter_run()
+        try:
+            if checkpoint.thread_id != self._base.thread_id:
+                raise ValueError(
+                    f"checkpoint belongs to thread {checkpoint.thread_id!r}, this session is "
+                    f"thread {self._base.thread_id!r}"
+                )
+            if self._paused is not checkpoint:
+                # a checkpoint from elsewhere (persisted, another session): restore its history
+                self._base.conversation.replace(checkpoint.messages, emit_new=False)
+            self._paused = None
+            ctx = self._base._for_run(checkpoint.run_config)
+            state = _RunState(ctx, usage_before=checkpoint.usage)
+            state.added.extend(checkpoint.added)
+            state.model_calls = checkpoint.model_calls
+            state.tool_calls = checkpoint.tool_calls
+            return await self._drive(
+                state, checkpoint.phase, checkpoint.pending, input=None, resumed=True
+            )
+        finally:
+            self._busy = False
+
+    async def _abandon_pause(self) -> None:
+        ctx = self._base
+        results = answer_pending(ctx.conversation.messages, SKIPPED_ON_ABANDON, reason="abandoned")
+        for result in results:
+            await ctx.conversation.append(result)
+        if results:
+            ctx.emit(
+                PendingCallsAnswered(
+                    reason="interrupted and not resumed",
+                    tool_call_ids=tuple(r.tool_call_id for r in results),
+                )
+            )
+        self._paused = None
+
+    async def _drive(
+        self,
+        state: _RunState,
+        phase: Phase,
+        pending: tuple[ToolCall, ...],
+        *,
+        input: str | Message | Sequence[Message] | None,
+        resumed: bool,
+    ) -> RunResult:
+        ctx = state.ctx
+        root = ctx.root_run_id
+        collected = state.events
+
+        def collect(event: Event) -> None:
+            if event.root_run_id == root:
+                collected.append(event)
+
+        unsubscribe = ctx.events.subscribe(collect)
+        try:
+            ctx.emit(RunStarted(resumed=resumed))
+            for message in _input_messages(input):
+                await self._append(state, message)
+            if phase == "tools":
+                await self._run_tools(state, pending)
+            while True:
+                await self._model_step(state)
+        except _Finished as finished:
+            return finished.result
+        finally:
+            unsubscribe()
+
+    async def _append(self, state: _RunState, message: Message, usage: Usage | None = None) -> None:
+        await state.ctx.conversation.append(message, usage)
+        state.added.append(message)
+
+    # -- one model step --------------------------------------------------------------------
+
+    async def _model_step(self, state: _RunState) -> None:
+        ctx = state.ctx
+        agent = self.agent
+        await self._checkpoint(state, "before_model")
+        limit = ctx.config.max_model_calls
+        if limit is not None and state.model_calls >= limit:
+            ctx.emit(LimitHit(limit="max_model_calls", value=limit, scope="run"))
+            raise LimitExceeded("max_model_calls", limit)
+        await ctx.conversation.flush()
+        request = ModelRequest(
+            messages=ctx.conversation.messages,
+            tools=ctx.tools.specs(),
+            system_prompt=agent.system_prompt,
+            model=agent.model_name or ctx.config.model,
+            settings=agent.settings,
+            server_tools=ctx.tools.server_tools,
+        )
+        started = time.perf_counter()
+        response = await agent.model_onion(request, ctx)
+        state.model_calls += 1
+        if not isinstance(response, ModelResponse):
+            raise TypeError(
+                f"the model onion returned {type(response).__name__}, expected ModelResponse"
+            )
+        if ctx.cancellation.is_cancelled():
+            # the answer arrived after the cancel: it is dropped, nothing half-added
+            await self._cancel(state, "after_model")
+        usage = response.usage
+        if usage is not None:
+            ctx.usage.add(response.model or request.model, usage)
+        message = response.message
+        ctx.emit(
+            ModelCallFinished(
+                model=response.model or request.model,
+                messages=len(request.messages),
+                input_tokens=usage.input_tokens if usage else None,
+                output_tokens=usage.output_tokens if usage else None,
+                tool_calls=len(message.tool_calls),
+                seconds=time.perf_counter() - started,
+            )
+        )
+        await self._append(state, message, usage)
+        control = stronger(response.control, ctx.take_control())
+        if control is not None:
+            await self._apply(state, control, "after_model", message.tool_calls)
+        if not message.tool_calls:
+            self._finish(state, "completed", message.content)
+        await self._run_tools(state, message.tool_calls)
+
+    async def _run_tools(self, state: _RunState, calls: tuple[ToolCall, ...]) -> None:
+        ctx = state.ctx
+        try:
+            for index, call in enumerate(calls):
+                await self._checkpoint(state, "before_tool", calls[index:])
+                limit = ctx.config.max_tool_calls
+                if limit is not None and state.tool_calls >= limit:
+                    ctx.emit(LimitHit(limit="max_tool_calls", value=limit, scope="run"))
+                    raise LimitExceeded("max_tool_calls", limit)
+                started = time.perf_counter()
+                result = await self.agent.tool_onion(call, ctx)
+                state.tool_calls += 1
+                if not isinstance(result, ToolResult) or result.tool_call_id != call.id:
+                    raise TinyCtxError(
+                        f"the tool onion answered call {call.id!r} with {result!r}; a layer must "
+                        "return a ToolResult for the same tool_call_id"
+                    )
+                await self._append(state, result)
+                ctx.emit(
+                    ToolCallFinished(
+                        tool=call.name,
+                        tool_call_id=call.id,
+                        is_error=result.is_error,
+                        seconds=time.perf_counter() - started,
+                    )
+                )
+        except (Interrupted, _Finished):
+            raise
+        except BaseException as exc:
+            # whatever failed, no call is left without a result (queued: no awaiting here)
+            self._answer_pending_now(state, f"[not run: the run ended with {type(exc).__name__}]")
+            raise
+        await self._checkpoint(state, "after_tools")
+
+    # -- checkpoints and control ----------------------------------------------------------
+
+    async def _checkpoint(
+        self, state: _RunState, name: str, pending: tuple[ToolCall, ...] = ()
+    ) -> None:
+        ctx = state.ctx
+        if ctx.cancellation.is_cancelled():
+            await self._cancel(state, name)
+        control = ctx.take_control()
+        if control is not None:
+            await self._apply(state, control, name, pending)
+        await anyio.lowlevel.checkpoint()
+
+    async def _cancel(self, state: _RunState, checkpoint: str) -> None:
+        ctx = state.ctx
+        token = ctx.cancellation
+        results = answer_pending(ctx.conversation.messages, SKIPPED_ON_CANCEL, reason="cancelled")
+        for result in results:
+            await self._append(state, result)
+        ctx.emit(Cancelled(checkpoint=checkpoint, reason=token.reason))
+        raise RunCancelled(checkpoint, token.reason)
+
+    async def _apply(
+        self,
+        state: _RunState,
+        control: Control,
+        checkpoint: str,
+        pending: tuple[ToolCall, ...],
+    ) -> None:
+        ctx = state.ctx
+        if isinstance(control, Interrupt):
+            calls = pending or pending_tool_calls(ctx.conversation.messages)
+            ctx.emit(ControlApplied(control=control.kind, detail=control.detail))
+            paused = Checkpoint(
+                run_config=ctx.config,
+                phase="tools" if calls else "before_model",
+                pending=calls,
+                node=control.node,
+                message=control.message,
+                messages=ctx.conversation.messages,
+                added=tuple(state.added),
+                model_calls=state.model_calls,
+                tool_calls=state.tool_calls,
+                usage=ctx.usage.total() - state.usage_start,
+            )
+            self._paused = paused
+            ctx.emit(
+                RunFinished(
+                    status="interrupted", model_calls=state.model_calls, tool_calls=state.tool_calls
+                )
+            )
+            raise Interrupted(control.node, control.message, paused)
+        assert isinstance(control, StopWithFinal)
+        results = answer_pending(ctx.conversation.messages, SKIPPED_ON_STOP, reason="stopped")
+        for result in results:
+            await self._append(state, result)
+        await self._append(
+            state,
+            AssistantMessage(control.text, metadata={"tinyctx": {"control": control.kind}}),
+        )
+        ctx.emit(ControlApplied(control=control.kind, detail=control.detail))
+        self._finish(state, "stopped", control.text)
+
+    def _answer_pending_now(self, state: _RunState, content: str) -> None:
+        ctx = state.ctx
+        results = answer_pending(ctx.conversation.messages, content, reason="failed")
+        for result in results:
+            ctx.conversation.add(result)
+            state.added.append(result)
+        if results:
+            ctx.emit(
+                PendingCallsAnswered(
+                    reason=content, tool_call_ids=tuple(r.tool_call_id for r in results)
+                )
+            )
+
+    def _finish(self, state: _RunState, status: RunStatus, text: str) -> None:
+        ctx = state.ctx
+        ctx.emit(
+            RunFinished(status=status, model_calls=state.model_calls, tool_calls=state.tool_calls)
+        )
+        raise _Finished(
+            RunResult(
+                final_text=text,
+                messages=tuple(state.added),
+                usage=ctx.usage.total() - state.usage_start,
+                status=status,
+                run_id=ctx.run_id,
+                thread_id=ctx.thread_id,
+                model_calls=state.model_calls,
+                tool_calls=state.tool_calls,
+                events=tuple(state.events),
+            )
+        )
+
+
+def _input_messages(input: str | Message | Sequence[Message] | None) -> tuple[Message, ...]:
+    if input is None:
+        return ()
+    if isinstance(input, str):
+        return (UserMessage(input),)
+    if isinstance(input, Message):
+        return (input,)
+    messages = tuple(input)
+    for index, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise TypeError(f"input[{index}] must be a Message, got {type(message).__name__}")
+    return messages

@@ -1,0 +1,112 @@
+"""Cooperative cancellation: a latching token shared by a run and everything it starts.
+
+The token is plain state, so it can be created anywhere (module import, a sync callback,
+before any event loop runs). Waiting is done with anyio cancel scopes registered on the
+token: ``cancel()`` cancels every registered scope directly, with no watcher task, so
+racing an operation against the token costs one cancel scope.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Awaitable, Callable, Generator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import anyio
+
+from .errors import RunCancelled
+
+__all__ = ["CancellationToken"]
+
+T = TypeVar("T")
+
+
+class CancellationToken:
+    """``cancel()`` latches; ``child()`` tokens follow their parent, never the reverse.
+
+    Call ``cancel()`` from the thread running the event loop (from another thread use
+    ``anyio.from_thread.run_sync(token.cancel)``).
+    """
+
+    __slots__ = ("__weakref__", "_cancelled", "_children", "_reason", "_scopes")
+
+    def __init__(self) -> None:
+        self._cancelled = False
+        self._reason: str | None = None
+        self._scopes: set[anyio.CancelScope] = set()
+        self._children: weakref.WeakSet[CancellationToken] = weakref.WeakSet()
+
+    def __repr__(self) -> str:
+        state = "cancelled" if self._cancelled else "active"
+        return f"<CancellationToken {state}>"
+
+    @property
+    def reason(self) -> str | None:
+        return self._reason
+
+    def is_cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Cancel this token and every child; idempotent (the first reason is kept)."""
+        if self._cancelled:
+            return
+        self._cancelled = True
+        self._reason = reason
+        scopes, self._scopes = self._scopes, set()
+        for scope in scopes:
+            scope.cancel()
+        for child in list(self._children):
+            child.cancel(reason)
+
+    def child(self) -> CancellationToken:
+        """A token cancelled with this one; cancelling the child leaves this one alone."""
+        token = CancellationToken()
+        if self._cancelled:
+            token._cancelled = True
+            token._reason = self._reason
+        else:
+            self._children.add(token)
+        return token
+
+    def raise_if_cancelled(self, checkpoint: str = "") -> None:
+        if self._cancelled:
+            raise RunCancelled(checkpoint, self._reason)
+
+    @contextmanager
+    def linked_scope(self, checkpoint: str = "") -> Generator[anyio.CancelScope, None, None]:
+        """A cancel scope that this token cancels; leaving it cancelled raises RunCancelled.
+
+        Use it to race an operation (a streamed chunk, a hanging call) against the token.
+        Do not ``yield`` from an async generator while inside it.
+        """
+        self.raise_if_cancelled(checkpoint)
+        scope = anyio.CancelScope()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._scopes.discard(scope)
+        if scope.cancelled_caught and self._cancelled:
+            raise RunCancelled(checkpoint, self._reason)
+
+    async def cancelled(self) -> None:
+        """Return once the token is cancelled; safe to cancel (use it in a task group race)."""
+        if self._cancelled:
+            await anyio.lowlevel.checkpoint()
+            return
+        scope = anyio.CancelScope()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                await anyio.sleep_forever()
+        finally:
+            self._scopes.discard(scope)
+
+    async def race(self, fn: Callable[[], Awaitable[T]], checkpoint: str = "") -> T:
+        """Await ``fn()`` unless the token is cancelled first (then raise RunCancelled)."""
+        with self.linked_scope(checkpoint):
+            return await fn()
+        raise RunCancelled(checkpoint, self._reason)  # pragma: no cover - scope raised above

@@ -1,0 +1,271 @@
+"""The onion: layers composed once around a core handler.
+
+A layer is ``async def layer(request, ctx, call_next) -> response`` or a :class:`Layer`
+subclass implementing ``wrap_model`` and/or ``wrap_tool``. Index 0 is outermost. The onion
+is built once (when the agent is built); a layer without a hook adds no frame to that
+onion, and each frame is one plain function call plus the layer's own coroutine.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, overload
+
+from .errors import ConfigError
+from .messages import ToolCall, ToolResult
+from .model import ModelRequest, ModelResponse
+
+if TYPE_CHECKING:
+    from .context import RunContext
+
+__all__ = [
+    "Layer",
+    "LayerLike",
+    "ModelCall",
+    "ToolCallHandler",
+    "ModelLayerFn",
+    "compose",
+    "layer_name",
+    "check_layer_names",
+    "has_hook",
+    "before_model",
+    "after_model",
+    "tool_layer",
+    "LayerBus",
+]
+
+Ctx: TypeAlias = "RunContext[Any]"
+ModelCall: TypeAlias = Callable[[ModelRequest, "RunContext[Any]"], Awaitable[ModelResponse]]
+ToolCallHandler: TypeAlias = Callable[[ToolCall, "RunContext[Any]"], Awaitable[ToolResult]]
+ModelLayerFn: TypeAlias = Callable[
+    [ModelRequest, "RunContext[Any]", ModelCall], Awaitable[ModelResponse]
+]
+
+Hook = Literal["model", "tool"]
+
+
+class Layer:
+    """Base for class layers. Override ``wrap_model``, ``wrap_tool`` or both.
+
+    ``name`` defaults to the class name and must be unique within an agent; set it on the
+    instance to stack two layers of one class. Per-session state belongs in
+    ``ctx.state_for(self, factory)``, never on ``self``: an agent is shared by sessions.
+    """
+
+    name: str = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        return await call_next(request, ctx)
+
+    async def wrap_tool(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+    ) -> ToolResult:
+        return await call_next(call, ctx)
+
+    async def on_event(self, event: object, ctx: RunContext[Any]) -> None:
+        """Receive an event from ``ctx.publish``. The default ignores it."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+LayerLike: TypeAlias = "Layer | ModelLayerFn"
+
+
+def layer_name(layer: LayerLike) -> str:
+    if isinstance(layer, Layer):
+        return layer.name or type(layer).__name__
+    return getattr(layer, "__name__", type(layer).__name__)
+
+
+def has_hook(layer: LayerLike, hook: Hook | Literal["event"]) -> bool:
+    """Whether ``layer`` takes part in the ``hook`` onion (or receives published events)."""
+    if isinstance(layer, Layer):
+        attr = {"model": "wrap_model", "tool": "wrap_tool", "event": "on_event"}[hook]
+        return getattr(type(layer), attr) is not getattr(Layer, attr)
+    return hook == "model" and callable(layer)
+
+
+def check_layer_names(layers: Sequence[LayerLike]) -> None:
+    """Raise ConfigError when two layers share a name or an entry is not a layer."""
+    seen: dict[str, int] = {}
+    for index, layer in enumerate(layers):
+        if not isinstance(layer, Layer):
+            if not callable(layer):
+                raise ConfigError(
+                    f"middleware[{index}]",
+                    layer,
+                    "a Layer instance or an async function",
+                    owner="Agent",
+                )
+            call = type(layer).__call__ if not inspect.isfunction(layer) else layer
+            if not inspect.iscoroutinefunction(layer) and not inspect.iscoroutinefunction(call):
+                raise ConfigError(
+                    f"middleware[{index}]",
+                    layer,
+                    "an async function (request, ctx, call_next) or a Layer instance",
+                    owner="Agent",
+                )
+        name = layer_name(layer)
+        if name in seen:
+            raise ConfigError(
+                f"middleware[{index}].name",
+                name,
+                f"a name unique within the agent (middleware[{seen[name]}] is already named "
+                f"{name!r}; set .name on one of them)",
+                owner="Agent",
+            )
+        seen[name] = index
+
+
+def _link(hook_fn: Callable[[Any, Any, Any], Awaitable[Any]], call_next: Any) -> Any:
+    # returns the layer's coroutine instead of awaiting it: one frame per layer, not two
+    def call(request: Any, ctx: Any) -> Awaitable[Any]:
+        return hook_fn(request, ctx, call_next)
+
+    return call
+
+
+@overload
+def compose(
+    layers: Iterable[LayerLike], handler: ModelCall, *, hook: Literal["model"] = "model"
+) -> ModelCall: ...
+@overload
+def compose(
+    layers: Iterable[LayerLike], handler: ToolCallHandler, *, hook: Literal["tool"]
+) -> ToolCallHandler: ...
+def compose(layers: Iterable[LayerLike], handler: Any, *, hook: Hook = "model") -> Any:
+    """Build the onion once: ``layers[0]`` is outermost, ``handler`` is the core.
+
+    Requests travel in list order and responses come back in reverse. A layer may call
+    ``call_next`` zero, one or many times, with an evolved request or a derived context.
+    """
+    if hook not in ("model", "tool"):
+        raise ConfigError("hook", hook, "'model' or 'tool'", owner="compose")
+    fn = handler
+    for layer in reversed(list(layers)):
+        if not has_hook(layer, hook):
+            continue
+        bound: Any
+        if isinstance(layer, Layer):
+            bound = layer.wrap_model if hook == "model" else layer.wrap_tool
+        else:
+            bound = layer
+        fn = _link(bound, fn)
+    return fn
+
+
+# ---------------------------------------------------------------------------------------
+# sugar for one-sided layers
+
+RequestHook = Callable[[ModelRequest, "RunContext[Any]"], Awaitable[ModelRequest | None]]
+ResponseHook = Callable[
+    [ModelResponse, ModelRequest, "RunContext[Any]"], Awaitable[ModelResponse | None]
+]
+ToolLayerFn = Callable[[ToolCall, "RunContext[Any]", ToolCallHandler], Awaitable[ToolResult]]
+
+F = TypeVar("F")
+
+
+class _BeforeModel(Layer):
+    def __init__(self, fn: RequestHook, name: str) -> None:
+        self._fn = fn
+        self.name = name
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        changed = await self._fn(request, ctx)
+        return await call_next(request if changed is None else changed, ctx)
+
+
+class _AfterModel(Layer):
+    def __init__(self, fn: ResponseHook, name: str) -> None:
+        self._fn = fn
+        self.name = name
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        response = await call_next(request, ctx)
+        changed = await self._fn(response, request, ctx)
+        return response if changed is None else changed
+
+
+class _ToolLayer(Layer):
+    def __init__(self, fn: ToolLayerFn, name: str) -> None:
+        self._fn = fn
+        self.name = name
+
+    async def wrap_tool(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+    ) -> ToolResult:
+        return await self._fn(call, ctx, call_next)
+
+
+def _require_async(fn: Callable[..., Any], what: str) -> None:
+    if not inspect.iscoroutinefunction(fn):
+        raise TypeError(f"@{what} needs an async function, got {fn!r}")
+
+
+def before_model(fn: RequestHook) -> Layer:
+    """``async def f(request, ctx) -> ModelRequest | None``: rewrite the request (None keeps it)."""
+    _require_async(fn, "before_model")
+    return _BeforeModel(fn, getattr(fn, "__name__", "before_model"))
+
+
+def after_model(fn: ResponseHook) -> Layer:
+    """``async def f(response, request, ctx) -> ModelResponse | None``: inspect or replace it."""
+    _require_async(fn, "after_model")
+    return _AfterModel(fn, getattr(fn, "__name__", "after_model"))
+
+
+def tool_layer(fn: ToolLayerFn) -> Layer:
+    """``async def f(call, ctx, call_next) -> ToolResult``: a function layer on the tool onion."""
+    _require_async(fn, "tool_layer")
+    return _ToolLayer(fn, getattr(fn, "__name__", "tool_layer"))
+
+
+# ---------------------------------------------------------------------------------------
+# publish / subscribe between layers
+
+
+class LayerBus:
+    """Delivers ``ctx.publish`` events to the agent's layers, by name or broadcast."""
+
+    __slots__ = ("_by_name", "_handlers")
+
+    def __init__(self, layers: Sequence[LayerLike]) -> None:
+        self._by_name: dict[str, list[Layer]] = {}
+        self._handlers: list[Layer] = []
+        for layer in layers:
+            if isinstance(layer, Layer):
+                self._by_name.setdefault(layer_name(layer), []).append(layer)
+                if has_hook(layer, "event"):
+                    self._handlers.append(layer)
+
+    async def publish(
+        self, event: object, ctx: RunContext[Any], *, target: str | None = None
+    ) -> None:
+        if target is None:
+            for layer in self._handlers:
+                await layer.on_event(event, ctx)
+            return
+        matches = self._by_name.get(target, [])
+        if not matches:
+            known = ", ".join(sorted(self._by_name)) or "none"
+            raise ValueError(f"publish: no layer named {target!r} (layers: {known})")
+        if len(matches) > 1:
+            raise ValueError(f"publish: target {target!r} is ambiguous ({len(matches)} layers)")
+        layer = matches[0]
+        if not has_hook(layer, "event"):
+            raise ValueError(f"publish: layer {target!r} does not implement on_event")
+        await layer.on_event(event, ctx)

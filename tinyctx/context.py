@@ -1,0 +1,353 @@
+"""RunConfig and RunContext: what a run knows, and how nested calls inherit it.
+
+Both are frozen. ``ctx.derive(...)`` returns a child for a nested call (a model call, a
+tool, a sub-agent) and never mutates the parent: the child gets a fresh run id, points at
+its parent, keeps the root and the thread, adds its own tags and metadata, and shares the
+handles that belong to the whole tree (events, stores, usage, costs, cache). Its
+cancellation token is linked: cancelling the parent cancels the child, not the reverse.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import attrs
+from attrs import field, frozen
+
+from .cache import CacheRegistry
+from .cancel import CancellationToken
+from .control import Control, ControlSlot
+from .conversation import Conversation
+from .errors import ConfigError, DepthLimitExceeded
+from .events import Event, EventSink
+from .frozen import EMPTY, FrozenDict, frozen_mapping
+from .stores import Store, StoreRegistry
+from .tasks import BackgroundTasks
+from .tools import Tool, ToolRegistry
+from .usage import CostTracker, Price, UsageTracker
+
+if TYPE_CHECKING:
+    from .chain import LayerBus
+
+__all__ = ["RunConfig", "RunContext", "new_run_id"]
+
+Data = TypeVar("Data")
+T = TypeVar("T")
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _tags(value: Iterable[str]) -> tuple[str, ...]:
+    tags = tuple(value)
+    for tag in tags:
+        if not isinstance(tag, str) or not tag:
+            raise ConfigError("tags", value, "an iterable of non-empty strings", owner="RunConfig")
+    # keep order, drop duplicates
+    return tuple(dict.fromkeys(tags))
+
+
+def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+def _int_at_least(minimum: int, *, optional: bool = False) -> Callable[[Any, Any, Any], None]:
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            allowed = f"an integer >= {minimum}" + (" or None" if optional else "")
+            raise ConfigError(attribute.name, value, allowed, owner="RunConfig")
+
+    return check
+
+
+def _id_string(instance: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(attribute.name, value, "a non-empty string", owner="RunConfig")
+
+
+def _optional_id(instance: Any, attribute: Any, value: Any) -> None:
+    if value is not None:
+        _id_string(instance, attribute, value)
+
+
+@frozen
+class RunConfig:
+    """Identity, labels, limits and the context window of one run.
+
+    ``RunConfig()`` is a fresh root run: a new ``run_id`` that is also its ``root_run_id``.
+    ``metadata`` and ``configurable`` are read-only mappings; nothing reached through a
+    child can change them.
+    """
+
+    run_id: str = field(factory=new_run_id, validator=_id_string)
+    thread_id: str = field(factory=new_run_id, validator=_id_string)
+    parent_run_id: str | None = field(default=None, validator=_optional_id)
+    root_run_id: str = field(validator=_id_string)
+    lineage: tuple[str, ...] = field(default=(), converter=_str_tuple)
+    """Ancestor run ids, root first, parent last (empty for a root run)."""
+    user_id: str | None = field(default=None, validator=_optional_id)
+    tags: tuple[str, ...] = field(default=(), converter=_tags)
+    metadata: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
+    configurable: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
+    depth: int = field(default=0, validator=_int_at_least(0))
+    max_depth: int = field(default=16, validator=_int_at_least(0))
+    max_model_calls: int | None = field(default=25, validator=_int_at_least(1, optional=True))
+    max_tool_calls: int | None = field(default=None, validator=_int_at_least(1, optional=True))
+    model: str | None = None
+    max_tokens: int | None = field(default=None, validator=_int_at_least(1, optional=True))
+    reserved_output_tokens: int = field(default=0, validator=_int_at_least(0))
+
+    @root_run_id.default
+    def _root_defaults_to_self(self) -> str:
+        return self.run_id
+
+    def __attrs_post_init__(self) -> None:
+        lineage = self.lineage
+        if lineage and (
+            len(lineage) != self.depth
+            or lineage[-1] != self.parent_run_id
+            or lineage[0] != self.root_run_id
+        ):
+            raise ConfigError(
+                "lineage",
+                lineage,
+                "ancestor run ids from root_run_id to parent_run_id, one per depth level",
+                owner="RunConfig",
+            )
+        if self.depth > self.max_depth:
+            raise DepthLimitExceeded(self.depth, self.max_depth)
+        if self.depth == 0 and self.parent_run_id is not None:
+            raise ConfigError(
+                "parent_run_id",
+                self.parent_run_id,
+                "None for a root run (depth 0)",
+                owner="RunConfig",
+            )
+        if self.max_tokens is not None and self.reserved_output_tokens >= self.max_tokens:
+            raise ConfigError(
+                "reserved_output_tokens",
+                self.reserved_output_tokens,
+                f"0 <= reserved_output_tokens < max_tokens ({self.max_tokens})",
+                owner="RunConfig",
+            )
+
+    def evolve(self, **changes: Any) -> RunConfig:
+        """A copy with ``changes``; every validator runs again."""
+        return attrs.evolve(self, **changes)
+
+    @property
+    def usable_tokens(self) -> int | None:
+        """``max_tokens - reserved_output_tokens``, or None when the window is unknown."""
+        if self.max_tokens is None:
+            return None
+        return self.max_tokens - self.reserved_output_tokens
+
+
+_UNSET: Any = object()
+
+
+@frozen
+class RunContext(Generic[Data]):
+    """Everything a layer, a tool or a nested call can know about the current run.
+
+    Frozen: layers change nothing here; the few mutable handles (conversation, trackers,
+    control slot, cache) have their own narrow APIs and are shared by reference on purpose.
+    """
+
+    config: RunConfig
+    data: Data
+    stores: StoreRegistry = field(factory=StoreRegistry)
+    events: EventSink = field(factory=EventSink)
+    usage: UsageTracker = field(factory=UsageTracker)
+    costs: CostTracker = field()
+    cache: CacheRegistry = field(factory=CacheRegistry)
+    cancellation: CancellationToken = field(factory=CancellationToken)
+    control: ControlSlot = field(factory=ControlSlot)
+    tools: ToolRegistry = field(factory=ToolRegistry)
+    conversation: Conversation = field(factory=Conversation)
+    background: BackgroundTasks | None = field(default=None, eq=False)
+    bus: LayerBus | None = field(default=None, eq=False, repr=False)
+
+    @costs.default
+    def _costs_from_usage(self) -> CostTracker:
+        return CostTracker(self.usage)
+
+    # -- construction --------------------------------------------------------------------
+
+    @classmethod
+    def new(
+        cls,
+        config: RunConfig | None = None,
+        data: T = None,  # type: ignore[assignment]
+        *,
+        stores: Mapping[str, Store] | StoreRegistry | None = None,
+        events: EventSink | None = None,
+        prices: Mapping[str, Price] | None = None,
+        cancellation: CancellationToken | None = None,
+        tools: Iterable[Tool] = (),
+        conversation: Conversation | None = None,
+    ) -> RunContext[T]:
+        """A root context with fresh handles (events, usage, costs, cache, control...)."""
+        usage = UsageTracker()
+        registry = stores if isinstance(stores, StoreRegistry) else StoreRegistry(stores)
+        return RunContext(
+            config=config if config is not None else RunConfig(),
+            data=data,
+            stores=registry,
+            events=events if events is not None else EventSink(),
+            usage=usage,
+            costs=CostTracker(usage, prices),
+            cancellation=cancellation if cancellation is not None else CancellationToken(),
+            tools=ToolRegistry(tools),
+            conversation=conversation if conversation is not None else Conversation(),
+        )
+
+    def derive(
+        self,
+        *,
+        thread_id: str | None = None,
+        tags: Iterable[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        configurable: Mapping[str, Any] | None = None,
+        data: Data = _UNSET,
+        conversation: Conversation | None = None,
+    ) -> RunContext[Data]:
+        """The context of a nested call; this context is never changed.
+
+        The child adds tags and metadata (on a key clash its own value wins *in the child*);
+        ``conversation`` gives a nested agent its own message log.
+        """
+        parent = self.config
+        depth = parent.depth + 1
+        if depth > parent.max_depth:
+            raise DepthLimitExceeded(depth, parent.max_depth)
+        merged_tags = parent.tags
+        if tags:
+            merged_tags = (*parent.tags, *(t for t in tags if t not in parent.tags))
+        merged_meta = parent.metadata
+        if metadata:
+            merged_meta = parent.metadata | frozen_mapping(metadata)
+        merged_conf = parent.configurable
+        if configurable:
+            merged_conf = parent.configurable | frozen_mapping(configurable)
+        run_id = new_run_id()
+        config = attrs.evolve(
+            parent,
+            run_id=run_id,
+            parent_run_id=parent.run_id,
+            lineage=(*parent.lineage, parent.run_id) if parent.lineage or not parent.depth else (),
+            thread_id=thread_id if thread_id is not None else parent.thread_id,
+            tags=merged_tags,
+            metadata=merged_meta,
+            configurable=merged_conf,
+            depth=depth,
+        )
+        return attrs.evolve(
+            self,
+            config=config,
+            data=self.data if data is _UNSET else data,
+            cancellation=self.cancellation.child(),
+            conversation=conversation if conversation is not None else self.conversation,
+        )
+
+    def _for_run(self, config: RunConfig | None = None) -> RunContext[Data]:
+        """A run's own context: derived (or resumed with ``config``), with request-scoped
+        tools and a fresh control slot."""
+        child = (
+            self.derive()
+            if config is None
+            else attrs.evolve(self, config=config, cancellation=self.cancellation.child())
+        )
+        return attrs.evolve(child, control=ControlSlot(), tools=self.tools.for_new_run())
+
+    def _with(self, **changes: Any) -> RunContext[Data]:
+        return attrs.evolve(self, **changes)
+
+    # -- shortcuts -----------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self.config.run_id
+
+    @property
+    def parent_run_id(self) -> str | None:
+        return self.config.parent_run_id
+
+    @property
+    def root_run_id(self) -> str:
+        return self.config.root_run_id
+
+    @property
+    def thread_id(self) -> str:
+        return self.config.thread_id
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return self.config.tags
+
+    @property
+    def metadata(self) -> FrozenDict[str, Any]:
+        return self.config.metadata
+
+    @property
+    def depth(self) -> int:
+        return self.config.depth
+
+    # -- control -------------------------------------------------------------------------
+
+    def request_control(self, control: Control) -> None:
+        """Ask the loop to stop or pause at its next safe checkpoint (highest precedence wins)."""
+        self.control.request(control)
+
+    def take_control(self) -> Control | None:
+        return self.control.take()
+
+    # -- events --------------------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        """Stamp ``event`` with this run's ids and deliver it."""
+        config = self.config
+        self.events.emit(
+            event.stamped(
+                run_id=config.run_id,
+                parent_run_id=config.parent_run_id,
+                root_run_id=config.root_run_id,
+                thread_id=config.thread_id,
+                tags=config.tags,
+                lineage=config.lineage,
+            )
+        )
+
+    async def publish(self, event: object, *, target: str | None = None) -> None:
+        """Deliver ``event`` to the layer named ``target``, or to every layer in order.
+
+        An unknown or ambiguous target raises ValueError and delivers nothing; a handler's
+        error propagates and stops the broadcast (work already done is not rolled back).
+        """
+        bus = self.bus
+        if bus is None:
+            if target is not None:
+                raise ValueError(f"publish: no layer named {target!r} (this context has no layers)")
+            return
+        await bus.publish(event, self, target=target)
+
+    # -- per-tree state and background work ---------------------------------------------
+
+    def state_for(self, owner: object, factory: Callable[[], T]) -> T:
+        """Per-tree state of ``owner`` (usually a layer), created on first use."""
+        return self.cache.state_for(owner, factory)
+
+    def spawn(self, fn: Callable[..., Any], *args: Any, name: str | None = None) -> None:
+        """Start ``fn(*args)`` in the owning session's task group (never fire-and-forget)."""
+        background = self.background
+        if background is None:
+            raise RuntimeError(
+                "ctx.spawn needs a context owned by a Session (async with Session(...)); "
+                "this context has no task group"
+            )
+        background.spawn(fn, *args, name=name, report=self.emit)

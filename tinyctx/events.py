@@ -1,0 +1,282 @@
+"""Typed events and the sink that delivers them to structlog and to subscribers.
+
+Every action of the framework is an event: a frozen attrs class with a stable ``kind``.
+``ctx.emit(event)`` stamps it with the run's ids, so a subscriber (a test, a UI, metrics)
+can rebuild the tree of calls. The library never configures logging; it only logs to
+``structlog.get_logger("tinyctx")`` unless the sink is given another logger (or None).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Literal
+
+import attrs
+import structlog
+from attrs import field, frozen
+
+__all__ = [
+    "Event",
+    "EventSink",
+    "EventLevel",
+    "add_tap",
+    "RunStarted",
+    "RunFinished",
+    "ModelCallFinished",
+    "ToolCallFinished",
+    "ToolFailed",
+    "ControlApplied",
+    "Cancelled",
+    "LimitHit",
+    "BackgroundTaskFailed",
+    "SubscriberFailed",
+    "PendingCallsAnswered",
+]
+
+EventLevel = Literal["debug", "info", "warning", "error"]
+Subscriber = Callable[["Event"], None]
+
+_ID_FIELDS = ("run_id", "parent_run_id", "root_run_id", "thread_id", "tags", "lineage")
+
+
+@frozen
+class Event:
+    """Base of every event. Subclasses add payload fields and set ``kind`` and ``level``."""
+
+    kind: ClassVar[str] = "event"
+    level: ClassVar[EventLevel] = "debug"
+
+    run_id: str = field(default="", kw_only=True)
+    parent_run_id: str | None = field(default=None, kw_only=True)
+    root_run_id: str = field(default="", kw_only=True)
+    thread_id: str | None = field(default=None, kw_only=True)
+    tags: tuple[str, ...] = field(default=(), kw_only=True)
+    lineage: tuple[str, ...] = field(default=(), kw_only=True, repr=False)
+    """Ancestor run ids of the emitting run, root first (see RunConfig.lineage)."""
+    timestamp: float = field(factory=time.time, kw_only=True, eq=False)
+
+    def payload(self) -> dict[str, Any]:
+        """The event's own fields (no ids, no timestamp), for logs and UIs."""
+        return {
+            a.name: getattr(self, a.name)
+            for a in attrs.fields(type(self))
+            if a.name not in _ID_FIELDS and a.name != "timestamp"
+        }
+
+    def stamped(
+        self,
+        *,
+        run_id: str,
+        parent_run_id: str | None,
+        root_run_id: str,
+        thread_id: str | None,
+        tags: tuple[str, ...],
+        lineage: tuple[str, ...] = (),
+    ) -> Event:
+        return attrs.evolve(
+            self,
+            run_id=run_id,
+            parent_run_id=parent_run_id,
+            root_run_id=root_run_id,
+            thread_id=thread_id,
+            tags=tags,
+            lineage=lineage,
+        )
+
+
+# global taps: how tinyctx.testing.capture_events sees every sink, like structlog.capture_logs
+_TAPS: list[Subscriber] = []
+
+
+def add_tap(fn: Subscriber) -> Callable[[], None]:
+    """Deliver every event of every sink to ``fn`` until the returned remover is called."""
+    _TAPS.append(fn)
+
+    def remove() -> None:
+        if fn in _TAPS:
+            _TAPS.remove(fn)
+
+    return remove
+
+
+class _Default:
+    pass
+
+
+_DEFAULT_LOGGER: Any = _Default()
+
+
+class EventSink:
+    """Delivers events to subscribers (in order) and to a structlog logger.
+
+    A subscriber that raises does not break the run: the error is reported as a
+    :class:`SubscriberFailed` event and logged, unless ``raise_errors=True``.
+    """
+
+    __slots__ = ("_logger", "_raise_errors", "_subscribers")
+
+    def __init__(
+        self,
+        *,
+        logger: Any = _DEFAULT_LOGGER,
+        subscribers: Iterable[Subscriber] = (),
+        raise_errors: bool = False,
+    ) -> None:
+        self._logger = structlog.get_logger("tinyctx") if isinstance(logger, _Default) else logger
+        self._subscribers: list[Subscriber] = list(subscribers)
+        self._raise_errors = raise_errors
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        """Add a subscriber; call the returned function to remove it."""
+        self._subscribers.append(fn)
+
+        def unsubscribe() -> None:
+            if fn in self._subscribers:
+                self._subscribers.remove(fn)
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> None:
+        failures: list[tuple[Subscriber, Exception]] = []
+        for fn in (*self._subscribers, *_TAPS) if _TAPS else self._subscribers:
+            try:
+                fn(event)
+            except Exception as exc:
+                if self._raise_errors:
+                    raise
+                failures.append((fn, exc))
+        # reported after the original reached every subscriber, never about a report
+        if not isinstance(event, SubscriberFailed):
+            for fn, failure in failures:
+                self.emit(
+                    SubscriberFailed(
+                        subscriber=getattr(fn, "__qualname__", repr(fn)),
+                        error=f"{type(failure).__name__}: {failure}",
+                        event_kind=event.kind,
+                        run_id=event.run_id,
+                        parent_run_id=event.parent_run_id,
+                        root_run_id=event.root_run_id,
+                        thread_id=event.thread_id,
+                        tags=event.tags,
+                        lineage=event.lineage,
+                    )
+                )
+        logger = self._logger
+        if logger is not None:
+            log = getattr(logger, event.level)
+            log(
+                event.kind,
+                run_id=event.run_id,
+                parent_run_id=event.parent_run_id,
+                root_run_id=event.root_run_id,
+                thread_id=event.thread_id,
+                tags=event.tags,
+                **event.payload(),
+            )
+
+
+# ---------------------------------------------------------------------------------------
+# the kernel's own events
+
+
+@frozen
+class RunStarted(Event):
+    kind: ClassVar[str] = "run.started"
+    level: ClassVar[EventLevel] = "debug"
+    resumed: bool = False
+
+
+@frozen
+class RunFinished(Event):
+    kind: ClassVar[str] = "run.finished"
+    level: ClassVar[EventLevel] = "info"
+    status: str = "completed"
+    model_calls: int = 0
+    tool_calls: int = 0
+
+
+@frozen
+class ModelCallFinished(Event):
+    kind: ClassVar[str] = "model.call"
+    level: ClassVar[EventLevel] = "debug"
+    model: str | None = None
+    messages: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    tool_calls: int = 0
+    seconds: float = 0.0
+
+
+@frozen
+class ToolCallFinished(Event):
+    kind: ClassVar[str] = "tool.call"
+    level: ClassVar[EventLevel] = "debug"
+    tool: str = ""
+    tool_call_id: str = ""
+    is_error: bool = False
+    seconds: float = 0.0
+
+
+@frozen
+class ToolFailed(Event):
+    """A tool raised (or got bad arguments); the model receives an error result instead."""
+
+    kind: ClassVar[str] = "tool.failed"
+    level: ClassVar[EventLevel] = "warning"
+    tool: str = ""
+    tool_call_id: str = ""
+    error_type: str = ""
+    error: str = ""
+
+
+@frozen
+class ControlApplied(Event):
+    kind: ClassVar[str] = "control.applied"
+    level: ClassVar[EventLevel] = "info"
+    control: str = ""
+    detail: str = ""
+
+
+@frozen
+class Cancelled(Event):
+    kind: ClassVar[str] = "run.cancelled"
+    level: ClassVar[EventLevel] = "info"
+    checkpoint: str = ""
+    reason: str | None = None
+
+
+@frozen
+class LimitHit(Event):
+    kind: ClassVar[str] = "limit.hit"
+    level: ClassVar[EventLevel] = "warning"
+    limit: str = ""
+    value: int = 0
+    scope: str = "run"
+
+
+@frozen
+class PendingCallsAnswered(Event):
+    """Tool calls left without results were answered so pairing holds (why: ``reason``)."""
+
+    kind: ClassVar[str] = "tool.pending_answered"
+    level: ClassVar[EventLevel] = "info"
+    reason: str = ""
+    tool_call_ids: tuple[str, ...] = ()
+
+
+@frozen
+class BackgroundTaskFailed(Event):
+    kind: ClassVar[str] = "background.failed"
+    level: ClassVar[EventLevel] = "warning"
+    task: str = ""
+    error: str = ""
+
+
+@frozen
+class SubscriberFailed(Event):
+    kind: ClassVar[str] = "events.subscriber_failed"
+    level: ClassVar[EventLevel] = "error"
+    subscriber: str = ""
+    error: str = ""
+    event_kind: str = ""

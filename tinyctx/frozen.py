@@ -1,0 +1,135 @@
+"""An immutable, hashable mapping and deep-freezing of JSON-like values.
+
+Messages, requests and configs are frozen and hashable, so the mappings they carry
+(metadata, tool-call arguments, settings) must be too. ``MappingProxyType`` is read-only
+but neither hashable nor safe against the caller keeping the original dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar, overload
+
+__all__ = ["FrozenDict", "freeze", "thaw", "frozen_mapping", "EMPTY"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+_D = TypeVar("_D")
+
+
+class FrozenDict(Mapping[K, V]):
+    """A read-only dict that is hashable when its values are."""
+
+    __slots__ = ("_data", "_hash")
+
+    _data: dict[K, V]
+    _hash: int | None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        object.__setattr__(self, "_data", dict(*args, **kwargs))
+        object.__setattr__(self, "_hash", None)
+
+    @classmethod
+    def _wrap(cls, data: dict[K, V]) -> FrozenDict[K, V]:
+        """Adopt ``data`` without copying; the caller gives up its reference."""
+        new = cls.__new__(cls)
+        object.__setattr__(new, "_data", data)
+        object.__setattr__(new, "_hash", None)
+        return new
+
+    def __getitem__(self, key: K) -> V:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    @overload
+    def get(self, key: K, /) -> V | None: ...
+    @overload
+    def get(self, key: K, default: V | _D, /) -> V | _D: ...
+    def get(self, key: K, default: object = None, /) -> object:
+        return self._data.get(key, default)
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if h is None:
+            h = hash(frozenset(self._data.items()))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenDict):
+            return self._data == other._data
+        if isinstance(other, Mapping):
+            return self._data == dict(other)
+        return NotImplemented
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("FrozenDict is immutable")
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({self._data!r})"
+
+    def __or__(self, other: Mapping[K, V]) -> FrozenDict[K, V]:
+        merged = dict(self._data)
+        merged.update(other)
+        return FrozenDict._wrap(merged)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (self._data,))
+
+    def __copy__(self) -> FrozenDict[K, V]:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict[K, V]:
+        return self
+
+    def to_dict(self) -> dict[K, V]:
+        """A shallow, mutable copy."""
+        return dict(self._data)
+
+
+EMPTY: FrozenDict[Any, Any] = FrozenDict()
+
+
+def freeze(value: Any) -> Any:
+    """Deep-freeze a JSON-like value: dicts become FrozenDicts, lists and sets tuples."""
+    t = type(value)
+    if t is str or t is int or t is float or t is bool or value is None or t is FrozenDict:
+        return value
+    if isinstance(value, Mapping):
+        return FrozenDict._wrap({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return tuple(freeze(v) for v in sorted(value, key=repr))
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The inverse of :func:`freeze`: plain dicts and lists, ready for ``json.dumps``."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+def frozen_mapping(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
+    """attrs converter: any mapping (or None) to a deep-frozen FrozenDict."""
+    if value is None:
+        return EMPTY
+    if type(value) is FrozenDict:
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a mapping, got {type(value).__name__}")
+    if not value:
+        return EMPTY
+    frozen: FrozenDict[str, Any] = freeze(value)
+    return frozen

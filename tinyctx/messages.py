@@ -1,0 +1,299 @@
+"""Message types and the tool call/result pairing rules every layer must keep.
+
+Messages are frozen, hashable (the hash is cached) and cheap to compare. A tool call and
+its result are one unit: :func:`check_pairing` names the first orphan, and
+:func:`safe_boundaries` tells a compaction layer where it may cut a history without
+separating a call from its result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from attrs import field, frozen
+from attrs.validators import instance_of
+
+from .errors import PairingError
+from .frozen import EMPTY, FrozenDict, frozen_mapping
+
+__all__ = [
+    "Message",
+    "SystemMessage",
+    "UserMessage",
+    "AssistantMessage",
+    "ToolCall",
+    "ToolResult",
+    "Role",
+    "check_pairing",
+    "pending_tool_calls",
+    "safe_boundaries",
+    "snap_boundary",
+    "tool_turns",
+    "ToolTurn",
+    "answer_pending",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+def _tuple_of_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    calls = value if type(value) is tuple else tuple(value)
+    for call in calls:
+        if not isinstance(call, ToolCall):
+            raise TypeError(f"tool_calls must contain ToolCall objects, got {type(call).__name__}")
+    if len(calls) > 1 and len({c.id for c in calls}) != len(calls):
+        ids = [c.id for c in calls]
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"tool_calls: duplicate tool call id {dup!r} in one assistant message")
+    return calls
+
+
+def _nonempty_str(instance: object, attribute: Any, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
+
+
+@frozen(cache_hash=True)
+class ToolCall:
+    """One function call the model asked for. ``arguments`` is deep-frozen JSON."""
+
+    id: str = field(validator=_nonempty_str)
+    name: str = field(validator=_nonempty_str)
+    arguments: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
+    invalid_arguments: str | None = field(default=None, kw_only=True)
+    """Raw argument text the model produced that was not a JSON object, if any."""
+
+
+@frozen(cache_hash=True)
+class Message:
+    """Base of every message. ``essential=False`` marks droppable retrieved context."""
+
+    role: ClassVar[Role]
+    essential: bool = field(default=True, kw_only=True, validator=instance_of(bool))
+    metadata: FrozenDict[str, Any] = field(default=EMPTY, kw_only=True, converter=frozen_mapping)
+
+    @property
+    def text(self) -> str:
+        """The message's text content ("" for none)."""
+        return ""
+
+
+@frozen(cache_hash=True)
+class SystemMessage(Message):
+    content: str = field(validator=instance_of(str))
+    role: ClassVar[Role] = "system"
+
+    @property
+    def text(self) -> str:
+        return self.content
+
+
+@frozen(cache_hash=True)
+class UserMessage(Message):
+    content: str = field(validator=instance_of(str))
+    role: ClassVar[Role] = "user"
+
+    @property
+    def text(self) -> str:
+        return self.content
+
+
+@frozen(cache_hash=True)
+class AssistantMessage(Message):
+    content: str = field(default="", validator=instance_of(str))
+    tool_calls: tuple[ToolCall, ...] = field(default=(), converter=_tuple_of_calls)
+    role: ClassVar[Role] = "assistant"
+
+    @property
+    def text(self) -> str:
+        return self.content
+
+
+@frozen(cache_hash=True)
+class ToolResult(Message):
+    tool_call_id: str = field(validator=_nonempty_str)
+    content: str = field(validator=instance_of(str))
+    name: str = field(default="", validator=instance_of(str))
+    is_error: bool = field(default=False, validator=instance_of(bool))
+    role: ClassVar[Role] = "tool"
+
+    @property
+    def text(self) -> str:
+        return self.content
+
+    @classmethod
+    def for_call(
+        cls,
+        call: ToolCall,
+        content: str,
+        *,
+        is_error: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ToolResult:
+        return cls(call.id, content, call.name, is_error, metadata=frozen_mapping(metadata))
+
+
+# ---------------------------------------------------------------------------------------
+# pairing
+
+
+def check_pairing(messages: Sequence[Message], *, allow_pending: bool = True) -> None:
+    """Raise :class:`PairingError` naming the first orphan in ``messages``.
+
+    An orphan is a tool call without its result before the next assistant message, or a
+    tool result that answers no open call. Calls of the *last* assistant message may still
+    be waiting for their results (the loop is running them) unless ``allow_pending=False``,
+    which is the rule for a request sent to a model.
+    """
+    open_calls: dict[str, int] = {}  # id -> index of the assistant message
+    seen_ids: set[str] = set()
+    for index, message in enumerate(messages):
+        if isinstance(message, AssistantMessage):
+            if open_calls:
+                call_id, at = next(iter(open_calls.items()))
+                raise PairingError(
+                    f"orphan tool call {call_id!r} (assistant message {at}) has no result "
+                    f"before the next assistant message at index {index}",
+                    index=at,
+                    tool_call_id=call_id,
+                )
+            for call in message.tool_calls:
+                if call.id in seen_ids:
+                    raise PairingError(
+                        f"duplicate tool call id {call.id!r} at index {index}",
+                        index=index,
+                        tool_call_id=call.id,
+                    )
+                seen_ids.add(call.id)
+                open_calls[call.id] = index
+        elif isinstance(message, ToolResult) and open_calls.pop(message.tool_call_id, None) is None:
+            why = "already answered" if message.tool_call_id in seen_ids else "answers no tool call"
+            raise PairingError(
+                f"orphan tool result at index {index}: tool_call_id {message.tool_call_id!r} {why}",
+                index=index,
+                tool_call_id=message.tool_call_id,
+            )
+    if open_calls and not allow_pending:
+        call_id, at = next(iter(open_calls.items()))
+        raise PairingError(
+            f"orphan tool call {call_id!r} (assistant message {at}) has no result",
+            index=at,
+            tool_call_id=call_id,
+        )
+
+
+def pending_tool_calls(messages: Sequence[Message]) -> tuple[ToolCall, ...]:
+    """Calls of the last assistant message that have no result yet, in call order."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AssistantMessage):
+            if not message.tool_calls:
+                return ()
+            answered = {m.tool_call_id for m in messages[index + 1 :] if isinstance(m, ToolResult)}
+            return tuple(c for c in message.tool_calls if c.id not in answered)
+    return ()
+
+
+def answer_pending(
+    messages: Sequence[Message], content: str, *, is_error: bool = True, reason: str = ""
+) -> tuple[ToolResult, ...]:
+    """Results that answer every pending call with ``content``, so pairing holds.
+
+    They are marked ``metadata["tinyctx"]["synthetic"] = reason``: the tool never ran.
+    """
+    meta = {"tinyctx": {"synthetic": reason or "answered"}}
+    return tuple(
+        ToolResult.for_call(call, content, is_error=is_error, metadata=meta)
+        for call in pending_tool_calls(messages)
+    )
+
+
+@frozen
+class ToolTurn:
+    """One assistant message with tool calls and the indices of the results answering it."""
+
+    assistant_index: int
+    call_ids: tuple[str, ...]
+    result_indices: tuple[int, ...]
+
+
+def tool_turns(messages: Sequence[Message]) -> list[ToolTurn]:
+    """Every assistant tool-call turn, oldest first, with where its results are."""
+    turns: list[ToolTurn] = []
+    owner: dict[str, int] = {}
+    results: list[list[int]] = []
+    for index, message in enumerate(messages):
+        if isinstance(message, AssistantMessage) and message.tool_calls:
+            slot = len(turns)
+            turns.append(ToolTurn(index, tuple(c.id for c in message.tool_calls), ()))
+            results.append([])
+            for call in message.tool_calls:
+                owner[call.id] = slot
+        elif isinstance(message, ToolResult):
+            slot_of = owner.get(message.tool_call_id)
+            if slot_of is not None:
+                results[slot_of].append(index)
+    return [
+        ToolTurn(t.assistant_index, t.call_ids, tuple(r))
+        for t, r in zip(turns, results, strict=True)
+    ]
+
+
+def safe_boundaries(messages: Sequence[Message]) -> list[bool]:
+    """``b[i]`` is True when cutting before index ``i`` separates no call from its result.
+
+    ``len(b) == len(messages) + 1``; ``b[0]`` and ``b[-1]`` are always True.
+    """
+    n = len(messages)
+    # last index that answers a call made at or before position i, per assistant turn
+    last_result_for_turn: dict[int, int] = {}
+    owner: dict[str, int] = {}
+    for index, message in enumerate(messages):
+        if isinstance(message, AssistantMessage):
+            for call in message.tool_calls:
+                owner[call.id] = index
+        elif isinstance(message, ToolResult):
+            at = owner.get(message.tool_call_id)
+            if at is not None:
+                last_result_for_turn[at] = index
+    # a turn spans [assistant_index, last_result]; a cut at i is unsafe when it falls inside
+    unsafe_until = [0] * (n + 1)
+    for start, end in last_result_for_turn.items():
+        unsafe_until[start + 1] = max(unsafe_until[start + 1], end + 1)
+    boundaries = [True] * (n + 1)
+    reach = 0
+    for i in range(n + 1):
+        reach = max(reach, unsafe_until[i])
+        if i < reach:
+            boundaries[i] = False
+    # pending calls at the end: a cut after their assistant message would orphan them
+    for index in range(n - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AssistantMessage):
+            answered = {m.tool_call_id for m in messages[index + 1 :] if isinstance(m, ToolResult)}
+            if any(c.id not in answered for c in message.tool_calls):
+                for i in range(index + 1, n):
+                    boundaries[i] = False
+            break
+    return boundaries
+
+
+def snap_boundary(
+    messages: Sequence[Message],
+    index: int,
+    *,
+    direction: Literal["backward", "forward"] = "backward",
+    boundaries: Sequence[bool] | None = None,
+) -> int:
+    """The nearest safe cut to ``index`` in ``direction`` (0 and len are always safe)."""
+    n = len(messages)
+    index = max(0, min(index, n))
+    safe = boundaries if boundaries is not None else safe_boundaries(messages)
+    if direction == "backward":
+        while index > 0 and not safe[index]:
+            index -= 1
+    else:
+        while index < n and not safe[index]:
+            index += 1
+    return index

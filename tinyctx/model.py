@@ -1,0 +1,124 @@
+"""What flows through the model onion: ModelRequest in, ModelResponse out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+from attrs import field, frozen
+from attrs.validators import instance_of, optional
+
+from .control import Interrupt, StopWithFinal
+from .frozen import EMPTY, FrozenDict, frozen_mapping
+from .messages import AssistantMessage, Message
+from .tools import ServerTool, ToolSpec
+
+if TYPE_CHECKING:
+    from .context import RunContext
+
+__all__ = ["ModelRequest", "ModelResponse", "Usage", "ModelHandler"]
+
+
+def _messages_tuple(value: Iterable[Message]) -> tuple[Message, ...]:
+    messages = value if type(value) is tuple else tuple(value)
+    for index, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise TypeError(f"messages[{index}] must be a Message, got {type(message).__name__}")
+    return messages
+
+
+def _tools_tuple(value: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+def _server_tools_tuple(value: Iterable[ServerTool]) -> tuple[ServerTool, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ValueError(f"Usage.{attribute.name} must be >= 0, got {value}")
+
+
+@frozen
+class Usage:
+    """Tokens one model call used; ``context_window`` is the window the provider reported."""
+
+    input_tokens: int = field(default=0, validator=_non_negative)
+    output_tokens: int = field(default=0, validator=_non_negative)
+    cached_tokens: int = field(default=0, validator=_non_negative)
+    context_window: int | None = field(default=None, kw_only=True)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_tokens + other.cached_tokens,
+            context_window=other.context_window or self.context_window,
+        )
+
+    def __sub__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            max(0, self.input_tokens - other.input_tokens),
+            max(0, self.output_tokens - other.output_tokens),
+            max(0, self.cached_tokens - other.cached_tokens),
+            context_window=self.context_window,
+        )
+
+
+@frozen
+class ModelRequest:
+    """One call to a model. Layers change it with :meth:`evolve`, never in place.
+
+    ``system_prompt`` is kept apart from ``messages`` (providers send it separately);
+    ``metadata`` carries values for layers and carriers, never sent as chat content.
+    """
+
+    messages: tuple[Message, ...] = field(converter=_messages_tuple)
+    tools: tuple[ToolSpec, ...] = field(default=(), converter=_tools_tuple)
+    system_prompt: str | None = field(default=None, validator=optional(instance_of(str)))
+    model: str | None = None
+    settings: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
+    metadata: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
+    server_tools: tuple[ServerTool, ...] = field(default=(), converter=_server_tools_tuple)
+
+    def evolve(self, **changes: Any) -> ModelRequest:
+        """A copy with ``changes`` applied; converters and validators run again."""
+        return attrs.evolve(self, **changes)
+
+    def with_metadata(self, values: Mapping[str, Any]) -> ModelRequest:
+        """A copy whose metadata adds (or overrides) ``values``."""
+        return attrs.evolve(self, metadata=self.metadata | frozen_mapping(values))
+
+
+@frozen
+class ModelResponse:
+    """The model's answer. ``control`` is an outcome a layer surfaced as a value."""
+
+    message: AssistantMessage = field(validator=instance_of(AssistantMessage))
+    usage: Usage | None = None
+    control: StopWithFinal | Interrupt | None = None
+    model: str | None = None
+    raw: Any = field(default=None, eq=False, repr=False)
+
+    def evolve(self, **changes: Any) -> ModelResponse:
+        return attrs.evolve(self, **changes)
+
+    @property
+    def text(self) -> str:
+        return self.message.content
+
+
+class ModelHandler(Protocol):
+    """The core handler at the centre of the model onion."""
+
+    async def __call__(self, request: ModelRequest, ctx: RunContext[Any], /) -> ModelResponse: ...
