@@ -225,3 +225,16 @@ def test_structlog_is_not_configured_by_the_library() -> None:
     before = structlog.get_config()
     importlib.reload(tinyctx)
     assert structlog.get_config() == before
+
+
+@pytest.mark.usefixtures("all_log_levels")
+def test_trace_events_reach_subscribers_but_are_never_logged() -> None:
+    from tinyctx import ModelStreamDelta
+
+    ctx = RunContext.new()
+    seen: list[Event] = []
+    ctx.events.subscribe(seen.append)
+    with capture_logs() as logs:
+        ctx.emit(ModelStreamDelta(text="Hel"))
+    assert [e.text for e in seen] == ["Hel"]  # type: ignore[attr-defined]
+    assert logs == []

@@ -47,6 +47,7 @@ from .events import (
     EventSink,
     LimitHit,
     ModelCallFinished,
+    ModelStreamDelta,
     PendingCallsAnswered,
     RunFinished,
     RunStarted,
@@ -73,6 +74,7 @@ from .messages import (
 from .model import ModelHandler, ModelRequest, ModelResponse, Usage
 from .stores import MemoryStore, Note, Store, StoreRegistry
 from .tasks import BackgroundTasks
+from .tokens import HeuristicCounter, TokenCounter, default_counter
 from .tools import ServerTool, Tool, ToolRegistry, ToolSpec
 from .usage import CostTracker, Price, UsageTracker
 
@@ -131,6 +133,10 @@ __all__ = [
     "layer_name",
     "has_hook",
     "check_layer_names",
+    # tokens
+    "TokenCounter",
+    "HeuristicCounter",
+    "default_counter",
     # tools
     "Tool",
     "ToolSpec",
@@ -154,6 +160,7 @@ __all__ = [
     "RunStarted",
     "RunFinished",
     "ModelCallFinished",
+    "ModelStreamDelta",
     "ToolCallFinished",
     "ToolFailed",
     "ControlApplied",

@@ -32,9 +32,11 @@ __all__ = [
     "BackgroundTaskFailed",
     "SubscriberFailed",
     "PendingCallsAnswered",
+    "ModelStreamDelta",
 ]
 
-EventLevel = Literal["debug", "info", "warning", "error"]
+EventLevel = Literal["trace", "debug", "info", "warning", "error"]
+"""``trace`` events (stream deltas) reach subscribers but are never logged."""
 Subscriber = Callable[["Event"], None]
 
 _ID_FIELDS = ("run_id", "parent_run_id", "root_run_id", "thread_id", "tags", "lineage")
@@ -163,7 +165,7 @@ class EventSink:
                     )
                 )
         logger = self._logger
-        if logger is not None:
+        if logger is not None and event.level != "trace":
             log = getattr(logger, event.level)
             log(
                 event.kind,
@@ -280,3 +282,21 @@ class SubscriberFailed(Event):
     subscriber: str = ""
     error: str = ""
     event_kind: str = ""
+
+
+@frozen
+class ModelStreamDelta(Event):
+    """One streamed piece of a model response, as it arrives (never logged).
+
+    Text arrives in ``text``; a tool call arrives as its ``tool_call_index`` with its id and
+    name on the first delta and JSON ``arguments_delta`` fragments after. Subscribe to the
+    event sink to follow a stream; the assembled response is still the call's return value.
+    """
+
+    kind: ClassVar[str] = "model.stream_delta"
+    level: ClassVar[EventLevel] = "trace"
+    text: str = ""
+    tool_call_index: int | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    arguments_delta: str = ""
