@@ -503,3 +503,57 @@ class TestInputs:
             with pytest.raises(TypeError, match=r"input\[0\] must be a Message"):
                 await session.run(["bad"])  # type: ignore[list-item]
         assert [len(r.messages) for r in model.requests] == [1, 4, 5]
+
+
+class TestRunHooks:
+    """Layers see a run start and end, in layer order and reverse, however it ends."""
+
+    class Hooks(Layer):
+        def __init__(self, name: str, log: list[str]) -> None:
+            self.name = name
+            self.log = log
+
+        async def on_run_start(self, ctx: RunContext[Any]) -> None:
+            self.log.append(f"start:{self.name}")
+
+        async def on_run_end(
+            self, ctx: RunContext[Any], result: Any, error: BaseException | None
+        ) -> None:
+            outcome = result.status if result is not None else type(error).__name__
+            self.log.append(f"end:{self.name}:{outcome}")
+
+    async def test_hooks_on_completion_and_on_failure(self) -> None:
+        log: list[str] = []
+        model = ScriptedModel(["fine", ValueError("model down")])
+        agent = Agent(model=model, middleware=[self.Hooks("a", log), self.Hooks("b", log)])
+        async with Session(agent) as session:
+            await session.run("1")
+            with pytest.raises(ValueError):
+                await session.run("2")
+        assert log == [
+            "start:a",
+            "start:b",
+            "end:b:completed",
+            "end:a:completed",
+            "start:a",
+            "start:b",
+            "end:b:ValueError",
+            "end:a:ValueError",
+        ]
+
+    async def test_a_tool_registered_at_run_start_is_offered_for_that_run_only(self) -> None:
+        extra = FakeTool("extra", returns="from run tool")
+
+        class Registers(Layer):
+            async def on_run_start(self, ctx: RunContext[Any]) -> None:
+                ctx.tools.register(extra.tool)
+
+        model = ScriptedModel([reply("", call("extra")), "done", "plain"])
+        agent = Agent(model=model, middleware=[Registers()])
+        async with Session(agent) as session:
+            await session.run("go")
+        assert [t.name for t in model.requests[0].tools] == ["extra"]
+        assert extra.calls == [{}]
+        async with Session(Agent(model=model)) as other:
+            await other.run("again")
+        assert model.requests[-1].tools == ()

@@ -22,7 +22,16 @@ import anyio
 import attrs
 from attrs import field, frozen
 
-from .chain import LayerBus, LayerLike, ModelCall, ToolCallHandler, check_layer_names, compose
+from .chain import (
+    Layer,
+    LayerBus,
+    LayerLike,
+    ModelCall,
+    ToolCallHandler,
+    check_layer_names,
+    compose,
+    has_hook,
+)
 from .context import RunConfig, RunContext
 from .control import Control, Interrupt, StopWithFinal, stronger
 from .errors import (
@@ -137,6 +146,8 @@ class Agent:
     settings: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
     server_tools: tuple[ServerTool, ...] = field(default=(), converter=_tuple)
     name: str = "agent"
+    run_start_hooks: tuple[Layer, ...] = field(init=False, repr=False)
+    run_end_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     model_onion: ModelCall = field(init=False, repr=False)
     tool_onion: ToolCallHandler = field(init=False, repr=False)
     bus: LayerBus = field(init=False, repr=False)
@@ -150,6 +161,11 @@ class Agent:
         object.__setattr__(self, "model_onion", compose(self.middleware, self.model))
         object.__setattr__(self, "tool_onion", compose(self.middleware, execute_tool, hook="tool"))
         object.__setattr__(self, "bus", LayerBus(self.middleware))
+        layers = [m for m in self.middleware if isinstance(m, Layer)]
+        starts = tuple(m for m in layers if has_hook(m, "run_start"))
+        ends = tuple(m for m in reversed(layers) if has_hook(m, "run_end"))
+        object.__setattr__(self, "run_start_hooks", starts)
+        object.__setattr__(self, "run_end_hooks", ends)
 
     def evolve(self, **changes: Any) -> Agent:
         return attrs.evolve(self, **changes)
@@ -408,18 +424,30 @@ class Session(Generic[Data]):
                 collected.append(event)
 
         unsubscribe = ctx.events.subscribe(collect)
+        result: RunResult | None = None
+        error: BaseException | None = None
         try:
             ctx.emit(RunStarted(resumed=resumed))
             for message in _input_messages(input):
                 await self._append(state, message)
+            for layer in self.agent.run_start_hooks:
+                await layer.on_run_start(ctx)
             if phase == "tools":
                 await self._run_tools(state, pending)
             while True:
                 await self._model_step(state)
         except _Finished as finished:
-            return finished.result
+            result = finished.result
+            return result
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
-            unsubscribe()
+            try:
+                for layer in self.agent.run_end_hooks:
+                    await layer.on_run_end(ctx, result, error)
+            finally:
+                unsubscribe()
 
     async def _append(self, state: _RunState, message: Message, usage: Usage | None = None) -> None:
         await state.ctx.conversation.append(message, usage)

@@ -17,6 +17,7 @@ from .messages import ToolCall, ToolResult
 from .model import ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
+    from .agent import RunResult
     from .context import RunContext
 
 __all__ = [
@@ -73,6 +74,17 @@ class Layer:
     async def on_event(self, event: object, ctx: RunContext[Any]) -> None:
         """Receive an event from ``ctx.publish``. The default ignores it."""
 
+    async def on_run_start(self, ctx: RunContext[Any]) -> None:
+        """Called when a run starts or resumes, before its first model request, in layer
+        order. Register request-scoped tools here (``ctx.tools.register``)."""
+
+    async def on_run_end(
+        self, ctx: RunContext[Any], result: RunResult | None, error: BaseException | None
+    ) -> None:
+        """Called when a run ends however it ends, in reverse layer order: ``result`` on a
+        final answer or a stop, ``error`` on cancellation, an interrupt, a limit or a failure.
+        Start background work here with ``ctx.spawn``; an error raised here propagates."""
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
@@ -86,10 +98,19 @@ def layer_name(layer: LayerLike) -> str:
     return getattr(layer, "__name__", type(layer).__name__)
 
 
-def has_hook(layer: LayerLike, hook: Hook | Literal["event"]) -> bool:
-    """Whether ``layer`` takes part in the ``hook`` onion (or receives published events)."""
+_HOOK_METHODS = {
+    "model": "wrap_model",
+    "tool": "wrap_tool",
+    "event": "on_event",
+    "run_start": "on_run_start",
+    "run_end": "on_run_end",
+}
+
+
+def has_hook(layer: LayerLike, hook: Hook | Literal["event", "run_start", "run_end"]) -> bool:
+    """Whether ``layer`` implements ``hook`` (an onion, published events, run lifecycle)."""
     if isinstance(layer, Layer):
-        attr = {"model": "wrap_model", "tool": "wrap_tool", "event": "on_event"}[hook]
+        attr = _HOOK_METHODS[hook]
         return getattr(type(layer), attr) is not getattr(Layer, attr)
     return hook == "model" and callable(layer)
 
