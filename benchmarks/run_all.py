@@ -1,0 +1,112 @@
+"""Run every benchmark of the project and print one table of ratios against baselines.
+
+    python benchmarks/run_all.py [--quick] [--only NAME ...] [--json PATH]
+
+Every ``benchmarks/bench_*.py`` module exposes ``run(quick: bool) -> list[Row]``; each row
+carries its own baseline measured in the same run (hand-nested awaits, LangChain's
+equivalents when the ``bench`` extra is installed). Results are also written as JSON
+(default ``benchmarks/results/<commit>.json``) for comparison across commits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _harness import Row, print_table  # noqa: E402
+
+
+def discover() -> list[str]:
+    return sorted(p.stem for p in HERE.glob("bench_*.py"))
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _row_json(module: str, row: Row) -> dict[str, Any]:
+    return {
+        "module": module,
+        "group": row.group,
+        "case": row.case,
+        "seconds": row.seconds,
+        "baseline": row.baseline,
+        "baseline_seconds": row.baseline_seconds,
+        "ratio": row.ratio,
+        "target": row.target,
+        "met": row.met,
+        "extra": row.extra,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    parser.add_argument("--only", nargs="*", default=None, help="module names, e.g. bench_onion")
+    parser.add_argument("--json", type=Path, default=None, help="where to write the results")
+    args = parser.parse_args(argv)
+
+    modules = discover()
+    if args.only:
+        unknown = sorted(set(args.only) - set(modules))
+        if unknown:
+            parser.error(
+                f"unknown benchmark modules: {', '.join(unknown)} (have: {', '.join(modules)})"
+            )
+        modules = [m for m in modules if m in args.only]
+
+    all_rows: list[tuple[str, Row]] = []
+    for name in modules:
+        started = time.perf_counter()
+        module = importlib.import_module(name)
+        rows = module.run(quick=args.quick)
+        all_rows.extend((name, row) for row in rows)
+        print(
+            f"# {name}: {len(rows)} cases in {time.perf_counter() - started:.1f}s", file=sys.stderr
+        )
+
+    print_table([row for _, row in all_rows])
+    targets = [(m, r) for m, r in all_rows if r.met is not None]
+    if targets:
+        met = sum(1 for _, r in targets if r.met)
+        print(f"\ntargets met: {met}/{len(targets)}")
+        for module, row in targets:
+            if not row.met:
+                print(f"  NOT MET: {module} {row.group} / {row.case} ({row.target})")
+
+    commit = _commit()
+    out = args.json or HERE / "results" / f"{commit}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "commit": commit,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "quick": args.quick,
+        "rows": [_row_json(m, r) for m, r in all_rows],
+    }
+    out.write_text(json.dumps(payload, indent=2, default=str))
+    print(f"\nresults written to {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
