@@ -278,3 +278,42 @@ class TestPublish:
         with pytest.raises(RuntimeError, match="a failed"):
             await ctx.publish("x")
         assert log == [("a", "x")]
+
+
+class TestRequestEvolve:
+    """evolve() converts and validates the fields that change, and only those."""
+
+    def test_evolve_converts_changed_fields_and_keeps_the_rest(self) -> None:
+        from tinyctx import ToolSpec
+
+        request = ModelRequest(messages=(UserMessage("a"),), metadata={"k": [1]})
+        same = request.evolve()
+        assert same is request
+        changed = request.evolve(
+            messages=[UserMessage("b")], settings={"t": [1, 2]}, tools=[ToolSpec("x")]
+        )
+        assert changed.messages == (UserMessage("b"),)
+        assert changed.settings == {"t": (1, 2)}
+        assert changed.tools == (ToolSpec("x"),)
+        assert changed.metadata is request.metadata
+        assert changed == request.evolve(messages=(UserMessage("b"),)).evolve(
+            settings={"t": (1, 2)}, tools=(ToolSpec("x"),)
+        )
+        assert hash(changed) == hash(
+            ModelRequest(
+                messages=(UserMessage("b"),),
+                settings={"t": [1, 2]},
+                tools=(ToolSpec("x"),),
+                metadata={"k": [1]},
+            )
+        )
+
+    def test_evolve_rejects_bad_values_and_unknown_fields(self) -> None:
+        request = ModelRequest(messages=())
+        with pytest.raises(TypeError, match=r"messages\[0\] must be a Message"):
+            request.evolve(messages=["not a message"])
+        with pytest.raises(TypeError, match="system_prompt must be a str"):
+            request.evolve(system_prompt=3)
+        with pytest.raises(TypeError, match="unexpected fields: \\['nope'\\]"):
+            request.evolve(nope=1)
+        assert request.with_metadata({"a": 1}).metadata == {"a": 1}
