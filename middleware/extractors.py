@@ -149,7 +149,8 @@ def parse_bullets(text: str) -> list[str]:
     return [line for line in lines if not line.endswith(":") and line.upper() != "NONE"]
 
 
-def _check_positive(owner: str, name: str, value: object) -> int:
+def check_positive(owner: str, name: str, value: object) -> int:
+    """``value`` if it is an int >= 1, else a ConfigError naming ``owner.name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(name, value, "an integer >= 1", owner=owner)
     return value
@@ -213,8 +214,8 @@ class RuleExtractor:
     name = "rules"
 
     def __init__(self, *, max_bullets: int = 8, max_chars: int = 200) -> None:
-        self.max_bullets = _check_positive("RuleExtractor", "max_bullets", max_bullets)
-        self.max_chars = _check_positive("RuleExtractor", "max_chars", max_chars)
+        self.max_bullets = check_positive("RuleExtractor", "max_bullets", max_bullets)
+        self.max_chars = check_positive("RuleExtractor", "max_chars", max_chars)
 
     def __repr__(self) -> str:
         return f"RuleExtractor(max_bullets={self.max_bullets}, max_chars={self.max_chars})"
@@ -344,12 +345,12 @@ class ModelExtractor:
             )
         owner = "ModelExtractor"
         self.model = model
-        self.max_bullets = _check_positive(owner, "max_bullets", max_bullets)
-        self.max_chars = _check_positive(owner, "max_chars", max_chars)
-        self.max_transcript_chars = _check_positive(
+        self.max_bullets = check_positive(owner, "max_bullets", max_bullets)
+        self.max_chars = check_positive(owner, "max_chars", max_chars)
+        self.max_transcript_chars = check_positive(
             owner, "max_transcript_chars", max_transcript_chars
         )
-        self.max_existing = _check_positive(owner, "max_existing", max_existing)
+        self.max_existing = check_positive(owner, "max_existing", max_existing)
         if not isinstance(prompt, str) or "{max_bullets}" not in prompt:
             raise ConfigError(
                 "prompt", prompt, "a str with a {max_bullets} placeholder", owner=owner

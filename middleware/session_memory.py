@@ -90,7 +90,7 @@ from tinyctx.events import EventLevel
 from tinyctx.stores import Note, append_notes
 from tinyctx.tokens import TokenCounter
 
-from .extractors import ExtractionJob, Extractor, RuleExtractor, dedupe_bullets
+from .extractors import ExtractionJob, Extractor, RuleExtractor, check_positive, dedupe_bullets
 
 __all__ = [
     "SessionMemory",
@@ -494,9 +494,7 @@ def _error_text(exc: BaseException | None) -> str:
 
 
 def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(name, value, "an integer >= 1", owner="SessionMemory")
-    return value
+    return check_positive("SessionMemory", name, value)
 
 
 class SessionMemory(Layer):
@@ -644,10 +642,12 @@ class SessionMemory(Layer):
     # -- hooks ---------------------------------------------------------------------------
 
     async def on_run_start(self, ctx: RunContext[Any]) -> None:
-        if not self.inject or EXTRACTION_TAG in ctx.tags:
+        if EXTRACTION_TAG in ctx.tags:
+            return
+        store = self.store_for(ctx)  # a misnamed store fails the run now, not at its end
+        if not self.inject:
             return
         state = self._state(ctx)
-        store = self.store_for(ctx)
         namespace = self.namespace_for(ctx.config)
         if namespace is None:
             state.section = None
@@ -732,7 +732,11 @@ class SessionMemory(Layer):
         counters = state.counters
         messages = ctx.conversation.messages
         job = ExtractionJob(messages, since=state.since(messages), namespace=namespace)
-        child = ctx.derive(tags=(EXTRACTION_TAG,), conversation=Conversation())
+        try:
+            child = ctx.derive(tags=(EXTRACTION_TAG,), conversation=Conversation())
+        except Exception as exc:  # e.g. a run already at max_depth: nothing started
+            ctx.emit(MemoryExtractionFailed(namespace=namespace, error=_error_text(exc)))
+            return
         deltas = counters.deltas()
         ticket = counters.begin()
         child.emit(

@@ -426,6 +426,12 @@ class TestNoLostUpdates:
             assert ticket.at == Counts(tokens=110, tool_calls=0, turns=1)
             messages_at_start = len(s.conversation_messages)
             await s.run("two")  # arrives while the extraction runs
+            # not complete before the work ends: nothing moved yet
+            assert (counters.marks, counters.extractions, counters.in_progress) == (
+                Counts(),
+                0,
+                True,
+            )
             gate.release.set()
             await settle(s)
             assert counters.marks == ticket.at
@@ -545,6 +551,22 @@ class TestFaultInjection:
             assert (counters.failures, counters.deltas().turns) == (1, 1)
         assert await notes_of(store, s.ctx.thread_id) == []
 
+    async def test_notes_already_stored_are_not_written_again(self) -> None:
+        store = MemoryStore()
+        await store.append_note("session_memory:thread:t", "Known fact.")
+        gate = Gate(["known FACT", "New fact", "new fact!"])
+        gate.release.set()
+        layer = memory(store, extractor=gate)
+        with capture_events() as events:
+            async with Session(
+                Agent(model=ScriptedModel(["a"]), middleware=[layer]), thread_id="t"
+            ) as s:
+                await s.run("x")
+        (completed,) = of_kind(events, "session_memory.completed")
+        assert (completed.proposed, completed.duplicates, completed.notes_written) == (3, 2, 1)
+        assert gate.jobs[0].existing_texts == ("Known fact.",)
+        assert await notes_of(store, "t") == ["Known fact.", "New fact"]
+
     async def test_an_extractor_returning_non_strings_fails_cleanly(self) -> None:
         class Wrong:
             async def extract(self, job: ExtractionJob, ctx: RunContext[Any]) -> Any:
@@ -558,6 +580,18 @@ class TestFaultInjection:
         (failed,) = of_kind(events, "session_memory.failed")
         assert failed.error.startswith("TypeError: an extractor must return strings")
         assert await notes_of(store, s.ctx.thread_id) == []
+
+    async def test_no_room_for_a_child_context_starts_nothing_and_says_why(self) -> None:
+        layer = memory()
+        agent = Agent(model=ScriptedModel(["a"]), middleware=[layer])
+        with capture_events() as events:
+            async with Session(agent, config=RunConfig(max_depth=1)) as s:
+                result = await s.run("I prefer tea.")
+                counters = layer.counters(s.ctx)
+        assert result.final_text == "a"
+        assert (counters.in_progress, counters.started, counters.deltas().turns) == (False, 0, 1)
+        (failed,) = of_kind(events, "session_memory.failed")
+        assert failed.error.startswith("DepthLimitExceeded: nesting depth 2 exceeds max_depth=1")
 
     async def test_cancelling_the_session_cancels_a_model_extraction(self) -> None:
         entered = anyio.Event()
@@ -774,9 +808,13 @@ class TestInjection:
         async with Session(agent, thread_id="t", stores={"notes": store}) as s:
             await s.run("I prefer tea.")
         assert await notes_of(store, "t") == ["User preference: I prefer tea."]
-        async with Session(agent, stores={"other": store}) as s2:
-            with pytest.raises(KeyError, match=r"no store named 'notes'.*known: other"):
-                await s2.run("x")
+        for inject in (True, False):
+            named = SessionMemory(store="notes", inject=inject)
+            failing = Agent(model=ScriptedModel(["a"]), middleware=[named])
+            async with Session(failing, stores={"other": store}) as s2:
+                with pytest.raises(KeyError, match=r"no store named 'notes'.*known: other"):
+                    await s2.run("x")
+            assert failing.model.calls == 0  # type: ignore[attr-defined]  # failed at the start
 
     async def test_a_failing_load_is_reported_and_the_run_goes_on(self) -> None:
         class Unreadable(MemoryStore):

@@ -218,6 +218,12 @@ class TestSqliteStore:
         with pytest.raises(ConfigError, match=r"SqliteStore\.timeout.*> 0"):
             SqliteStore("x.db", timeout=0)
 
+    async def test_an_unopenable_path_raises_what_sqlite_says(self, tmp_path: Path) -> None:
+        store = SqliteStore(tmp_path / "missing-dir" / "x.db")
+        with pytest.raises(sqlite3.OperationalError, match="unable to open"):
+            await store.put("ns", "k", 1)
+        await store.aclose()
+
     async def test_a_file_that_is_not_sqlite_is_refused(self, tmp_path: Path) -> None:
         path = tmp_path / "not.db"
         path.write_bytes(b"this is not a database file, not at all" * 100)

@@ -406,20 +406,18 @@ class SqliteStore:
             return fn(conn)
 
     def _connect(self) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(
-                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise StoreSchemaError(f"{self.path}: cannot open ({exc})") from exc
+        conn = sqlite3.connect(
+            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             _migrate(conn, self.path)
+        except sqlite3.OperationalError:
+            conn.close()  # cannot open the file, or busy past the timeout: as SQLite says
+            raise
         except sqlite3.DatabaseError as exc:
             conn.close()
-            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-                raise
             raise StoreSchemaError(f"{self.path}: not a tinyctx SQLite store ({exc})") from exc
         except BaseException:
             conn.close()
