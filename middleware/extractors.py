@@ -51,6 +51,7 @@ __all__ = [
     "dedupe_bullets",
     "parse_bullets",
     "render_transcript",
+    "check_positive",
 ]
 
 

@@ -42,6 +42,7 @@ from tinyctx import (
     Event,
     EventSink,
     Interrupt,
+    Interrupted,
     Layer,
     MemoryStore,
     Message,
@@ -57,6 +58,7 @@ from tinyctx import (
     ToolResult,
     Usage,
     UserMessage,
+    has_hook,
 )
 from tinyctx.testing import (
     HANG,
@@ -390,8 +392,6 @@ class TestTriggering:
         tool = FakeTool("approve", control=Interrupt("review", "approve?"))
         model = ScriptedModel([reply("", call("approve")), "done"])
         async with Session(Agent(model=model, tools=[tool.tool], middleware=[layer])) as s:
-            from tinyctx import Interrupted
-
             with pytest.raises(Interrupted) as info:
                 await s.run("go")
             assert layer.counters(s.ctx).totals.turns == 0
@@ -761,8 +761,6 @@ class TestInjection:
         store = MemoryStore()
         layer = memory(store, scope="user")
         first = ScriptedModel(["ok"])
-        async with Session(Agent(model=first, middleware=[layer]), thread_id="a", user_id="u1"):
-            pass
         async with Session(
             Agent(model=first, middleware=[layer]), thread_id="a", user_id="u1"
         ) as s:
@@ -833,7 +831,6 @@ class TestInjection:
 
     async def test_new_notes_are_offered_from_the_next_run_on(self) -> None:
         layer = memory()
-        model = ScriptedModel(["a", "b", "c"])
         tool = FakeTool("noop")
         model = ScriptedModel([reply("", call("noop")), "a", "b"])
         async with Session(Agent(model=model, tools=[tool.tool], middleware=[layer])) as s:
@@ -1160,8 +1157,6 @@ class TestLayerShape:
     """The layer is a normal Layer with all four hooks, shareable across sessions."""
 
     def test_hooks(self) -> None:
-        from tinyctx import has_hook
-
         layer = SessionMemory(store=MemoryStore())
         assert isinstance(layer, Layer)
         assert all(has_hook(layer, h) for h in ("model", "tool", "run_start", "run_end"))
