@@ -72,7 +72,17 @@ from .messages import (
     tool_turns,
 )
 from .model import ModelHandler, ModelRequest, ModelResponse, Usage
-from .stores import MemoryStore, Note, Store, StoreRegistry
+from .stores import (
+    MemoryStore,
+    Note,
+    NoteBatchStore,
+    SqliteStore,
+    Store,
+    StoreClosed,
+    StoreRegistry,
+    StoreSchemaError,
+    append_notes,
+)
 from .tasks import BackgroundTasks
 from .tokens import HeuristicCounter, TokenCounter, default_counter
 from .tools import ServerTool, Tool, ToolRegistry, ToolSpec
@@ -153,7 +163,12 @@ __all__ = [
     "Store",
     "StoreRegistry",
     "MemoryStore",
+    "SqliteStore",
+    "NoteBatchStore",
+    "append_notes",
     "Note",
+    "StoreSchemaError",
+    "StoreClosed",
     # events
     "Event",
     "EventSink",

@@ -1,0 +1,821 @@
+"""Session memory: durable notes extracted in the background and offered to later calls.
+
+Three pieces:
+
+- :class:`MemoryCounters`, one per session: how much the conversation grew since the last
+  extraction (tokens, tool calls, turns) and the extraction state machine. It is the only
+  mutable thing here and has a narrow API.
+- an :class:`~tinyctx.middleware.extractors.Extractor` that turns conversation into note
+  texts (:class:`~tinyctx.middleware.extractors.RuleExtractor` by default).
+- :class:`SessionMemory`, the layer: it feeds the counters, starts an extraction in the
+  session's task group when they say so, writes the notes to a
+  :class:`~tinyctx.stores.Store`, and offers stored notes to later model calls.
+
+**Counters.** ``tokens`` grows with the context the provider reports: each model response's
+``input_tokens + output_tokens`` is the conversation's size at that call, and the counter
+adds how much it grew since the previous report (a shrink, e.g. after compaction, adds
+nothing), so it never goes down and counts each new token of conversation once. ``tool_calls``
+counts finished tool calls, ``turns`` finished runs. ``should_extract()`` is true only when
+enabled, no extraction is in progress, and every growth since the last successful
+extraction reached its threshold (:class:`MemoryThresholds`, defaults 4000 / 8 / 4).
+
+``begin()`` returns a ticket holding the counters *at start* and marks the extraction in
+progress; ``complete(ticket)`` moves the marks to those start values (whatever arrived
+while it ran stays counted for the next one); ``fail(ticket)`` only clears in-progress (the
+deltas stay, so the next turn retries). Disabled counters do no bookkeeping at all and
+never extract; an extraction already running when they are disabled still finishes.
+
+**Extraction.** At the end of a run that produced a result, the layer ticks a turn and,
+when ``should_extract()``, starts the extraction with ``ctx.spawn``: the run returns
+without waiting. The extractor gets a child context of the run (tag
+``session_memory.extraction``, its own empty conversation, linked cancellation) and the
+new part of the conversation; its bullets are de-duplicated against the newest
+``scan_notes`` stored notes and written in one atomic batch (shielded from cancellation once
+started, so a note batch is all written or not at all). An extractor that raises, or is
+cancelled when the session ends after its grace period, fails the extraction: nothing is
+written and the deltas stay. A run that ends interrupted ticks nothing (its resumption will).
+
+**Namespaces.** Notes of a run go to ``"{prefix}:thread:{thread_id}"`` (``scope="thread"``,
+the default) or ``"{prefix}:user:{user_id}"`` (``scope="user"``; a run without a user id
+falls back to its thread). ``namespace=`` takes a function of the ``RunConfig`` for any
+other scheme (returning None skips memory for that run).
+
+**Injection.** With ``inject=True`` the newest ``scan_notes`` notes of the run's namespace
+are loaded when a run starts and offered to every model call of the run as a section
+appended to the system prompt: newest first, greedily (a note too big for what is left is
+skipped, an older shorter one may still fit), the whole section at most
+``inject_max_tokens`` by ``counter``. The request is rewritten for the call only; the
+conversation is never changed. Notes written during a run are offered from the next run
+on (a stable system prompt within a run keeps the provider's prompt cache warm), including
+in a new session of the same thread (or user).
+
+Every state change is an event: ``session_memory.started``, ``.completed`` (notes
+written), ``.failed`` (why, and whether it was a cancellation), ``.skipped`` (debug: which
+thresholds were not met, or why else), ``.loaded`` (notes offered), ``.load_failed`` and
+``.toggled``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal
+
+import anyio
+import attrs
+from attrs import field, frozen
+
+from tinyctx import (
+    ConfigError,
+    Conversation,
+    Event,
+    Interrupted,
+    Layer,
+    Message,
+    ModelCall,
+    ModelRequest,
+    ModelResponse,
+    RunCancelled,
+    RunConfig,
+    RunContext,
+    RunResult,
+    Store,
+    TinyCtxError,
+    ToolCall,
+    ToolCallHandler,
+    ToolResult,
+    default_counter,
+)
+from tinyctx.events import EventLevel
+from tinyctx.stores import Note, append_notes
+from tinyctx.tokens import TokenCounter
+
+from .extractors import ExtractionJob, Extractor, RuleExtractor, check_positive, dedupe_bullets
+
+__all__ = [
+    "SessionMemory",
+    "MemoryCounters",
+    "MemoryThresholds",
+    "Counts",
+    "ExtractionTicket",
+    "ExtractionStateError",
+    "MemorySection",
+    "EXTRACTION_TAG",
+    "MemoryExtractionStarted",
+    "MemoryExtractionCompleted",
+    "MemoryExtractionFailed",
+    "MemoryExtractionSkipped",
+    "MemoryLoaded",
+    "MemoryLoadFailed",
+    "MemoryToggled",
+]
+
+EXTRACTION_TAG = "session_memory.extraction"
+"""Tag of an extraction's context; the layer neither counts nor injects in such calls."""
+
+Scope = Literal["thread", "user"]
+
+
+# ---------------------------------------------------------------------------------------
+# configuration and counters
+
+
+def _count_at_least_zero(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(attribute.name, value, "an integer >= 0", owner="MemoryThresholds")
+
+
+@frozen
+class MemoryThresholds:
+    """How much the conversation must grow between extractions (each must be reached).
+
+    0 means "no requirement" for that counter.
+    """
+
+    min_tokens: int = field(default=4000, validator=_count_at_least_zero)
+    min_tool_calls: int = field(default=8, validator=_count_at_least_zero)
+    min_turns: int = field(default=4, validator=_count_at_least_zero)
+
+    def evolve(self, **changes: Any) -> MemoryThresholds:
+        return attrs.evolve(self, **changes)
+
+
+@frozen
+class Counts:
+    """Token growth, tool calls and turns: totals, marks or deltas."""
+
+    tokens: int = 0
+    tool_calls: int = 0
+    turns: int = 0
+
+    def __sub__(self, other: Counts) -> Counts:
+        return Counts(
+            self.tokens - other.tokens,
+            self.tool_calls - other.tool_calls,
+            self.turns - other.turns,
+        )
+
+
+@frozen
+class ExtractionTicket:
+    """One started extraction: its number and the counters when it started."""
+
+    number: int
+    at: Counts
+
+
+class ExtractionStateError(TinyCtxError):
+    """A transition the extraction state machine does not allow (a bug in the caller)."""
+
+
+def _non_negative_count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"MemoryCounters: {name} must be an integer >= 0, got {value!r}")
+    return value
+
+
+class MemoryCounters:
+    """Per-session growth counters and the extraction state (see the module docstring).
+
+    Every method validates before it changes anything, so a bad call leaves the state as it
+    was; no method awaits, so no transition can be interleaved with another.
+    """
+
+    __slots__ = (
+        "_baseline",
+        "_enabled",
+        "_extractions",
+        "_failures",
+        "_marks",
+        "_started",
+        "_ticket",
+        "_tokens",
+        "_tool_calls",
+        "_turns",
+        "thresholds",
+    )
+
+    def __init__(self, thresholds: MemoryThresholds | None = None, *, enabled: bool = True) -> None:
+        if thresholds is not None and not isinstance(thresholds, MemoryThresholds):
+            raise ConfigError(
+                "thresholds", thresholds, "a MemoryThresholds or None", owner="MemoryCounters"
+            )
+        self.thresholds = thresholds if thresholds is not None else MemoryThresholds()
+        self._enabled = bool(enabled)
+        self._tokens = 0
+        self._tool_calls = 0
+        self._turns = 0
+        # the context size last reported; None after re-enabling: the next report is a
+        # new baseline, so growth while disabled is never counted
+        self._baseline: int | None = 0
+        self._marks = Counts()
+        self._ticket: ExtractionTicket | None = None
+        self._started = 0
+        self._extractions = 0
+        self._failures = 0
+
+    def __repr__(self) -> str:
+        state = "disabled" if not self._enabled else "in progress" if self._ticket else "idle"
+        return f"<MemoryCounters {state} totals={self.totals} marks={self._marks}>"
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    @property
+    def in_progress(self) -> bool:
+        return self._ticket is not None
+
+    @property
+    def ticket(self) -> ExtractionTicket | None:
+        """The extraction in progress, if any."""
+        return self._ticket
+
+    @property
+    def totals(self) -> Counts:
+        """Everything counted in this session (never decreases)."""
+        return Counts(self._tokens, self._tool_calls, self._turns)
+
+    @property
+    def marks(self) -> Counts:
+        """The totals when the last successful extraction started (zeros before one)."""
+        return self._marks
+
+    def deltas(self) -> Counts:
+        """Growth since the last successful extraction's start: ``totals - marks``."""
+        return self.totals - self._marks
+
+    @property
+    def extractions(self) -> int:
+        """Extractions that completed."""
+        return self._extractions
+
+    @property
+    def failures(self) -> int:
+        """Extractions that failed (or were cancelled)."""
+        return self._failures
+
+    @property
+    def started(self) -> int:
+        return self._started
+
+    def unmet(self) -> tuple[str, ...]:
+        """Names of the thresholds the deltas have not reached (``tokens``, ``tool_calls``,
+        ``turns``), in that order."""
+        deltas, t = self.deltas(), self.thresholds
+        missing: list[str] = []
+        if deltas.tokens < t.min_tokens:
+            missing.append("tokens")
+        if deltas.tool_calls < t.min_tool_calls:
+            missing.append("tool_calls")
+        if deltas.turns < t.min_turns:
+            missing.append("turns")
+        return tuple(missing)
+
+    def should_extract(self) -> bool:
+        """Enabled, nothing in progress, and every threshold reached."""
+        return self._enabled and self._ticket is None and not self.unmet()
+
+    def describe(self) -> str:
+        """``"tokens 120/4000, tool_calls 3/8, turns 1/4"``: deltas against thresholds."""
+        d, t = self.deltas(), self.thresholds
+        return (
+            f"tokens {d.tokens}/{t.min_tokens}, tool_calls {d.tool_calls}/{t.min_tool_calls}, "
+            f"turns {d.turns}/{t.min_turns}"
+        )
+
+    # -- bookkeeping (no-ops while disabled) ---------------------------------------------
+
+    def record_usage(self, context_tokens: int) -> None:
+        """A model call reported a context of ``context_tokens`` (input + output tokens)."""
+        size = _non_negative_count("context_tokens", context_tokens)
+        if not self._enabled:
+            return
+        baseline = self._baseline
+        if baseline is not None and size > baseline:
+            self._tokens += size - baseline
+        self._baseline = size
+
+    def record_tool_calls(self, count: int = 1) -> None:
+        """``count`` tool calls finished."""
+        count = _non_negative_count("count", count)
+        if self._enabled:
+            self._tool_calls += count
+
+    def tick_turn(self) -> None:
+        """A turn (a run) finished."""
+        if self._enabled:
+            self._turns += 1
+
+    # -- the extraction state machine ----------------------------------------------------
+
+    def begin(self) -> ExtractionTicket:
+        """Mark an extraction in progress; the ticket remembers the counters now."""
+        if not self._enabled:
+            raise ExtractionStateError("session memory is disabled: no extraction may start")
+        if self._ticket is not None:
+            raise ExtractionStateError(
+                f"extraction {self._ticket.number} is still in progress; finish it first"
+            )
+        self._started += 1
+        ticket = ExtractionTicket(self._started, self.totals)
+        self._ticket = ticket
+        return ticket
+
+    def _finish(self, ticket: ExtractionTicket, outcome: str) -> None:
+        if not isinstance(ticket, ExtractionTicket) or ticket is not self._ticket:
+            current = self._ticket.number if self._ticket is not None else "none"
+            raise ExtractionStateError(
+                f"cannot {outcome} {ticket!r}: it is not the extraction in progress "
+                f"(in progress: {current})"
+            )
+        self._ticket = None
+
+    def complete(self, ticket: ExtractionTicket) -> None:
+        """The extraction of ``ticket`` succeeded: marks move to the counters at its start."""
+        self._finish(ticket, "complete")
+        self._marks = ticket.at
+        self._extractions += 1
+
+    def fail(self, ticket: ExtractionTicket) -> None:
+        """The extraction of ``ticket`` failed: in-progress clears, the deltas stay."""
+        self._finish(ticket, "fail")
+        self._failures += 1
+
+    def disable(self) -> None:
+        """Stop all bookkeeping; nothing extracts until :meth:`enable`."""
+        self._enabled = False
+
+    def enable(self) -> None:
+        """Resume bookkeeping; growth while disabled is not counted."""
+        if not self._enabled:
+            self._enabled = True
+            self._baseline = None
+
+
+# ---------------------------------------------------------------------------------------
+# events
+
+
+@frozen
+class MemoryExtractionStarted(Event):
+    """An extraction started in the background; the growth that triggered it."""
+
+    kind: ClassVar[str] = "session_memory.started"
+    level: ClassVar[EventLevel] = "info"
+    namespace: str = ""
+    extraction: int = 0
+    tokens: int = 0
+    tool_calls: int = 0
+    turns: int = 0
+    messages: int = 0
+
+
+@frozen
+class MemoryExtractionCompleted(Event):
+    """An extraction finished: ``notes_written`` new notes (``seqs``) in ``namespace``."""
+
+    kind: ClassVar[str] = "session_memory.completed"
+    level: ClassVar[EventLevel] = "info"
+    namespace: str = ""
+    extraction: int = 0
+    notes_written: int = 0
+    proposed: int = 0
+    duplicates: int = 0
+    seqs: tuple[int, ...] = ()
+    seconds: float = 0.0
+
+
+@frozen
+class MemoryExtractionFailed(Event):
+    """An extraction failed or was cancelled; nothing was written, the deltas stay."""
+
+    kind: ClassVar[str] = "session_memory.failed"
+    level: ClassVar[EventLevel] = "warning"
+    namespace: str = ""
+    extraction: int = 0
+    error: str = ""
+    cancelled: bool = False
+    seconds: float = 0.0
+
+
+@frozen
+class MemoryExtractionSkipped(Event):
+    """A run ended without starting an extraction, and why."""
+
+    kind: ClassVar[str] = "session_memory.skipped"
+    level: ClassVar[EventLevel] = "debug"
+    reason: Literal["thresholds", "in_progress", "run_failed", "no_namespace"] = "thresholds"
+    unmet: tuple[str, ...] = ()
+    detail: str = ""
+
+
+@frozen
+class MemoryLoaded(Event):
+    """Stored notes were loaded at run start; ``injected`` of them fit the section."""
+
+    kind: ClassVar[str] = "session_memory.loaded"
+    level: ClassVar[EventLevel] = "debug"
+    namespace: str = ""
+    notes: int = 0
+    injected: int = 0
+    tokens: int = 0
+
+
+@frozen
+class MemoryLoadFailed(Event):
+    """Reading notes for injection failed; the run goes on without (new) notes."""
+
+    kind: ClassVar[str] = "session_memory.load_failed"
+    level: ClassVar[EventLevel] = "warning"
+    namespace: str = ""
+    error: str = ""
+
+
+@frozen
+class MemoryToggled(Event):
+    kind: ClassVar[str] = "session_memory.toggled"
+    level: ClassVar[EventLevel] = "info"
+    enabled: bool = True
+
+
+# ---------------------------------------------------------------------------------------
+# the layer
+
+
+@frozen
+class MemorySection:
+    """The system-prompt section offered to model calls: its text, notes and tokens."""
+
+    text: str
+    notes: tuple[Note, ...]
+    tokens: int
+
+
+SECTION_HEADER = (
+    "## Session memory\n"
+    "Notes saved from earlier conversations, newest first. Use them when relevant; "
+    "the current conversation takes precedence."
+)
+
+
+class _MemoryState:
+    """What one session keeps for the layer."""
+
+    __slots__ = ("counters", "section", "seen_last", "seen_upto")
+
+    def __init__(self, counters: MemoryCounters) -> None:
+        self.counters = counters
+        self.section: MemorySection | None = None
+        # how far successful extractions of this session read the conversation
+        self.seen_upto = 0
+        self.seen_last: Message | None = None
+
+    def since(self, messages: tuple[Message, ...]) -> int:
+        upto = self.seen_upto
+        if 0 < upto <= len(messages) and messages[upto - 1] is self.seen_last:
+            return upto
+        return 0  # nothing read yet, or the history was rewritten since
+
+    def advance(self, messages: tuple[Message, ...]) -> None:
+        self.seen_upto = len(messages)
+        self.seen_last = messages[-1] if messages else None
+
+
+def _error_text(exc: BaseException | None) -> str:
+    if exc is None:
+        return "unknown error"
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return "cancelled before it finished (the session ended or was cancelled)"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _positive(name: str, value: object) -> int:
+    return check_positive("SessionMemory", name, value)
+
+
+class SessionMemory(Layer):
+    """Extract durable notes in the background and offer them to later calls.
+
+    ``SessionMemory(extractor=None, *, store="memory", min_tokens=4000, min_tool_calls=8,
+    min_turns=4, enabled=True, inject=True, inject_max_tokens=800, scan_notes=200,
+    scope="thread", namespace=None, prefix="session_memory", counter=None)``
+
+    ``extractor`` defaults to an offline :class:`RuleExtractor`; pass a
+    :class:`ModelExtractor` for model-written notes. ``store`` is a :class:`Store` or the
+    name of one in ``ctx.stores`` (an unknown name fails the run at its start, loudly).
+    ``enabled=False`` turns off counting and extraction (injection is ``inject``'s
+    business: an application can offer notes written elsewhere). See the module docstring
+    for counters, namespaces and injection.
+    """
+
+    def __init__(
+        self,
+        extractor: Extractor | None = None,
+        *,
+        store: Store | str = "memory",
+        min_tokens: int = 4000,
+        min_tool_calls: int = 8,
+        min_turns: int = 4,
+        enabled: bool = True,
+        inject: bool = True,
+        inject_max_tokens: int = 800,
+        scan_notes: int = 200,
+        scope: Scope = "thread",
+        namespace: Callable[[RunConfig], str | None] | None = None,
+        prefix: str = "session_memory",
+        counter: TokenCounter | None = None,
+        name: str | None = None,
+    ) -> None:
+        if extractor is None:
+            extractor = RuleExtractor()
+        elif not callable(getattr(extractor, "extract", None)):
+            raise ConfigError(
+                "extractor",
+                extractor,
+                "an object with async extract(job, ctx)",
+                owner="SessionMemory",
+            )
+        if not isinstance(store, Store) and not (isinstance(store, str) and store):
+            raise ConfigError(
+                "store",
+                store,
+                "a tinyctx Store or the name of one in ctx.stores",
+                owner="SessionMemory",
+            )
+        for flag, value in (("enabled", enabled), ("inject", inject)):
+            if not isinstance(value, bool):
+                raise ConfigError(flag, value, "True or False", owner="SessionMemory")
+        if scope not in ("thread", "user"):
+            raise ConfigError("scope", scope, "'thread' or 'user'", owner="SessionMemory")
+        if namespace is not None and not callable(namespace):
+            raise ConfigError(
+                "namespace",
+                namespace,
+                "None or a function (RunConfig) -> str | None",
+                owner="SessionMemory",
+            )
+        if not isinstance(prefix, str) or not prefix:
+            raise ConfigError("prefix", prefix, "a non-empty string", owner="SessionMemory")
+        if counter is not None and not isinstance(counter, TokenCounter):
+            raise ConfigError("counter", counter, "a TokenCounter or None", owner="SessionMemory")
+        self.extractor: Extractor = extractor
+        self.store = store
+        self.thresholds = MemoryThresholds(min_tokens, min_tool_calls, min_turns)
+        self.enabled = enabled
+        self.inject = inject
+        self.inject_max_tokens = _positive("inject_max_tokens", inject_max_tokens)
+        self.scan_notes = _positive("scan_notes", scan_notes)
+        self.scope: Scope = scope
+        self.prefix = prefix
+        self.counter: TokenCounter = counter if counter is not None else default_counter()
+        self._namespace = namespace
+        if name is not None:
+            self.name = name
+
+    # -- per-session state and lookups -------------------------------------------------
+
+    def _new_state(self) -> _MemoryState:
+        return _MemoryState(MemoryCounters(self.thresholds, enabled=self.enabled))
+
+    def _state(self, ctx: RunContext[Any]) -> _MemoryState:
+        return ctx.state_for(self, self._new_state)
+
+    def counters(self, ctx: RunContext[Any]) -> MemoryCounters:
+        """This session's counters (``ctx`` is the session's or any of its runs')."""
+        return self._state(ctx).counters
+
+    def section(self, ctx: RunContext[Any]) -> MemorySection | None:
+        """The section this session currently offers to model calls, if any."""
+        return self._state(ctx).section
+
+    def disable(self, ctx: RunContext[Any]) -> None:
+        """Stop counting and extracting in this session."""
+        counters = self.counters(ctx)
+        if counters.enabled:
+            counters.disable()
+            ctx.emit(MemoryToggled(enabled=False))
+
+    def enable(self, ctx: RunContext[Any]) -> None:
+        """Resume counting and extracting in this session."""
+        counters = self.counters(ctx)
+        if not counters.enabled:
+            counters.enable()
+            ctx.emit(MemoryToggled(enabled=True))
+
+    def namespace_for(self, config: RunConfig) -> str | None:
+        """The notes namespace of a run (see the module docstring)."""
+        if self._namespace is not None:
+            return self._namespace(config)
+        if self.scope == "user" and config.user_id is not None:
+            return f"{self.prefix}:user:{config.user_id}"
+        return f"{self.prefix}:thread:{config.thread_id}"
+
+    def store_for(self, ctx: RunContext[Any]) -> Store:
+        """The store given, or the one named in ``ctx.stores`` (KeyError names the known)."""
+        store = self.store
+        return ctx.stores[store] if isinstance(store, str) else store
+
+    def render(self, notes: Sequence[Note]) -> MemorySection | None:
+        """The section for ``notes`` (oldest first, as stores return them): newest first,
+        greedy, at most ``inject_max_tokens``; None when no note fits."""
+        count = self.counter.count_text
+        budget = self.inject_max_tokens
+        used = count(SECTION_HEADER)
+        chosen: list[Note] = []
+        for note in reversed(notes):
+            cost = count(f"\n- {note.text}")
+            if used + cost <= budget:
+                chosen.append(note)
+                used += cost
+        while chosen:
+            text = SECTION_HEADER + "".join(f"\n- {note.text}" for note in chosen)
+            tokens = count(text)
+            if tokens <= budget:  # per-piece rounding may differ from the whole: verify
+                return MemorySection(text, tuple(chosen), tokens)
+            chosen.pop()
+        return None
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    async def on_run_start(self, ctx: RunContext[Any]) -> None:
+        if EXTRACTION_TAG in ctx.tags:
+            return
+        store = self.store_for(ctx)  # a misnamed store fails the run now, not at its end
+        if not self.inject:
+            return
+        state = self._state(ctx)
+        namespace = self.namespace_for(ctx.config)
+        if namespace is None:
+            state.section = None
+            return
+        try:
+            notes = await store.notes(namespace, limit=self.scan_notes)
+        except Exception as exc:
+            # memory is advice: the run goes on with what was offered before
+            ctx.emit(MemoryLoadFailed(namespace=namespace, error=_error_text(exc)))
+            return
+        section = self.render(notes)
+        state.section = section
+        ctx.emit(
+            MemoryLoaded(
+                namespace=namespace,
+                notes=len(notes),
+                injected=len(section.notes) if section else 0,
+                tokens=section.tokens if section else 0,
+            )
+        )
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        if EXTRACTION_TAG in ctx.tags:
+            return await call_next(request, ctx)
+        state = self._state(ctx)
+        section = state.section
+        if section is not None:
+            system = request.system_prompt
+            text = f"{system}\n\n{section.text}" if system else section.text
+            request = request.evolve(system_prompt=text)
+        response = await call_next(request, ctx)
+        usage = response.usage
+        if usage is not None:
+            state.counters.record_usage(usage.input_tokens + usage.output_tokens)
+        return response
+
+    async def wrap_tool(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+    ) -> ToolResult:
+        result = await call_next(call, ctx)
+        if EXTRACTION_TAG not in ctx.tags:
+            self._state(ctx).counters.record_tool_calls(1)
+        return result
+
+    async def on_run_end(
+        self, ctx: RunContext[Any], result: RunResult | None, error: BaseException | None
+    ) -> None:
+        if EXTRACTION_TAG in ctx.tags:
+            return
+        state = self._state(ctx)
+        counters = state.counters
+        if not counters.enabled or isinstance(error, Interrupted):
+            return
+        counters.tick_turn()
+        if result is None:
+            ctx.emit(MemoryExtractionSkipped(reason="run_failed", detail=_error_text(error)))
+            return
+        namespace = self.namespace_for(ctx.config)
+        if namespace is None:
+            ctx.emit(MemoryExtractionSkipped(reason="no_namespace", detail=counters.describe()))
+            return
+        if counters.in_progress:
+            ctx.emit(MemoryExtractionSkipped(reason="in_progress", detail=counters.describe()))
+            return
+        unmet = counters.unmet()
+        if unmet:
+            ctx.emit(
+                MemoryExtractionSkipped(
+                    reason="thresholds", unmet=unmet, detail=counters.describe()
+                )
+            )
+            return
+        self._start(ctx, state, self.store_for(ctx), namespace)
+
+    # -- extraction ----------------------------------------------------------------------
+
+    def _start(
+        self, ctx: RunContext[Any], state: _MemoryState, store: Store, namespace: str
+    ) -> None:
+        counters = state.counters
+        messages = ctx.conversation.messages
+        job = ExtractionJob(messages, since=state.since(messages), namespace=namespace)
+        try:
+            child = ctx.derive(tags=(EXTRACTION_TAG,), conversation=Conversation())
+        except Exception as exc:  # e.g. a run already at max_depth: nothing started
+            ctx.emit(MemoryExtractionFailed(namespace=namespace, error=_error_text(exc)))
+            return
+        deltas = counters.deltas()
+        ticket = counters.begin()
+        child.emit(
+            MemoryExtractionStarted(
+                namespace=namespace,
+                extraction=ticket.number,
+                tokens=deltas.tokens,
+                tool_calls=deltas.tool_calls,
+                turns=deltas.turns,
+                messages=len(job.new_messages),
+            )
+        )
+        try:
+            ctx.spawn(self._extract, child, state, store, ticket, job, name=f"{self.name}.extract")
+        except Exception as exc:
+            counters.fail(ticket)
+            child.emit(
+                MemoryExtractionFailed(
+                    namespace=namespace, extraction=ticket.number, error=_error_text(exc)
+                )
+            )
+
+    def _note_metadata(self, ctx: RunContext[Any]) -> dict[str, Any]:
+        config = ctx.config
+        meta: dict[str, Any] = {
+            "source": "session_memory",
+            "extractor": str(getattr(self.extractor, "name", type(self.extractor).__name__)),
+            "thread_id": config.thread_id,
+            "run_id": config.parent_run_id,
+        }
+        if config.user_id is not None:
+            meta["user_id"] = config.user_id
+        return meta
+
+    async def _extract(
+        self,
+        ctx: RunContext[Any],
+        state: _MemoryState,
+        store: Store,
+        ticket: ExtractionTicket,
+        job: ExtractionJob,
+    ) -> None:
+        counters = state.counters
+        started = time.perf_counter()
+        try:
+            existing = await store.notes(job.namespace, limit=self.scan_notes)
+            job = attrs.evolve(job, existing=existing)
+            proposed = list(await self.extractor.extract(job, ctx))
+            fresh = dedupe_bullets(proposed, job.existing_texts)
+            # once the write starts it finishes: a batch is all written or not at all
+            with anyio.CancelScope(shield=True):
+                written = await append_notes(
+                    store, job.namespace, fresh, metadata=self._note_metadata(ctx)
+                )
+        except BaseException as exc:
+            counters.fail(ticket)
+            cancelled = isinstance(exc, (RunCancelled, anyio.get_cancelled_exc_class()))
+            ctx.emit(
+                MemoryExtractionFailed(
+                    namespace=job.namespace,
+                    extraction=ticket.number,
+                    error=_error_text(exc),
+                    cancelled=cancelled,
+                    seconds=time.perf_counter() - started,
+                )
+            )
+            if isinstance(exc, Exception):
+                return  # reported above; not a BackgroundTaskFailed as well
+            raise
+        counters.complete(ticket)
+        state.advance(job.messages)
+        ctx.emit(
+            MemoryExtractionCompleted(
+                namespace=job.namespace,
+                extraction=ticket.number,
+                notes_written=len(written),
+                proposed=len(proposed),
+                duplicates=len(proposed) - len(fresh),
+                seqs=tuple(note.seq for note in written),
+                seconds=time.perf_counter() - started,
+            )
+        )

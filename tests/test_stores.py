@@ -1,0 +1,414 @@
+"""Stores: the Store contract on MemoryStore and SqliteStore, SQLite durability, schema
+migration, busy handling and concurrent writers."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinyctx import (
+    ConfigError,
+    MemoryStore,
+    Note,
+    NoteBatchStore,
+    SqliteStore,
+    Store,
+    StoreClosed,
+    StoreSchemaError,
+    append_notes,
+)
+from tinyctx.stores import SCHEMA_VERSION
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    made: Store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "s.db")
+    yield made
+    await made.aclose()
+
+
+class TestStoreContract:
+    """MemoryStore and SqliteStore keep the same Store contract."""
+
+    async def test_both_implement_the_protocols(self, store: Store) -> None:
+        assert isinstance(store, Store)
+        assert isinstance(store, NoteBatchStore)
+
+    async def test_values_round_trip_per_namespace(self, store: Store) -> None:
+        value = {"a": [1, 2, {"b": None}], "text": "日本語 ✓", "n": 1.5, "ok": True}
+        await store.put("ns1", "k", value)
+        await store.put("ns2", "k", "other")
+        assert await store.get("ns1", "k") == value
+        assert await store.get("ns2", "k") == "other"
+        assert await store.get("ns1", "missing") is None
+        assert await store.get("nowhere", "k") is None
+
+    async def test_put_overwrites_and_returned_values_are_copies(self, store: Store) -> None:
+        await store.put("ns", "k", {"items": [1]})
+        got = await store.get("ns", "k")
+        got["items"].append(2)
+        assert await store.get("ns", "k") == {"items": [1]}
+        await store.put("ns", "k", {"items": [3]})
+        assert await store.get("ns", "k") == {"items": [3]}
+
+    async def test_keys_are_sorted_and_delete_reports_existence(self, store: Store) -> None:
+        for key in ["b", "a", "c"]:
+            await store.put("ns", key, key)
+        assert await store.keys("ns") == ["a", "b", "c"]
+        assert await store.delete("ns", "b") is True
+        assert await store.delete("ns", "b") is False
+        assert await store.keys("ns") == ["a", "c"]
+        assert await store.keys("empty") == []
+
+    async def test_notes_have_a_sequence_per_namespace(self, store: Store) -> None:
+        first = await store.append_note("ns", "one", metadata={"by": "test"})
+        await store.append_note("other", "elsewhere")
+        second = await store.append_note("ns", "two")
+        assert (first.seq, second.seq) == (1, 2)
+        assert first.metadata == {"by": "test"}
+        assert second.metadata == {}
+        notes = await store.notes("ns")
+        assert [(n.namespace, n.seq, n.text) for n in notes] == [("ns", 1, "one"), ("ns", 2, "two")]
+        assert notes[0].created_at <= notes[1].created_at
+        assert [n.text for n in await store.notes("other")] == ["elsewhere"]
+        assert await store.notes("empty") == []
+
+    async def test_limit_keeps_the_newest_in_order(self, store: Store) -> None:
+        for index in range(5):
+            await store.append_note("ns", f"n{index}")
+        assert [n.text for n in await store.notes("ns", limit=2)] == ["n3", "n4"]
+        assert [n.text for n in await store.notes("ns", limit=50)] == [f"n{i}" for i in range(5)]
+        with pytest.raises(ValueError, match="limit"):
+            await store.notes("ns", limit=-1)
+
+    async def test_append_notes_is_one_batch_with_consecutive_seqs(self, store: Store) -> None:
+        await store.append_note("ns", "before")
+        notes = await append_notes(store, "ns", ["a", "b", "c"], metadata={"batch": 1})
+        assert [(n.seq, n.text) for n in notes] == [(2, "a"), (3, "b"), (4, "c")]
+        assert all(n.metadata == {"batch": 1} for n in notes)
+        assert await append_notes(store, "ns", []) == []
+        assert len(await store.notes("ns")) == 4
+
+    async def test_append_notes_rejects_non_strings_and_writes_nothing(self, store: Store) -> None:
+        assert isinstance(store, NoteBatchStore)
+        with pytest.raises(TypeError, match=r"texts\[1\] must be a str"):
+            await store.append_notes("ns", ["ok", 3])  # type: ignore[list-item]
+        with pytest.raises(TypeError, match="not one string"):
+            await store.append_notes("ns", "abc")
+        assert await store.notes("ns") == []
+
+    @settings(max_examples=50)
+    @given(
+        ops=st.lists(
+            st.one_of(
+                st.tuples(st.just("note"), st.sampled_from("ab"), st.text(max_size=8)),
+                st.tuples(
+                    st.just("batch"),
+                    st.sampled_from("ab"),
+                    st.lists(st.text(max_size=5), max_size=3),
+                ),
+                st.tuples(st.just("put"), st.sampled_from("ab"), st.sampled_from("xyz")),
+                st.tuples(st.just("delete"), st.sampled_from("ab"), st.sampled_from("xyz")),
+            ),
+            max_size=12,
+        ),
+        limit=st.one_of(st.none(), st.integers(1, 4)),
+    )
+    async def test_sqlite_behaves_like_memory_for_any_operations(
+        self, ops: list[tuple[str, str, Any]], limit: int | None
+    ) -> None:
+        """Example-heavy (a database per example): 50 examples, each with up to 12 ops."""
+        memory, sqlite = MemoryStore(), SqliteStore(":memory:")
+        try:
+            for index, (op, ns, arg) in enumerate(ops):
+                outcomes = []
+                for store in (memory, sqlite):
+                    if op == "note":
+                        outcomes.append((await store.append_note(ns, arg)).seq)
+                    elif op == "batch":
+                        outcomes.append([n.seq for n in await store.append_notes(ns, arg)])
+                    elif op == "put":
+                        await store.put(ns, arg, {"i": index, "v": [arg]})
+                        outcomes.append(None)
+                    else:
+                        outcomes.append(await store.delete(ns, arg))
+                assert outcomes[0] == outcomes[1], (op, ns, arg)
+            for ns in "ab":
+                assert await memory.keys(ns) == await sqlite.keys(ns)
+                for key in await memory.keys(ns):
+                    assert await memory.get(ns, key) == await sqlite.get(ns, key)
+                mine = [(n.seq, n.text) for n in await memory.notes(ns, limit=limit)]
+                theirs = [(n.seq, n.text) for n in await sqlite.notes(ns, limit=limit)]
+                assert mine == theirs
+        finally:
+            await sqlite.aclose()
+
+
+class TestSqliteStore:
+    """SqliteStore: durable, WAL, JSON values, lazily opened, closed for good."""
+
+    async def test_data_survives_reopening_the_file(self, tmp_path: Path) -> None:
+        path = tmp_path / "memory.db"
+        async with SqliteStore(path) as first:
+            await first.put("ns", "k", [1, "two"])
+            await first.append_note("ns", "remember me", metadata={"x": [1]})
+        async with SqliteStore(str(path)) as second:
+            assert await second.get("ns", "k") == [1, "two"]
+            (note,) = await second.notes("ns")
+            assert (note.seq, note.text, note.metadata) == (1, "remember me", {"x": (1,)})
+            assert (await second.append_note("ns", "next")).seq == 2
+
+    async def test_the_file_uses_wal_and_the_current_schema(self, tmp_path: Path) -> None:
+        path = tmp_path / "w.db"
+        async with SqliteStore(path) as store:
+            assert await store.schema_version() == SCHEMA_VERSION
+        with sqlite3.connect(path) as raw:
+            assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+    async def test_non_json_values_are_refused_before_writing(self, tmp_path: Path) -> None:
+        async with SqliteStore(tmp_path / "j.db") as store:
+            with pytest.raises(TypeError, match=r"'ns'/'k' must be JSON-serializable"):
+                await store.put("ns", "k", {"when": object()})
+            with pytest.raises(TypeError, match="JSON-serializable"):
+                await store.put("ns", "k", float("nan"))
+            with pytest.raises(TypeError, match="note metadata"):
+                await store.append_note("ns", "t", metadata={"o": object()})
+            assert await store.keys("ns") == []
+            assert await store.notes("ns") == []
+
+    async def test_sql_never_runs_on_the_event_loop_thread(self, tmp_path: Path) -> None:
+        loop_thread = threading.get_ident()
+        seen: set[int] = set()
+        async with SqliteStore(tmp_path / "t.db") as store:
+            conn = store._conn
+            assert conn is not None
+            conn.set_trace_callback(lambda sql: seen.add(threading.get_ident()))
+            await store.put("ns", "k", 1)
+            await store.append_notes("ns", ["a", "b"])
+            await store.get("ns", "k")
+            await store.notes("ns")
+            await store.keys("ns")
+            await store.delete("ns", "k")
+        assert seen
+        assert loop_thread not in seen
+
+    async def test_a_closed_store_refuses_work(self, tmp_path: Path) -> None:
+        store = SqliteStore(tmp_path / "c.db")
+        await store.put("ns", "k", 1)
+        await store.aclose()
+        await store.aclose()  # idempotent
+        with pytest.raises(StoreClosed, match="closed"):
+            await store.get("ns", "k")
+        with pytest.raises(StoreClosed):
+            await store.append_note("ns", "late")
+
+    def test_bad_configuration_is_a_config_error(self) -> None:
+        with pytest.raises(ConfigError, match=r"SqliteStore\.path"):
+            SqliteStore("")
+        with pytest.raises(ConfigError, match=r"SqliteStore\.path"):
+            SqliteStore(3)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=r"SqliteStore\.timeout.*> 0"):
+            SqliteStore("x.db", timeout=0)
+
+    async def test_an_unopenable_path_raises_what_sqlite_says(self, tmp_path: Path) -> None:
+        store = SqliteStore(tmp_path / "missing-dir" / "x.db")
+        with pytest.raises(sqlite3.OperationalError, match="unable to open"):
+            await store.put("ns", "k", 1)
+        await store.aclose()
+
+    async def test_a_file_that_is_not_sqlite_is_refused(self, tmp_path: Path) -> None:
+        path = tmp_path / "not.db"
+        path.write_bytes(b"this is not a database file, not at all" * 100)
+        store = SqliteStore(path)
+        with pytest.raises(StoreSchemaError, match="not a tinyctx SQLite store"):
+            await store.open()
+        await store.aclose()
+
+
+# the schema an older tinyctx (schema version 1) wrote, verbatim
+V1_SCHEMA = [
+    "CREATE TABLE tinyctx_schema (id INTEGER PRIMARY KEY CHECK (id = 1), "
+    "version INTEGER NOT NULL, updated_at REAL NOT NULL)",
+    "INSERT INTO tinyctx_schema VALUES (1, 1, 0)",
+    "CREATE TABLE tinyctx_kv (namespace TEXT NOT NULL, key TEXT NOT NULL, "
+    "value TEXT NOT NULL, PRIMARY KEY (namespace, key)) WITHOUT ROWID",
+    "CREATE TABLE tinyctx_notes (namespace TEXT NOT NULL, seq INTEGER NOT NULL, "
+    "text TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (namespace, seq))",
+]
+
+
+def _write_v1_file(path: Path) -> None:
+    with sqlite3.connect(path) as raw:
+        for statement in V1_SCHEMA:
+            raw.execute(statement)
+        raw.execute("INSERT INTO tinyctx_kv VALUES ('ns', 'k', '{\"old\":true}')")
+        raw.execute("INSERT INTO tinyctx_notes VALUES ('ns', 1, 'old note', 100.0)")
+        raw.execute("INSERT INTO tinyctx_notes VALUES ('ns', 2, 'older writer', 101.0)")
+    raw.close()
+
+
+class TestSchemaMigration:
+    """Opening an older file migrates it in place; a newer one is refused."""
+
+    async def test_a_version_1_file_is_migrated_on_open_and_keeps_its_data(
+        self, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "v1.db"
+        _write_v1_file(path)
+        async with SqliteStore(path) as store:
+            assert await store.schema_version() == SCHEMA_VERSION == 2
+            assert await store.get("ns", "k") == {"old": True}
+            old = await store.notes("ns")
+            assert [(n.seq, n.text, n.created_at, n.metadata) for n in old] == [
+                (1, "old note", 100.0, {}),
+                (2, "older writer", 101.0, {}),
+            ]
+            new = await store.append_note("ns", "after migration", metadata={"v": 2})
+            assert (new.seq, new.metadata) == (3, {"v": 2})
+        with sqlite3.connect(path) as raw:
+            columns = {row[1] for row in raw.execute("PRAGMA table_info(tinyctx_notes)")}
+            version = raw.execute("SELECT version FROM tinyctx_schema").fetchone()[0]
+        assert "metadata" in columns
+        assert version == 2
+
+    async def test_two_stores_opening_an_old_file_migrate_it_once(self, tmp_path: Path) -> None:
+        path = tmp_path / "race.db"
+        _write_v1_file(path)
+        stores = [SqliteStore(path) for _ in range(4)]
+        async with anyio.create_task_group() as group:
+            for store in stores:
+                group.start_soon(store.open)
+        for store in stores:
+            assert await store.schema_version() == SCHEMA_VERSION
+            assert len(await store.notes("ns")) == 2
+            await store.aclose()
+
+    async def test_a_file_from_a_newer_version_is_refused_untouched(self, tmp_path: Path) -> None:
+        path = tmp_path / "new.db"
+        async with SqliteStore(path) as store:
+            await store.append_note("ns", "x")
+        with sqlite3.connect(path) as raw:
+            raw.execute("UPDATE tinyctx_schema SET version = 99")
+        raw.close()
+        store = SqliteStore(path)
+        with pytest.raises(StoreSchemaError, match=r"version 99 was written by a newer tinyctx"):
+            await store.notes("ns")
+        await store.aclose()
+        with sqlite3.connect(path) as raw:
+            assert raw.execute("SELECT version FROM tinyctx_schema").fetchone()[0] == 99
+        raw.close()
+
+
+class TestConcurrentWriters:
+    """Many writers on one file lose nothing and never duplicate a sequence number."""
+
+    async def test_200_writers_through_4_stores_on_one_file(self, tmp_path: Path) -> None:
+        path = tmp_path / "shared.db"
+        stores = [SqliteStore(path) for _ in range(4)]
+
+        async def writer(index: int) -> None:
+            store = stores[index % len(stores)]
+            await store.append_note("shared", f"single-{index}")
+            batch = await store.append_notes("shared", [f"batch-{index}-{k}" for k in range(3)])
+            # a batch is one transaction: its numbers are consecutive
+            assert [n.seq for n in batch] == list(range(batch[0].seq, batch[0].seq + 3))
+            await store.append_note(f"own-{index}", f"mine-{index}")
+
+        async with anyio.create_task_group() as group:
+            for index in range(200):
+                group.start_soon(writer, index)
+        reader = stores[0]
+        notes = await reader.notes("shared")
+        assert [n.seq for n in notes] == list(range(1, 801))
+        expected = {f"single-{i}" for i in range(200)}
+        expected |= {f"batch-{i}-{k}" for i in range(200) for k in range(3)}
+        assert {n.text for n in notes} == expected
+        for index in (0, 57, 199):
+            assert [n.text for n in await reader.notes(f"own-{index}")] == [f"mine-{index}"]
+        for store in stores:
+            await store.aclose()
+
+    async def test_a_writer_waits_for_another_connections_lock(self, tmp_path: Path) -> None:
+        path = tmp_path / "busy.db"
+        async with SqliteStore(path) as store:
+            await store.append_note("ns", "first")
+            raw = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            raw.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+            raw.execute("INSERT INTO tinyctx_notes VALUES ('ns', 2, 'theirs', 0, '{}')")
+            written: list[Note] = []
+
+            async def write() -> None:
+                written.append(await store.append_note("ns", "mine"))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(write)
+                await anyio.sleep(0.05)  # let the writer reach the busy lock
+                raw.execute("COMMIT")
+            raw.close()
+            assert written[0].seq == 3
+            assert [n.text for n in await store.notes("ns")] == ["first", "theirs", "mine"]
+
+    async def test_busy_past_the_timeout_fails_and_writes_nothing(self, tmp_path: Path) -> None:
+        path = tmp_path / "locked.db"
+        async with SqliteStore(path, timeout=0.05) as store:
+            raw = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            raw.execute("BEGIN IMMEDIATE")
+            try:
+                with pytest.raises(sqlite3.OperationalError, match="locked"):
+                    await store.append_notes("ns", ["a", "b"])
+            finally:
+                raw.execute("ROLLBACK")
+                raw.close()
+            assert await store.notes("ns") == []
+            assert (await store.append_note("ns", "later")).seq == 1
+
+
+class _OneByOne:
+    """A store without append_notes: the helper falls back to one note at a time."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+
+    async def get(self, namespace: str, key: str) -> Any | None:
+        return await self.inner.get(namespace, key)
+
+    async def put(self, namespace: str, key: str, value: Any) -> None:
+        await self.inner.put(namespace, key, value)
+
+    async def delete(self, namespace: str, key: str) -> bool:
+        return await self.inner.delete(namespace, key)
+
+    async def keys(self, namespace: str) -> list[str]:
+        return await self.inner.keys(namespace)
+
+    async def append_note(
+        self, namespace: str, text: str, *, metadata: Mapping[str, Any] | None = None
+    ) -> Note:
+        return await self.inner.append_note(namespace, text, metadata=metadata)
+
+    async def notes(self, namespace: str, *, limit: int | None = None) -> list[Note]:
+        return await self.inner.notes(namespace, limit=limit)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class TestAppendNotesHelper:
+    """append_notes uses a batch when the store has one, else appends one by one."""
+
+    async def test_fallback_for_a_store_without_batches(self) -> None:
+        store = _OneByOne()
+        assert isinstance(store, Store) and not isinstance(store, NoteBatchStore)
+        notes: Sequence[Note] = await append_notes(store, "ns", ["a", "b"], metadata={"m": 1})
+        assert [(n.seq, n.text, n.metadata) for n in notes] == [
+            (1, "a", {"m": 1}),
+            (2, "b", {"m": 1}),
+        ]
