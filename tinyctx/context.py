@@ -216,11 +216,13 @@ class RunContext(Generic[Data]):
         configurable: Mapping[str, Any] | None = None,
         data: Data = _UNSET,
         conversation: Conversation | None = None,
+        tools: ToolRegistry | None = None,
     ) -> RunContext[Data]:
         """The context of a nested call; this context is never changed.
 
         The child adds tags and metadata (on a key clash its own value wins *in the child*);
-        ``conversation`` gives a nested agent its own message log.
+        ``conversation`` gives a nested agent its own message log and ``tools`` its own tool
+        registry (by default the child resolves tools from this context's registry).
         """
         parent = self.config
         depth = parent.depth + 1
@@ -253,6 +255,7 @@ class RunContext(Generic[Data]):
             data=self.data if data is _UNSET else data,
             cancellation=self.cancellation.child(),
             conversation=conversation if conversation is not None else self.conversation,
+            tools=tools if tools is not None else self.tools,
         )
 
     def _for_run(self, config: RunConfig | None = None) -> RunContext[Data]:
