@@ -13,7 +13,8 @@ four tiers, merged with *only-if-absent* semantics (the first tier that sets a v
    session's ``RunConfig``; inside a nested call that already carries a materialized view
    (a tool, a sub-agent) that view replaces this tier, so a field an enclosing policy
    excluded can never come back from the raw global values.
-4. **context**: ``run_id`` = the id of the run the view is built in.
+4. **context**: ``run_id`` = the id of the agent run the call belongs to
+   (``RunConfig.agent_run_id``; the context's own id outside a run).
 
 Each tier is a mapping of field names to values: a named field of the view type sets that
 field (``task_metadata``, ``aliases`` and ``extra`` take mappings and merge per entry), any
@@ -174,16 +175,19 @@ class ContextView:
         return bool(self.fields())
 
     def render(self, tag: str = "context") -> str:
-        """The header a model reads: one ``path: value`` line per present field."""
+        """The header a model reads: exactly one ``path: value`` line per present field."""
         lines = [f"<{tag}>"]
         for path, value in self.fields().items():
-            text = value if isinstance(value, str) else _json(value)
-            lines.append(f"{path}: {text}")
+            lines.append(f"{path}: {_header_value(value)}")
         lines.append(f"</{tag}>")
         return "\n".join(lines)
 
 
-def _json(value: Any) -> str:
+def _header_value(value: Any) -> str:
+    """Plain single-line text as is; anything else (newlines, padding, "", non-strings) as
+    JSON, so a value can never add a line to the header or end it early."""
+    if isinstance(value, str) and value and value.isprintable() and value == value.strip():
+        return value
     return json.dumps(thaw(value), ensure_ascii=False, default=str)
 
 
@@ -354,7 +358,7 @@ class ViewSpec:
         global_tier = _tier(configurable.get(VIEW_GLOBAL_KEY))
         if global_tier is not None:
             yield global_tier
-        yield {"run_id": ctx.run_id}
+        yield {"run_id": ctx.config.agent_run_id or ctx.run_id}
 
     def build(
         self, ctx: RunContext[Any], request: ModelRequest | None = None
@@ -423,6 +427,7 @@ class ViewSpec:
     def to_request(self, request: ModelRequest, view: ContextView) -> ModelRequest:
         """The request that carries ``view``: metadata and (optionally) the header."""
         metadata = request.metadata
+        previous = metadata.get(VIEW_KEY)
         if VIEW_STEP_KEY in metadata:
             # the raw step tier is consumed: only the filtered view travels on
             metadata = FrozenDict({k: v for k, v in metadata.items() if k != VIEW_STEP_KEY})
@@ -431,6 +436,13 @@ class ViewSpec:
             return request.evolve(metadata=metadata)
         header = view.render(self.header_tag)
         system = request.system_prompt
+        if system and isinstance(previous, ContextView):
+            # an enclosing layer's header is replaced, never repeated
+            stale = previous.render(self.header_tag)
+            if system == stale:
+                system = None
+            elif system.endswith(f"\n\n{stale}"):
+                system = system[: -len(stale) - 2]
         return request.evolve(
             metadata=metadata, system_prompt=f"{system}\n\n{header}" if system else header
         )

@@ -1,7 +1,8 @@
 """Call limits per run or per thread, ending with an error or with a clear final answer.
 
 :class:`CallLimits` counts model calls, tool calls and calls of named tools. ``scope="run"``
-counts within one run (a resumed run keeps its counts; a nested sub-agent run has its own);
+counts within one agent run (``RunConfig.agent_run_id``: a resumed run keeps its counts, a
+nested sub-agent run has its own);
 ``scope="thread"`` counts across every run of the thread in this session (the counters
 live in the session's cache; pass the same ``ctx`` to a new Session to keep them). Stack
 two instances (with distinct names) for both a run and a thread limit.
@@ -48,11 +49,10 @@ DEFAULT_END_MESSAGE = "Stopped: the {what} limit of {value} per {scope} was reac
 
 
 class _Counts:
-    __slots__ = ("depth", "model", "paused", "per_tool", "thread_id", "tools")
+    __slots__ = ("model", "paused", "per_tool", "thread_id", "tools")
 
-    def __init__(self, thread_id: str = "", depth: int = 0) -> None:
+    def __init__(self, thread_id: str) -> None:
         self.thread_id = thread_id
-        self.depth = depth
         self.model = 0
         self.tools = 0
         self.per_tool: dict[str, int] = {}
@@ -149,16 +149,11 @@ class CallLimits(Layer):
             if counts is None:
                 counts = state.threads[ctx.thread_id] = _Counts(ctx.thread_id)
             return counts
-        runs = state.runs
-        # the nearest enclosing run: layers inside may see a context derived per call
-        counts = runs.get(ctx.run_id)
-        if counts is not None:
-            return counts
-        for ancestor in reversed(ctx.config.lineage):
-            counts = runs.get(ancestor)
-            if counts is not None:
-                return counts
-        counts = runs[ctx.run_id] = _Counts(ctx.thread_id, ctx.depth)
+        # the agent run the call belongs to: layers inside may see a context derived per call
+        key = ctx.config.agent_run_id or ctx.run_id
+        counts = state.runs.get(key)
+        if counts is None:
+            counts = state.runs[key] = _Counts(ctx.thread_id)
         return counts
 
     async def on_run_start(self, ctx: RunContext[Any]) -> None:
@@ -169,11 +164,10 @@ class CallLimits(Layer):
         if existing is not None:  # a resumed run keeps its counts
             existing.paused = False
             return
-        # a new run of this thread at this depth abandons any run paused there
+        # a new run of the thread abandons the runs paused in it (Session.run does)
         for run_id, counts in list(runs.items()):
-            if counts.paused and counts.thread_id == ctx.thread_id and counts.depth == ctx.depth:
+            if counts.paused and counts.thread_id == ctx.thread_id:
                 del runs[run_id]
-        runs[ctx.run_id] = _Counts(ctx.thread_id, ctx.depth)
 
     async def on_run_end(
         self, ctx: RunContext[Any], result: RunResult | None, error: BaseException | None

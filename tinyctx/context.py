@@ -91,6 +91,9 @@ class RunConfig:
     lineage: tuple[str, ...] = field(default=(), converter=_str_tuple)
     """Ancestor run ids, root first, parent last (empty for a root run)."""
     user_id: str | None = field(default=None, validator=_optional_id)
+    agent_run_id: str | None = field(default=None, validator=_optional_id)
+    """The agent run (one ``Session.run``) this context belongs to: the run's own id in the
+    run's context, kept by ``derive()`` for the calls nested in it; None outside any run."""
     tags: tuple[str, ...] = field(default=(), converter=_tags)
     metadata: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
     configurable: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
@@ -261,12 +264,16 @@ class RunContext(Generic[Data]):
     def _for_run(self, config: RunConfig | None = None) -> RunContext[Data]:
         """A run's own context: derived (or resumed with ``config``), with request-scoped
         tools and a fresh control slot."""
-        child = (
-            self.derive()
-            if config is None
-            else attrs.evolve(self, config=config, cancellation=self.cancellation.child())
+        if config is None:
+            child = self.derive()
+            config = child.config.evolve(agent_run_id=child.config.run_id)
+        return attrs.evolve(
+            self,
+            config=config,
+            cancellation=self.cancellation.child(),
+            control=ControlSlot(),
+            tools=self.tools.for_new_run(),
         )
-        return attrs.evolve(child, control=ControlSlot(), tools=self.tools.for_new_run())
 
     def _with(self, **changes: Any) -> RunContext[Data]:
         return attrs.evolve(self, **changes)
