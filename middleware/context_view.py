@@ -62,6 +62,7 @@ __all__ = [
     "ContextView",
     "ContextPolicy",
     "ViewSpec",
+    "Materialized",
     "ContextViewBuilt",
     "view_mapping",
     "with_step_values",
@@ -424,17 +425,24 @@ class ViewSpec:
 
     # -- the carriers ------------------------------------------------------------------------
 
-    def to_request(self, request: ModelRequest, view: ContextView) -> ModelRequest:
-        """The request that carries ``view``: metadata and (optionally) the header."""
+    def to_request(
+        self, request: ModelRequest, view: ContextView, *, header: str | None = None
+    ) -> ModelRequest:
+        """The request that carries ``view``: metadata and (optionally) the header.
+
+        ``header`` is the view's rendering when the caller has it already (None: render
+        it here; an empty view gets no header).
+        """
         metadata = request.metadata
         previous = metadata.get(VIEW_KEY)
         if VIEW_STEP_KEY in metadata:
             # the raw step tier is consumed: only the filtered view travels on
             metadata = FrozenDict({k: v for k, v in metadata.items() if k != VIEW_STEP_KEY})
         metadata = metadata | {VIEW_KEY: view}
-        if not self.header or not view:
+        if self.header and header is None and view:
+            header = view.render(self.header_tag)
+        if not self.header or header is None:
             return request.evolve(metadata=metadata)
-        header = view.render(self.header_tag)
         system = request.system_prompt
         if system and isinstance(previous, ContextView):
             # an enclosing layer's header is replaced, never repeated
@@ -448,14 +456,69 @@ class ViewSpec:
         )
 
     @staticmethod
-    def configurable_for(ctx: RunContext[Any], view: ContextView) -> dict[str, Any]:
+    def configurable_for(ctx: RunContext[Any], view: ContextView) -> FrozenDict[str, Any]:
         """What a derived context's ``configurable`` gains: the view, raw tiers shadowed."""
         values: dict[str, Any] = {VIEW_KEY: view}
         configurable = ctx.config.configurable
         for key in (VIEW_GLOBAL_KEY, VIEW_STEP_KEY):
             if key in configurable:
                 values[key] = _EMPTY
-        return values
+        return FrozenDict(values)
+
+    # -- once per call, reused while the inputs are the same ---------------------------------
+
+    def prepare(
+        self, ctx: RunContext[Any], request: ModelRequest | None = None
+    ) -> tuple[Materialized, bool]:
+        """The materialized view for one call, and whether it was built now.
+
+        Without step values the view depends only on the context's ``configurable`` (the
+        global tier or an inherited view) and its agent run: while those are the same
+        objects the previous call's frozen view is reused, not rebuilt.
+        """
+        configurable = ctx.config.configurable
+        stepless = _tier(configurable.get(VIEW_STEP_KEY)) is None and (
+            request is None or _tier(request.metadata.get(VIEW_STEP_KEY)) is None
+        )
+        if not stepless:
+            return self._materialized(ctx, request), True
+        memo = ctx.state_for(self, _Memo)
+        run = ctx.config.agent_run_id or ctx.run_id
+        if memo.configurable is configurable and memo.run == run and memo.value is not None:
+            return memo.value, False
+        value = self._materialized(ctx, request)
+        memo.configurable, memo.run, memo.value = configurable, run, value
+        return value, True
+
+    def _materialized(self, ctx: RunContext[Any], request: ModelRequest | None) -> Materialized:
+        view, excluded = self.build(ctx, request)
+        return Materialized(
+            view=view,
+            excluded=excluded,
+            fields=tuple(view.fields()),
+            header=view.render(self.header_tag) if self.header and view else None,
+            configurable=self.configurable_for(ctx, view),
+        )
+
+
+@frozen
+class Materialized:
+    """A view built for a call, with what its carriers need, computed once."""
+
+    view: ContextView
+    excluded: int
+    fields: tuple[str, ...]
+    header: str | None
+    configurable: FrozenDict[str, Any]
+
+
+class _Memo:
+    __slots__ = ("configurable", "run", "value")
+
+    def __init__(self) -> None:
+        self.configurable: object = None
+        self.run: str = ""
+        self.value: Materialized | None = None
 
 
 def with_step_values(request: ModelRequest, values: Mapping[str, Any]) -> ModelRequest:

@@ -135,15 +135,12 @@ class Inherit(Layer):
         spec = self.view
         if spec is None:
             return ctx.derive(tags=self.tags, metadata=self.metadata), request
-        view, excluded = spec.build(ctx, request)
-        child = ctx.derive(
-            tags=self.tags,
-            metadata=self.metadata,
-            configurable=spec.configurable_for(ctx, view),
-        )
-        child.emit(ContextViewBuilt(fields=tuple(view.fields()), excluded=excluded))
+        built, fresh = spec.prepare(ctx, request)
+        child = ctx.derive(tags=self.tags, metadata=self.metadata, configurable=built.configurable)
+        if fresh:
+            child.emit(ContextViewBuilt(fields=built.fields, excluded=built.excluded))
         if request is not None:
-            request = spec.to_request(request, view)
+            request = spec.to_request(request, built.view, header=built.header)
         return child, request
 
     async def wrap_model(

@@ -348,7 +348,7 @@ class TestCarriers:
         await run_layer(Inherit(), REQUEST.evolve(system_prompt=None), ctx, model)
         assert model.requests[1].system_prompt == model.requests[1].metadata[VIEW_KEY].render()
 
-    async def test_tools_and_sub_agents_read_the_view_and_each_call_builds_it_once(self) -> None:
+    async def test_tools_and_sub_agents_read_the_view_built_once_per_call(self) -> None:
         seen: dict[str, ContextView | None] = {}
 
         async def look(arguments: Any, ctx: RunContext[Any]) -> str:
@@ -387,9 +387,25 @@ class TestCarriers:
         }
         # the raw step tier never reaches a request
         assert all(VIEW_STEP_KEY not in r.metadata for r in model.requests)
-        # built once per call: two model calls and two tool calls of the parent
+        # built once per call, and reused while its inputs are the same: the two model
+        # calls share one build; each tool call has its own step values, so its own build
         built = [e for e in events if isinstance(e, ContextViewBuilt)]
-        assert len(built) == 4
+        assert [e.fields[-1] for e in built] == ["run_id", "extra.step", "extra.step"]
+        assert model.requests[1].metadata[VIEW_KEY] is model_view
+
+    async def test_a_reused_view_is_rebuilt_when_its_inputs_change(self) -> None:
+        model = ScriptedModel(["a", "b", "c"])
+        agent = Agent(model=model, middleware=[Inherit()])
+        config = RunConfig(configurable={VIEW_GLOBAL_KEY: {"region": "eu"}})
+        async with Session(agent, config=config) as session:
+            first = await session.run("1")
+            second = await session.run("2")
+        views = [r.metadata[VIEW_KEY] for r in model.requests[:2]]
+        assert [v.run_id for v in views] == [first.run_id, second.run_id]
+        other = RunConfig(configurable={VIEW_GLOBAL_KEY: {"region": "us"}})
+        async with Session(agent, config=other) as session:
+            await session.run("3")
+        assert model.requests[2].metadata[VIEW_KEY].extra == {"region": "us"}
 
     async def test_a_new_extra_entry_and_a_new_named_field_reach_every_carrier(self) -> None:
         seen: list[ContextView | None] = []

@@ -83,6 +83,40 @@ class TestDeriveWithTools:
         assert "search" in ctx.tools
 
 
+class TestAgentRunId:
+    """RunConfig.agent_run_id names the agent run a context belongs to (kernel addition)."""
+
+    async def test_runs_set_it_and_nested_calls_keep_it(self) -> None:
+        assert RunConfig().agent_run_id is None
+        tool = FakeTool("t")
+        sub_model = ScriptedModel(["sub"])
+        sub = Agent(model=sub_model, name="sub")
+        model = ScriptedModel(
+            [reply("", call("t"), call("sub", task="x")), reply("", call("pause")), "done"]
+        )
+        pause = FakeTool("pause", control=Interrupt("n"))
+        agent = Agent(
+            model=model,
+            tools=[tool.tool, subagent_tool(sub), pause.tool],
+            middleware=[Inherit()],
+        )
+        async with Session(agent) as session:
+            assert session.ctx.config.agent_run_id is None
+            with pytest.raises(Interrupted) as info:
+                await session.run("go")
+            run_id = info.value.checkpoint.run_id
+            result = await session.resume(info.value.checkpoint)
+        assert result.run_id == run_id
+        # every call of the run, however derived, names the run; the resumed run too
+        for ctx in [*model.contexts, *tool.contexts]:
+            assert ctx.config.agent_run_id == run_id
+            assert ctx.run_id != run_id
+        # the sub-agent's run is a run of its own
+        (sub_ctx,) = sub_model.contexts
+        assert sub_ctx.config.agent_run_id not in (None, run_id)
+        assert sub_ctx.config.agent_run_id == sub_ctx.run_id  # no layer derives there
+
+
 class TestInheritLayer:
     """Each model call and each tool call runs under ctx.derive with the layer's labels."""
 
