@@ -34,7 +34,7 @@ from tinyctx import (
 )
 from tinyctx.events import EventLevel
 
-from .retry import NEVER_RETRIED, RetryOn, check_attempt, error_matcher, error_text
+from .retry import NEVER_RETRIED, RetryOn, check_attempt, error_matcher, error_text, refusal
 
 __all__ = ["Fallback", "Alternative", "FallbackAttempt", "FallbackFailed", "DEFAULT_FALLBACK_ON"]
 
@@ -147,14 +147,8 @@ class Fallback(Layer):
                     if model is not None and response.model is None:
                         response = response.evolve(model=model)
             except Exception as exc:
-                if isinstance(exc, NEVER_RETRIED):
-                    why = "never falls back"
-                elif not self.falls_back(exc):
-                    why = "not a fallback error"
-                elif index == last:
-                    why = f"all {last + 1} models failed"
-                else:
-                    why = ""
+                exhausted = f"all {last + 1} models failed" if index == last else ""
+                why = refusal(exc, self.falls_back, "on", exhausted)
                 ctx.emit(
                     FallbackFailed(
                         index=index,

@@ -55,6 +55,7 @@ __all__ = [
     "DEFAULT_RETRY_ON",
     "check_attempt",
     "error_text",
+    "refusal",
 ]
 
 NEVER_RETRIED: tuple[type[BaseException], ...] = (
@@ -88,6 +89,20 @@ def check_attempt(ctx: RunContext[Any], checkpoint: str, attempt: int) -> ModelR
     if attempt > 1:
         return take_as_response(ctx)
     return None
+
+
+def refusal(
+    exc: Exception, accepts: Callable[[Exception], bool], option: str, exhausted: str = ""
+) -> str:
+    """Why a failed attempt is not followed by another ("" when it may be).
+
+    ``exhausted`` is the reason to give when the chain has no attempt left.
+    """
+    if isinstance(exc, NEVER_RETRIED):
+        return "never repeated (control, cancellation, limit or configuration error)"
+    if not accepts(exc):
+        return f"not accepted by {option}"
+    return exhausted
 
 
 def error_text(exc: BaseException) -> str:
@@ -215,15 +230,6 @@ class Retry(Layer):
         if name is not None:
             self.name = name
 
-    def _why_not(self, exc: Exception, attempt: int) -> str:
-        if isinstance(exc, NEVER_RETRIED):
-            return "never retried"
-        if not self.retryable(exc):
-            return "not retryable"
-        if attempt >= self.attempts:
-            return f"all {self.attempts} attempts failed"
-        return ""
-
     def _delay(self, exc: Exception, attempt: int) -> float | None:
         """The wait before the next attempt, or None when the server asks for too long."""
         delay = float(self.backoff(attempt))
@@ -247,7 +253,8 @@ class Retry(Layer):
             try:
                 response = await call_next(request, ctx)
             except Exception as exc:
-                why = self._why_not(exc, attempt)
+                exhausted = f"all {attempt} attempts failed" if attempt >= self.attempts else ""
+                why = refusal(exc, self.retryable, "retry_on", exhausted)
                 delay = 0.0 if why else self._delay(exc, attempt)
                 if delay is None:
                     why = f"retry_after exceeds max_delay={self.max_delay}"

@@ -168,7 +168,9 @@ class TestRetry:
                 )
         assert info.value is error
         assert model.calls == 1
-        assert [e.reason for e in events if isinstance(e, RetryAttempt)] == ["never retried"]
+        assert [e.reason for e in events if isinstance(e, RetryAttempt)] == [
+            "never repeated (control, cancellation, limit or configuration error)"
+        ]
 
     async def test_retry_after_is_honoured(self) -> None:
         model = ScriptedModel([RetryableProviderError("slow down", retry_after=0.02), "ok"])
