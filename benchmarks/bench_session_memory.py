@@ -19,7 +19,6 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, abest_of, print_table
-from tinyctx.middleware import SessionMemory
 
 from tinyctx import (
     AssistantMessage,
@@ -38,6 +37,7 @@ from tinyctx import (
     UserMessage,
     compose,
 )
+from tinyctx.middleware import SessionMemory
 
 RESPONSE = ModelResponse(AssistantMessage("ok"), usage=Usage(1200, 40))
 REQUEST = ModelRequest(messages=(UserMessage("hi"),), system_prompt="You are helpful.")

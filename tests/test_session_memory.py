@@ -11,28 +11,6 @@ import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tinyctx.middleware import (
-    ExtractionJob,
-    MemoryCounters,
-    ModelExtractor,
-    RuleExtractor,
-    SessionMemory,
-)
-from tinyctx.middleware.extractors import (
-    bullet_key,
-    dedupe_bullets,
-    parse_bullets,
-    render_transcript,
-)
-from tinyctx.middleware.session_memory import (
-    EXTRACTION_TAG,
-    SECTION_HEADER,
-    Counts,
-    MemoryExtractionCompleted,
-    MemoryExtractionFailed,
-    MemoryExtractionSkipped,
-    MemoryExtractionStarted,
-)
 
 from tinyctx import (
     Agent,
@@ -59,6 +37,28 @@ from tinyctx import (
     Usage,
     UserMessage,
     has_hook,
+)
+from tinyctx.middleware import (
+    ExtractionJob,
+    MemoryCounters,
+    ModelExtractor,
+    RuleExtractor,
+    SessionMemory,
+)
+from tinyctx.middleware.extractors import (
+    bullet_key,
+    dedupe_bullets,
+    parse_bullets,
+    render_transcript,
+)
+from tinyctx.middleware.session_memory import (
+    EXTRACTION_TAG,
+    SECTION_HEADER,
+    Counts,
+    MemoryExtractionCompleted,
+    MemoryExtractionFailed,
+    MemoryExtractionSkipped,
+    MemoryExtractionStarted,
 )
 from tinyctx.testing import (
     HANG,

@@ -14,6 +14,8 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+
+from tinyctx import ConfigError
 from tinyctx.middleware.session_memory import (
     Counts,
     ExtractionStateError,
@@ -21,8 +23,6 @@ from tinyctx.middleware.session_memory import (
     MemoryCounters,
     MemoryThresholds,
 )
-
-from tinyctx import ConfigError
 
 
 class Reference:

@@ -474,7 +474,6 @@ class Session(Generic[Data]):
         )
         started = time.perf_counter()
         response = await agent.model_onion(request, ctx)
-        state.model_calls += 1
         if not isinstance(response, ModelResponse):
             raise TypeError(
                 f"the model onion returned {type(response).__name__}, expected ModelResponse"
@@ -482,6 +481,12 @@ class Session(Generic[Data]):
         if ctx.cancellation.is_cancelled():
             # the answer arrived after the cancel: it is dropped, nothing half-added
             await self._cancel(state, "after_model")
+        if response.control_only:
+            # a layer answered with an outcome instead of calling the model: nothing to add
+            control = stronger(response.control, ctx.take_control())
+            assert control is not None
+            await self._apply(state, control, "after_model", ())
+        state.model_calls += 1
         usage = response.usage
         if usage is not None:
             ctx.usage.add(response.model or request.model, usage)

@@ -91,6 +91,9 @@ class RunConfig:
     lineage: tuple[str, ...] = field(default=(), converter=_str_tuple)
     """Ancestor run ids, root first, parent last (empty for a root run)."""
     user_id: str | None = field(default=None, validator=_optional_id)
+    agent_run_id: str | None = field(default=None, validator=_optional_id)
+    """The agent run (one ``Session.run``) this context belongs to: the run's own id in the
+    run's context, kept by ``derive()`` for the calls nested in it; None outside any run."""
     tags: tuple[str, ...] = field(default=(), converter=_tags)
     metadata: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
     configurable: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
@@ -216,11 +219,13 @@ class RunContext(Generic[Data]):
         configurable: Mapping[str, Any] | None = None,
         data: Data = _UNSET,
         conversation: Conversation | None = None,
+        tools: ToolRegistry | None = None,
     ) -> RunContext[Data]:
         """The context of a nested call; this context is never changed.
 
         The child adds tags and metadata (on a key clash its own value wins *in the child*);
-        ``conversation`` gives a nested agent its own message log.
+        ``conversation`` gives a nested agent its own message log and ``tools`` its own tool
+        registry (by default the child resolves tools from this context's registry).
         """
         parent = self.config
         depth = parent.depth + 1
@@ -253,17 +258,22 @@ class RunContext(Generic[Data]):
             data=self.data if data is _UNSET else data,
             cancellation=self.cancellation.child(),
             conversation=conversation if conversation is not None else self.conversation,
+            tools=tools if tools is not None else self.tools,
         )
 
     def _for_run(self, config: RunConfig | None = None) -> RunContext[Data]:
         """A run's own context: derived (or resumed with ``config``), with request-scoped
         tools and a fresh control slot."""
-        child = (
-            self.derive()
-            if config is None
-            else attrs.evolve(self, config=config, cancellation=self.cancellation.child())
+        if config is None:
+            child = self.derive()
+            config = child.config.evolve(agent_run_id=child.config.run_id)
+        return attrs.evolve(
+            self,
+            config=config,
+            cancellation=self.cancellation.child(),
+            control=ControlSlot(),
+            tools=self.tools.for_new_run(),
         )
-        return attrs.evolve(child, control=ControlSlot(), tools=self.tools.for_new_run())
 
     def _with(self, **changes: Any) -> RunContext[Data]:
         return attrs.evolve(self, **changes)

@@ -146,6 +146,29 @@ class ModelResponse:
     def evolve(self, **changes: Any) -> ModelResponse:
         return attrs.evolve(self, **changes)
 
+    @classmethod
+    def from_control(cls, control: StopWithFinal | Interrupt) -> ModelResponse:
+        """The answer of a model call that was not made because ``control`` ends the step.
+
+        It carries only the outcome (an empty message, no usage): the loop appends nothing
+        for it and applies the outcome (see :attr:`control_only`).
+        """
+        if not isinstance(control, (StopWithFinal, Interrupt)):
+            raise TypeError(
+                f"control must be StopWithFinal or Interrupt, got {type(control).__name__}"
+            )
+        return cls(AssistantMessage(""), control=control)
+
+    @property
+    def control_only(self) -> bool:
+        """True for a response that is only a control outcome: no text, no tool calls.
+
+        The loop does not append such a message, count it as a model call, or record
+        usage for it; it only applies the outcome.
+        """
+        message = self.message
+        return self.control is not None and not message.content and not message.tool_calls
+
     @property
     def text(self) -> str:
         return self.message.content

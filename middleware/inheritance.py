@@ -1,0 +1,318 @@
+"""Inheritance: every model call, tool call and sub-agent runs under a derived context.
+
+:class:`Inherit` derives a child context (``ctx.derive``) for each model call and each tool
+call, with the layer's local tags and metadata, so whatever happens inside (inner layers,
+the model handler, the tool, events) carries its own run id and the parent chain. With a
+view (the default) it also materializes the :class:`~tinyctx.middleware.context_view.
+ContextView` once per call and hands the same object to both carriers.
+
+:func:`run_subagent` runs a nested agent under a derived context with its own conversation.
+The sub-agent inherits the ids (root, parent, thread), tags, metadata, configurable values
+(the context view among them), stores, event sink, usage and cost trackers (its tokens roll
+up to the root), cache, limits and depth; its cancellation token is linked (cancelling the
+parent cancels it, not the reverse). What its outcomes do to the parent:
+
+* **completed**: its final text is the result.
+* **StopWithFinal** inside the sub-agent stops the sub-agent only; its final text is the
+  result (``propagate_stop=True`` also requests the stop on the parent's slot).
+* **Interrupt** inside the sub-agent pauses the sub-agent, and the same Interrupt is
+  requested on the *parent's* control slot, so the parent pauses at its next safe point
+  (after the current tool returns) with a resumable checkpoint: never swallowed, never
+  raised through the parent's tool onion. The sub-agent's own checkpoint is on the result
+  (``resume=`` continues it).
+* **RunCancelled**: when the parent's token is cancelled the whole tree stops and the error
+  propagates; a cancellation local to the sub-agent ends only the sub-agent (status
+  ``"cancelled"``).
+* Any other error propagates (a tool running a sub-agent turns it into an error result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from attrs import frozen
+
+from tinyctx import (
+    Agent,
+    Checkpoint,
+    ConfigError,
+    Conversation,
+    Event,
+    FrozenDict,
+    Interrupt,
+    Interrupted,
+    Layer,
+    Message,
+    ModelCall,
+    ModelRequest,
+    ModelResponse,
+    RunCancelled,
+    RunContext,
+    RunResult,
+    Session,
+    StopWithFinal,
+    Tool,
+    ToolCall,
+    ToolCallHandler,
+    ToolRegistry,
+    ToolResult,
+    freeze,
+)
+from tinyctx.events import EventLevel
+
+from .context_view import ContextPolicy, ContextViewBuilt, ViewSpec
+
+__all__ = [
+    "Inherit",
+    "run_subagent",
+    "subagent_tool",
+    "SubagentResult",
+    "SubagentStatus",
+    "SubagentFinished",
+]
+
+SubagentStatus = Literal["completed", "stopped", "interrupted", "cancelled"]
+
+
+def _tags(value: Iterable[str], owner: str) -> tuple[str, ...]:
+    tags = (value,) if isinstance(value, str) else tuple(value)
+    for tag in tags:
+        if not isinstance(tag, str) or not tag:
+            raise ConfigError("tags", value, "an iterable of non-empty strings", owner=owner)
+    return tags
+
+
+def _metadata(value: Mapping[str, Any] | None, owner: str) -> FrozenDict[str, Any]:
+    if value is None:
+        return FrozenDict()
+    if not isinstance(value, Mapping):
+        raise ConfigError("metadata", value, "a mapping or None", owner=owner)
+    frozen_value: FrozenDict[str, Any] = freeze(value) if value else FrozenDict()
+    return frozen_value
+
+
+def _view_spec(view: bool | ContextPolicy | ViewSpec | None) -> ViewSpec | None:
+    if view is True:
+        return ViewSpec()
+    if view is False or view is None:
+        return None
+    if isinstance(view, ContextPolicy):
+        return ViewSpec(policy=view)
+    if isinstance(view, ViewSpec):
+        return view
+    raise ConfigError("view", view, "True, False, a ContextPolicy or a ViewSpec", owner="Inherit")
+
+
+class Inherit(Layer):
+    """Run each model call and each tool call under ``ctx.derive(tags, metadata)``.
+
+    ``view`` (default True: pass-all policy, header on) materializes the context view once
+    per call: the request carries it in ``metadata`` and a system-prompt header, and the
+    derived context carries it for inner layers, the model handler, tools and sub-agents.
+    Pass a :class:`ContextPolicy` or a :class:`ViewSpec` to filter or configure it, False
+    for none.
+    """
+
+    def __init__(
+        self,
+        tags: Iterable[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        view: bool | ContextPolicy | ViewSpec | None = True,
+        *,
+        name: str | None = None,
+    ) -> None:
+        self.tags = _tags(tags, "Inherit")
+        self.metadata = _metadata(metadata, "Inherit")
+        self.view = _view_spec(view)
+        if name is not None:
+            self.name = name
+
+    def _child(
+        self, ctx: RunContext[Any], request: ModelRequest | None
+    ) -> tuple[RunContext[Any], ModelRequest | None]:
+        """The call's derived context, and the request carrying the view (model calls)."""
+        spec = self.view
+        if spec is None:
+            return ctx.derive(tags=self.tags, metadata=self.metadata), request
+        built, fresh = spec.prepare(ctx, request)
+        child = ctx.derive(tags=self.tags, metadata=self.metadata, configurable=built.configurable)
+        if fresh:
+            child.emit(ContextViewBuilt(fields=built.fields, excluded=built.excluded))
+        if request is not None:
+            request = spec.to_request(request, built.view, header=built.header)
+        return child, request
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        child, carried = self._child(ctx, request)
+        assert carried is not None
+        return await call_next(carried, child)
+
+    async def wrap_tool(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+    ) -> ToolResult:
+        child, _ = self._child(ctx, None)
+        return await call_next(call, child)
+
+
+# ---------------------------------------------------------------------------------------
+# sub-agents
+
+
+@frozen
+class SubagentResult:
+    """What a sub-agent run produced, as seen by its parent."""
+
+    status: SubagentStatus
+    text: str
+    run_id: str | None = None
+    result: RunResult | None = None
+    checkpoint: Checkpoint | None = None
+    """The sub-agent's own checkpoint when it was interrupted (``run_subagent(resume=...)``)."""
+
+
+@frozen
+class SubagentFinished(Event):
+    """A sub-agent run ended (emitted in the parent's context; the child's run id inside)."""
+
+    kind: ClassVar[str] = "subagent.finished"
+    level: ClassVar[EventLevel] = "info"
+    agent: str = ""
+    child_run_id: str | None = None
+    status: str = ""
+    model_calls: int = 0
+    tool_calls: int = 0
+
+
+_UNSET: Any = object()
+
+
+def _child_tools(agent: Agent, parent: RunContext[Any], inherit: bool) -> ToolRegistry:
+    if not inherit:
+        return ToolRegistry()
+    own = {tool.name for tool in agent.tools}
+    own_server = {tool.type for tool in agent.server_tools}
+    return ToolRegistry(
+        [tool for tool in parent.tools if tool.name not in own],
+        [tool for tool in parent.tools.server_tools if tool.type not in own_server],
+    )
+
+
+async def run_subagent(
+    agent: Agent,
+    input: str | Message | Sequence[Message] | None,
+    ctx: RunContext[Any],
+    *,
+    name: str | None = None,
+    tags: Iterable[str] = (),
+    metadata: Mapping[str, Any] | None = None,
+    thread_id: str | None = None,
+    data: Any = _UNSET,
+    inherit_tools: bool = False,
+    propagate_stop: bool = False,
+    resume: Checkpoint | None = None,
+    grace_period: float = 5.0,
+) -> SubagentResult:
+    """Run ``agent`` nested under ``ctx`` with its own conversation; see the module doc.
+
+    The sub-agent's events carry the tag ``subagent:<name>`` (``name`` defaults to
+    ``agent.name``) and its metadata ``{"subagent": name}``, besides ``tags``/``metadata``.
+    With ``inherit_tools`` it may also call the parent run's tools (its own win on a name
+    clash); by default it sees only its own.
+    """
+    if not isinstance(agent, Agent):
+        raise TypeError(f"run_subagent needs an Agent, got {type(agent).__name__}")
+    label = name or agent.name
+    ctx.cancellation.raise_if_cancelled("subagent")
+    derive_options: dict[str, Any] = {} if data is _UNSET else {"data": data}
+    child = ctx.derive(
+        thread_id=thread_id,
+        tags=(f"subagent:{label}", *_tags(tags, "run_subagent")),
+        metadata={"subagent": label, **_metadata(metadata, "run_subagent")},
+        conversation=Conversation(),
+        tools=_child_tools(agent, ctx, inherit_tools),
+        **derive_options,
+    )
+    outcome: SubagentResult
+    try:
+        async with Session(agent, ctx=child, grace_period=grace_period) as session:
+            if resume is not None:
+                result = await session.resume(resume)
+            else:
+                result = await session.run(input)
+    except Interrupted as paused:
+        # the parent pauses at its next safe point; the child's checkpoint stays resumable
+        ctx.request_control(Interrupt(paused.node, paused.message))
+        pause = paused.checkpoint
+        detail = f"{paused.node}: {paused.message}" if paused.message else paused.node
+        outcome = SubagentResult(
+            "interrupted",
+            f"[sub-agent {label!r} paused at {detail}]",
+            run_id=pause.run_id,
+            checkpoint=pause,
+        )
+        ctx.emit(
+            SubagentFinished(
+                agent=label,
+                child_run_id=pause.run_id,
+                status="interrupted",
+                model_calls=pause.model_calls,
+                tool_calls=pause.tool_calls,
+            )
+        )
+        return outcome
+    except RunCancelled as cancelled:
+        if ctx.cancellation.is_cancelled():
+            raise
+        ctx.emit(SubagentFinished(agent=label, status="cancelled"))
+        reason = f": {cancelled.reason}" if cancelled.reason else ""
+        return SubagentResult("cancelled", f"[sub-agent {label!r} was cancelled{reason}]")
+    if result.status == "stopped" and propagate_stop:
+        ctx.request_control(StopWithFinal(result.final_text))
+    ctx.emit(
+        SubagentFinished(
+            agent=label,
+            child_run_id=result.run_id,
+            status=result.status,
+            model_calls=result.model_calls,
+            tool_calls=result.tool_calls,
+        )
+    )
+    return SubagentResult(result.status, result.final_text, run_id=result.run_id, result=result)
+
+
+def subagent_tool(
+    agent: Agent,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    **options: Any,
+) -> Tool:
+    """A tool ``name(task: str)`` that delegates ``task`` to ``agent`` with run_subagent.
+
+    ``name`` (default ``agent.name``) names the tool and the sub-agent; ``options`` are
+    passed to :func:`run_subagent`. The tool's result is the sub-agent's final text (or a
+    bracketed note when it paused or was cancelled locally).
+    """
+    label = name or agent.name
+
+    async def delegate(arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
+        task = arguments.get("task")
+        if not isinstance(task, str):
+            raise TypeError("the 'task' argument must be a string")
+        outcome = await run_subagent(agent, task, ctx, name=label, **options)
+        return outcome.text
+
+    return Tool(
+        label,
+        description or f"Delegate a task to the {label!r} sub-agent and return its answer.",
+        {
+            "type": "object",
+            "properties": {"task": {"type": "string", "description": "what to do"}},
+            "required": ["task"],
+            "additionalProperties": False,
+        },
+        handler=delegate,
+    )

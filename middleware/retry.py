@@ -1,0 +1,310 @@
+"""Retry a failed model call with backoff, and never retry what must not be retried.
+
+:class:`Retry` calls the rest of the onion up to ``attempts`` times. Before **every**
+attempt it checks the cancellation token (cancelled: emit ``Cancelled`` and raise
+``RunCancelled``, no further attempt) and, from the second attempt on, the control slot (an
+outcome pending: stop retrying and hand it out as a control-only response). It never
+retries:
+
+* a response (a response carrying ``control`` is returned as is: the outcome is a value);
+* ``RunCancelled``, ``Interrupted``, ``LimitExceeded`` or ``ConfigError``, whatever
+  ``retry_on`` says (they reach the caller unchanged);
+* an error while a control outcome is pending: the outcome is surfaced instead;
+* an error ``retry_on`` does not accept.
+
+Backoff sleeps race the cancellation token, so a cancel during a wait stops the run before
+the next attempt. ``RetryableProviderError.retry_after`` is honoured: the wait is at least
+that long, and a server asking for more than ``max_delay`` ends the retrying. Every attempt
+emits a :class:`RetryAttempt` (a failed one a :class:`RetryFailed`, at warning level).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeAlias
+
+import anyio
+from attrs import field, frozen
+
+from tinyctx import (
+    Cancelled,
+    ConfigError,
+    Control,
+    Event,
+    Interrupted,
+    Layer,
+    LimitExceeded,
+    ModelCall,
+    ModelRequest,
+    ModelResponse,
+    RetryableProviderError,
+    RunCancelled,
+    RunContext,
+)
+from tinyctx.events import EventLevel
+
+from .control import take_as_response
+
+__all__ = [
+    "Retry",
+    "Backoff",
+    "RetryAttempt",
+    "RetryFailed",
+    "NEVER_RETRIED",
+    "DEFAULT_RETRY_ON",
+    "check_attempt",
+    "error_text",
+    "refusal",
+]
+
+NEVER_RETRIED: tuple[type[BaseException], ...] = (
+    RunCancelled,
+    Interrupted,
+    LimitExceeded,
+    ConfigError,
+)
+"""Errors no retry or fallback ever repeats: control, cancellation, limits, bad config."""
+
+DEFAULT_RETRY_ON: tuple[type[Exception], ...] = (
+    RetryableProviderError,
+    ConnectionError,
+    TimeoutError,
+)
+
+RetryOn: TypeAlias = "type[Exception] | tuple[type[Exception], ...] | Callable[[Exception], bool]"
+
+
+def check_attempt(ctx: RunContext[Any], checkpoint: str, attempt: int) -> ModelResponse | None:
+    """The gate before attempt number ``attempt`` (1-based) of a retry or fallback chain.
+
+    Raises ``RunCancelled`` (after a ``Cancelled`` event) when the token is cancelled; from
+    the second attempt on, returns the pending control outcome as a control-only response
+    (the chain must stop and return it), else None.
+    """
+    token = ctx.cancellation
+    if token.is_cancelled():
+        ctx.emit(Cancelled(checkpoint=checkpoint, reason=token.reason))
+        raise RunCancelled(checkpoint, token.reason)
+    if attempt > 1:
+        return take_as_response(ctx)
+    return None
+
+
+def refusal(
+    exc: Exception, accepts: Callable[[Exception], bool], option: str, exhausted: str = ""
+) -> str:
+    """Why a failed attempt is not followed by another ("" when it may be).
+
+    ``exhausted`` is the reason to give when the chain has no attempt left.
+    """
+    if isinstance(exc, NEVER_RETRIED):
+        return "never repeated (control, cancellation, limit or configuration error)"
+    if not accepts(exc):
+        return f"not accepted by {option}"
+    return exhausted
+
+
+def error_text(exc: BaseException) -> str:
+    """An error's message for an event (its type name when it has none)."""
+    return str(exc) or type(exc).__name__
+
+
+def _non_negative(instance: Any, attribute: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ConfigError(attribute.name, value, "a number >= 0", owner="Backoff")
+
+
+@frozen
+class Backoff:
+    """Exponential backoff: ``initial * multiplier**(retry - 1)``, capped, with jitter.
+
+    ``jitter`` is a fraction: each delay is scaled by a random factor in
+    ``[1 - jitter, 1 + jitter]`` (0 makes delays deterministic).
+    """
+
+    initial: float = field(default=0.5, validator=_non_negative)
+    multiplier: float = field(default=2.0, validator=_non_negative)
+    maximum: float = field(default=30.0, validator=_non_negative)
+    jitter: float = field(default=0.1, validator=_non_negative)
+
+    def __attrs_post_init__(self) -> None:
+        if self.multiplier < 1:
+            raise ConfigError("multiplier", self.multiplier, "a number >= 1", owner="Backoff")
+        if self.maximum < self.initial:
+            raise ConfigError(
+                "maximum", self.maximum, f">= initial ({self.initial})", owner="Backoff"
+            )
+        if self.jitter > 1:
+            raise ConfigError("jitter", self.jitter, "a fraction within [0, 1]", owner="Backoff")
+
+    def __call__(self, retry: int) -> float:
+        """The wait before retry number ``retry`` (1 for the first retry)."""
+        delay = min(self.maximum, self.initial * self.multiplier ** max(0, retry - 1))
+        if self.jitter:
+            delay *= 1 + random.uniform(-self.jitter, self.jitter)
+        return max(0.0, delay)
+
+
+def _backoff(value: Any) -> Callable[[int], float]:
+    if isinstance(value, Backoff):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0:
+            raise ConfigError("backoff", value, "seconds >= 0", owner="Retry")
+        return Backoff(initial=value, multiplier=1, maximum=value, jitter=0)
+    if callable(value):
+        return value  # type: ignore[no-any-return]
+    raise ConfigError(
+        "backoff",
+        value,
+        "a Backoff, constant seconds, or a function (retry number) -> seconds",
+        owner="Retry",
+    )
+
+
+def error_matcher(value: Any, field_name: str, owner: str) -> Callable[[Exception], bool]:
+    """A predicate from exception types (a type or a tuple) or a predicate itself."""
+    if isinstance(value, type) and issubclass(value, BaseException):
+        value = (value,)
+    if isinstance(value, tuple):
+        if not value or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in value
+        ):
+            raise ConfigError(
+                field_name, value, "exception types or a predicate (error) -> bool", owner=owner
+            )
+        types = value
+        return lambda exc: isinstance(exc, types)
+    if callable(value):
+        predicate: Callable[[Exception], bool] = value
+        return predicate
+    raise ConfigError(
+        field_name, value, "exception types or a predicate (error) -> bool", owner=owner
+    )
+
+
+@frozen
+class RetryAttempt(Event):
+    """One attempt of a retried call; ``outcome`` is ``ok``, ``control``, ``retry`` or ``raise``."""
+
+    kind: ClassVar[str] = "retry.attempt"
+    level: ClassVar[EventLevel] = "debug"
+    attempt: int = 1
+    attempts: int = 1
+    outcome: str = "ok"
+    error_type: str = ""
+    error: str = ""
+    delay: float = 0.0
+    reason: str = ""
+
+
+@frozen
+class RetryFailed(RetryAttempt):
+    """An attempt that failed: retried after ``delay``, or the error propagates (``reason``)."""
+
+    kind: ClassVar[str] = "retry.failed"
+    level: ClassVar[EventLevel] = "warning"
+
+
+class Retry(Layer):
+    """Retry the inner onion on transient errors (see the module doc)."""
+
+    def __init__(
+        self,
+        attempts: int = 3,
+        backoff: Backoff | float | Callable[[int], float] | None = None,
+        retry_on: RetryOn = DEFAULT_RETRY_ON,
+        *,
+        max_delay: float = 60.0,
+        name: str | None = None,
+    ) -> None:
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ConfigError("attempts", attempts, "an integer >= 1", owner="Retry")
+        if isinstance(max_delay, bool) or not isinstance(max_delay, (int, float)) or max_delay < 0:
+            raise ConfigError("max_delay", max_delay, "seconds >= 0", owner="Retry")
+        self.attempts = attempts
+        self.backoff = _backoff(Backoff() if backoff is None else backoff)
+        self.retryable = error_matcher(retry_on, "retry_on", "Retry")
+        self.max_delay = float(max_delay)
+        if name is not None:
+            self.name = name
+
+    def _delay(self, exc: Exception, attempt: int) -> float | None:
+        """The wait before the next attempt, or None when the server asks for too long."""
+        delay = float(self.backoff(attempt))
+        retry_after = getattr(exc, "retry_after", None)
+        if isinstance(exc, RetryableProviderError) and retry_after is not None:
+            if retry_after > self.max_delay:
+                return None
+            delay = max(delay, float(retry_after))
+        return min(delay, self.max_delay)
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        attempts = self.attempts
+        attempt = 1
+        while True:
+            surfaced = check_attempt(ctx, "retry.before_attempt", attempt)
+            if surfaced is not None:
+                ctx.emit(RetryAttempt(attempt=attempt, attempts=attempts, outcome="control"))
+                return surfaced
+            try:
+                response = await call_next(request, ctx)
+            except Exception as exc:
+                exhausted = f"all {attempt} attempts failed" if attempt >= self.attempts else ""
+                why = refusal(exc, self.retryable, "retry_on", exhausted)
+                delay = 0.0 if why else self._delay(exc, attempt)
+                if delay is None:
+                    why = f"retry_after exceeds max_delay={self.max_delay}"
+                elif not why and ctx.control.pending:
+                    # a stop or pause was requested meanwhile: it wins over another attempt
+                    ctx.emit(
+                        RetryFailed(
+                            attempt=attempt,
+                            attempts=attempts,
+                            outcome="control",
+                            reason="a control outcome is pending",
+                            error_type=type(exc).__name__,
+                            error=error_text(exc),
+                        )
+                    )
+                    return ModelResponse.from_control(_taken(ctx))
+                outcome = "raise" if why else "retry"
+                ctx.emit(
+                    RetryFailed(
+                        attempt=attempt,
+                        attempts=attempts,
+                        outcome=outcome,
+                        delay=delay or 0.0,
+                        reason=why,
+                        error_type=type(exc).__name__,
+                        error=error_text(exc),
+                    )
+                )
+                if why:
+                    raise
+                await _sleep(ctx, delay or 0.0)
+                attempt += 1
+                continue
+            outcome_name = "ok" if response.control is None else "control"
+            ctx.emit(RetryAttempt(attempt=attempt, attempts=attempts, outcome=outcome_name))
+            return response
+
+
+def _taken(ctx: RunContext[Any]) -> Control:
+    control = ctx.take_control()
+    assert control is not None
+    return control
+
+
+async def _sleep(ctx: RunContext[Any], delay: float) -> None:
+    """Wait ``delay`` seconds unless the token is cancelled first (then RunCancelled)."""
+    checkpoint = "retry.backoff"
+    try:
+        with ctx.cancellation.linked_scope(checkpoint):
+            await anyio.sleep(delay)
+    except RunCancelled as exc:
+        ctx.emit(Cancelled(checkpoint=checkpoint, reason=exc.reason))
+        raise

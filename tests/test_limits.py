@@ -1,0 +1,268 @@
+"""CallLimits: run and thread limits on model and tool calls, ending with an error or a stop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tinyctx import (
+    Agent,
+    ConfigError,
+    ControlApplied,
+    Interrupt,
+    Interrupted,
+    LimitExceeded,
+    LimitHit,
+    ModelRequest,
+    RunConfig,
+    RunContext,
+    Session,
+    ToolResult,
+    UserMessage,
+    check_pairing,
+)
+from tinyctx.middleware import CallLimits, ControlOutcomes, Inherit, subagent_tool
+from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply, run_layer
+
+
+def looping_model() -> ScriptedModel:
+    """A model that asks for tool ``t`` forever."""
+    return ScriptedModel([lambda request, ctx: reply("", call("t"))], repeat_last=True)
+
+
+def hits(events: Any) -> list[tuple[str, int, str]]:
+    return [(e.limit, e.value, e.scope) for e in events if isinstance(e, LimitHit)]
+
+
+class TestConfiguration:
+    """Bad limits fail at construction with the field named."""
+
+    @pytest.mark.parametrize(
+        ("kwargs", "field"),
+        [
+            ({}, "model_calls"),
+            ({"model_calls": 0}, "model_calls"),
+            ({"tool_calls": True}, "tool_calls"),
+            ({"per_tool": {"search": 0}}, "per_tool['search']"),
+            ({"per_tool": {"": 1}}, "per_tool"),
+            ({"model_calls": 1, "exit": "continue"}, "exit"),
+            ({"model_calls": 1, "scope": "session"}, "scope"),
+            ({"model_calls": 1, "end_message": "{nope}"}, "end_message"),
+            ({"model_calls": 1, "end_message": ""}, "end_message"),
+        ],
+    )
+    def test_bad_values(self, kwargs: dict[str, Any], field: str) -> None:
+        with pytest.raises(ConfigError) as info:
+            CallLimits(**kwargs)
+        assert info.value.field == field
+
+
+class TestRunLimits:
+    """Per-run limits: "error" raises a clear LimitExceeded, "end" stops with a final answer."""
+
+    async def test_model_call_limit_error(self) -> None:
+        model = looping_model()
+        agent = Agent(model=model, tools=[FakeTool("t").tool], middleware=[CallLimits(3)])
+        async with Session(agent) as session:
+            with capture_events() as events:
+                with pytest.raises(LimitExceeded, match="model_calls limit of 3 per run reached"):
+                    await session.run("go")
+            check_pairing(session.conversation_messages, allow_pending=False)
+        assert model.calls == 3
+        assert hits(events) == [("model_calls", 3, "run")]
+
+    async def test_model_call_limit_end(self) -> None:
+        model = looping_model()
+        agent = Agent(
+            model=model, tools=[FakeTool("t").tool], middleware=[CallLimits(2, exit="end")]
+        )
+        async with Session(agent) as session:
+            with capture_events() as events:
+                result = await session.run("go")
+            history = session.conversation_messages
+        assert model.calls == 2
+        assert result.status == "stopped"
+        assert result.final_text == "Stopped: the model call limit of 2 per run was reached."
+        assert history[-1].text == result.final_text
+        check_pairing(history, allow_pending=False)
+        assert [e.control for e in events if isinstance(e, ControlApplied)] == ["stop_with_final"]
+
+    async def test_tool_call_limit_end_refuses_and_answers_the_rest(self) -> None:
+        tool = FakeTool("t")
+        model = ScriptedModel([reply("", call("t"), call("t"), call("t"), call("t"))])
+        agent = Agent(
+            model=model, tools=[tool.tool], middleware=[CallLimits(tool_calls=2, exit="end")]
+        )
+        async with Session(agent) as session:
+            result = await session.run("go")
+            history = session.conversation_messages
+        assert len(tool.calls) == 2
+        results = [m for m in history if isinstance(m, ToolResult)]
+        assert [r.is_error for r in results] == [False, False, True, True]
+        assert "tool call limit of 2 per run was reached" in results[2].content
+        assert "skipped" in results[3].content
+        assert result.final_text == "Stopped: the tool call limit of 2 per run was reached."
+        check_pairing(history, allow_pending=False)
+
+    async def test_tool_call_limit_error_keeps_pairing(self) -> None:
+        model = ScriptedModel([reply("", call("t"), call("t"), call("t"))])
+        agent = Agent(
+            model=model, tools=[FakeTool("t").tool], middleware=[CallLimits(tool_calls=1)]
+        )
+        async with Session(agent) as session:
+            with pytest.raises(LimitExceeded, match="tool_calls limit of 1 per run"):
+                await session.run("go")
+            check_pairing(session.conversation_messages, allow_pending=False)
+
+    async def test_per_tool_limit(self) -> None:
+        search = FakeTool("search")
+        other = FakeTool("other")
+        model = ScriptedModel(
+            [reply("", call("search"), call("other"), call("search"), call("other")), "after"]
+        )
+        limits = CallLimits(per_tool={"search": 1}, exit="end", end_message="{what} cap {value}")
+        agent = Agent(model=model, tools=[search.tool, other.tool], middleware=[limits])
+        async with Session(agent) as session:
+            with capture_events() as events:
+                result = await session.run("go")
+        assert (len(search.calls), len(other.calls)) == (1, 1)
+        assert result.final_text == "'search' call cap 1"
+        assert hits(events) == [("tool_calls[search]", 1, "run")]
+
+    async def test_each_run_counts_afresh_and_a_resumed_run_keeps_its_count(self) -> None:
+        pause = FakeTool("pause", control=Interrupt("n"))
+        model = ScriptedModel(
+            [reply("", call("pause")), "first", reply("", call("t")), "second", "third"]
+        )
+        limits = CallLimits(model_calls=2)
+        agent = Agent(model=model, tools=[pause.tool, FakeTool("t").tool], middleware=[limits])
+        async with Session(agent) as session:
+            with pytest.raises(Interrupted) as info:
+                await session.run("one")  # 1 model call, then paused
+            assert (await session.resume(info.value.checkpoint)).final_text == "first"
+            assert (await session.run("two")).final_text == "second"  # 2 calls: at the limit
+            assert (await session.run("three")).final_text == "third"
+        # the resumed run continued its count: pausing is no way around a limit
+        model2 = ScriptedModel([reply("", call("pause")), reply("", call("t")), "never"])
+        agent2 = agent.evolve(model=model2)
+        async with Session(agent2) as session:
+            with pytest.raises(Interrupted) as info:
+                await session.run("one")
+            with pytest.raises(LimitExceeded):
+                await session.resume(info.value.checkpoint)
+        assert model2.calls == 2
+
+    async def test_counts_per_run_even_under_a_layer_that_derives_each_call(self) -> None:
+        model = looping_model()
+        agent = Agent(
+            model=model,
+            tools=[FakeTool("t").tool],
+            middleware=[Inherit(tags=("x",)), CallLimits(model_calls=2, tool_calls=5)],
+        )
+        with pytest.raises(LimitExceeded, match="model_calls"):
+            await agent.run("go")
+        assert model.calls == 2
+
+    async def test_a_sub_agent_with_the_same_layer_has_its_own_run_count(self) -> None:
+        limits = CallLimits(model_calls=2)
+        sub_model = ScriptedModel([reply("", call("t")), "sub done"])
+        sub = Agent(model=sub_model, tools=[FakeTool("t").tool], middleware=[limits], name="sub")
+        model = ScriptedModel([reply("", call("sub", task="x")), "parent done"])
+        agent = Agent(model=model, tools=[subagent_tool(sub)], middleware=[limits])
+        result = await agent.run("go")
+        assert result.final_text == "parent done"
+        assert (model.calls, sub_model.calls) == (2, 2)
+
+
+class TestThreadLimits:
+    """A thread limit counts across the runs of a session."""
+
+    async def test_thread_model_limit_ends_a_later_run(self) -> None:
+        model = ScriptedModel(["one", "two", "never"])
+        limits = CallLimits(model_calls=2, scope="thread", exit="end")
+        async with Session(Agent(model=model, middleware=[limits])) as session:
+            assert (await session.run("a")).final_text == "one"
+            assert (await session.run("b")).final_text == "two"
+            with capture_events() as events:
+                third = await session.run("c")
+            history = session.conversation_messages
+        assert third.status == "stopped"
+        assert third.final_text == "Stopped: the model call limit of 2 per thread was reached."
+        assert model.calls == 2
+        assert hits(events) == [("model_calls", 2, "thread")]
+        check_pairing(history, allow_pending=False)
+
+    async def test_run_and_thread_limits_stack(self) -> None:
+        model = ScriptedModel(
+            [reply("", call("t")), "a", reply("", call("t")), "b", reply("", call("t")), "never"]
+        )
+        agent = Agent(
+            model=model,
+            tools=[FakeTool("t").tool],
+            middleware=[
+                CallLimits(tool_calls=1, name="per_run"),
+                CallLimits(tool_calls=2, scope="thread", exit="end", name="per_thread"),
+            ],
+        )
+        async with Session(agent) as session:
+            await session.run("1")
+            await session.run("2")
+            third = await session.run("3")
+        assert third.final_text == "Stopped: the tool call limit of 2 per thread was reached."
+        assert model.calls == 5
+
+
+class TestLimitProperty:
+    """Whatever the model asks for, a limit is never exceeded and pairing always holds."""
+
+    @given(
+        model_limit=st.integers(1, 4),
+        tool_limit=st.none() | st.integers(1, 4),
+        batch=st.integers(0, 3),
+        exit=st.sampled_from(["error", "end"]),
+        with_control_layer=st.booleans(),
+    )
+    async def test_limits_hold(
+        self,
+        model_limit: int,
+        tool_limit: int | None,
+        batch: int,
+        exit: str,
+        with_control_layer: bool,
+    ) -> None:
+        tool = FakeTool("t")
+        model = ScriptedModel(
+            [lambda request, ctx: reply("", *(call("t") for _ in range(batch)))],
+            repeat_last=True,
+        )
+        layers: list[Any] = [CallLimits(model_limit, tool_limit, exit=exit)]  # type: ignore[arg-type]
+        if with_control_layer:
+            layers.insert(0, ControlOutcomes())
+        agent = Agent(model=model, tools=[tool.tool], middleware=layers)
+        async with Session(agent, config=RunConfig(max_model_calls=None)) as session:
+            try:
+                result = await session.run("go")
+            except LimitExceeded:
+                assert exit == "error"
+            else:
+                assert result.status == ("stopped" if batch else "completed")
+            history = session.conversation_messages
+        assert model.calls <= model_limit
+        assert len(tool.calls) <= (tool_limit if tool_limit is not None else len(tool.calls))
+        check_pairing(history, allow_pending=False)
+
+
+class TestOutsideASession:
+    """Used directly (run_layer), the layer counts per context."""
+
+    async def test_run_layer_counts_per_context(self) -> None:
+        layer = CallLimits(1)
+        ctx = RunContext.new()
+        request = ModelRequest(messages=(UserMessage("x"),))
+        await run_layer(layer, request, ctx)
+        with pytest.raises(LimitExceeded):
+            await run_layer(layer, request, ctx)
+        await run_layer(layer, request, RunContext.new())
