@@ -65,7 +65,7 @@ class TestCancellationToken:
         with anyio.move_on_after(0.01):
             await token.cancelled()
         # the abandoned wait left nothing behind that a later cancel would trip over
-        assert not token._scopes
+        assert not token._scopes  # None or empty
         token.cancel()
         assert token.is_cancelled()
 

@@ -34,8 +34,9 @@ class CancellationToken:
     def __init__(self) -> None:
         self._cancelled = False
         self._reason: str | None = None
-        self._scopes: set[anyio.CancelScope] = set()
-        self._children: weakref.WeakSet[CancellationToken] = weakref.WeakSet()
+        # both made on first use: most tokens (one per derived call) never need them
+        self._scopes: set[anyio.CancelScope] | None = None
+        self._children: weakref.WeakSet[CancellationToken] | None = None
 
     def __repr__(self) -> str:
         state = "cancelled" if self._cancelled else "active"
@@ -54,10 +55,10 @@ class CancellationToken:
             return
         self._cancelled = True
         self._reason = reason
-        scopes, self._scopes = self._scopes, set()
-        for scope in scopes:
+        scopes, self._scopes = self._scopes, None
+        for scope in scopes or ():
             scope.cancel()
-        for child in list(self._children):
+        for child in list(self._children or ()):
             child.cancel(reason)
 
     def child(self) -> CancellationToken:
@@ -67,8 +68,19 @@ class CancellationToken:
             token._cancelled = True
             token._reason = self._reason
         else:
+            if self._children is None:
+                self._children = weakref.WeakSet()
             self._children.add(token)
         return token
+
+    def _watch(self, scope: anyio.CancelScope) -> None:
+        if self._scopes is None:
+            self._scopes = set()
+        self._scopes.add(scope)
+
+    def _unwatch(self, scope: anyio.CancelScope) -> None:
+        if self._scopes is not None:
+            self._scopes.discard(scope)
 
     def raise_if_cancelled(self, checkpoint: str = "") -> None:
         if self._cancelled:
@@ -83,12 +95,12 @@ class CancellationToken:
         """
         self.raise_if_cancelled(checkpoint)
         scope = anyio.CancelScope()
-        self._scopes.add(scope)
+        self._watch(scope)
         try:
             with scope:
                 yield scope
         finally:
-            self._scopes.discard(scope)
+            self._unwatch(scope)
         if scope.cancelled_caught and self._cancelled:
             raise RunCancelled(checkpoint, self._reason)
 
@@ -98,12 +110,12 @@ class CancellationToken:
             await anyio.lowlevel.checkpoint()
             return
         scope = anyio.CancelScope()
-        self._scopes.add(scope)
+        self._watch(scope)
         try:
             with scope:
                 await anyio.sleep_forever()
         finally:
-            self._scopes.discard(scope)
+            self._unwatch(scope)
 
     async def race(self, fn: Callable[[], Awaitable[T]], checkpoint: str = "") -> T:
         """Await ``fn()`` unless the token is cancelled first (then raise RunCancelled)."""

@@ -16,6 +16,8 @@ import attrs
 import structlog
 from attrs import field, frozen
 
+from .frozen import clone_with
+
 __all__ = [
     "Event",
     "EventSink",
@@ -76,14 +78,16 @@ class Event:
         tags: tuple[str, ...],
         lineage: tuple[str, ...] = (),
     ) -> Event:
-        return attrs.evolve(
+        return clone_with(
             self,
-            run_id=run_id,
-            parent_run_id=parent_run_id,
-            root_run_id=root_run_id,
-            thread_id=thread_id,
-            tags=tags,
-            lineage=lineage,
+            {
+                "run_id": run_id,
+                "parent_run_id": parent_run_id,
+                "root_run_id": root_run_id,
+                "thread_id": thread_id,
+                "tags": tags,
+                "lineage": lineage,
+            },
         )
 
 

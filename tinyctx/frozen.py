@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar, overload
 
-__all__ = ["FrozenDict", "freeze", "thaw", "frozen_mapping", "EMPTY"]
+__all__ = ["FrozenDict", "freeze", "thaw", "frozen_mapping", "EMPTY", "clone_with"]
 
 K = TypeVar("K")
+_T = TypeVar("_T")
 V = TypeVar("V")
 _D = TypeVar("_D")
 
@@ -133,3 +134,34 @@ def frozen_mapping(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
         return EMPTY
     frozen: FrozenDict[str, Any] = freeze(value)
     return frozen
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
+def clone_with(instance: _T, changes: Mapping[str, Any]) -> _T:
+    """A copy of a frozen attrs ``instance`` with ``changes``, running no converter or validator.
+
+    For kernel hot paths (``derive``, event stamping) where every changed value is already
+    valid by construction. A dict-backed class (``@frozen(slots=False)``) is copied with one
+    C-level dict update; a slotted one with a setattr per field. Not for classes with
+    ``cache_hash=True`` (their hidden cache slot is not copied).
+    """
+    cls = type(instance)
+    if cls not in _FIELD_NAMES:
+        import attrs
+
+        slotted = any("__slots__" in vars(k) for k in cls.__mro__[:-1])
+        fields = tuple(a.name for a in attrs.fields(cls))  # type: ignore[arg-type]
+        _FIELD_NAMES[cls] = fields if slotted else None
+    names = _FIELD_NAMES[cls]
+    new = object.__new__(cls)
+    if names is None:
+        state = new.__dict__
+        state.update(instance.__dict__)
+        state.update(changes)
+        return new
+    setter = object.__setattr__
+    for name in names:
+        setter(new, name, changes[name] if name in changes else getattr(instance, name))
+    return new
