@@ -33,9 +33,16 @@ from .errors import TinyCtxError
 from .frozen import thaw
 
 try:  # typing_extensions.TypedDict is a different class before Python 3.13
-    from typing_extensions import is_typeddict as _is_typeddict
+    import typing_extensions as _te
+
+    _is_typeddict = _te.is_typeddict
+    _te_required: Any = _te.Required
+    _te_not_required: Any = _te.NotRequired
 except ImportError:  # pragma: no cover - typing_extensions is nearly always installed
     _is_typeddict = typing.is_typeddict
+    _te_required = typing.Required
+    _te_not_required = typing.NotRequired
+_REQUIRED_MARKERS = (typing.Required, typing.NotRequired, _te_required, _te_not_required)
 
 __all__ = [
     "ArgumentsSchema",
@@ -490,6 +497,7 @@ class _UnionNode(_Node):
         closest: _Invalid | None = None
         passes = (True,) if strict else (True, False)
         for pass_strict in passes:
+            closest = None  # report what the most lenient pass found
             for option in self._options:
                 try:
                     return option.convert(value, path, pass_strict)
@@ -664,7 +672,7 @@ class _Compiler:
             if args and args[0] not in (str, Any):
                 raise SchemaError(f"object keys are strings: {tp!r} needs str keys")
             return _DictNode(self.compile(args[1]) if args else _ANY)
-        if origin in (typing.Required, typing.NotRequired):
+        if origin in _REQUIRED_MARKERS:
             raise SchemaError(f"{tp!r} is only meaningful inside a TypedDict")
         if isinstance(tp, type):
             if _is_typeddict(tp):
@@ -723,9 +731,13 @@ class _Compiler:
         if kind == "typeddict":
             required_keys: frozenset[str] = getattr(cls, "__required_keys__", frozenset())
             for name, tp in hints.items():
-                if get_origin(tp) in (typing.Required, typing.NotRequired):
+                # explicit markers win: with string annotations (PEP 563) Python 3.11
+                # cannot see them when it computes __required_keys__
+                required = name in required_keys
+                while get_origin(tp) in _REQUIRED_MARKERS:
+                    required = get_origin(tp) in (typing.Required, _te_required)
                     tp = get_args(tp)[0]
-                fields.append(self._field(cls, name, tp, name in required_keys, _MISSING, doc))
+                fields.append(self._field(cls, name, tp, required, _MISSING, doc))
         elif kind == "attrs":
             for a in attrs.fields(cls):
                 if not a.init:
