@@ -30,6 +30,7 @@ from .docstrings import parse_docstring
 from .errors import TinyCtxError
 from .events import EventSink
 from .frozen import EMPTY, FrozenDict, frozen_mapping
+from .messages import ToolResult
 from .schema import (
     ArgumentsSchema,
     Param,
@@ -42,7 +43,6 @@ from .stores import Store, StoreRegistry
 
 if TYPE_CHECKING:
     from .context import RunContext
-    from .messages import ToolResult
 
 __all__ = [
     "Tool",
@@ -140,6 +140,7 @@ class ToolRegistry:
         for tool in base:
             self._add(self._base, tool, where="agent tools")
         self._local: dict[str, Tool] = {}
+        self._base_server: dict[str, ServerTool] = {}
         self._server: dict[str, ServerTool] = {}
         for server_tool in server_tools:
             self.register_server_tool(server_tool)
@@ -504,8 +505,6 @@ class FunctionTool(Tool):
                 )
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str | ToolResult:
-        from .messages import ToolResult
-
         values = self.arguments.validate(arguments, tool=self.name)
         for injection in self.injections:
             problem = injection.problem(ctx)
