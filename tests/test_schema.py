@@ -14,6 +14,7 @@ import inspect
 import itertools
 import json
 import keyword
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, NewType, NotRequired, Optional, TypedDict, Union
 
@@ -267,6 +268,39 @@ class TestSchemaFromHints:
         assert prop(f, "q")["description"] == "from Annotated"
         assert prop(f, "n")["description"] == "how many"
         assert f.description == "Search."
+
+    def test_parameter_text_beats_the_type_doc_and_annotated_beats_both(self) -> None:
+        @tool
+        async def f(color: Color, shade: Annotated[Color, "explicit"], other: Color) -> str:
+            """Pick colors.
+
+            Args:
+                color: the parameter's own text
+                shade: loses to Annotated
+            """
+            return ""
+
+        assert prop(f, "color")["description"] == "the parameter's own text"
+        assert prop(f, "shade")["description"] == "explicit"
+        assert prop(f, "other")["description"] == "A paint color."
+        assert f.description == "Pick colors."
+
+    def test_bare_generics_accept_any_items(self) -> None:
+        @tool
+        async def f(a: list, b: tuple, c: typing.Tuple, d: dict) -> str:  # type: ignore[type-arg]  # noqa: UP006
+            return ""
+
+        assert [prop(f, k) for k in "abcd"] == [
+            {"type": "array"},
+            {"type": "array"},
+            {"type": "array"},
+            {"type": "object"},
+        ]
+        with pytest.raises(SchemaError, match="set items must be hashable, any value is not"):
+
+            @tool
+            async def g(e: set) -> str:  # type: ignore[type-arg]
+                return ""
 
     def test_unsupported_hints_fail_when_the_tool_is_defined(self) -> None:
         with pytest.raises(SchemaError, match=r"tool 'f', parameter 'when': no JSON Schema"):

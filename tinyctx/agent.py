@@ -257,6 +257,10 @@ class Session(Generic[Data]):
     ``async with Session(agent, thread_id=..., data=...) as s: result = await s.run("...")``.
     Runs are sequential; leaving the session waits up to ``grace_period`` seconds for
     background work (session-memory extraction), then cancels what is left.
+
+    Queued message events (``conversation.add`` / ``replace``) are flushed exactly once:
+    before each model request, when a run ends with an answer, and when the session is
+    left without an error. A failed run's leftovers go out with the next flush.
     """
 
     def __init__(

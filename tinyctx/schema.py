@@ -30,7 +30,7 @@ import attrs
 
 from .docstrings import Docstring, parse_docstring
 from .errors import TinyCtxError
-from .frozen import thaw
+from .frozen import FrozenDict, thaw
 
 try:  # typing_extensions.TypedDict is a different class before Python 3.13
     import typing_extensions as _te
@@ -152,14 +152,21 @@ class _Invalid(Exception):
     """``shape_ok``: the value had the right JSON type and failed inside (a union reports
     such an error rather than "expected one of ...")."""
 
-    def __init__(self, path: str, message: str, *, shape_ok: bool = True) -> None:
-        self.path = path
+    def __init__(self, message: str, *, shape_ok: bool = True) -> None:
         self.message = message
         self.shape_ok = shape_ok
+        self.where: list[str] = []  # path segments, innermost first: built only on failure
+
+    def at(self, segment: str) -> _Invalid:
+        self.where.append(segment)
+        return self
+
+    def path(self, root: str) -> str:
+        return root + "".join(reversed(self.where))
 
 
-def _fail(path: str, expected: str, value: Any) -> NoReturn:
-    raise _Invalid(path, f"expected {expected}, got {_show(value)}", shape_ok=False)
+def _fail(expected: str, value: Any) -> NoReturn:
+    raise _Invalid(f"expected {expected}, got {_show(value)}", shape_ok=False)
 
 
 class _Defs:
@@ -201,7 +208,7 @@ class _Node:
     def schema(self, defs: _Defs) -> dict[str, Any]:
         raise NotImplementedError
 
-    def convert(self, value: Any, path: str, strict: bool) -> Any:
+    def convert(self, value: Any, strict: bool) -> Any:
         """The value as the signature wants it, or ``_Invalid``. ``strict`` refuses the
         numeric coercions (int <-> float), so a union tries exact matches first."""
         raise NotImplementedError
@@ -224,7 +231,7 @@ class _AnyNode(_Node):
     def schema(self, defs: _Defs) -> dict[str, Any]:
         return {}
 
-    def convert(self, value: Any, path: str, strict: bool) -> Any:
+    def convert(self, value: Any, strict: bool) -> Any:
         return thaw(value)
 
     def describe(self) -> str:
@@ -246,13 +253,28 @@ class _Scalar(_Node):
     def schema(self, defs: _Defs) -> dict[str, Any]:
         return {"type": self._type}
 
-    def convert(self, value: Any, path: str, strict: bool) -> Any:
+    def convert(self, value: Any, strict: bool) -> Any:
         if self._check(value):
             return value
-        _fail(path, self._phrase, value)
+        _fail(self._phrase, value)
 
     def describe(self) -> str:
         return self._phrase
+
+
+class _StrNode(_Node):
+    __slots__ = ()
+
+    def schema(self, defs: _Defs) -> dict[str, Any]:
+        return {"type": "string"}
+
+    def convert(self, value: Any, strict: bool) -> Any:
+        if isinstance(value, str):
+            return value
+        _fail("a string", value)
+
+    def describe(self) -> str:
+        return "a string"
 
 
 class _IntNode(_Node):
@@ -261,13 +283,13 @@ class _IntNode(_Node):
     def schema(self, defs: _Defs) -> dict[str, Any]:
         return {"type": "integer"}
 
-    def convert(self, value: Any, path: str, strict: bool) -> Any:
+    def convert(self, value: Any, strict: bool) -> Any:
         t = type(value)
         if t is int or (isinstance(value, int) and t is not bool):
             return value
         if not strict and isinstance(value, float) and value.is_integer():
             return int(value)
-        _fail(path, "an integer", value)
+        _fail("an integer", value)
 
     def describe(self) -> str:
         return "an integer"
@@ -279,7 +301,7 @@ class _FloatNode(_Node):
     def schema(self, defs: _Defs) -> dict[str, Any]:
         return {"type": "number"}
 
-    def convert(self, value: Any, path: str, strict: bool) -> Any:
+    def convert(self, value: Any, strict: bool) -> Any:
         if isinstance(value, float):
             return value
         if not strict and isinstance(value, int) and type(value) is not bool:
@@ -287,7 +309,7 @@ class _FloatNode(_Node):
                 return float(value)
             except OverflowError:
                 return value  # too large for a float: an int still behaves as a number
-        _fail(path, "a number", value)
+        _fail("a number", value)
 
     def describe(self) -> str:
         return "a number"
@@ -308,13 +330,19 @@ def _json_type(value: Any) -> str:
 class _ChoiceNode(_Node):
     """``Literal[...]`` and ``Enum``: a fixed set of JSON scalars, each mapped to its value."""
 
-    __slots__ = ("_by_key", "_json", "_phrase", "_title")
+    __slots__ = ("_by_key", "_description", "_json", "_phrase", "_title")
 
-    def __init__(self, choices: Sequence[tuple[Any, Any]], title: str | None = None) -> None:
+    def __init__(
+        self,
+        choices: Sequence[tuple[Any, Any]],
+        title: str | None = None,
+        description: str | None = None,
+    ) -> None:
         self._json = [j for j, _ in choices]
         self._by_key = {_json_key(j): python for j, python in choices}
         self._phrase = "one of " + ", ".join(_show(j) for j in self._json)
         self._title = title
+        self._description = description
 
     @property
     def nullable(self) -> bool:
@@ -328,13 +356,15 @@ class _ChoiceNode(_Node):
         out["enum"] = list(self._json)
         if self._title:
             out["title"] = self._title
+        if self._description:
+            out["description"] = self._description
         return out
 
-    def convert(self, value: Any, path: str, strict: bool) -> Any:
+    def convert(self, value: Any, strict: bool) -> Any:
         key = _json_key(value)
         if key in self._by_key:
             return self._by_key[key]
-        _fail(path, self._phrase, value)
+        _fail(self._phrase, value)
 
     def describe(self) -> str:
         return self._phrase
@@ -358,8 +388,8 @@ class _Described(_Node):
     def schema(self, defs: _Defs) -> dict[str, Any]:
         return {**self._inner.schema(defs), "description": self._description}
 
-    def convert(self, value: Any, path: str, strict: bool) -> Any:
-        return self._inner.convert(value, path, strict)
+    def convert(self, value: Any, strict: bool) -> Any:
+        return self._inner.convert(value, strict)
 
     def describe(self) -> str:
         return self._inner.describe()
@@ -367,6 +397,11 @@ class _Described(_Node):
 
 def _is_array(value: Any) -> bool:
     return isinstance(value, (list, tuple))
+
+
+def _is_object(value: Any) -> bool:
+    t = type(value)  # the common cases first: an ABC isinstance check is slow
+    return t is FrozenDict or t is dict or isinstance(value, Mapping)
 
 
 class _ArrayNode(_Node):
@@ -390,20 +425,24 @@ class _ArrayNode(_Node):
             out["uniqueItems"] = True
         return out
 
-    def convert(self, value: Any, path: str, strict: bool) -> Any:
+    def convert(self, value: Any, strict: bool) -> Any:
         if not _is_array(value):
-            _fail(path, self.describe(), value)
+            _fail(self.describe(), value)
         if self._unique:
             seen: set[Any] = set()
             for index, item in enumerate(value):
                 key = _json_key(item)
                 if key in seen:
-                    raise _Invalid(f"{path}[{index}]", f"duplicate item {_show(item)}")
+                    raise _Invalid(f"duplicate item {_show(item)}").at(f"[{index}]")
                 seen.add(key)
-        item = self._item
-        return self._container(
-            [item.convert(v, f"{path}[{i}]", strict) for i, v in enumerate(value)]
-        )
+        convert = self._item.convert
+        out = []
+        for index, item in enumerate(value):
+            try:
+                out.append(convert(item, strict))
+            except _Invalid as exc:
+                raise exc.at(f"[{index}]") from None
+        return self._container(out)
 
     def describe(self) -> str:
         what = "an array of unique items" if self._unique else "an array"
@@ -431,13 +470,16 @@ class _TupleNode(_Node):
             "maxItems": n,
         }
 
-    def convert(self, value: Any, path: str, strict: bool) -> Any:
+    def convert(self, value: Any, strict: bool) -> Any:
         if not _is_array(value) or len(value) != len(self._items):
-            _fail(path, self.describe(), value)
-        return tuple(
-            node.convert(v, f"{path}[{i}]", strict)
-            for i, (node, v) in enumerate(zip(self._items, value, strict=True))
-        )
+            _fail(self.describe(), value)
+        out = []
+        for index, (node, item) in enumerate(zip(self._items, value, strict=True)):
+            try:
+                out.append(node.convert(item, strict))
+            except _Invalid as exc:
+                raise exc.at(f"[{index}]") from None
+        return tuple(out)
 
     def describe(self) -> str:
         n = len(self._items)
@@ -462,11 +504,17 @@ class _DictNode(_Node):
             out["additionalProperties"] = values
         return out
 
-    def convert(self, value: Any, path: str, strict: bool) -> Any:
-        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-            _fail(path, self.describe(), value)
-        node = self._value
-        return {k: node.convert(v, f"{path}.{k}", strict) for k, v in value.items()}
+    def convert(self, value: Any, strict: bool) -> Any:
+        if not _is_object(value) or not all(isinstance(k, str) for k in value):
+            _fail(self.describe(), value)
+        convert = self._value.convert
+        out = {}
+        for key, item in value.items():
+            try:
+                out[key] = convert(item, strict)
+            except _Invalid as exc:
+                raise exc.at(f".{key}") from None
+        return out
 
     def describe(self) -> str:
         inner = self._value.describe()
@@ -493,22 +541,22 @@ class _UnionNode(_Node):
             return {"type": list(dict.fromkeys(s["type"] for s in schemas))}
         return {"anyOf": schemas}
 
-    def convert(self, value: Any, path: str, strict: bool) -> Any:
+    def convert(self, value: Any, strict: bool) -> Any:
         closest: _Invalid | None = None
         passes = (True,) if strict else (True, False)
         for pass_strict in passes:
             closest = None  # report what the most lenient pass found
             for option in self._options:
                 try:
-                    return option.convert(value, path, pass_strict)
+                    return option.convert(value, pass_strict)
                 except _Invalid as exc:
-                    if (exc.shape_ok or exc.path != path) and (
-                        closest is None or len(exc.path) > len(closest.path)
+                    if (exc.shape_ok or exc.where) and (
+                        closest is None or len(exc.where) > len(closest.where)
                     ):
                         closest = exc
         if closest is not None:
             raise closest  # the option whose shape matched says what is wrong inside
-        _fail(path, self.describe(), value)
+        _fail(self.describe(), value)
 
     def describe(self) -> str:
         return "one of: " + "; ".join(o.describe() for o in self._options)
@@ -555,26 +603,30 @@ class _ClassNode(_Node):
     def schema(self, defs: _Defs) -> dict[str, Any]:
         return defs.ref(self)
 
-    def convert(self, value: Any, path: str, strict: bool) -> Any:
-        if not isinstance(value, Mapping):
-            _fail(path, self.describe(), value)
-        known = {f.name for f in self.fields}
-        for key in value:
-            if key not in known:
-                allowed = ", ".join(sorted(known)) or "none"
-                raise _Invalid(path, f"unexpected property {key!r} (allowed: {allowed})")
+    def convert(self, value: Any, strict: bool) -> Any:
+        if not _is_object(value):
+            _fail(self.describe(), value)
         out: dict[str, Any] = {}
         for f in self.fields:
-            if f.name in value:
-                out[f.name] = f.node.convert(value[f.name], f"{path}.{f.name}", strict)
+            name = f.name
+            if name in value:
+                try:
+                    out[name] = f.node.convert(value[name], strict)
+                except _Invalid as exc:
+                    raise exc.at(f".{name}") from None
             elif f.required:
-                raise _Invalid(path, f"missing required property {f.name!r} ({f.node.describe()})")
+                raise _Invalid(f"missing required property {name!r} ({f.node.describe()})")
+        if len(out) != len(value):
+            known = {f.name for f in self.fields}
+            unexpected = next(key for key in value if key not in known)
+            allowed = ", ".join(sorted(known)) or "none"
+            raise _Invalid(f"unexpected property {unexpected!r} (allowed: {allowed})")
         if self.kind == "typeddict":
             return out
         try:
             return self.cls(**out)
         except Exception as exc:  # the class's own validators: report, do not crash
-            raise _Invalid(path, f"{self.cls.__name__} rejected the value: {exc}") from None
+            raise _Invalid(f"{self.cls.__name__} rejected the value: {exc}") from None
 
     def describe(self) -> str:
         return f"an object {self.cls.__name__} with properties " + (
@@ -586,7 +638,8 @@ def _property_schema(
     node: _Node, default: Any, description: str | None, defs: _Defs
 ) -> dict[str, Any]:
     out = node.schema(defs)
-    if description and "description" not in out:  # Annotated[T, "..."] wins over docstrings
+    # Annotated[T, "..."] wins over the docstring, which wins over the type's own doc
+    if description and not isinstance(node, _Described):
         out = {**out, "description": description}
     if default is not _MISSING:
         # a default that is not JSON stays unseen by the model, and still applies
@@ -595,7 +648,7 @@ def _property_schema(
     return out
 
 
-_STR = _Scalar("string", "a string", lambda v: isinstance(v, str))
+_STR = _StrNode()
 _BOOL = _Scalar("boolean", "a boolean (true or false)", lambda v: v is True or v is False)
 _NULL = _Scalar("null", "null", lambda v: v is None)
 _ANY = _AnyNode()
@@ -656,7 +709,7 @@ class _Compiler:
             return _FLOAT
         if tp in _LIST_ORIGINS or origin in _LIST_ORIGINS:
             return _ArrayNode(self.compile(args[0]) if args else _ANY, list, unique=False)
-        if tp is tuple:
+        if tp is tuple or tp is typing.Tuple:  # noqa: UP006
             return _ArrayNode(_ANY, tuple, unique=False)
         if origin is tuple:
             if len(args) == 2 and args[1] is Ellipsis:
@@ -665,7 +718,8 @@ class _Compiler:
         if tp in _SET_ORIGINS or origin in _SET_ORIGINS:
             item = self.compile(args[0]) if args else _ANY
             if not item.hashable:
-                raise SchemaError(f"set items must be hashable, {args[0]!r} is not")
+                what = repr(args[0]) if args else "any value"
+                raise SchemaError(f"set items must be hashable, {what} is not (say set[str])")
             container = frozenset if (origin or tp) is frozenset else set
             return _ArrayNode(item, container, unique=True)
         if tp in _DICT_ORIGINS or origin in _DICT_ORIGINS:
@@ -711,10 +765,9 @@ class _Compiler:
         return choices
 
     def _enum(self, cls: type[enum.Enum]) -> _Node:
-        choices = self._literal_choices(list(cls))
-        node: _Node = _ChoiceNode(choices, title=cls.__name__)
         doc = _own_doc(cls)
-        return _Described(node, inspect.cleandoc(doc)) if doc else node
+        description = inspect.cleandoc(doc) if doc else None
+        return _ChoiceNode(self._literal_choices(list(cls)), cls.__name__, description)
 
     def _class(self, cls: type, kind: Literal["attrs", "dataclass", "typeddict"]) -> _Node:
         node = self._classes.get(cls)
@@ -806,7 +859,7 @@ class Param:
 class ArgumentsSchema:
     """The object schema of a tool's parameters and the validator that matches it."""
 
-    __slots__ = ("_fields", "_names", "schema", "tool")
+    __slots__ = ("_fields", "_names", "_plan", "schema", "tool")
 
     def __init__(self, tool: str, params: Sequence[Param]) -> None:
         compiler = _Compiler()
@@ -820,6 +873,7 @@ class ArgumentsSchema:
         self.tool = tool
         self._fields: tuple[_Field, ...] = tuple(fields)
         self._names = frozenset(f.name for f in fields)
+        self._plan = tuple((f.name, f.node.convert, f.required) for f in fields)
         defs = _Defs()
         properties = {
             f.name: _property_schema(f.node, f.default, f.description, defs) for f in fields
@@ -835,8 +889,23 @@ class ArgumentsSchema:
 
     def validate(self, arguments: Mapping[str, Any], *, tool: str | None = None) -> dict[str, Any]:
         """The converted arguments, or ToolArgumentError listing every problem found."""
-        problems: list[str] = []
+        # fast path: valid arguments, no bookkeeping; any doubt goes to the full report
         out: dict[str, Any] = {}
+        try:
+            for name, convert, required in self._plan:
+                if name in arguments:
+                    out[name] = convert(arguments[name], False)
+                elif required:
+                    break
+            else:
+                if len(out) == len(arguments):
+                    return out
+        except _Invalid:
+            pass
+        raise ToolArgumentError(tool or self.tool, self._problems(arguments))
+
+    def _problems(self, arguments: Mapping[str, Any]) -> list[str]:
+        problems: list[str] = []
         for key in arguments:
             if key not in self._names:
                 takes = ", ".join(f.name for f in self._fields)
@@ -848,9 +917,7 @@ class ArgumentsSchema:
                     problems.append(f"missing required argument {f.name!r} ({f.node.describe()})")
                 continue
             try:
-                out[f.name] = f.node.convert(arguments[f.name], f.name, False)
+                f.node.convert(arguments[f.name], False)
             except _Invalid as exc:
-                problems.append(f"{exc.path!r}: {exc.message}")
-        if problems:
-            raise ToolArgumentError(tool or self.tool, problems)
-        return out
+                problems.append(f"{exc.path(f.name)!r}: {exc.message}")
+        return problems

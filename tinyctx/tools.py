@@ -319,6 +319,9 @@ def _is_store_type(tp: type) -> bool:
         return False
 
 
+_UNAVAILABLE: Any = object()
+
+
 @frozen
 class Injection:
     """One injected parameter: where its value comes from and how it is checked."""
@@ -330,40 +333,23 @@ class Injection:
     optional: bool = False
     check: Callable[[object], bool] | None = field(default=None, eq=False, repr=False)
 
-    def problem(self, ctx: RunContext[Any]) -> str | None:
-        """Why ``ctx`` cannot give this value, or None when it can."""
-        if self.source == "store":
-            name = self.store
-            assert name is not None
-            if name not in ctx.stores:
-                if self.optional:
-                    return None
-                known = ", ".join(sorted(ctx.stores)) or "none"
-                return f"needs the store {name!r}, but the context's stores are: {known}"
-            store = ctx.stores[name]
-            if self.check is not None and not self.check(store):
-                return (
-                    f"needs the store {name!r} to be {_type_name(self.annotation)}, "
-                    f"it is {type(store).__name__}"
-                )
-            return None
-        if self.check is not None and (self.source == "data" or self.source == "context"):
-            data = ctx.data
-            if not (data is None and self.optional) and not self.check(data):
-                return (
-                    f"needs the app data as {_type_name(self.annotation)}, but the "
-                    f"context's data is {type(data).__name__ if data is not None else 'None'}"
-                )
-        return None
-
-    def resolve(self, ctx: RunContext[Any]) -> Any:
+    def fetch(self, ctx: RunContext[Any]) -> Any:
+        """The value from ``ctx``, or ``_UNAVAILABLE`` (then :meth:`problem` says why)."""
         source = self.source
-        if source == "context":
-            return ctx
-        if source == "data":
-            return ctx.data
         if source == "store":
-            return ctx.stores.get(self.store) if self.store is not None else None
+            store = ctx.stores.get(self.store) if self.store is not None else None
+            if store is None:
+                return None if self.optional else _UNAVAILABLE
+            if self.check is not None and not self.check(store):
+                return _UNAVAILABLE
+            return store
+        if source == "data" or source == "context":
+            check = self.check
+            if check is not None:
+                data = ctx.data
+                if not (data is None and self.optional) and not check(data):
+                    return _UNAVAILABLE
+            return ctx if source == "context" else ctx.data
         if source == "config":
             return ctx.config
         if source == "cancellation":
@@ -373,6 +359,26 @@ class Injection:
         if source == "stores":
             return ctx.stores
         return ctx.conversation
+
+    def problem(self, ctx: RunContext[Any]) -> str | None:
+        """Why ``ctx`` cannot give this value, or None when it can."""
+        if self.fetch(ctx) is not _UNAVAILABLE:
+            return None
+        if self.source == "store":
+            name = self.store
+            assert name is not None
+            if name not in ctx.stores:
+                known = ", ".join(sorted(ctx.stores)) or "none"
+                return f"needs the store {name!r}, but the context's stores are: {known}"
+            return (
+                f"needs the store {name!r} to be {_type_name(self.annotation)}, "
+                f"it is {type(ctx.stores[name]).__name__}"
+            )
+        data = ctx.data
+        return (
+            f"needs the app data as {_type_name(self.annotation)}, but the "
+            f"context's data is {type(data).__name__ if data is not None else 'None'}"
+        )
 
 
 def _split_marker(annotation: Any) -> tuple[Inject | None, Any, bool]:
@@ -433,7 +439,8 @@ def injection_for(parameter: str, annotation: Any) -> Injection | None:
                 inner,
                 store=marker.store or parameter,
                 optional=optional,
-                check=_instance_check(inner),
+                # a StoreRegistry only holds Stores: the (slow) protocol check is needless
+                check=None if inner is Store else _instance_check(inner),
             )
         for kind, source in by_type:
             if issubclass(base, kind):
@@ -507,24 +514,26 @@ class FunctionTool(Tool):
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str | ToolResult:
         values = self.arguments.validate(arguments, tool=self.name)
         for injection in self.injections:
-            problem = injection.problem(ctx)
-            if problem is not None:
+            value = injection.fetch(ctx)
+            if value is _UNAVAILABLE:
                 # the message names the missing value, never the parameter: it reaches the model
                 raise InjectionError(
-                    f"tool {self.name!r} cannot run in this context: it {problem}",
+                    f"tool {self.name!r} cannot run in this context: it {injection.problem(ctx)}",
                     tool=self.name,
                 )
-            values[injection.parameter] = injection.resolve(ctx)
-        args = [values.pop(name, default) for name, default in self.positional_only]
+            values[injection.parameter] = value
+        positional = self.positional_only
+        args = [values.pop(name, default) for name, default in positional] if positional else ()
         fn = self.fn
         if self.is_async:
             result = await fn(*args, **values)
-        elif self.in_thread:
-            result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **values))
         else:
-            result = fn(*args, **values)
-        if inspect.isawaitable(result):
-            result = await result
+            if self.in_thread:
+                result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **values))
+            else:
+                result = fn(*args, **values)
+            if inspect.isawaitable(result):  # a plain function that returned a coroutine
+                result = await result
         if isinstance(result, (str, ToolResult)):
             return result
         return _result_text(result)
