@@ -35,11 +35,11 @@ from .frozen import FrozenDict, thaw
 try:  # typing_extensions.TypedDict is a different class before Python 3.13
     import typing_extensions as _te
 
-    _is_typeddict = _te.is_typeddict
+    is_typeddict = _te.is_typeddict  # knows both TypedDict classes
     _te_required: Any = _te.Required
     _te_not_required: Any = _te.NotRequired
 except ImportError:  # pragma: no cover - typing_extensions is nearly always installed
-    _is_typeddict = typing.is_typeddict
+    is_typeddict = typing.is_typeddict
     _te_required = typing.Required
     _te_not_required = typing.NotRequired
 _REQUIRED_MARKERS = (typing.Required, typing.NotRequired, _te_required, _te_not_required)
@@ -729,7 +729,7 @@ class _Compiler:
         if origin in _REQUIRED_MARKERS:
             raise SchemaError(f"{tp!r} is only meaningful inside a TypedDict")
         if isinstance(tp, type):
-            if _is_typeddict(tp):
+            if is_typeddict(tp):
                 return self._class(tp, "typeddict")
             if attrs.has(tp):
                 return self._class(tp, "attrs")

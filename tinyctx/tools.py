@@ -37,6 +37,7 @@ from .schema import (
     RuntimeMarker,
     SchemaError,
     ToolArgumentError,
+    is_typeddict,
     to_json_value,
 )
 from .stores import Store, StoreRegistry
@@ -303,7 +304,7 @@ def _instance_check(tp: Any) -> Callable[[object], bool] | None:
     target = origin if isinstance(origin, type) else tp
     if not isinstance(target, type):
         return None
-    if typing.is_typeddict(target):
+    if is_typeddict(target):
         target = dict
     if getattr(target, "_is_protocol", False) and not getattr(
         target, "_is_runtime_protocol", False
