@@ -187,24 +187,36 @@ class TestConversation:
         await conversation.flush()
         assert delivered == ["b"]
 
-    async def test_loop_flushes_before_each_model_request(self) -> None:
+    async def test_loop_flushes_before_each_model_request_and_at_run_end(self) -> None:
         delivered: list[str] = []
+        seen_at_call: list[list[str]] = []
 
         async def persist(message: Message, usage: Usage | None) -> None:
             delivered.append(f"{message.role}:{message.text}")
 
         async def model(request: Any, ctx: RunContext[Any]) -> Any:
-            from tinyctx import ModelResponse
+            from tinyctx import ModelResponse, ToolCall
 
+            seen_at_call.append(list(delivered))
             # a layer-owned message added during the call is persisted before the next call
-            ctx.conversation.add(SystemMessage("note"))
+            ctx.conversation.add(SystemMessage(f"note{len(seen_at_call)}"))
+            if len(seen_at_call) == 1:
+                return ModelResponse(AssistantMessage("", (ToolCall("c1", "missing"),)))
             return ModelResponse(AssistantMessage("ok"))
 
         async with Session(Agent(model=model)) as session:
             session.ctx.conversation.subscribe(persist)
             await session.run("one")
-            await session.run("two")
-        assert delivered == ["user:one", "assistant:ok", "user:two", "system:note", "assistant:ok"]
+            assert session.ctx.conversation.queued_events == 0
+        assert seen_at_call[1][-1] == "system:note1"
+        assert delivered == [
+            "user:one",
+            "assistant:",
+            "tool:Error (UnknownTool): unknown tool 'missing'; available tools: none",
+            "system:note1",
+            "assistant:ok",
+            "system:note2",
+        ]
 
     def test_snapshot_is_cached_and_versioned(self) -> None:
         conversation = Conversation([UserMessage("a")])

@@ -85,7 +85,20 @@ from .stores import (
 )
 from .tasks import BackgroundTasks
 from .tokens import HeuristicCounter, TokenCounter, default_counter
-from .tools import ServerTool, Tool, ToolRegistry, ToolSpec
+from .tools import (
+    FunctionTool,
+    Inject,
+    Injected,
+    Injection,
+    InjectionError,
+    SchemaError,
+    ServerTool,
+    Tool,
+    ToolArgumentError,
+    ToolRegistry,
+    ToolSpec,
+    tool,
+)
 from .usage import CostTracker, Price, UsageTracker
 
 __version__ = "0.1.0.dev0"
@@ -153,6 +166,11 @@ __all__ = [
     "ServerTool",
     "ToolRegistry",
     "execute_tool",
+    "tool",
+    "FunctionTool",
+    "Inject",
+    "Injected",
+    "Injection",
     # agent
     "Agent",
     "Session",
@@ -196,4 +214,7 @@ __all__ = [
     "SessionBusy",
     "ProviderError",
     "RetryableProviderError",
+    "InjectionError",
+    "ToolArgumentError",
+    "SchemaError",
 ]

@@ -66,7 +66,7 @@ from .messages import (
 )
 from .model import ModelHandler, ModelRequest, ModelResponse, Usage
 from .tasks import BackgroundTasks
-from .tools import ServerTool, Tool, ToolRegistry
+from .tools import ServerTool, Tool, ToolArgumentError, ToolRegistry
 
 __all__ = ["Agent", "Session", "RunResult", "Checkpoint", "RunStatus", "execute_tool"]
 
@@ -87,7 +87,8 @@ async def execute_tool(call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
     """The innermost tool handler: resolve, run, and turn any failure into an error result.
 
     The model always gets a result it can read: an unknown tool, arguments that were not
-    JSON, or a tool that raised become ``is_error=True`` results and a ToolFailed event.
+    JSON or do not match the tool's signature, or a tool that raised become
+    ``is_error=True`` results and a ToolFailed event.
     Cancellation and interrupts propagate; they are not the tool's failure.
     """
     tool = ctx.tools.get(call.name)
@@ -107,6 +108,8 @@ async def execute_tool(call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
         output: object = await tool.invoke(call.arguments, ctx)
     except (RunCancelled, Interrupted):
         raise
+    except ToolArgumentError as exc:
+        return _tool_error(ctx, call, "InvalidArguments", str(exc))
     except Exception as exc:
         return _tool_error(ctx, call, type(exc).__name__, str(exc) or type(exc).__name__)
     if isinstance(output, ToolResult):
@@ -254,6 +257,10 @@ class Session(Generic[Data]):
     ``async with Session(agent, thread_id=..., data=...) as s: result = await s.run("...")``.
     Runs are sequential; leaving the session waits up to ``grace_period`` seconds for
     background work (session-memory extraction), then cancels what is left.
+
+    Queued message events (``conversation.add`` / ``replace``) are flushed exactly once:
+    before each model request, when a run ends with an answer, and when the session is
+    left without an error. A failed run's leftovers go out with the next flush.
     """
 
     def __init__(
@@ -291,6 +298,8 @@ class Session(Generic[Data]):
         )
         self.agent = agent
         self._base: RunContext[Data] = ctx._with(tools=tools, bus=agent.bus)
+        # a tool asking for a store or app data this context lacks fails here, not mid-run
+        tools.bind(self._base)
         self._grace = grace_period
         self._group: anyio.abc.TaskGroup | None = None
         self._background: BackgroundTasks | None = None
@@ -330,6 +339,10 @@ class Session(Generic[Data]):
         assert background is not None
         self._closed = True
         try:
+            if exc_info[0] is None:
+                # left normally: message events still queued (a failed run's synthetic
+                # results, messages added between runs) reach persistence, exactly once
+                await self._base.conversation.flush()
             if background.running:
                 # bounded and shielded: leaving is deterministic even when the host is cancelled
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self._grace):
@@ -446,6 +459,9 @@ class Session(Generic[Data]):
             try:
                 for layer in self.agent.run_end_hooks:
                     await layer.on_run_end(ctx, result, error)
+                if result is not None:
+                    # a run that ended with an answer leaves no message event queued
+                    await ctx.conversation.flush()
             finally:
                 unsubscribe()
 

@@ -208,7 +208,7 @@ class RunContext(Generic[Data]):
         """A root context with fresh handles (events, usage, costs, cache, control...)."""
         usage = UsageTracker()
         registry = stores if isinstance(stores, StoreRegistry) else StoreRegistry(stores)
-        return RunContext(
+        ctx: RunContext[T] = RunContext(
             config=config if config is not None else RunConfig(),
             data=data,
             stores=registry,
@@ -219,6 +219,9 @@ class RunContext(Generic[Data]):
             tools=ToolRegistry(tools),
             conversation=conversation if conversation is not None else Conversation(),
         )
+        # tools asking for what this context lacks (a store, app data) fail here
+        ctx.tools.bind(ctx)
+        return ctx
 
     def derive(
         self,
