@@ -74,7 +74,15 @@ from .messages import (
 from .model import ModelHandler, ModelRequest, ModelResponse, Usage
 from .stores import MemoryStore, Note, Store, StoreRegistry
 from .tasks import BackgroundTasks
-from .tokens import HeuristicCounter, TokenCounter, default_counter
+from .tokens import (
+    Calibration,
+    HeuristicCounter,
+    MemoCounter,
+    TokenCounter,
+    TokenizersCounter,
+    context_window,
+    default_counter,
+)
 from .tools import ServerTool, Tool, ToolRegistry, ToolSpec
 from .usage import CostTracker, Price, UsageTracker
 
@@ -135,7 +143,11 @@ __all__ = [
     "check_layer_names",
     # tokens
     "TokenCounter",
+    "MemoCounter",
     "HeuristicCounter",
+    "TokenizersCounter",
+    "Calibration",
+    "context_window",
     "default_counter",
     # tools
     "Tool",
