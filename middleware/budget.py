@@ -50,6 +50,7 @@ from tinyctx import (
     RunContext,
     SystemMessage,
     check_pairing,
+    pending_tool_calls,
 )
 from tinyctx.events import EventLevel
 from tinyctx.tokens import (
@@ -536,6 +537,8 @@ class BudgetGuard(Layer):
         elif not isinstance(counter, TokenCounter):
             raise ConfigError("counter", counter, "a tinyctx.tokens.TokenCounter", owner=owner)
         self.counter: TokenCounter = counter
+        if order is not None:
+            _order_roles(order, owner)
         chosen = default_policies(order or "default") if policies is None else list(policies)
         for index, policy in enumerate(chosen):
             if not isinstance(policy, PressurePolicy):
@@ -561,8 +564,6 @@ class BudgetGuard(Layer):
                 )
         if policies is not None and order is not None:
             chosen = order_policies(chosen, order)
-        elif order is not None:
-            _order_roles(order, owner)
         self.policies: tuple[PressurePolicy, ...] = tuple(chosen)
         self._groups = tuple(breaker_group(p) for p in self.policies)
         self.persist = _bool("persist", persist, owner)
@@ -1024,6 +1025,14 @@ def _check_relief(relief: object, before: tuple[Message, ...]) -> None:
         raise PairingError(
             f"policy broke tool-call pairing: {exc}", index=exc.index, tool_call_id=exc.tool_call_id
         ) from exc
+    waiting = {call.id for call in pending_tool_calls(before)}
+    for call in pending_tool_calls(after):
+        if call.id not in waiting:
+            raise PairingError(
+                f"policy broke tool-call pairing: call {call.id!r} lost its result",
+                index=len(after),
+                tool_call_id=call.id,
+            )
     systems = [m for m in before if isinstance(m, SystemMessage)]
     if systems:
         kept_ids = {id(m) for m in after}
