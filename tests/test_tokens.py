@@ -41,9 +41,9 @@ class SpyCounter(HeuristicCounter):
         super().__init__(**options)
         self.measured: list[str] = []
 
-    def count_texts(self, texts: Any) -> list[int]:
-        self.measured.extend(texts)
-        return super().count_texts(texts)
+    def count_text(self, text: str) -> int:
+        self.measured.append(text)
+        return super().count_text(text)
 
 
 class TestHeuristicCounter:
@@ -138,7 +138,7 @@ class TestMemoization:
         assert counter.measured == []
         grown = (*history, AssistantMessage("an answer"))
         assert counter.count_messages(grown) == first + counter.count_message(grown[-1])
-        assert counter.measured == [message_payload(grown[-1])]
+        assert counter.measured == [grown[-1].text]
 
     def test_prefix_total_is_right_when_a_middle_message_changed(self) -> None:
         counter = HeuristicCounter()
@@ -295,13 +295,24 @@ class TestCalibration:
     def test_hidden_system_prompt_does_not_inflate_the_ratio(self) -> None:
         calibration = Calibration()
         hidden, true_ratio = 3000, 1.1
-        for raw in (200, 600, 1100, 1500, 2400):
+        for raw in range(200, 20_000, 700):
             calibration.observe(raw, round(hidden + true_ratio * raw))
+        # the first pair alone would say 3220 / 200 = 16x; the differences say 1.1
         assert calibration.ratio == pytest.approx(true_ratio, rel=0.01)
-        assert calibration.estimate(5000) == pytest.approx(hidden + true_ratio * 5000, rel=0.01)
+        assert calibration.estimate(25_000) == pytest.approx(hidden + true_ratio * 25_000, rel=0.01)
+
+    def test_the_prior_keeps_one_early_sample_from_dominating(self) -> None:
+        calibration = Calibration(prior_tokens=500)
+        calibration.observe(100, 100)
+        calibration.observe(200, 300)  # one small sample of 2x
+        assert 1.0 < calibration.ratio < 1.2
+        eager = Calibration(prior_tokens=0)
+        eager.observe(100, 100)
+        eager.observe(200, 300)
+        assert eager.ratio == 2.0
 
     def test_ratio_is_bounded(self) -> None:
-        calibration = Calibration(max_ratio=1.5)
+        calibration = Calibration(max_ratio=1.5, prior_tokens=0)
         calibration.observe(100, 100)
         calibration.observe(200, 5000)  # a wild sample: 49x
         assert calibration.ratio == 1.5
@@ -321,7 +332,7 @@ class TestCalibration:
 
     @pytest.mark.parametrize(
         ("option", "value"),
-        [("min_ratio", 0), ("max_ratio", 0.5), ("ratio", 5.0), ("smoothing", 0), ("min_delta", -1)],
+        [("min_ratio", 0), ("max_ratio", 0.5), ("prior_tokens", -1), ("min_delta", -1)],
     )
     def test_bad_options_name_the_field(self, option: str, value: object) -> None:
         with pytest.raises(ConfigError) as info:

@@ -28,8 +28,8 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .errors import ConfigError
-from .frozen import FrozenDict, thaw
-from .messages import AssistantMessage, Message, ToolResult
+from .frozen import FrozenDict
+from .messages import AssistantMessage, Message, ToolCall, ToolResult
 from .model import ModelRequest
 from .tools import ToolSpec
 
@@ -43,6 +43,7 @@ __all__ = [
     "TokenizersCounter",
     "default_counter",
     "message_payload",
+    "arguments_text",
     "Calibration",
     "MODEL_WINDOWS",
     "context_window",
@@ -66,6 +67,21 @@ class TokenCounter(Protocol):
     def count_request(self, request: ModelRequest) -> int: ...
 
 
+def _frozen_default(value: object) -> object:
+    if isinstance(value, FrozenDict):
+        return value.to_dict()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def arguments_text(call: ToolCall) -> str:
+    """A tool call's arguments as the model produced them: JSON (or the raw invalid text)."""
+    if call.invalid_arguments is not None:
+        return call.invalid_arguments
+    if not call.arguments:
+        return "{}"
+    return json.dumps(call.arguments, ensure_ascii=False, default=_frozen_default)
+
+
 def message_payload(message: Message) -> str:
     """The text of ``message`` a provider sends as tokens: content, tool calls (id, name,
     JSON arguments) and a tool result's call id. Role markers are the counter's overhead."""
@@ -73,10 +89,7 @@ def message_payload(message: Message) -> str:
     if isinstance(message, AssistantMessage) and message.tool_calls:
         parts = [text] if text else []
         for call in message.tool_calls:
-            arguments = call.invalid_arguments
-            if arguments is None:
-                arguments = json.dumps(thaw(call.arguments), ensure_ascii=False)
-            parts.append(f"{call.id} {call.name} {arguments}")
+            parts.append(f"{call.id} {call.name} {arguments_text(call)}")
         return "\n".join(parts)
     if isinstance(message, ToolResult):
         return f"{message.tool_call_id}\n{text}" if text else message.tool_call_id
@@ -84,7 +97,9 @@ def message_payload(message: Message) -> str:
 
 
 def _tool_payload(tool: ToolSpec) -> str:
-    parameters = json.dumps(thaw(tool.parameters), ensure_ascii=False, separators=(",", ":"))
+    parameters = json.dumps(
+        tool.parameters, ensure_ascii=False, separators=(",", ":"), default=_frozen_default
+    )
     return f"{tool.name}\n{tool.description}\n{parameters}"
 
 
@@ -145,6 +160,10 @@ class MemoCounter:
         """Counts of many strings; a subclass may do them in one batch."""
         return [self.count_text(t) for t in texts]
 
+    def _measure(self, messages: Sequence[Message]) -> list[int]:
+        """Token counts of the messages' payloads (no overhead), as a new list."""
+        return self.count_texts([message_payload(m) for m in messages])
+
     # -- messages ------------------------------------------------------------------------
 
     @property
@@ -163,7 +182,7 @@ class MemoCounter:
     def _remember(self, messages: Sequence[Message]) -> list[int]:
         """Measure ``messages`` (none of them memoized) in one :meth:`count_texts` call,
         remember them, and return their counts."""
-        counts = self.count_texts([message_payload(m) for m in messages])
+        counts = self._measure(messages)
         base, per_call = self.message_overhead, self.tool_call_overhead
         for index, message in enumerate(messages):
             counts[index] += base
@@ -330,6 +349,20 @@ class HeuristicCounter(MemoCounter):
         self.astral_extra = float(astral_extra)
         self.hangul_extra = float(hangul_extra)
 
+    def _measure(self, messages: Sequence[Message]) -> list[int]:
+        # the payload's parts counted one by one: no joined copy of a large tool result
+        count = self.count_text
+        counts: list[int] = []
+        for message in messages:
+            tokens = count(message.text)
+            if isinstance(message, ToolResult):
+                tokens += count(message.tool_call_id)
+            elif isinstance(message, AssistantMessage):
+                for call in message.tool_calls:
+                    tokens += count(call.id) + count(call.name) + count(arguments_text(call))
+            counts.append(tokens)
+        return counts
+
     def count_text(self, text: str) -> int:
         if not text:
             return 0
@@ -345,7 +378,8 @@ class HeuristicCounter(MemoCounter):
             + (utf8 - ascii_chars) / self.nonascii_bytes_per_token
             + astral * self.astral_extra
         )
-        if self.hangul_extra:
+        hangul_bound = (n - ascii_chars) * self.hangul_extra
+        if hangul_bound > 0.01 * estimate:  # else the Hangul term cannot move it by 1 %
             estimate += _HANGUL.subn("", text)[1] * self.hangul_extra
         return max(1, math.ceil(estimate))
 
@@ -456,52 +490,56 @@ class Calibration:
     ``last_reported + ratio * (raw - last_estimate)``: the last reported number plus the
     estimate of what was added (or removed) since, scaled by the learned ratio.
 
-    The ratio is learned from the *difference* between two observations, so a constant
-    the counter cannot see (a provider-side system prompt, tool formatting) cancels out
-    and stays in the anchor instead of inflating the ratio. It is smoothed, and clamped to
-    ``[min_ratio, max_ratio]`` so no single odd observation can blow it up. Differences
-    smaller than ``min_delta`` raw tokens are too noisy and only move the anchor.
+    The ratio is learned from the *differences* between consecutive observations, so a
+    constant the counter cannot see (a provider-side system prompt, tool formatting)
+    cancels out and stays in the anchor instead of inflating the ratio. It is the ratio of
+    the summed differences (big changes weigh more than small ones), starting from a prior
+    of 1.0 worth ``prior_tokens`` raw tokens; each sample is clamped to ``[min_ratio,
+    max_ratio]`` before it counts, and so is the result, so no odd observation can blow it
+    up. Differences smaller than ``min_delta`` raw tokens are too noisy and only move the
+    anchor; a pair whose reported and estimated changes disagree in sign (the hidden part
+    changed) teaches nothing either.
     """
 
     __slots__ = (
         "_anchor_estimate",
         "_anchor_reported",
+        "_sum_estimate",
+        "_sum_reported",
         "max_ratio",
         "min_delta",
         "min_ratio",
         "observations",
+        "prior_tokens",
         "ratio",
-        "smoothing",
     )
+
+    ratio: float
+    observations: int
+    _sum_estimate: float
+    _sum_reported: float
+    _anchor_estimate: int | None
+    _anchor_reported: int | None
 
     def __init__(
         self,
         *,
-        ratio: float = 1.0,
         min_ratio: float = 0.5,
         max_ratio: float = 2.0,
-        smoothing: float = 0.5,
+        prior_tokens: int = 500,
         min_delta: int = 32,
     ) -> None:
         if not (isinstance(min_ratio, int | float) and 0 < min_ratio <= 1):
             raise ConfigError("min_ratio", min_ratio, "a number in (0, 1]", owner="Calibration")
         if not (isinstance(max_ratio, int | float) and 1 <= max_ratio < math.inf):
             raise ConfigError("max_ratio", max_ratio, "a finite number >= 1", owner="Calibration")
-        if not (isinstance(ratio, int | float) and min_ratio <= ratio <= max_ratio):
-            raise ConfigError(
-                "ratio", ratio, f"a number in [{min_ratio}, {max_ratio}]", owner="Calibration"
-            )
-        if not (isinstance(smoothing, int | float) and 0 < smoothing <= 1):
-            raise ConfigError("smoothing", smoothing, "a number in (0, 1]", owner="Calibration")
+        _non_negative_int("Calibration", "prior_tokens", prior_tokens)
         _non_negative_int("Calibration", "min_delta", min_delta)
-        self.ratio = float(ratio)
         self.min_ratio = float(min_ratio)
         self.max_ratio = float(max_ratio)
-        self.smoothing = float(smoothing)
+        self.prior_tokens = prior_tokens
         self.min_delta = min_delta
-        self.observations = 0
-        self._anchor_estimate: int | None = None
-        self._anchor_reported: int | None = None
+        self.reset()
 
     @property
     def anchored(self) -> bool:
@@ -522,15 +560,13 @@ class Calibration:
         previous_estimate, previous_reported = self._anchor_estimate, self._anchor_reported
         if previous_estimate is not None and previous_reported is not None:
             delta = estimate - previous_estimate
-            if abs(delta) >= max(1, self.min_delta):
-                sample = (reported - previous_reported) / delta
-                if sample > 0:
-                    sample = min(self.max_ratio, max(self.min_ratio, sample))
-                    if self.observations <= 1:
-                        self.ratio = sample
-                    else:
-                        self.ratio += self.smoothing * (sample - self.ratio)
-                    self.ratio = min(self.max_ratio, max(self.min_ratio, self.ratio))
+            grew = reported - previous_reported
+            if abs(delta) >= max(1, self.min_delta) and grew * delta > 0:
+                sample = min(self.max_ratio, max(self.min_ratio, grew / delta))
+                self._sum_estimate += abs(delta)
+                self._sum_reported += sample * abs(delta)
+                ratio = self._sum_reported / self._sum_estimate
+                self.ratio = min(self.max_ratio, max(self.min_ratio, ratio))
         self._anchor_estimate = estimate
         self._anchor_reported = reported
         self.observations += 1
@@ -546,8 +582,11 @@ class Calibration:
         return math.ceil(tokens / self.ratio)
 
     def reset(self) -> None:
+        """Forget every observation (ratio back to 1.0)."""
         self.ratio = 1.0
         self.observations = 0
+        self._sum_estimate = float(self.prior_tokens)
+        self._sum_reported = float(self.prior_tokens)
         self._anchor_estimate = None
         self._anchor_reported = None
 
