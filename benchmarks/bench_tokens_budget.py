@@ -11,7 +11,6 @@ without it the timing runs on synthetic messages and the accuracy part is skippe
 from __future__ import annotations
 
 import gc
-import json
 import os
 import sys
 import time
@@ -43,6 +42,7 @@ from tinyctx import (
     UserMessage,
     thaw,
 )
+from tinyctx.testing.transcripts import load_openai_jsonl
 
 SIZES = (100, 1000, 2000, 5000)
 HIDDEN_PROMPT_TOKENS = 1200
@@ -60,36 +60,6 @@ def shared_data() -> Path | None:
         if candidate and (Path(candidate) / "transcripts").is_dir():
             return Path(candidate)
     return None
-
-
-def load_transcript(path: Path) -> list[Message]:
-    """An OpenAI-normalized JSONL transcript as tinyctx messages."""
-    messages: list[Message] = []
-    for line in path.read_text().splitlines():
-        raw = json.loads(line)
-        content = raw.get("content") or ""
-        role = raw["role"]
-        if role == "assistant":
-            calls = []
-            for tc in raw.get("tool_calls") or []:
-                text = tc["function"]["arguments"]
-                try:
-                    arguments = json.loads(text)
-                except ValueError:
-                    arguments = None
-                name = tc["function"]["name"]
-                if isinstance(arguments, dict):
-                    calls.append(ToolCall(tc["id"], name, arguments))
-                else:
-                    calls.append(ToolCall(tc["id"], name, invalid_arguments=text))
-            messages.append(AssistantMessage(content, tuple(calls)))
-        elif role == "tool":
-            messages.append(ToolResult(raw["tool_call_id"], content))
-        elif role == "system":
-            messages.append(SystemMessage(content))
-        else:
-            messages.append(UserMessage(content))
-    return messages
 
 
 def synthetic_pool() -> list[Message]:
@@ -285,7 +255,7 @@ def accuracy_rows(data: Path) -> list[Row]:
     sets: list[tuple[str, list[Message]]] = []
     for path in sorted((data / "transcripts" / "openai").glob("*.jsonl")):
         kind = next((v for k, v in kinds.items() if k in path.name), "mixed")
-        sets.append((f"{kind}: {path.stem.split('__')[-1][:26]}", load_transcript(path)))
+        sets.append((f"{kind}: {path.stem.split('__')[-1][:26]}", list(load_openai_jsonl(path))))
     cjk = [p.read_text() for p in sorted((data / "text" / "cjk").glob("*-utf8.txt"))]
     conversation: list[Message] = []
     for i, text in enumerate(cjk):
@@ -332,7 +302,7 @@ def run(quick: bool = False) -> list[Row]:
     pool: list[Message] = []
     if data is not None:
         for path in sorted((data / "transcripts" / "openai").glob("*.jsonl")):
-            pool += load_transcript(path)
+            pool += load_openai_jsonl(path)
     if not pool:
         pool = synthetic_pool()
     rows = timing_rows(pool, quick)

@@ -26,6 +26,7 @@ from tinyctx.middleware import (
     order_policies,
     policy_role,
 )
+from tinyctx.middleware.budget import breaker_group
 from tinyctx.middleware.drop_nonessential import droppable_groups
 
 from tinyctx import (
@@ -294,6 +295,10 @@ class TestPolicies:
         assert [policy_role(p) for p in default] == ["drop", "compact", "summarize", "trim"]
         assert [policy_role(p) for p in BudgetGuard(order="seed").policies] == ["drop", "trim"]
         assert [p.name for p in BudgetGuard(policies=mixed).policies] == [p.name for p in mixed]
+        assert breaker_group(NamedNoop("Summarize")) == "summarize"
+        assert breaker_group(FakeSummarize([])) == "summarize"
+        assert breaker_group(TrimOldest()) is None
+        assert breaker_group(NamedNoop("Microcompact")) is None
 
     async def test_policies_stop_once_under_target(self) -> None:
         doc = _big("retrieved", words=300, essential=False)

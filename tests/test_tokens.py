@@ -3,7 +3,6 @@ the model -> context-window table."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from tinyctx import (
 )
 from tinyctx.testing import strategies
 from tinyctx.testing.bpe import train_bpe
+from tinyctx.testing.transcripts import load_openai_jsonl, messages_from_openai
 from tinyctx.tokens import MODEL_WINDOWS, message_payload, normalize_model_name, window_table
 
 
@@ -412,35 +412,6 @@ class TestContextWindowTable:
 class TestAccuracyOnRealData:
     """The heuristic against a real production tokenizer on real transcripts and CJK."""
 
-    @staticmethod
-    def _load(path: Path) -> list[Message]:
-        messages: list[Message] = []
-        for line in path.read_text().splitlines():
-            raw = json.loads(line)
-            content = raw.get("content") or ""
-            if raw["role"] == "assistant":
-                calls = []
-                for tc in raw.get("tool_calls") or []:
-                    text = tc["function"]["arguments"]
-                    try:
-                        arguments = json.loads(text)
-                    except ValueError:
-                        arguments = None
-                    if isinstance(arguments, dict):
-                        calls.append(ToolCall(tc["id"], tc["function"]["name"], arguments))
-                    else:
-                        calls.append(
-                            ToolCall(tc["id"], tc["function"]["name"], invalid_arguments=text)
-                        )
-                messages.append(AssistantMessage(content, tuple(calls)))
-            elif raw["role"] == "tool":
-                messages.append(ToolResult(raw["tool_call_id"], content))
-            elif raw["role"] == "system":
-                messages.append(SystemMessage(content))
-            else:
-                messages.append(UserMessage(content))
-        return messages
-
     def test_heuristic_is_close_on_transcripts_and_never_far_under_on_cjk(
         self, shared_data: Path
     ) -> None:
@@ -449,7 +420,7 @@ class TestAccuracyOnRealData:
         )
         heuristic = HeuristicCounter()
         for path in sorted((shared_data / "transcripts" / "openai").glob("*.jsonl")):
-            messages = self._load(path)
+            messages = load_openai_jsonl(path)
             truth = real.count_messages(messages)
             error = (heuristic.count_messages(messages) - truth) / truth
             assert -0.05 < error < 0.25, f"{path.name}: {error:+.1%}"
@@ -457,3 +428,47 @@ class TestAccuracyOnRealData:
             UserMessage(p.read_text()) for p in (shared_data / "text" / "cjk").glob("*-utf8.txt")
         ]
         assert heuristic.count_messages(cjk) >= 0.98 * real.count_messages(cjk)
+
+
+class TestTranscriptLoader:
+    """OpenAI chat messages load as tinyctx messages, pairing and odd arguments kept."""
+
+    def test_roles_calls_and_invalid_arguments(self) -> None:
+        records = [
+            {"role": "system", "content": "rules"},
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "run", "arguments": '{"x": 1}'},
+                    },
+                    {
+                        "id": "c2",
+                        "type": "function",
+                        "function": {"name": "run", "arguments": "[1]"},
+                    },
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "one"},
+            {"role": "tool", "tool_call_id": "c2", "content": "two"},
+        ]
+        messages = messages_from_openai(records)
+        assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "tool"]
+        calls = messages[2].tool_calls  # type: ignore[attr-defined]
+        assert calls[0].arguments == {"x": 1} and calls[0].invalid_arguments is None
+        assert calls[1].invalid_arguments == "[1]"
+        with pytest.raises(ValueError, match="unknown role"):
+            messages_from_openai([{"role": "robot", "content": ""}])
+        with pytest.raises(TypeError, match="string content"):
+            messages_from_openai([{"role": "user", "content": [{"type": "text"}]}])
+
+    def test_loads_a_jsonl_file(self, tmp_path: Path) -> None:
+        path = tmp_path / "t.jsonl"
+        path.write_text(
+            '{"role": "user", "content": "hi"}\n\n{"role": "assistant", "content": "yo"}\n'
+        )
+        assert load_openai_jsonl(path) == (UserMessage("hi"), AssistantMessage("yo"))
