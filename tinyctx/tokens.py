@@ -306,7 +306,8 @@ class HeuristicCounter(MemoCounter):
     ``hangul_extra`` per Hangul character (Korean splits into more tokens). Defaults were
     fitted on real transcripts (code and prose) and CJK text against a byte-level BPE
     vocabulary; they err on the side of overcounting prose. ASCII strings take a fast path:
-    two C-level passes and no allocation.
+    two C-level passes and no allocation. Other ``options`` (overheads, ``max_memo``) are
+    :class:`MemoCounter`'s.
     """
 
     def __init__(
@@ -316,11 +317,7 @@ class HeuristicCounter(MemoCounter):
         nonascii_bytes_per_token: float = 2.3,
         astral_extra: float = 0.5,
         hangul_extra: float = 0.5,
-        message_overhead: int = 4,
-        tool_call_overhead: int = 4,
-        tool_overhead: int = 8,
-        request_overhead: int = 3,
-        max_memo: int = 200_000,
+        **options: int,
     ) -> None:
         for name, value, positive in (
             ("chars_per_token", chars_per_token, True),
@@ -337,13 +334,7 @@ class HeuristicCounter(MemoCounter):
             ):
                 allowed = "a finite number > 0" if positive else "a finite number >= 0"
                 raise ConfigError(name, value, allowed, owner="HeuristicCounter")
-        super().__init__(
-            message_overhead=message_overhead,
-            tool_call_overhead=tool_call_overhead,
-            tool_overhead=tool_overhead,
-            request_overhead=request_overhead,
-            max_memo=max_memo,
-        )
+        super().__init__(**options)
         self.chars_per_token = float(chars_per_token)
         self.nonascii_bytes_per_token = float(nonascii_bytes_per_token)
         self.astral_extra = float(astral_extra)
@@ -391,18 +382,14 @@ class TokenizersCounter(MemoCounter):
     from a :class:`tokenizers.Tokenizer`, a ``tokenizer.json`` file (:meth:`from_file`) or
     the Hugging Face hub (:meth:`from_pretrained`, needs the network). Padding and
     truncation configured on the tokenizer are switched off on a private copy, so a count
-    is never capped or padded.
+    is never capped or padded. ``options`` (overheads, ``max_memo``) are
+    :class:`MemoCounter`'s.
     """
 
     def __init__(
         self,
         tokenizer: tokenizers.Tokenizer,
-        *,
-        message_overhead: int = 4,
-        tool_call_overhead: int = 4,
-        tool_overhead: int = 8,
-        request_overhead: int = 3,
-        max_memo: int = 200_000,
+        **options: int,
     ) -> None:
         import tokenizers
 
@@ -414,13 +401,7 @@ class TokenizersCounter(MemoCounter):
             tokenizer = tokenizers.Tokenizer.from_str(tokenizer.to_str())
             tokenizer.no_truncation()
             tokenizer.no_padding()
-        super().__init__(
-            message_overhead=message_overhead,
-            tool_call_overhead=tool_call_overhead,
-            tool_overhead=tool_overhead,
-            request_overhead=request_overhead,
-            max_memo=max_memo,
-        )
+        super().__init__(**options)
         self.tokenizer = tokenizer
 
     @classmethod
