@@ -3,6 +3,7 @@ the model -> context-window table."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,15 @@ class TestMemoization:
         )
         counter.clear()
         assert counter.memo_size == 0
+
+    def test_a_collected_message_is_forgotten(self) -> None:
+        counter = HeuristicCounter()
+        kept = UserMessage("kept")
+        counter.count_message(kept)
+        counter.count_message(UserMessage("dropped at once"))
+        gc.collect()
+        assert counter.memo_size == 1
+        assert counter.count_message(kept) == counter.count_message(UserMessage("kept"))
 
     def test_tools_and_system_prompt_are_memoized(self) -> None:
         counter = SpyCounter()

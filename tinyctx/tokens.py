@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -109,17 +110,34 @@ def _non_negative_int(owner: str, name: str, value: Any) -> int:
     return value
 
 
+class _KeyedRef(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference that remembers the memo key of its message."""
+
+    __slots__ = ("key",)
+    key: int
+
+    def __new__(cls, obj: Message, callback: Any, key: int) -> _KeyedRef:
+        self = super().__new__(cls, obj, callback)
+        self.key = key
+        return self
+
+    def __init__(self, obj: Message, callback: Any, key: int) -> None:
+        super().__init__(obj, callback)  # type: ignore[call-arg]
+
+
 class MemoCounter:
     """The memoizing core both built-in counters share.
 
     Subclasses implement :meth:`count_text` (and may override :meth:`count_texts` to
     count many strings at once). Everything else is memoized here:
 
-    - per message, keyed by identity (the message is kept alive with its count, so an id
-      cannot be reused while it is remembered); at most ``max_memo`` messages, the oldest
-      half forgotten when full;
+    - per message, keyed by identity; a weak reference forgets the count when the message
+      is garbage collected (so an id is never reused for another message, and a shared
+      counter keeps no old session's messages alive); at most ``max_memo`` messages, the
+      oldest half forgotten when full;
     - per history prefix: the total of the last history that started with the same first
-      message, so a history that only grew costs a prefix comparison plus the new messages;
+      message, so a history that only grew costs a prefix comparison plus the new messages
+      (the 64 most recent histories are remembered);
     - per tool list (by identity) and per system prompt (by value).
     """
 
@@ -146,7 +164,7 @@ class MemoCounter:
             raise ConfigError("max_memo", max_memo, "an integer >= 2", owner=owner)
         self._max_memo = max_memo
         self._counts: dict[int, int] = {}
-        self._alive: dict[int, Message] = {}
+        self._alive: dict[int, _KeyedRef] = {}
         self._prefix: dict[int, tuple[tuple[Message, ...], int]] = {}
         self._tools: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
         self._texts: dict[str, int] = {}
@@ -201,8 +219,15 @@ class MemoCounter:
         start = max(0, len(messages) - limit)
         for message, count in zip(messages[start:], counts[start:], strict=True):
             memo[id(message)] = count
-            alive[id(message)] = message
+            key = id(message)
+            alive[key] = _KeyedRef(message, self._forget, key)
         return counts
+
+    def _forget(self, ref: _KeyedRef) -> None:
+        """Weak-reference callback: the message is gone, so is its count."""
+        if self._alive.get(ref.key) is ref:
+            del self._alive[ref.key]
+            self._counts.pop(ref.key, None)
 
     def count_message(self, message: Message) -> int:
         count = self._counts.get(id(message))
