@@ -1,5 +1,21 @@
 """The tinyctx layer library: one concern per file, built on the public tinyctx API only."""
 
+from .budget import (
+    ORDERS,
+    BreakerChanged,
+    BreakerState,
+    BudgetGuard,
+    BudgetStats,
+    ContextExhausted,
+    ContextPolicyApplied,
+    ContextPolicyFailed,
+    ContextPolicySkipped,
+    ContextPressure,
+    ProviderContextLimit,
+    default_policies,
+    order_policies,
+    policy_role,
+)
 from .context_view import (
     VIEW_GLOBAL_KEY,
     VIEW_KEY,
@@ -19,13 +35,22 @@ from .control import (
     pending_control,
     take_as_response,
 )
+from .drop_nonessential import (
+    DropNonessential,
+    drop_nonessential,
+)
 from .extractors import (
     ExtractionJob,
     Extractor,
     ModelExtractor,
     RuleExtractor,
 )
-from .fallback import Alternative, Fallback, FallbackAttempt, FallbackFailed
+from .fallback import (
+    Alternative,
+    Fallback,
+    FallbackAttempt,
+    FallbackFailed,
+)
 from .inheritance import (
     Inherit,
     SubagentFinished,
@@ -33,20 +58,32 @@ from .inheritance import (
     run_subagent,
     subagent_tool,
 )
-from .limits import CallLimits
-from .policy import PressurePolicy, Relief
-from .retry import Backoff, Retry, RetryAttempt, RetryFailed
+from .limits import (
+    CallLimits,
+)
+from .policy import (
+    PressurePolicy,
+    Relief,
+)
+from .retry import (
+    Backoff,
+    Retry,
+    RetryAttempt,
+    RetryFailed,
+)
 from .session_memory import (
     MemoryCounters,
     MemoryThresholds,
     SessionMemory,
 )
+from .trim import (
+    TrimOldest,
+    trim_oldest,
+)
 
 __all__ = [
-    # the pressure-policy protocol
     "PressurePolicy",
     "Relief",
-    # inheritance and the context view
     "Inherit",
     "run_subagent",
     "subagent_tool",
@@ -61,14 +98,12 @@ __all__ = [
     "VIEW_KEY",
     "VIEW_GLOBAL_KEY",
     "VIEW_STEP_KEY",
-    # control outcomes
     "ControlOutcomes",
     "ControlIgnored",
     "ControlSurfaced",
     "PendingCallsDropped",
     "pending_control",
     "take_as_response",
-    # limits, retry, fallback
     "CallLimits",
     "Retry",
     "Backoff",
@@ -78,7 +113,6 @@ __all__ = [
     "Alternative",
     "FallbackAttempt",
     "FallbackFailed",
-    # session memory
     "SessionMemory",
     "MemoryCounters",
     "MemoryThresholds",
@@ -86,4 +120,22 @@ __all__ = [
     "ExtractionJob",
     "RuleExtractor",
     "ModelExtractor",
+    "DropNonessential",
+    "drop_nonessential",
+    "TrimOldest",
+    "trim_oldest",
+    "BudgetGuard",
+    "BudgetStats",
+    "BreakerState",
+    "ORDERS",
+    "default_policies",
+    "order_policies",
+    "policy_role",
+    "ContextPressure",
+    "ContextPolicyApplied",
+    "ContextPolicyFailed",
+    "ContextPolicySkipped",
+    "BreakerChanged",
+    "ContextExhausted",
+    "ProviderContextLimit",
 ]

@@ -700,7 +700,14 @@ class TestInjection:
         self, tmp_path: Path
     ) -> None:
         counter = HeuristicCounter()
-        cap = 60
+        expected = "\n".join(
+            [
+                SECTION_HEADER,
+                "- Decision: We decided to use Postgres because it has JSONB.",
+                "- User preference: I prefer short answers.",
+            ]
+        )
+        cap = counter.count_text(expected)  # room for exactly these two notes
         async with SqliteStore(tmp_path / "memory.db") as store:
             layer = memory(store, inject_max_tokens=cap, counter=counter)
             first = ScriptedModel(
@@ -724,13 +731,7 @@ class TestInjection:
         prompt = second.requests[0].system_prompt
         assert prompt is not None and prompt.startswith("You are helpful.\n\n")
         section = prompt.removeprefix("You are helpful.\n\n")
-        assert section == "\n".join(
-            [
-                SECTION_HEADER,
-                "- Decision: We decided to use Postgres because it has JSONB.",
-                "- User preference: I prefer short answers.",
-            ]
-        )
+        assert section == expected
         assert counter.count_text(section) <= cap
         # the injection is for the call only
         assert all(SECTION_HEADER not in m.text for m in s2.conversation_messages)

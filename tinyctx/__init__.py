@@ -1,14 +1,24 @@
 """tinyctx: manage what an LLM agent knows at run time.
 
 An onion of middleware layers around one core ``call_model`` handler. The kernel (this
-package) knows no concrete layer; the layer library is ``tinyctx.middleware``.
-"""
+package) knows no concrete layer; the layer library is ``tinyctx.middleware``."""
 
 from __future__ import annotations
 
-from .agent import Agent, Checkpoint, RunResult, RunStatus, Session, execute_tool
-from .cache import CacheRegistry
-from .cancel import CancellationToken
+from .agent import (
+    Agent,
+    Checkpoint,
+    RunResult,
+    RunStatus,
+    Session,
+    execute_tool,
+)
+from .cache import (
+    CacheRegistry,
+)
+from .cancel import (
+    CancellationToken,
+)
 from .chain import (
     Layer,
     LayerBus,
@@ -23,9 +33,21 @@ from .chain import (
     layer_name,
     tool_layer,
 )
-from .context import RunConfig, RunContext, new_run_id
-from .control import Control, ControlSlot, Interrupt, StopWithFinal, stronger
-from .conversation import Conversation
+from .context import (
+    RunConfig,
+    RunContext,
+    new_run_id,
+)
+from .control import (
+    Control,
+    ControlSlot,
+    Interrupt,
+    StopWithFinal,
+    stronger,
+)
+from .conversation import (
+    Conversation,
+)
 from .errors import (
     ConfigError,
     ContextLimitExceeded,
@@ -55,7 +77,11 @@ from .events import (
     ToolCallFinished,
     ToolFailed,
 )
-from .frozen import FrozenDict, freeze, thaw
+from .frozen import (
+    FrozenDict,
+    freeze,
+    thaw,
+)
 from .messages import (
     AssistantMessage,
     Message,
@@ -71,7 +97,12 @@ from .messages import (
     snap_boundary,
     tool_turns,
 )
-from .model import ModelHandler, ModelRequest, ModelResponse, Usage
+from .model import (
+    ModelHandler,
+    ModelRequest,
+    ModelResponse,
+    Usage,
+)
 from .stores import (
     MemoryStore,
     Note,
@@ -83,8 +114,18 @@ from .stores import (
     StoreSchemaError,
     append_notes,
 )
-from .tasks import BackgroundTasks
-from .tokens import HeuristicCounter, TokenCounter, default_counter
+from .tasks import (
+    BackgroundTasks,
+)
+from .tokens import (
+    Calibration,
+    HeuristicCounter,
+    MemoCounter,
+    TokenCounter,
+    TokenizersCounter,
+    context_window,
+    default_counter,
+)
 from .tools import (
     FunctionTool,
     Inject,
@@ -99,12 +140,14 @@ from .tools import (
     ToolSpec,
     tool,
 )
-from .usage import CostTracker, Price, UsageTracker
+from .usage import (
+    CostTracker,
+    Price,
+    UsageTracker,
+)
 
 __version__ = "0.1.0.dev0"
-
 __all__ = [
-    # context
     "RunConfig",
     "RunContext",
     "new_run_id",
@@ -114,13 +157,11 @@ __all__ = [
     "UsageTracker",
     "CostTracker",
     "Price",
-    # control
     "Control",
     "ControlSlot",
     "StopWithFinal",
     "Interrupt",
     "stronger",
-    # messages
     "Message",
     "SystemMessage",
     "UserMessage",
@@ -138,12 +179,10 @@ __all__ = [
     "FrozenDict",
     "freeze",
     "thaw",
-    # model
     "ModelRequest",
     "ModelResponse",
     "ModelHandler",
     "Usage",
-    # onion
     "Layer",
     "LayerLike",
     "LayerBus",
@@ -156,11 +195,9 @@ __all__ = [
     "layer_name",
     "has_hook",
     "check_layer_names",
-    # tokens
     "TokenCounter",
     "HeuristicCounter",
     "default_counter",
-    # tools
     "Tool",
     "ToolSpec",
     "ServerTool",
@@ -171,13 +208,11 @@ __all__ = [
     "Inject",
     "Injected",
     "Injection",
-    # agent
     "Agent",
     "Session",
     "RunResult",
     "RunStatus",
     "Checkpoint",
-    # stores
     "Store",
     "StoreRegistry",
     "MemoryStore",
@@ -187,7 +222,6 @@ __all__ = [
     "Note",
     "StoreSchemaError",
     "StoreClosed",
-    # events
     "Event",
     "EventSink",
     "RunStarted",
@@ -202,7 +236,6 @@ __all__ = [
     "PendingCallsAnswered",
     "BackgroundTaskFailed",
     "SubscriberFailed",
-    # errors
     "TinyCtxError",
     "ConfigError",
     "PairingError",
@@ -217,4 +250,8 @@ __all__ = [
     "InjectionError",
     "ToolArgumentError",
     "SchemaError",
+    "MemoCounter",
+    "TokenizersCounter",
+    "Calibration",
+    "context_window",
 ]

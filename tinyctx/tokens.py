@@ -1,22 +1,56 @@
 """Token accounting: count messages, tool schemas and the system prompt.
 
-:class:`TokenCounter` is the protocol every layer uses; :class:`HeuristicCounter` is the fast
-default. Counts are memoized per message object, so re-checking a long, growing history
-costs a lookup per old message and real work only for new ones.
+:class:`TokenCounter` is the protocol every layer uses. Two counters are built in, both
+memoized per message object (:class:`MemoCounter`), so re-checking a long, growing history
+costs a lookup per old message and real work only for the new ones:
+
+- :class:`HeuristicCounter`, the fast default: characters per token for ASCII, UTF-8 bytes
+  per token for everything else (so CJK and emoji are not undercounted), plus a small
+  per-message overhead. The constants were fitted against a real byte-level BPE tokenizer
+  on real agent transcripts and CJK text (``benchmarks/bench_tokens_budget.py`` reports
+  the error).
+- :class:`TokenizersCounter`, exact for a given ``tokenizers`` vocabulary, encoding every
+  uncached message of a history in one batch.
+
+:class:`Calibration` turns the provider's reported ``input_tokens`` into better estimates,
+and :func:`context_window` knows the windows of common model families.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+import math
+import os
+import re
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .frozen import thaw
-from .messages import AssistantMessage, Message, ToolResult
+from .errors import ConfigError
+from .frozen import FrozenDict
+from .messages import AssistantMessage, Message, ToolCall, ToolResult
 from .model import ModelRequest
 from .tools import ToolSpec
 
-__all__ = ["TokenCounter", "HeuristicCounter", "default_counter"]
+if TYPE_CHECKING:
+    import tokenizers
+
+__all__ = [
+    "TokenCounter",
+    "MemoCounter",
+    "HeuristicCounter",
+    "TokenizersCounter",
+    "default_counter",
+    "message_payload",
+    "arguments_text",
+    "Calibration",
+    "MODEL_WINDOWS",
+    "context_window",
+    "normalize_model_name",
+    "window_table",
+]
 
 
 @runtime_checkable
@@ -34,70 +68,408 @@ class TokenCounter(Protocol):
     def count_request(self, request: ModelRequest) -> int: ...
 
 
-class HeuristicCounter:
-    """Characters per token plus a per-message overhead; memoized per message.
+def _frozen_default(value: object) -> object:
+    if isinstance(value, FrozenDict):
+        return value.to_dict()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
-    ``chars_per_token`` and ``message_overhead`` are the two knobs.
+
+def arguments_text(call: ToolCall) -> str:
+    """A tool call's arguments as the model produced them: JSON (or the raw invalid text)."""
+    if call.invalid_arguments is not None:
+        return call.invalid_arguments
+    if not call.arguments:
+        return "{}"
+    return json.dumps(call.arguments, ensure_ascii=False, default=_frozen_default)
+
+
+def message_payload(message: Message) -> str:
+    """The text of ``message`` a provider sends as tokens: content, tool calls (id, name,
+    JSON arguments) and a tool result's call id. Role markers are the counter's overhead."""
+    text = message.text
+    if isinstance(message, AssistantMessage) and message.tool_calls:
+        parts = [text] if text else []
+        for call in message.tool_calls:
+            parts.append(f"{call.id} {call.name} {arguments_text(call)}")
+        return "\n".join(parts)
+    if isinstance(message, ToolResult):
+        return f"{message.tool_call_id}\n{text}" if text else message.tool_call_id
+    return text
+
+
+def _tool_payload(tool: ToolSpec) -> str:
+    parameters = json.dumps(
+        tool.parameters, ensure_ascii=False, separators=(",", ":"), default=_frozen_default
+    )
+    return f"{tool.name}\n{tool.description}\n{parameters}"
+
+
+def _non_negative_int(owner: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(name, value, "an integer >= 0", owner=owner)
+    return value
+
+
+class _KeyedRef(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference that remembers the memo key of its message."""
+
+    __slots__ = ("key",)
+    key: int
+
+    def __new__(cls, obj: Message, callback: Any, key: int) -> _KeyedRef:
+        self = super().__new__(cls, obj, callback)
+        self.key = key
+        return self
+
+    def __init__(self, obj: Message, callback: Any, key: int) -> None:
+        super().__init__(obj, callback)  # type: ignore[call-arg]
+
+
+class MemoCounter:
+    """The memoizing core both built-in counters share.
+
+    Subclasses implement :meth:`count_text` (and may override :meth:`count_texts` to
+    count many strings at once). Everything else is memoized here:
+
+    - per message, keyed by identity; a weak reference forgets the count when the message
+      is garbage collected (so an id is never reused for another message, and a shared
+      counter keeps no old session's messages alive); at most ``max_memo`` messages, the
+      oldest half forgotten when full;
+    - per history prefix: the total of the last history that started with the same first
+      message, so a history that only grew costs a prefix comparison plus the new messages
+      (the 64 most recent histories are remembered);
+    - per tool list (by identity) and per system prompt (by value).
+    """
+
+    message_overhead: int
+    tool_call_overhead: int
+    tool_overhead: int
+    request_overhead: int
+
+    def __init__(
+        self,
+        *,
+        message_overhead: int = 4,
+        tool_call_overhead: int = 4,
+        tool_overhead: int = 8,
+        request_overhead: int = 3,
+        max_memo: int = 200_000,
+    ) -> None:
+        owner = type(self).__name__
+        self.message_overhead = _non_negative_int(owner, "message_overhead", message_overhead)
+        self.tool_call_overhead = _non_negative_int(owner, "tool_call_overhead", tool_call_overhead)
+        self.tool_overhead = _non_negative_int(owner, "tool_overhead", tool_overhead)
+        self.request_overhead = _non_negative_int(owner, "request_overhead", request_overhead)
+        if isinstance(max_memo, bool) or not isinstance(max_memo, int) or max_memo < 2:
+            raise ConfigError("max_memo", max_memo, "an integer >= 2", owner=owner)
+        self._max_memo = max_memo
+        self._counts: dict[int, int] = {}
+        self._alive: dict[int, _KeyedRef] = {}
+        self._prefix: dict[int, tuple[tuple[Message, ...], int]] = {}
+        self._tools: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
+        self._texts: dict[str, int] = {}
+
+    # -- what a subclass provides --------------------------------------------------------
+
+    def count_text(self, text: str) -> int:
+        raise NotImplementedError
+
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        """Counts of many strings; a subclass may do them in one batch."""
+        return [self.count_text(t) for t in texts]
+
+    def _measure(self, messages: Sequence[Message]) -> list[int]:
+        """Token counts of the messages' payloads (no overhead), as a new list."""
+        return self.count_texts([message_payload(m) for m in messages])
+
+    # -- messages ------------------------------------------------------------------------
+
+    @property
+    def memo_size(self) -> int:
+        """How many messages are remembered."""
+        return len(self._counts)
+
+    def clear(self) -> None:
+        """Forget every memoized count."""
+        self._counts.clear()
+        self._alive.clear()
+        self._prefix.clear()
+        self._tools.clear()
+        self._texts.clear()
+
+    def _remember(self, messages: Sequence[Message]) -> list[int]:
+        """Measure ``messages`` (none of them memoized) in one :meth:`count_texts` call,
+        remember them, and return their counts."""
+        counts = self._measure(messages)
+        base, per_call = self.message_overhead, self.tool_call_overhead
+        for index, message in enumerate(messages):
+            counts[index] += base
+            if isinstance(message, AssistantMessage) and message.tool_calls:
+                counts[index] += per_call * len(message.tool_calls)
+        memo, alive, limit = self._counts, self._alive, self._max_memo
+        overflow = len(memo) + len(messages) - limit
+        if overflow > 0:
+            # forget the oldest (dicts keep insertion order), at least half of the memo so
+            # eviction stays rare; prefix totals go too, their messages may be forgotten
+            drop = min(len(memo), max(overflow, len(memo) // 2))
+            for key in list(islice(memo, drop)):
+                del memo[key]
+                del alive[key]
+            self._prefix.clear()
+        start = max(0, len(messages) - limit)
+        for message, count in zip(messages[start:], counts[start:], strict=True):
+            memo[id(message)] = count
+            key = id(message)
+            alive[key] = _KeyedRef(message, self._forget, key)
+        return counts
+
+    def _forget(self, ref: _KeyedRef) -> None:
+        """Weak-reference callback: the message is gone, so is its count."""
+        if self._alive.get(ref.key) is ref:
+            del self._alive[ref.key]
+            self._counts.pop(ref.key, None)
+
+    def count_message(self, message: Message) -> int:
+        count = self._counts.get(id(message))
+        if count is None:
+            count = self._remember((message,))[0]
+        return count
+
+    def _sum(self, messages: Sequence[Message]) -> int:
+        memo = self._counts
+        try:
+            return sum(map(memo.__getitem__, map(id, messages)))
+        except KeyError:
+            pass
+        missing = {id(m): m for m in messages if id(m) not in memo}
+        fresh = dict(zip(missing, self._remember(list(missing.values())), strict=True))
+        total = 0
+        for message in messages:
+            key = id(message)
+            count = fresh.get(key)
+            if count is None:
+                count = memo.get(key)
+                if count is None:  # evicted by this very batch (a history over max_memo)
+                    count = self.count_message(message)
+            total += count
+        return total
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        if type(messages) is not tuple:
+            messages = tuple(messages)
+        if not messages:
+            return 0
+        key = id(messages[0])
+        entry = self._prefix.get(key)
+        if entry is not None:
+            seen, total = entry
+            if seen is messages:
+                return total
+            k = len(seen)
+            if len(messages) >= k and messages[k - 1] is seen[-1] and messages[:k] == seen:
+                # equal messages have equal counts, so the remembered total still holds
+                if len(messages) > k:
+                    total += self._sum(messages[k:])
+                self._prefix[key] = (messages, total)
+                return total
+        total = self._sum(messages)
+        prefix = self._prefix
+        if key not in prefix and len(prefix) >= 64:
+            del prefix[next(iter(prefix))]
+        prefix[key] = (messages, total)
+        return total
+
+    # -- tools, system prompt, request ---------------------------------------------------
+
+    def count_tools(self, tools: Sequence[ToolSpec]) -> int:
+        if not tools:
+            return 0
+        key = id(tools)
+        entry = self._tools.get(key)
+        if entry is not None and entry[0] is tools:
+            return entry[1]
+        counts = self.count_texts([_tool_payload(t) for t in tools])
+        total = sum(counts) + self.tool_overhead * len(counts)
+        if type(tools) is tuple:
+            if len(self._tools) >= 64:
+                del self._tools[next(iter(self._tools))]
+            self._tools[key] = (tools, total)
+        return total
+
+    def _count_system(self, text: str | None) -> int:
+        if not text:
+            return 0
+        count = self._texts.get(text)
+        if count is None:
+            count = self.count_text(text) + self.message_overhead
+            if len(self._texts) >= 256:
+                del self._texts[next(iter(self._texts))]
+            self._texts[text] = count
+        return count
+
+    def count_request(self, request: ModelRequest) -> int:
+        """Messages + tool schemas + system prompt + a small fixed overhead (reply priming)."""
+        return (
+            self.count_messages(request.messages)
+            + self.count_tools(request.tools)
+            + self._count_system(request.system_prompt)
+            + self.request_overhead
+        )
+
+
+_FOUR_SPACES = "    "
+_HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
+
+
+class HeuristicCounter(MemoCounter):
+    """Fast estimate: ASCII at ``chars_per_token``, everything else by UTF-8 bytes.
+
+    ASCII text costs ``(chars - 2 * four_space_runs) / chars_per_token`` (indentation
+    merges into few tokens). Non-ASCII text costs its UTF-8 bytes beyond one per character
+    divided by ``nonascii_bytes_per_token`` (a CJK character is 3 bytes, about 1.3
+    tokens), plus ``astral_extra`` per character outside the BMP (emoji) and
+    ``hangul_extra`` per Hangul character (Korean splits into more tokens). Defaults were
+    fitted on real transcripts (code and prose) and CJK text against a byte-level BPE
+    vocabulary; they err on the side of overcounting prose. ASCII strings take a fast path:
+    two C-level passes and no allocation. Other ``options`` (overheads, ``max_memo``) are
+    :class:`MemoCounter`'s.
     """
 
     def __init__(
         self,
         *,
-        chars_per_token: float = 4.0,
-        message_overhead: int = 4,
-        max_memo: int = 200_000,
+        chars_per_token: float = 3.1,
+        nonascii_bytes_per_token: float = 2.3,
+        astral_extra: float = 0.5,
+        hangul_extra: float = 0.5,
+        **options: int,
     ) -> None:
-        if chars_per_token <= 0:
-            raise ValueError("chars_per_token must be > 0")
-        self.chars_per_token = chars_per_token
-        self.message_overhead = message_overhead
-        self._max_memo = max_memo
-        # id(message) -> (message, count): the message is kept alive so its id stays valid
-        self._memo: dict[int, tuple[Message, int]] = {}
+        for name, value, positive in (
+            ("chars_per_token", chars_per_token, True),
+            ("nonascii_bytes_per_token", nonascii_bytes_per_token, True),
+            ("astral_extra", astral_extra, False),
+            ("hangul_extra", hangul_extra, False),
+        ):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+                or (positive and value == 0)
+            ):
+                allowed = "a finite number > 0" if positive else "a finite number >= 0"
+                raise ConfigError(name, value, allowed, owner="HeuristicCounter")
+        super().__init__(**options)
+        self.chars_per_token = float(chars_per_token)
+        self.nonascii_bytes_per_token = float(nonascii_bytes_per_token)
+        self.astral_extra = float(astral_extra)
+        self.hangul_extra = float(hangul_extra)
+
+    def _measure(self, messages: Sequence[Message]) -> list[int]:
+        # the payload's parts counted one by one: no joined copy of a large tool result
+        count = self.count_text
+        counts: list[int] = []
+        for message in messages:
+            tokens = count(message.text)
+            if isinstance(message, ToolResult):
+                tokens += count(message.tool_call_id)
+            elif isinstance(message, AssistantMessage):
+                for call in message.tool_calls:
+                    tokens += count(call.id) + count(call.name) + count(arguments_text(call))
+            counts.append(tokens)
+        return counts
 
     def count_text(self, text: str) -> int:
         if not text:
             return 0
-        return max(1, round(len(text) / self.chars_per_token))
-
-    def _measure(self, message: Message) -> int:
-        total = self.message_overhead + self.count_text(message.text)
-        if isinstance(message, AssistantMessage):
-            for call in message.tool_calls:
-                total += self.count_text(call.name) + self.count_text(
-                    json.dumps(thaw(call.arguments), ensure_ascii=False)
-                )
-        elif isinstance(message, ToolResult):
-            total += self.count_text(message.tool_call_id)
-        return total
-
-    def count_message(self, message: Message) -> int:
-        entry = self._memo.get(id(message))
-        if entry is not None and entry[0] is message:
-            return entry[1]
-        count = self._measure(message)
-        if len(self._memo) >= self._max_memo:
-            self._memo.clear()
-        self._memo[id(message)] = (message, count)
-        return count
-
-    def count_messages(self, messages: Sequence[Message]) -> int:
-        return sum(self.count_message(m) for m in messages)
-
-    def count_tools(self, tools: Sequence[ToolSpec]) -> int:
-        return sum(
-            self.count_text(t.name)
-            + self.count_text(t.description)
-            + self.count_text(json.dumps(thaw(t.parameters)))
-            for t in tools
+        n = len(text)
+        if text.isascii():
+            ascii_chars = n - 2 * text.count(_FOUR_SPACES)
+            return max(1, math.ceil(ascii_chars / self.chars_per_token))
+        ascii_chars = len(text.encode("ascii", "ignore"))
+        utf8 = len(text.encode("utf-8", "surrogatepass"))
+        astral = len(text.encode("utf-16-le", "surrogatepass")) // 2 - n
+        estimate = (
+            (ascii_chars - 2 * text.count(_FOUR_SPACES)) / self.chars_per_token
+            + (utf8 - ascii_chars) / self.nonascii_bytes_per_token
+            + astral * self.astral_extra
         )
+        hangul_bound = (n - ascii_chars) * self.hangul_extra
+        if hangul_bound > 0.01 * estimate:  # else the Hangul term cannot move it by 1 %
+            estimate += _HANGUL.subn("", text)[1] * self.hangul_extra
+        return max(1, math.ceil(estimate))
 
-    def count_request(self, request: ModelRequest) -> int:
-        return (
-            self.count_messages(request.messages)
-            + self.count_tools(request.tools)
-            + self.count_text(request.system_prompt or "")
-        )
+
+class TokenizersCounter(MemoCounter):
+    """Exact counts for one ``tokenizers`` vocabulary (plus the same per-message overhead).
+
+    Every uncached message of a history is encoded in one ``encode_batch`` call. Build it
+    from a :class:`tokenizers.Tokenizer`, a ``tokenizer.json`` file (:meth:`from_file`) or
+    the Hugging Face hub (:meth:`from_pretrained`, needs the network). Padding and
+    truncation configured on the tokenizer are switched off on a private copy, so a count
+    is never capped or padded. ``options`` (overheads, ``max_memo``) are
+    :class:`MemoCounter`'s.
+    """
+
+    def __init__(
+        self,
+        tokenizer: tokenizers.Tokenizer,
+        **options: int,
+    ) -> None:
+        import tokenizers
+
+        if not isinstance(tokenizer, tokenizers.Tokenizer):
+            raise ConfigError(
+                "tokenizer", tokenizer, "a tokenizers.Tokenizer", owner="TokenizersCounter"
+            )
+        if tokenizer.truncation is not None or tokenizer.padding is not None:
+            tokenizer = tokenizers.Tokenizer.from_str(tokenizer.to_str())
+            tokenizer.no_truncation()
+            tokenizer.no_padding()
+        super().__init__(**options)
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> TokenizersCounter:
+        """Load a ``tokenizer.json`` file (offline)."""
+        import tokenizers
+
+        return cls(tokenizers.Tokenizer.from_file(os.fspath(path)), **options)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        identifier: str,
+        *,
+        revision: str = "main",
+        token: str | None = None,
+        **options: Any,
+    ) -> TokenizersCounter:
+        """Load the tokenizer of a Hugging Face hub model (needs the network)."""
+        return cls(_load_pretrained(identifier, revision=revision, token=token), **options)
+
+    def count_text(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        counts = [0] * len(texts)
+        todo = [i for i, t in enumerate(texts) if t]
+        if todo:
+            encodings = self.tokenizer.encode_batch(
+                [texts[i] for i in todo], add_special_tokens=False
+            )
+            for i, encoding in zip(todo, encodings, strict=True):
+                counts[i] = len(encoding)
+        return counts
+
+
+def _load_pretrained(identifier: str, *, revision: str, token: str | None) -> tokenizers.Tokenizer:
+    """The hub download behind :meth:`TokenizersCounter.from_pretrained` (tests replace it)."""
+    import tokenizers
+
+    return tokenizers.Tokenizer.from_pretrained(identifier, revision=revision, token=token)
 
 
 _DEFAULT: HeuristicCounter | None = None
@@ -109,3 +481,266 @@ def default_counter() -> HeuristicCounter:
     if _DEFAULT is None:
         _DEFAULT = HeuristicCounter()
     return _DEFAULT
+
+
+# ---------------------------------------------------------------------------------------
+# calibration from reported usage
+
+
+class Calibration:
+    """Learns how a provider's reported ``input_tokens`` relate to a counter's estimate.
+
+    The model is linear: ``reported ≈ ratio * estimate + hidden``. After each response,
+    :meth:`observe` records the raw estimate of the request that was sent and the
+    ``input_tokens`` the provider reported for it. :meth:`estimate` then answers
+    ``last_reported + ratio * (raw - last_estimate)``: the last reported number plus the
+    estimate of what was added (or removed) since, scaled by the learned ratio.
+
+    The ratio is learned from the *differences* between consecutive observations, so a
+    constant the counter cannot see (a provider-side system prompt, tool formatting)
+    cancels out and stays in the anchor instead of inflating the ratio. It is the ratio of
+    the summed differences (big changes weigh more than small ones), starting from a prior
+    of 1.0 worth ``prior_tokens`` raw tokens; each sample is clamped to ``[min_ratio,
+    max_ratio]`` before it counts, and so is the result, so no odd observation can blow it
+    up. Differences smaller than ``min_delta`` raw tokens are too noisy and only move the
+    anchor; a pair whose reported and estimated changes disagree in sign (the hidden part
+    changed) teaches nothing either.
+    """
+
+    __slots__ = (
+        "_anchor_estimate",
+        "_anchor_reported",
+        "_sum_estimate",
+        "_sum_reported",
+        "max_ratio",
+        "min_delta",
+        "min_ratio",
+        "observations",
+        "prior_tokens",
+        "ratio",
+    )
+
+    ratio: float
+    observations: int
+    _sum_estimate: float
+    _sum_reported: float
+    _anchor_estimate: int | None
+    _anchor_reported: int | None
+
+    def __init__(
+        self,
+        *,
+        min_ratio: float = 0.5,
+        max_ratio: float = 2.0,
+        prior_tokens: int = 500,
+        min_delta: int = 32,
+    ) -> None:
+        if not (isinstance(min_ratio, int | float) and 0 < min_ratio <= 1):
+            raise ConfigError("min_ratio", min_ratio, "a number in (0, 1]", owner="Calibration")
+        if not (isinstance(max_ratio, int | float) and 1 <= max_ratio < math.inf):
+            raise ConfigError("max_ratio", max_ratio, "a finite number >= 1", owner="Calibration")
+        _non_negative_int("Calibration", "prior_tokens", prior_tokens)
+        _non_negative_int("Calibration", "min_delta", min_delta)
+        self.min_ratio = float(min_ratio)
+        self.max_ratio = float(max_ratio)
+        self.prior_tokens = prior_tokens
+        self.min_delta = min_delta
+        self.reset()
+
+    @property
+    def anchored(self) -> bool:
+        return self._anchor_reported is not None
+
+    @property
+    def hidden_tokens(self) -> int | None:
+        """What the provider counts that the counter does not see (``reported - ratio *
+        estimate`` at the anchor), or None before the first observation."""
+        if self._anchor_reported is None or self._anchor_estimate is None:
+            return None
+        return round(self._anchor_reported - self.ratio * self._anchor_estimate)
+
+    def observe(self, estimate: int, reported: int) -> None:
+        """Record one (raw estimate, reported input tokens) pair; ignores ``reported <= 0``."""
+        if reported <= 0 or estimate < 0:
+            return
+        previous_estimate, previous_reported = self._anchor_estimate, self._anchor_reported
+        if previous_estimate is not None and previous_reported is not None:
+            delta = estimate - previous_estimate
+            grew = reported - previous_reported
+            if abs(delta) >= max(1, self.min_delta) and grew * delta > 0:
+                sample = min(self.max_ratio, max(self.min_ratio, grew / delta))
+                self._sum_estimate += abs(delta)
+                self._sum_reported += sample * abs(delta)
+                ratio = self._sum_reported / self._sum_estimate
+                self.ratio = min(self.max_ratio, max(self.min_ratio, ratio))
+        self._anchor_estimate = estimate
+        self._anchor_reported = reported
+        self.observations += 1
+
+    def estimate(self, raw: int) -> int:
+        """The calibrated estimate of a request whose raw count is ``raw``."""
+        if self._anchor_reported is None or self._anchor_estimate is None:
+            return raw
+        return max(0, round(self._anchor_reported + self.ratio * (raw - self._anchor_estimate)))
+
+    def raw_for(self, tokens: int) -> int:
+        """How many raw (counter) tokens ``tokens`` calibrated tokens correspond to."""
+        return math.ceil(tokens / self.ratio)
+
+    def reset(self) -> None:
+        """Forget every observation (ratio back to 1.0)."""
+        self.ratio = 1.0
+        self.observations = 0
+        self._sum_estimate = float(self.prior_tokens)
+        self._sum_reported = float(self.prior_tokens)
+        self._anchor_estimate = None
+        self._anchor_reported = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<Calibration ratio={self.ratio:.3f} hidden={self.hidden_tokens} "
+            f"observations={self.observations}>"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# model -> context window
+
+MODEL_WINDOWS: FrozenDict[str, int] = FrozenDict(
+    {
+        # OpenAI
+        "gpt-5": 400_000,
+        "gpt-5-chat": 128_000,
+        "gpt-4.1": 1_047_576,
+        "gpt-4.5": 128_000,
+        "gpt-4o": 128_000,
+        "chatgpt-4o": 128_000,
+        "gpt-4-turbo": 128_000,
+        "gpt-4-1106": 128_000,
+        "gpt-4-0125": 128_000,
+        "gpt-4-32k": 32_768,
+        "gpt-4": 8_192,
+        "gpt-3.5-turbo": 16_385,
+        "gpt-oss": 131_072,
+        "o1": 200_000,
+        "o1-mini": 128_000,
+        "o1-preview": 128_000,
+        "o3": 200_000,
+        "o3-mini": 200_000,
+        "o4-mini": 200_000,
+        # Anthropic
+        "claude": 200_000,
+        "claude-2": 100_000,
+        "claude-instant": 100_000,
+        # Google
+        "gemini": 1_048_576,
+        "gemini-pro": 32_760,
+        "gemini-1.0": 32_760,
+        "gemini-1.5-pro": 2_097_152,
+        "gemini-1.5-flash": 1_048_576,
+        "gemma-2": 8_192,
+        "gemma-3": 131_072,
+        # Meta
+        "llama-2": 4_096,
+        "llama-3": 8_192,
+        "llama3": 8_192,
+        "llama-3.1": 131_072,
+        "llama3.1": 131_072,
+        "llama-3.2": 131_072,
+        "llama3.2": 131_072,
+        "llama-3.3": 131_072,
+        "llama3.3": 131_072,
+        "llama-4": 1_048_576,
+        "llama-4-scout": 10_485_760,
+        # Mistral
+        "mistral": 32_768,
+        "mistral-large": 131_072,
+        "mistral-medium": 131_072,
+        "mistral-small": 131_072,
+        "mistral-nemo": 131_072,
+        "open-mistral-nemo": 131_072,
+        "open-mistral-7b": 32_768,
+        "ministral": 131_072,
+        "mixtral-8x7b": 32_768,
+        "open-mixtral-8x7b": 32_768,
+        "mixtral-8x22b": 65_536,
+        "open-mixtral-8x22b": 65_536,
+        "codestral": 262_144,
+        "devstral": 131_072,
+        "magistral": 40_960,
+        "pixtral": 131_072,
+        # Qwen
+        "qwen": 32_768,
+        "qwen-plus": 131_072,
+        "qwen-turbo": 1_000_000,
+        "qwen-max": 32_768,
+        "qwen2": 32_768,
+        "qwen2.5": 131_072,
+        "qwen2.5-coder": 131_072,
+        "qwen3": 131_072,
+        "qwen3-coder": 262_144,
+        "qwq": 131_072,
+        # DeepSeek
+        "deepseek": 131_072,
+    }
+)
+"""Advertised context windows (tokens) by model-name prefix; the longest prefix wins."""
+
+# "openai/gpt-4o", "models/gemini-2.0-flash", "us.anthropic.claude-3-5-sonnet-...:0",
+# "meta-llama/Meta-Llama-3.1-8B-Instruct", "accounts/fireworks/models/qwen3-...": the family
+# name starts after the last "/" and after a cloud vendor's dotted prefix.
+_VENDOR = re.compile(
+    r"^(?:(?:us|eu|apac|global)\.)?(?:anthropic|meta|mistral|amazon|cohere|ai21|google|openai)\."
+    r"|^meta-(?=llama)"
+)
+
+
+def normalize_model_name(model: str) -> str:
+    """Lower-case ``model`` and strip provider routing (``openai/``, ``us.anthropic.``...)."""
+    name = model.strip().lower()
+    name = name.rsplit("/", 1)[-1]
+    return _VENDOR.sub("", name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _default_window(name: str) -> int | None:
+    return _longest_prefix(name, MODEL_WINDOWS)
+
+
+def _longest_prefix(name: str, table: Mapping[str, int]) -> int | None:
+    best_len, best = -1, None
+    for prefix, window in table.items():
+        if name.startswith(prefix) and len(prefix) > best_len:
+            best_len, best = len(prefix), window
+    return best
+
+
+def context_window(model: str | None, table: Mapping[str, int] | None = None) -> int | None:
+    """The context window of ``model`` by longest matching prefix, or None when unknown.
+
+    ``table`` entries (same prefix rules, after normalization) are consulted first and win
+    over :data:`MODEL_WINDOWS`.
+    """
+    if not model:
+        return None
+    name = normalize_model_name(model)
+    if table:
+        found = _longest_prefix(name, {normalize_model_name(k): v for k, v in table.items()})
+        if found is not None:
+            return found
+    return _default_window(name)
+
+
+def window_table(
+    value: Mapping[str, int] | Iterable[tuple[str, int]] | None, *, owner: str = ""
+) -> FrozenDict[str, int]:
+    """A validated, normalized window table (model-name prefix -> tokens > 0)."""
+    table = dict(value or {})
+    for key, window in table.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(
+                "windows", key, "model-name prefixes (non-empty strings)", owner=owner
+            )
+        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+            raise ConfigError(f"windows[{key!r}]", window, "an integer > 0 (tokens)", owner=owner)
+    return FrozenDict({normalize_model_name(k): v for k, v in table.items()})

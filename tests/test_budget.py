@@ -1,0 +1,800 @@
+"""The budget guard: trigger, policies in order, exhaustion, circuit breaker, persistence,
+provider rejections, calibration from usage, window resolution, validation and env."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from tinyctx import (
+    Agent,
+    AssistantMessage,
+    ConfigError,
+    ContextLimitExceeded,
+    Conversation,
+    Event,
+    EventSink,
+    HeuristicCounter,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    RunConfig,
+    RunContext,
+    Session,
+    SystemMessage,
+    TokenizersCounter,
+    ToolCall,
+    ToolResult,
+    Usage,
+    UserMessage,
+)
+from tinyctx.middleware import (
+    ORDERS,
+    BreakerChanged,
+    BudgetGuard,
+    ContextExhausted,
+    ContextPolicyApplied,
+    ContextPolicyFailed,
+    ContextPolicySkipped,
+    ContextPressure,
+    DropNonessential,
+    ProviderContextLimit,
+    Relief,
+    TrimOldest,
+    default_policies,
+    order_policies,
+    policy_role,
+)
+from tinyctx.middleware.budget import breaker_group
+from tinyctx.middleware.drop_nonessential import droppable_groups
+from tinyctx.testing import (
+    ScriptedModel,
+    assert_pairing_intact,
+    capture_events,
+    reply,
+    run_layer,
+    strategies,
+)
+from tinyctx.testing.bpe import train_bpe
+
+COUNTER = HeuristicCounter()
+
+
+def _ctx(messages: tuple[Message, ...] = (), **config: Any) -> RunContext[None]:
+    return RunContext.new(
+        RunConfig(**config),
+        events=EventSink(logger=None),
+        conversation=Conversation(messages),
+    )
+
+
+def _request(messages: tuple[Message, ...], **fields: Any) -> ModelRequest:
+    return ModelRequest(messages=messages, **fields)
+
+
+def _big(text: str, *, words: int = 100, essential: bool = True) -> UserMessage:
+    return UserMessage(f"{text} " + "lorem ipsum " * words, essential=essential)
+
+
+def _raw(request: ModelRequest) -> int:
+    return COUNTER.count_request(request)
+
+
+def _of(events: list[Event], kind: type[Event]) -> list[Any]:
+    return [e for e in events if isinstance(e, kind)]
+
+
+class FakeSummarize:
+    """A summarizing policy whose outcomes follow a script (True = succeed, False = raise)."""
+
+    role = "summarize"
+    breaker_group = "summarize"
+
+    def __init__(self, script: list[bool], *, name: str = "Summarize") -> None:
+        self.script = list(script)
+        self.name = name
+        self.calls = 0
+        self.seen: list[tuple[Message, ...]] = []
+
+    async def relieve(
+        self, messages: tuple[Message, ...], ctx: RunContext[Any], counter: Any, *, need: int
+    ) -> Relief:
+        self.calls += 1
+        self.seen.append(messages)
+        ok = self.script.pop(0) if self.script else True
+        if not ok:
+            raise RuntimeError("summarizer model unavailable")
+        systems = tuple(m for m in messages if isinstance(m, SystemMessage))
+        rest = [m for m in messages if not isinstance(m, SystemMessage)]
+        summary = UserMessage("[summary of earlier turns]")
+        kept = (*systems, summary, *rest[-1:])
+        freed = counter.count_messages(messages) - counter.count_messages(kept)
+        return Relief(kept, freed, {"summarized": len(rest) - 1})
+
+
+class NamedNoop:
+    """A policy that frees nothing, with a given name and role (for order tests)."""
+
+    def __init__(self, name: str, role: str | None = None) -> None:
+        self.name = name
+        if role is not None:
+            self.role = role
+
+    async def relieve(
+        self, messages: tuple[Message, ...], ctx: RunContext[Any], counter: Any, *, need: int
+    ) -> Relief:
+        return Relief(messages, 0)
+
+
+class OrphanMaker:
+    """A broken policy: drops a tool result and leaves its call behind."""
+
+    name = "OrphanMaker"
+
+    async def relieve(
+        self, messages: tuple[Message, ...], ctx: RunContext[Any], counter: Any, *, need: int
+    ) -> Relief:
+        return Relief(tuple(m for m in messages if not isinstance(m, ToolResult)), 10)
+
+
+class TestBelowTrigger:
+    """Under the trigger the request passes through untouched: the same object."""
+
+    async def test_same_request_object_and_no_event(self) -> None:
+        history = (SystemMessage("rules"), UserMessage("hello"))
+        request = _request(history)
+        model = ScriptedModel([reply("hi", usage=(50, 5))])
+        guard = BudgetGuard(max_tokens=10_000, counter=COUNTER)
+        ctx = _ctx(history)
+        with capture_events() as events:
+            await run_layer(guard, request, ctx, model)
+        assert model.requests[0] is request
+        assert _of(events, ContextPressure) == []
+        assert ctx.conversation.messages == history
+        stats = guard.stats(ctx)
+        assert stats.actions["checks"] == 1 and stats.actions.get("pressure") is None
+        assert stats.utilisation == pytest.approx(_raw(request) / 10_000)
+        assert stats.window == 10_000 and stats.window_source == "layer"
+        assert (stats.last_input_tokens, stats.last_output_tokens) == (50, 5)
+
+    async def test_fires_at_the_trigger_not_before(self) -> None:
+        history = tuple(_big(f"m{i}", words=20) for i in range(6))
+        request = _request(history)
+        raw = _raw(request)
+        for window, fires in ((math.floor(raw / 0.9), True), (math.floor(raw / 0.9) + 2, False)):
+            model = ScriptedModel(["ok"])
+            guard = BudgetGuard(max_tokens=window, counter=COUNTER, policies=[TrimOldest(0)])
+            with capture_events() as events:
+                await run_layer(guard, request, _ctx(history), model)
+            assert bool(_of(events, ContextPressure)) is fires, window
+
+
+class TestWindow:
+    """The window comes from the run config, the layer, the provider, then the table."""
+
+    async def test_precedence(self) -> None:
+        request = _request((UserMessage("hi"),), model="gpt-4")
+        guard = BudgetGuard(max_tokens=50_000, counter=COUNTER)
+        assert guard.resolve_window(request, _ctx(max_tokens=30_000))[::2] == (30_000, "config")
+        assert guard.resolve_window(request, _ctx())[::2] == (50_000, "layer")
+        table_guard = BudgetGuard(counter=COUNTER)
+        ctx = _ctx()
+        assert table_guard.resolve_window(request, ctx)[::2] == (8_192, "table")
+        await run_layer(table_guard, request, ctx, ScriptedModel([_usage_reply(10, window=32_000)]))
+        assert table_guard.resolve_window(request, ctx)[::2] == (32_000, "reported")
+        assert table_guard.stats(ctx).window_source == "table"
+
+    async def test_a_table_model_makes_the_guard_fire(self) -> None:
+        """The seed's bug: the window was always unknown, so the guard never fired."""
+        history = tuple(_big(f"turn {i}", words=200) for i in range(12))
+        request = _request(history, model="gpt-4-0613")
+        assert _raw(request) > 0.9 * 8_192
+        model = ScriptedModel(["ok"])
+        with capture_events() as events:
+            await run_layer(BudgetGuard(counter=COUNTER), request, _ctx(history), model)
+        (pressure,) = _of(events, ContextPressure)
+        assert pressure.window == 8_192 and pressure.window_source == "table"
+        assert _raw(model.requests[0]) <= math.floor(0.72 * 8_192)
+
+    async def test_unknown_window_is_an_error_not_a_silent_pass(self) -> None:
+        request = _request((UserMessage("hi"),), model="my-finetune")
+        with pytest.raises(ConfigError, match="my-finetune") as info:
+            await run_layer(BudgetGuard(), request, _ctx(), ScriptedModel(["ok"]))
+        assert info.value.field == "max_tokens"
+        guard = BudgetGuard(windows={"my-finetune": 4_000})
+        assert guard.resolve_window(request, _ctx())[0] == 4_000
+
+    def test_reserve_from_layer_config_or_request_settings(self) -> None:
+        request = _request((UserMessage("hi"),), settings={"max_tokens": 1_000})
+        assert BudgetGuard(max_tokens=8_000).resolve_window(request, _ctx())[1] == 1_000
+        assert (
+            BudgetGuard(max_tokens=8_000, reserved_output_tokens=500).resolve_window(
+                request, _ctx()
+            )[1]
+            == 500
+        )
+        config_ctx = _ctx(max_tokens=8_000, reserved_output_tokens=2_000)
+        assert BudgetGuard().resolve_window(request, config_ctx)[:2] == (8_000, 2_000)
+        with pytest.raises(ConfigError, match="reserved_output_tokens"):
+            BudgetGuard(max_tokens=900).resolve_window(request, _ctx())
+
+
+def _usage_reply(input_tokens: int, *, window: int | None = None) -> ModelResponse:
+    return ModelResponse(
+        AssistantMessage("ok"), usage=Usage(input_tokens, 3, context_window=window)
+    )
+
+
+class TestPolicies:
+    """Each policy alone, the order they run in, and what each action reports."""
+
+    async def test_drop_nonessential_alone(self) -> None:
+        doc = _big("retrieved", words=300, essential=False)
+        history = (SystemMessage("rules"), doc, UserMessage("question?"))
+        request = _request(history)
+        guard = BudgetGuard(
+            max_tokens=_raw(request), counter=COUNTER, policies=[DropNonessential()]
+        )
+        model = ScriptedModel(["ok"])
+        with capture_events() as events:
+            await run_layer(guard, request, _ctx(history), model)
+        assert model.requests[0].messages == (history[0], history[2])
+        (applied,) = _of(events, ContextPolicyApplied)
+        assert applied.policy == "DropNonessential" and applied.detail == {"dropped": 1}
+        assert applied.freed_tokens == COUNTER.count_message(doc)
+        assert applied.estimate_after == applied.estimate_before - applied.freed_tokens
+
+    async def test_trim_oldest_alone(self) -> None:
+        history = (SystemMessage("rules"), *(_big(f"turn {i}") for i in range(6)))
+        request = _request(history)
+        guard = BudgetGuard(max_tokens=_raw(request), counter=COUNTER, policies=[TrimOldest(2)])
+        model = ScriptedModel(["ok"])
+        await run_layer(guard, request, _ctx(history), model)
+        sent = model.requests[0].messages
+        assert sent[0] == history[0] and sent[-2:] == history[-2:]
+        assert _raw(model.requests[0]) <= 0.72 * _raw(request)
+
+    async def test_order_changes_the_outcome(self) -> None:
+        old = _big("old but essential", words=200)
+        doc = _big("retrieved doc", words=200, essential=False)
+        history = (old, AssistantMessage("noted"), doc, UserMessage("and now?"))
+        request = _request(history)
+        window = math.floor(_raw(request) / 0.9)  # at the trigger: one big message must go
+        outcomes = []
+        for policies in ([DropNonessential(), TrimOldest(0)], [TrimOldest(0), DropNonessential()]):
+            model = ScriptedModel(["ok"])
+            guard = BudgetGuard(max_tokens=window, counter=COUNTER, policies=policies)
+            await run_layer(guard, request, _ctx(history), model)
+            outcomes.append(model.requests[0].messages)
+        assert old in outcomes[0] and doc not in outcomes[0]
+        assert old not in outcomes[1]
+        assert outcomes[0] != outcomes[1]
+
+    def test_default_and_seed_orders(self) -> None:
+        assert [policy_role(p) for p in default_policies()] == ["drop", "trim"]
+        assert ORDERS["default"] == ("drop", "compact", "summarize", "trim")
+        assert ORDERS["seed"] == ("drop", "trim", "summarize", "compact")
+        mixed = [
+            NamedNoop("Summarize"),
+            TrimOldest(),
+            NamedNoop("Microcompact"),
+            DropNonessential(),
+        ]
+        seed = BudgetGuard(policies=mixed, order="seed")
+        assert [p.name for p in seed.policies] == [
+            "DropNonessential",
+            "TrimOldest",
+            "Summarize",
+            "Microcompact",
+        ]
+        default = order_policies(mixed, "default")
+        assert [policy_role(p) for p in default] == ["drop", "compact", "summarize", "trim"]
+        assert [policy_role(p) for p in BudgetGuard(order="seed").policies] == ["drop", "trim"]
+        assert [p.name for p in BudgetGuard(policies=mixed).policies] == [p.name for p in mixed]
+        assert breaker_group(NamedNoop("Summarize")) == "summarize"
+        assert breaker_group(FakeSummarize([])) == "summarize"
+        assert breaker_group(TrimOldest()) is None
+        assert breaker_group(NamedNoop("Microcompact")) is None
+
+    async def test_policies_stop_once_under_target(self) -> None:
+        doc = _big("retrieved", words=300, essential=False)
+        history = (doc, *(_big(f"turn {i}", words=10) for i in range(4)))
+        request = _request(history)
+        trim = TrimOldest(0)
+        guard = BudgetGuard(
+            max_tokens=_raw(request), counter=COUNTER, policies=[DropNonessential(), trim]
+        )
+        ctx = _ctx(history)
+        with capture_events() as events:
+            await run_layer(guard, request, ctx, ScriptedModel(["ok"]))
+        assert [e.policy for e in _of(events, ContextPolicyApplied)] == ["DropNonessential"]
+        assert guard.stats(ctx).actions["DropNonessential.applied"] == 1
+
+    async def test_a_policy_that_breaks_pairing_is_a_failure_and_changes_nothing(self) -> None:
+        call = ToolCall("c1", "search", {})
+        history = (
+            UserMessage("go " * 200),
+            AssistantMessage("", (call,)),
+            ToolResult("c1", "found " * 200),
+            UserMessage("next"),
+        )
+        request = _request(history)
+        model = ScriptedModel(["ok"])
+        guard = BudgetGuard(
+            max_tokens=_raw(request), counter=COUNTER, policies=[OrphanMaker(), TrimOldest(0)]
+        )
+        with capture_events() as events:
+            await run_layer(guard, request, _ctx(history), model)
+        (failed,) = _of(events, ContextPolicyFailed)
+        assert failed.policy == "OrphanMaker" and "pairing" in failed.error
+        assert_pairing_intact(model.requests[0].messages, history)
+
+
+class TestExhaustion:
+    """Still over the hard limit after every policy: a clear error, nothing changed."""
+
+    async def test_error_names_the_numbers_and_history_is_kept(self) -> None:
+        history = (
+            SystemMessage("rules " * 600),
+            _big("doc", words=50, essential=False),
+            UserMessage("question"),
+        )
+        request = _request(history)
+        ctx = _ctx(history)
+        guard = BudgetGuard(
+            max_tokens=1_000,
+            reserved_output_tokens=200,
+            counter=COUNTER,
+            policies=[DropNonessential(), TrimOldest(0)],
+        )
+        model = ScriptedModel(["ok"])
+        with capture_events() as events, pytest.raises(ContextLimitExceeded) as info:
+            await run_layer(guard, request, ctx, model)
+        error = info.value
+        assert model.calls == 0
+        assert (error.window, error.reserved, error.limit) == (1_000, 200, 800)
+        assert error.estimate is not None and error.estimate > 800
+        assert set(error.freed) == {"DropNonessential", "TrimOldest"}
+        text = str(error)
+        assert f"prompt of ~{error.estimate} tokens does not fit" in text
+        assert "window 1000 - reserved output 200 = usable 800" in text
+        assert "hard limit 800" in text
+        assert f"DropNonessential freed {error.freed['DropNonessential']}" in text
+        assert ctx.conversation.messages == history
+        (exhausted,) = _of(events, ContextExhausted)
+        assert exhausted.estimate == error.estimate and dict(exhausted.freed) == error.freed
+        assert guard.stats(ctx).actions["exhausted"] == 1
+
+    async def test_over_target_but_under_hard_limit_passes(self) -> None:
+        history = (SystemMessage("rules " * 300), UserMessage("question"))
+        request = _request(history)
+        raw = _raw(request)
+        guard = BudgetGuard(max_tokens=raw, counter=COUNTER, policies=[TrimOldest(0)])
+        model = ScriptedModel(["ok"])
+        await run_layer(guard, request, _ctx(history), model)
+        assert model.requests[0].messages == (history[0],)
+
+
+class TestCircuitBreaker:
+    """Three consecutive summarization failures skip it until a success."""
+
+    @staticmethod
+    def _setup(summarize: FakeSummarize, **options: Any) -> tuple[BudgetGuard, ModelRequest]:
+        history = tuple(_big(f"turn {i}", words=60) for i in range(6))
+        request = _request(history)
+        guard = BudgetGuard(
+            max_tokens=_raw(request),
+            counter=COUNTER,
+            policies=[summarize, TrimOldest(0)],
+            persist=False,
+            **options,
+        )
+        return guard, request
+
+    async def test_trips_after_three_failures_and_resets_on_success(self) -> None:
+        summarize = FakeSummarize([False, False, False, True])
+        guard, request = self._setup(summarize, breaker_cooldown=1)
+        ctx = _ctx(request.messages)
+        model = ScriptedModel(["ok"], repeat_last=True)
+        with capture_events() as events:
+            for _ in range(3):
+                await run_layer(guard, request, ctx, model)
+        assert summarize.calls == 3
+        assert all(seen == request.messages for seen in summarize.seen), "failures change nothing"
+        assert [e.failures for e in _of(events, ContextPolicyFailed)] == [1, 2, 3]
+        (opened,) = _of(events, BreakerChanged)
+        assert (opened.group, opened.state, opened.failures) == ("summarize", "open", 3)
+        assert guard.stats(ctx).breakers["summarize"].state == "open"
+        # open: the next firing skips it (the trim still relieves the request)
+        with capture_events() as events:
+            await run_layer(guard, request, ctx, model)
+        assert summarize.calls == 3
+        (skipped,) = _of(events, ContextPolicySkipped)
+        assert skipped.policy == "Summarize"
+        assert guard.stats(ctx).breakers["summarize"].state == "half_open"
+        # after the cooldown one trial runs; it succeeds and closes the breaker
+        with capture_events() as events:
+            await run_layer(guard, request, ctx, model)
+        assert summarize.calls == 4
+        (closed,) = _of(events, BreakerChanged)
+        assert closed.state == "closed"
+        stats = guard.stats(ctx)
+        assert stats.breakers["summarize"].state == "closed"
+        assert stats.breakers["summarize"].failures == 0
+        assert stats.actions["Summarize.failed"] == 3 and stats.actions["Summarize.skipped"] == 1
+
+    async def test_a_success_in_between_resets_the_count(self) -> None:
+        summarize = FakeSummarize([False, False, True, False, False])
+        guard, request = self._setup(summarize)
+        ctx = _ctx(request.messages)
+        model = ScriptedModel(["ok"], repeat_last=True)
+        with capture_events() as events:
+            for _ in range(5):
+                await run_layer(guard, request, ctx, model)
+        assert _of(events, BreakerChanged) == []
+        assert guard.stats(ctx).breakers["summarize"].failures == 2
+        assert summarize.calls == 5
+
+    async def test_without_cooldown_it_stays_open_until_reset(self) -> None:
+        summarize = FakeSummarize([False, False, False])
+        guard, request = self._setup(summarize, breaker_cooldown=None)
+        ctx = _ctx(request.messages)
+        model = ScriptedModel(["ok"], repeat_last=True)
+        for _ in range(10):
+            await run_layer(guard, request, ctx, model)
+        assert summarize.calls == 3
+        guard.reset_breakers(ctx)
+        await run_layer(guard, request, ctx, model)
+        assert summarize.calls == 4
+
+    def test_breaker_is_per_session(self) -> None:
+        summarize = FakeSummarize([])
+        guard, _ = self._setup(summarize)
+        assert guard.stats(_ctx()).breakers == {}
+
+
+class TestPersistence:
+    """Persistent by default (conversation replaced quietly); transient on request."""
+
+    async def test_persistent_replaces_the_conversation_without_message_events(self) -> None:
+        history = tuple(_big(f"turn {i}") for i in range(6))
+        ctx = _ctx(history)
+        request = _request(ctx.conversation.messages)
+        guard = BudgetGuard(max_tokens=_raw(request), counter=COUNTER, policies=[TrimOldest(1)])
+        model = ScriptedModel(["ok"])
+        with capture_events() as events:
+            await run_layer(guard, request, ctx, model)
+        assert ctx.conversation.messages == model.requests[0].messages
+        assert len(ctx.conversation.messages) < len(history)
+        assert ctx.conversation.queued_events == 0
+        assert all(e.persisted for e in _of(events, ContextPolicyApplied))
+        assert guard.stats(ctx).actions["persisted"] == 1
+
+    async def test_transient_leaves_the_history_alone(self) -> None:
+        history = tuple(_big(f"turn {i}") for i in range(6))
+        ctx = _ctx(history)
+        request = _request(ctx.conversation.messages)
+        guard = BudgetGuard(
+            max_tokens=_raw(request), counter=COUNTER, policies=[TrimOldest(1)], persist=False
+        )
+        model = ScriptedModel(["ok"])
+        await run_layer(guard, request, ctx, model)
+        assert ctx.conversation.messages == history
+        assert len(model.requests[0].messages) < len(history)
+        assert guard.stats(ctx).actions["transient"] == 1
+
+    async def test_a_request_that_is_not_the_conversation_is_relieved_transiently(self) -> None:
+        history = tuple(_big(f"turn {i}") for i in range(6))
+        ctx = _ctx(history)
+        injected = _request((SystemMessage("injected by an outer layer"), *history))
+        guard = BudgetGuard(max_tokens=_raw(injected), counter=COUNTER, policies=[TrimOldest(1)])
+        await run_layer(guard, injected, ctx, ScriptedModel(["ok"]))
+        assert ctx.conversation.messages == history
+        assert guard.stats(ctx).actions["transient"] == 1
+
+    async def test_in_an_agent_the_next_turn_starts_from_the_relieved_history(self) -> None:
+        guard = BudgetGuard(max_tokens=600, counter=COUNTER, policies=[TrimOldest(2)])
+        model = ScriptedModel([reply("answer " * 40)], repeat_last=True)
+        agent = Agent(model, middleware=[guard])
+        async with Session(agent) as session:
+            for turn in range(8):
+                await session.run(f"question {turn} " + "detail " * 30)
+                assert COUNTER.count_request(model.requests[-1]) <= 600
+            assert len(session.conversation_messages) < 16
+            assert guard.stats(session.ctx).actions["persisted"] >= 1
+
+
+class TestProviderRejection:
+    """A provider ContextLimitExceeded is answered once: relieve harder, retry."""
+
+    async def test_relieves_harder_and_retries_once(self) -> None:
+        history = tuple(_big(f"turn {i}", words=50) for i in range(10))
+        request = _request(history)
+        limit = _raw(request) // 2
+        sizes: list[int] = []
+
+        async def strict_model(req: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+            size = _raw(req)
+            sizes.append(size)
+            if size > limit:
+                raise ContextLimitExceeded("prompt is too long", estimate=size * 2)
+            return reply("ok")
+
+        ctx = _ctx(history)
+        guard = BudgetGuard(
+            max_tokens=10 * _raw(request), counter=COUNTER, policies=[TrimOldest(1)]
+        )
+        with capture_events() as events:
+            response = await run_layer(guard, request, ctx, strict_model)
+        assert response.text == "ok"
+        assert len(sizes) == 2 and sizes[1] <= limit
+        (rejected,) = _of(events, ProviderContextLimit)
+        assert rejected.retrying and rejected.provider_estimate == sizes[0] * 2
+        assert _of(events, ContextPressure)[0].provider_rejected
+        assert guard.stats(ctx).actions["provider_limit"] == 1
+        assert ctx.conversation.messages == (history[-1],)
+
+    async def test_a_second_rejection_propagates(self) -> None:
+        history = tuple(_big(f"turn {i}", words=50) for i in range(4))
+        model = ScriptedModel([ContextLimitExceeded("too long"), ContextLimitExceeded("still")])
+        guard = BudgetGuard(max_tokens=100_000, counter=COUNTER, policies=[TrimOldest(1)])
+        with pytest.raises(ContextLimitExceeded, match="still"):
+            await run_layer(guard, _request(history), _ctx(history), model)
+        assert model.calls == 2
+
+    async def test_nothing_left_to_relieve_reraises_the_provider_error(self) -> None:
+        history = (UserMessage("only one"),)
+        model = ScriptedModel([ContextLimitExceeded("too long")])
+        guard = BudgetGuard(max_tokens=100_000, counter=COUNTER, policies=[TrimOldest(1)])
+        with pytest.raises(ContextLimitExceeded, match="too long"):
+            await run_layer(guard, _request(history), _ctx(history), model)
+        assert model.calls == 1
+
+    async def test_can_be_switched_off(self) -> None:
+        history = tuple(_big(f"turn {i}") for i in range(4))
+        model = ScriptedModel([ContextLimitExceeded("too long")])
+        guard = BudgetGuard(max_tokens=100_000, counter=COUNTER, retry_on_provider_limit=False)
+        with pytest.raises(ContextLimitExceeded, match="too long"):
+            await run_layer(guard, _request(history), _ctx(history), model)
+        assert model.calls == 1
+
+
+class TestCalibration:
+    """Reported usage calibrates the estimate, even with a hidden system prompt."""
+
+    async def test_converges_on_a_history_with_a_hidden_system_prompt(self) -> None:
+        truth = TokenizersCounter(train_bpe())
+        hidden = 900
+        guard = BudgetGuard(max_tokens=1_000_000, counter=HeuristicCounter())
+        errors: list[float] = []
+
+        async def provider(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+            real = truth.count_request(request) + hidden
+            estimate = guard.stats(ctx).estimate
+            assert estimate is not None
+            errors.append(abs(estimate - real) / real)
+            return ModelResponse(
+                AssistantMessage("def f(x):\n    return x\n" * 3), usage=Usage(real, 9)
+            )
+
+        agent = Agent(provider, middleware=[guard], system_prompt="Answer in code.")
+        async with Session(agent) as session:
+            for turn in range(14):
+                await session.run(f"Question {turn}: the quick brown fox? " * (1 + turn % 3))
+            stats = guard.stats(session.ctx)
+        assert errors[0] > 0.3, "before any usage the hidden prompt is invisible"
+        assert max(errors[3:]) < 0.03
+        assert stats.hidden_tokens is not None and stats.hidden_tokens > 0.5 * hidden
+        assert 0.5 <= stats.calibration_ratio <= 2.0
+
+    async def test_calibration_can_be_switched_off(self) -> None:
+        guard = BudgetGuard(max_tokens=100_000, counter=COUNTER, calibrate=False)
+        history = (UserMessage("hello"),)
+        request = _request(history)
+        ctx = _ctx(history)
+        await run_layer(guard, request, ctx, ScriptedModel([reply("hi", usage=(5_000, 1))]))
+        await run_layer(guard, request, ctx, ScriptedModel(["hi"]))
+        assert guard.stats(ctx).estimate == _raw(request)
+
+
+class TestStats:
+    """Stats are per conversation: sessions of one agent, and sub-agents, keep their own."""
+
+    async def test_sessions_of_one_agent_do_not_share_stats(self) -> None:
+        guard = BudgetGuard(max_tokens=100_000, counter=COUNTER)
+        agent = Agent(
+            ScriptedModel([reply("ok", usage=(42, 2))], repeat_last=True), middleware=[guard]
+        )
+        async with Session(agent) as first, Session(agent) as second:
+            await first.run("hi")
+            await first.run("again")
+            await second.run("hello")
+            assert guard.stats(first.ctx).actions["checks"] == 2
+            assert guard.stats(second.ctx).actions["checks"] == 1
+            assert guard.stats(first.ctx).last_input_tokens == 42
+
+    def test_a_sub_agent_conversation_has_its_own_state(self) -> None:
+        guard = BudgetGuard(max_tokens=100_000)
+        ctx = _ctx()
+        child = ctx.derive(conversation=Conversation())
+        assert guard.stats(ctx) is not guard.stats(child)
+        assert guard._state(ctx) is not guard._state(child)
+        assert guard._state(ctx) is guard._state(ctx.derive())
+
+
+class TestValidation:
+    """Bad configuration fails at construction, naming the field, value and allowed range."""
+
+    @pytest.mark.parametrize(
+        ("options", "field", "allowed"),
+        [
+            ({"max_tokens": 0}, "max_tokens", ">= 1"),
+            ({"max_tokens": True}, "max_tokens", ">= 1"),
+            ({"max_tokens": "8k"}, "max_tokens", ">= 1"),
+            ({"reserved_output_tokens": -1}, "reserved_output_tokens", ">= 0"),
+            (
+                {"max_tokens": 100, "reserved_output_tokens": 100},
+                "reserved_output_tokens",
+                "< max_tokens",
+            ),
+            ({"trigger": 0}, "trigger", "(0, 1]"),
+            ({"trigger": 1.0}, "trigger", "trigger < hard_limit"),
+            ({"trigger": 0.95, "hard_limit": 0.9}, "trigger", "trigger < hard_limit (0.9)"),
+            ({"hard_limit": 1.2}, "hard_limit", "(0, 1]"),
+            ({"hard_limit": float("nan")}, "hard_limit", "(0, 1]"),
+            ({"target": 0.95}, "target", "target <= trigger"),
+            ({"target": 0}, "target", "(0, 1]"),
+            ({"policies": ["trim"]}, "policies[0]", "PressurePolicy"),
+            ({"policies": [TrimOldest(), TrimOldest()]}, "policies[1].name", "unique"),
+            ({"order": "lifo"}, "order", "default"),
+            ({"order": ["drop", "drop"]}, "order", "distinct roles"),
+            ({"counter": object()}, "counter", "TokenCounter"),
+            ({"persist": "yes"}, "persist", "True or False"),
+            ({"breaker_threshold": 0}, "breaker_threshold", ">= 1"),
+            ({"breaker_cooldown": -1}, "breaker_cooldown", ">= 0"),
+            ({"provider_retry_factor": 1.0}, "provider_retry_factor", "(0, 1)"),
+            ({"windows": {"gpt": -5}}, "windows['gpt']", "> 0"),
+        ],
+    )
+    def test_bad_option(self, options: dict[str, Any], field: str, allowed: str) -> None:
+        with pytest.raises(ConfigError) as info:
+            BudgetGuard(**options)
+        assert info.value.field == field
+        assert allowed in str(info.value)
+        assert f"BudgetGuard.{field}=" in str(info.value)
+
+    def test_defaults(self) -> None:
+        guard = BudgetGuard()
+        assert (guard.trigger, guard.hard_limit) == (0.9, 1.0)
+        assert guard.target == pytest.approx(0.72)
+        assert guard.persist and guard.calibrate and guard.breaker_threshold == 3
+        assert [p.name for p in guard.policies] == ["DropNonessential", "TrimOldest"]
+
+
+class TestFromEnv:
+    """Environment overrides parse with the same validation; nothing invalid is ignored."""
+
+    def test_reads_overrides(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("TINYCTX_CONTEXT_MAX_TOKENS", "32_000")
+        monkeypatch.setenv("TINYCTX_CONTEXT_TRIGGER", "85%")
+        monkeypatch.setenv("TINYCTX_CONTEXT_HARD_LIMIT", "0.95")
+        monkeypatch.setenv("TINYCTX_CONTEXT_PERSIST", "off")
+        monkeypatch.setenv("TINYCTX_CONTEXT_ORDER", "seed")
+        monkeypatch.setenv("TINYCTX_CONTEXT_BREAKER_COOLDOWN", "none")
+        guard = BudgetGuard.from_env(reserved_output_tokens=1_000, trigger=0.5)
+        assert guard.max_tokens == 32_000 and guard.reserved_output_tokens == 1_000
+        assert guard.trigger == pytest.approx(0.85) and guard.hard_limit == 0.95
+        assert not guard.persist and guard.breaker_cooldown is None
+        assert [policy_role(p) for p in guard.policies] == ["drop", "trim"]
+
+    @pytest.mark.parametrize(
+        ("variable", "value", "allowed"),
+        [
+            ("TRIGGER", "abc", "fraction in (0, 1]"),
+            ("TRIGGER", "0", "fraction in (0, 1]"),
+            ("TRIGGER", "150%", "fraction in (0, 1]"),
+            ("TRIGGER", "nan", "fraction in (0, 1]"),
+            ("HARD_LIMIT", "", "fraction in (0, 1]"),
+            ("MAX_TOKENS", "12k", "integer >= 1"),
+            ("MAX_TOKENS", "0", "integer >= 1"),
+            ("RESERVED_OUTPUT_TOKENS", "-5", "integer >= 0"),
+            ("PERSIST", "maybe", "boolean"),
+            ("ORDER", "random", "one of"),
+            ("BREAKER_THRESHOLD", "0", "integer >= 1"),
+            ("TRIGER", "0.9", "known setting"),
+        ],
+    )
+    def test_an_invalid_value_is_an_error(
+        self, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, allowed: str
+    ) -> None:
+        monkeypatch.setenv(f"TINYCTX_CONTEXT_{variable}", value)
+        with pytest.raises(ConfigError) as info:
+            BudgetGuard.from_env()
+        assert info.value.field == f"TINYCTX_CONTEXT_{variable}"
+        assert info.value.value == value
+        assert allowed in str(info.value)
+
+    def test_trigger_must_stay_strictly_below_the_hard_limit(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("TINYCTX_CONTEXT_TRIGGER", "0.9")
+        monkeypatch.setenv("TINYCTX_CONTEXT_HARD_LIMIT", "0.9")
+        with pytest.raises(ConfigError, match="trigger < hard_limit") as info:
+            BudgetGuard.from_env()
+        assert info.value.field == "TINYCTX_CONTEXT_TRIGGER"
+        monkeypatch.setenv("TINYCTX_CONTEXT_MAX_TOKENS", "100")
+        monkeypatch.setenv("TINYCTX_CONTEXT_TRIGGER", "0.8")
+        with pytest.raises(ConfigError) as info:
+            BudgetGuard.from_env(reserved_output_tokens=100)
+        assert info.value.field == "reserved_output_tokens"
+
+    def test_custom_prefix_and_environ(self) -> None:
+        guard = BudgetGuard.from_env("APP_CTX_", environ={"APP_CTX_TARGET": "0.5", "OTHER": "x"})
+        assert guard.target == 0.5
+        assert BudgetGuard.from_env(environ={}).trigger == 0.9
+
+
+def _system_only(request: ModelRequest) -> ModelRequest:
+    return request.evolve(
+        messages=tuple(m for m in request.messages if isinstance(m, SystemMessage))
+    )
+
+
+class TestProperties:
+    """On generated requests: the estimate passed on is under the target (or nothing is
+    left to remove) or ContextLimitExceeded; pairing holds; non-essential goes first;
+    system messages stay."""
+
+    @given(
+        request=strategies.requests(strategies.histories(max_turns=12, text=st.text(max_size=120))),
+        utilisation=st.floats(0.2, 3.0),
+        reserved=st.integers(0, 50),
+    )
+    async def test_guard_invariants(
+        self, request: ModelRequest, utilisation: float, reserved: int
+    ) -> None:
+        raw = _raw(request)
+        window = max(reserved + 1, math.ceil(raw / utilisation) + reserved)
+        usable = window - reserved
+        guard = BudgetGuard(
+            max_tokens=window,
+            reserved_output_tokens=reserved,
+            counter=COUNTER,
+            policies=[DropNonessential(), TrimOldest(0)],
+            persist=False,
+        )
+        model = ScriptedModel(["ok"])
+        ctx = _ctx(request.messages)
+        with capture_events() as events:
+            try:
+                await run_layer(guard, request, ctx, model)
+            except ContextLimitExceeded:
+                event("exhausted")
+                assert _raw(_system_only(request)) > math.floor(usable)
+                assert model.calls == 0
+                return
+        assert _of(events, ContextPolicyFailed) == []
+        (sent,) = model.requests
+        before, after = request.messages, sent.messages
+        assert_pairing_intact(after, before)
+        kept = {id(m) for m in after}
+        assert all(id(m) in kept for m in before if isinstance(m, SystemMessage))
+        estimate = _raw(sent)
+        event("untouched" if sent is request else "relieved")
+        if sent is request:
+            fired = raw >= 0.9 * usable
+            assert not fired or (
+                raw <= usable and all(isinstance(m, SystemMessage) for m in before)
+            )
+        else:
+            only_system = all(isinstance(m, SystemMessage) for m in after)
+            assert estimate <= math.floor(guard.target * usable) or (
+                only_system and estimate <= usable
+            )
+        removed = [m for m in before if id(m) not in kept]
+        if any(m.essential for m in removed):
+            assert droppable_groups(after) == [], "an essential message went before a droppable one"

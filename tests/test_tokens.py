@@ -1,0 +1,484 @@
+"""Token accounting: heuristic and tokenizers-backed counters, memoization, calibration,
+the model -> context-window table."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tinyctx.tokens as tokens_module
+from tinyctx import (
+    AssistantMessage,
+    Calibration,
+    ConfigError,
+    HeuristicCounter,
+    Message,
+    ModelRequest,
+    SystemMessage,
+    TokenCounter,
+    TokenizersCounter,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    UserMessage,
+    context_window,
+    default_counter,
+)
+from tinyctx.testing import strategies
+from tinyctx.testing.bpe import train_bpe
+from tinyctx.testing.transcripts import load_openai_jsonl, messages_from_openai
+from tinyctx.tokens import MODEL_WINDOWS, message_payload, normalize_model_name, window_table
+
+
+class SpyCounter(HeuristicCounter):
+    """Records every string it really measures (memo misses)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.measured: list[str] = []
+
+    def count_text(self, text: str) -> int:
+        self.measured.append(text)
+        return super().count_text(text)
+
+
+class TestHeuristicCounter:
+    """Characters per token for ASCII, UTF-8 bytes for the rest; every part of a request."""
+
+    def test_ascii_text_costs_chars_per_token(self) -> None:
+        counter = HeuristicCounter(chars_per_token=4.0)
+        assert isinstance(counter, TokenCounter)
+        assert counter.count_text("") == 0
+        assert counter.count_text("a") == 1
+        assert counter.count_text("abcd" * 100) == 100
+        # indentation merges into few tokens: a four-space run costs two characters
+        assert counter.count_text("    " * 10) == 5
+
+    def test_cjk_and_emoji_are_not_undercounted(self) -> None:
+        counter = HeuristicCounter()
+        chinese = "编程语言易于学习功能强大" * 10
+        japanese = "日本語の文章です" * 10
+        korean = "프로그래밍언어입니다" * 10
+        emoji = "😀🎉👍" * 10
+        # a real byte-level BPE spends about 1.2 tokens per Han character, 0.9 per kana,
+        # 1.8 per Hangul syllable and 2-3 per emoji; ASCII-style counting would give 0.3
+        assert counter.count_text(chinese) >= 1.2 * len(chinese)
+        assert counter.count_text(japanese) >= 1.2 * len(japanese)
+        assert counter.count_text(korean) >= 1.7 * len(korean)
+        assert counter.count_text(emoji) >= 2.0 * len(emoji)
+        assert counter.count_text("naïve café") < counter.count_text("日本語の文章です。")
+
+    def test_counts_every_part_of_a_request(self) -> None:
+        counter = HeuristicCounter()
+        bare = ModelRequest(messages=(UserMessage("hello"),))
+        full = bare.evolve(
+            system_prompt="You are helpful. " * 20,
+            tools=(ToolSpec("search", "Search the web", {"type": "object"}),),
+        )
+        assert counter.count_request(full) > counter.count_request(bare) > 0
+        with_call = AssistantMessage("", (ToolCall("c1", "search", {"q": "x" * 400}),))
+        assert counter.count_message(with_call) > counter.count_message(AssistantMessage("")) + 100
+        assert counter.count_message(ToolResult("c1", "r" * 40)) >= 10
+
+    def test_payload_names_calls_arguments_and_result_ids(self) -> None:
+        call = ToolCall("call_7", "search", {"q": "tinyctx"})
+        assert message_payload(AssistantMessage("let me look", (call,))) == (
+            'let me look\ncall_7 search {"q": "tinyctx"}'
+        )
+        broken = ToolCall("call_8", "run", invalid_arguments="{not json")
+        assert message_payload(AssistantMessage("", (broken,))) == "call_8 run {not json"
+        assert message_payload(ToolResult("call_7", "found")) == "call_7\nfound"
+        assert message_payload(UserMessage("hi")) == "hi"
+
+    @pytest.mark.parametrize(
+        ("option", "value"),
+        [
+            ("chars_per_token", 0),
+            ("chars_per_token", float("nan")),
+            ("nonascii_bytes_per_token", -1.0),
+            ("astral_extra", -0.5),
+            ("hangul_extra", True),
+            ("message_overhead", -1),
+            ("max_memo", 1),
+        ],
+    )
+    def test_bad_options_name_the_field(self, option: str, value: object) -> None:
+        with pytest.raises(ConfigError, match=option) as info:
+            HeuristicCounter(**{option: value})
+        assert info.value.field == option
+
+    def test_default_counter_is_shared(self) -> None:
+        assert default_counter() is default_counter()
+
+    @given(st.text(max_size=200), st.text(max_size=200))
+    def test_text_counts_are_positive_and_roughly_additive(self, a: str, b: str) -> None:
+        counter = HeuristicCounter()
+        together = counter.count_text(a + b)
+        assert (together > 0) == bool(a + b)
+        # at most one token lost to rounding per piece, and joining never costs more
+        # than both pieces plus the rounding
+        assert together <= counter.count_text(a) + counter.count_text(b) + 1
+        assert together >= counter.count_text(a) + counter.count_text(b) - 3
+
+
+class TestMemoization:
+    """Re-checking a growing history measures only the new messages."""
+
+    def test_growing_history_measures_only_new_messages(self) -> None:
+        counter = SpyCounter()
+        history: tuple[Message, ...] = tuple(UserMessage(f"message {i}") for i in range(500))
+        first = counter.count_messages(history)
+        assert len(counter.measured) == 500
+        counter.measured.clear()
+        assert counter.count_messages(history) == first
+        assert counter.measured == []
+        grown = (*history, AssistantMessage("an answer"))
+        assert counter.count_messages(grown) == first + counter.count_message(grown[-1])
+        assert counter.measured == [grown[-1].text]
+
+    def test_prefix_total_is_right_when_a_middle_message_changed(self) -> None:
+        counter = HeuristicCounter()
+        history = (UserMessage("a"), UserMessage("b" * 400), UserMessage("c"))
+        counter.count_messages(history)
+        edited = (history[0], UserMessage("short"), history[2], UserMessage("d"))
+        assert counter.count_messages(edited) == sum(counter.count_message(m) for m in edited)
+
+    def test_equal_but_distinct_messages_count_the_same(self) -> None:
+        counter = HeuristicCounter()
+        history = tuple(UserMessage(f"m{i}" * 20) for i in range(10))
+        total = counter.count_messages(history)
+        copies = tuple(UserMessage(m.content) for m in history)
+        assert counter.count_messages(copies) == total
+        assert counter.count_messages(list(history)) == total
+
+    def test_memo_is_bounded_and_stays_correct_after_eviction(self) -> None:
+        counter = HeuristicCounter(max_memo=8)
+        history = tuple(UserMessage("x" * (i + 1) * 4) for i in range(20))
+        fresh = HeuristicCounter()
+        expected = sum(fresh.count_message(m) for m in history)
+        assert counter.count_messages(history) == expected
+        assert counter.memo_size <= 8
+        assert counter.count_messages(history[:5]) == sum(
+            fresh.count_message(m) for m in history[:5]
+        )
+        counter.clear()
+        assert counter.memo_size == 0
+
+    def test_a_collected_message_is_forgotten(self) -> None:
+        counter = HeuristicCounter()
+        kept = UserMessage("kept")
+        counter.count_message(kept)
+        counter.count_message(UserMessage("dropped at once"))
+        gc.collect()
+        assert counter.memo_size == 1
+        assert counter.count_message(kept) == counter.count_message(UserMessage("kept"))
+
+    def test_tools_and_system_prompt_are_memoized(self) -> None:
+        counter = SpyCounter()
+        tools = (ToolSpec("search", "Search", {"type": "object"}),)
+        request = ModelRequest(
+            messages=(UserMessage("hi"),), tools=tools, system_prompt="Be brief."
+        )
+        first = counter.count_request(request)
+        counter.measured.clear()
+        assert counter.count_request(request) == first
+        assert counter.measured == []
+
+    @given(strategies.histories(max_turns=10), st.integers(0, 40))
+    def test_any_growth_sequence_counts_like_a_fresh_sum(
+        self, history: tuple[Message, ...], split: int
+    ) -> None:
+        counter = HeuristicCounter()
+        split = min(split, len(history))
+        counter.count_messages(history[:split])
+        expected = sum(HeuristicCounter().count_message(m) for m in history)
+        assert counter.count_messages(history) == expected
+        assert counter.count_messages(history) == expected
+
+
+class _RecordingTokenizer:
+    """Delegates to a real tokenizer and records the batches it encodes."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.inner = tokenizer
+        self.batches: list[list[str]] = []
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> Any:
+        return self.inner.encode(text, add_special_tokens=add_special_tokens)
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> Any:
+        self.batches.append(list(texts))
+        return self.inner.encode_batch(texts, add_special_tokens=add_special_tokens)
+
+
+@pytest.fixture(scope="module")
+def bpe() -> Any:
+    return train_bpe()
+
+
+class TestTokenizersCounter:
+    """Exact counts from a tokenizers vocabulary, uncached messages encoded in one batch."""
+
+    def test_counts_match_the_tokenizer(self, bpe: Any) -> None:
+        counter = TokenizersCounter(bpe)
+        assert isinstance(counter, TokenCounter)
+        text = "The quick brown fox 日本語 😀"
+        assert counter.count_text(text) == len(bpe.encode(text, add_special_tokens=False).ids)
+        call = AssistantMessage("ok", (ToolCall("call_1", "search", {"q": "fox"}),))
+        expected = (
+            len(bpe.encode(message_payload(call), add_special_tokens=False).ids)
+            + counter.message_overhead
+            + counter.tool_call_overhead
+        )
+        assert counter.count_message(call) == expected
+
+    def test_uncached_messages_are_encoded_in_one_batch(self, bpe: Any) -> None:
+        counter = TokenizersCounter(bpe)
+        recorder = _RecordingTokenizer(bpe)
+        counter.tokenizer = recorder
+        history = tuple(UserMessage(f"the fox number {i}") for i in range(50))
+        total = counter.count_messages(history)
+        assert len(recorder.batches) == 1 and len(recorder.batches[0]) == 50
+        assert counter.count_messages(history) == total
+        grown = (*history, UserMessage("one more"), UserMessage("and another"))
+        counter.count_messages(grown)
+        assert recorder.batches[1] == ["one more", "and another"]
+
+    def test_from_file_loads_a_tokenizer_json(self, bpe: Any, tmp_path: Path) -> None:
+        path = tmp_path / "tokenizer.json"
+        bpe.save(str(path))
+        counter = TokenizersCounter.from_file(path)
+        assert counter.count_text("quick brown fox") == TokenizersCounter(bpe).count_text(
+            "quick brown fox"
+        )
+
+    def test_from_pretrained_goes_through_the_hub_loader(
+        self, bpe: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        asked: list[tuple[str, str, str | None]] = []
+
+        def fake_hub(identifier: str, *, revision: str, token: str | None) -> Any:
+            asked.append((identifier, revision, token))
+            return bpe
+
+        monkeypatch.setattr(tokens_module, "_load_pretrained", fake_hub)
+        counter = TokenizersCounter.from_pretrained("org/model", revision="v1", message_overhead=2)
+        assert asked == [("org/model", "v1", None)]
+        assert counter.message_overhead == 2
+        assert counter.count_text("fox") > 0
+
+    def test_truncation_and_padding_never_cap_a_count(self, bpe: Any) -> None:
+        capped = train_bpe()
+        capped.enable_truncation(max_length=3)
+        capped.enable_padding(length=64)
+        counter = TokenizersCounter(capped)
+        long_text = "the quick brown fox jumps over the lazy dog " * 5
+        assert counter.count_text(long_text) == TokenizersCounter(bpe).count_text(long_text)
+        assert counter.count_texts([long_text, "fox"])[0] > 3
+        assert capped.truncation is not None, "the caller's tokenizer is left as it was"
+
+    def test_rejects_what_is_not_a_tokenizer(self) -> None:
+        with pytest.raises(ConfigError, match="tokenizer"):
+            TokenizersCounter("gpt2")  # type: ignore[arg-type]
+
+
+class TestCalibration:
+    """Reported usage anchors the estimate; the ratio comes from differences, bounded."""
+
+    def test_unanchored_estimate_is_the_raw_count(self) -> None:
+        calibration = Calibration()
+        assert calibration.estimate(1234) == 1234
+        assert calibration.hidden_tokens is None and not calibration.anchored
+
+    def test_estimate_is_last_reported_plus_what_was_added(self) -> None:
+        calibration = Calibration()
+        calibration.observe(1000, 1500)
+        assert calibration.estimate(1000) == 1500
+        assert calibration.estimate(1200) == 1700
+        assert calibration.hidden_tokens == 500
+
+    def test_hidden_system_prompt_does_not_inflate_the_ratio(self) -> None:
+        calibration = Calibration()
+        hidden, true_ratio = 3000, 1.1
+        for raw in range(200, 20_000, 700):
+            calibration.observe(raw, round(hidden + true_ratio * raw))
+        # the first pair alone would say 3220 / 200 = 16x; the differences say 1.1
+        assert calibration.ratio == pytest.approx(true_ratio, rel=0.01)
+        assert calibration.estimate(25_000) == pytest.approx(hidden + true_ratio * 25_000, rel=0.01)
+
+    def test_the_prior_keeps_one_early_sample_from_dominating(self) -> None:
+        calibration = Calibration(prior_tokens=500)
+        calibration.observe(100, 100)
+        calibration.observe(200, 300)  # one small sample of 2x
+        assert 1.0 < calibration.ratio < 1.2
+        eager = Calibration(prior_tokens=0)
+        eager.observe(100, 100)
+        eager.observe(200, 300)
+        assert eager.ratio == 2.0
+
+    def test_ratio_is_bounded(self) -> None:
+        calibration = Calibration(max_ratio=1.5, prior_tokens=0)
+        calibration.observe(100, 100)
+        calibration.observe(200, 5000)  # a wild sample: 49x
+        assert calibration.ratio == 1.5
+        calibration.observe(300, 5001)  # and one that would be ~0
+        assert calibration.min_ratio <= calibration.ratio <= calibration.max_ratio
+
+    def test_small_differences_and_missing_usage_are_ignored(self) -> None:
+        calibration = Calibration(min_delta=32)
+        calibration.observe(1000, 1200)
+        calibration.observe(1010, 1300)  # 10 raw tokens apart: too noisy for a ratio
+        assert calibration.ratio == 1.0
+        assert calibration.estimate(1010) == 1300
+        calibration.observe(2000, 0)  # a provider that reports nothing
+        assert calibration.estimate(1010) == 1300
+        calibration.reset()
+        assert calibration.estimate(7) == 7
+
+    @pytest.mark.parametrize(
+        ("option", "value"),
+        [("min_ratio", 0), ("max_ratio", 0.5), ("prior_tokens", -1), ("min_delta", -1)],
+    )
+    def test_bad_options_name_the_field(self, option: str, value: object) -> None:
+        with pytest.raises(ConfigError) as info:
+            Calibration(**{option: value})
+        assert info.value.field == option
+
+    def test_converges_to_the_real_tokenizer_with_a_hidden_prompt(self, bpe: Any) -> None:
+        truth = TokenizersCounter(bpe, message_overhead=4)
+        estimate = HeuristicCounter()
+        hidden = 700
+        calibration = Calibration()
+        history: list[Message] = [SystemMessage("You are a careful assistant.")]
+        errors: list[float] = []
+        for turn in range(30):
+            history.append(
+                UserMessage(f"Question {turn}: how does the fox jump? " * (turn % 4 + 1))
+            )
+            history.append(AssistantMessage("def jump(fox):\n    return fox.height * 2\n" * 3))
+            raw = estimate.count_messages(history)
+            real = truth.count_messages(history) + hidden
+            errors.append(abs(calibration.estimate(raw) - real) / real)
+            calibration.observe(raw, real)
+        assert errors[0] > 0.2, "uncalibrated, the hidden prompt is invisible"
+        assert max(errors[5:]) < 0.03
+
+
+class TestContextWindowTable:
+    """Common model families by longest prefix; provider routing stripped; user tables win."""
+
+    @pytest.mark.parametrize(
+        ("model", "window"),
+        [
+            ("gpt-4o", 128_000),
+            ("gpt-4o-mini-2024-07-18", 128_000),
+            ("gpt-4.1-mini", 1_047_576),
+            ("gpt-5-nano", 400_000),
+            ("gpt-4", 8_192),
+            ("o1-mini", 128_000),
+            ("o3-2025-04-16", 200_000),
+            ("o4-mini", 200_000),
+            ("claude-sonnet-4-5", 200_000),
+            ("anthropic/claude-3-5-haiku-latest", 200_000),
+            ("us.anthropic.claude-3-5-sonnet-20240620-v1:0", 200_000),
+            ("models/gemini-1.5-pro-002", 2_097_152),
+            ("gemini-2.5-flash", 1_048_576),
+            ("meta-llama/Meta-Llama-3.1-8B-Instruct", 131_072),
+            ("llama3.3:70b", 131_072),
+            ("mistral-large-latest", 131_072),
+            ("open-mixtral-8x22b", 65_536),
+            ("Qwen/Qwen2.5-72B-Instruct", 131_072),
+            ("qwen3-coder-480b", 262_144),
+            ("deepseek-chat", 131_072),
+        ],
+    )
+    def test_known_families(self, model: str, window: int) -> None:
+        assert context_window(model) == window
+
+    def test_unknown_models_have_no_window(self) -> None:
+        assert context_window(None) is None
+        assert context_window("") is None
+        assert context_window("my-finetune") is None
+
+    def test_a_user_table_wins_and_is_validated(self) -> None:
+        table = window_table({"My-Finetune": 16_000, "gpt-4o": 64_000})
+        assert context_window("my-finetune-v2", table) == 16_000
+        assert context_window("openai/gpt-4o", table) == 64_000
+        assert context_window("claude-3-opus", table) == 200_000
+        with pytest.raises(ConfigError, match="windows"):
+            window_table({"x": 0})
+
+    def test_normalization(self) -> None:
+        assert normalize_model_name("OpenAI/GPT-4o") == "gpt-4o"
+        assert normalize_model_name("eu.anthropic.claude-3") == "claude-3"
+        assert all(key == normalize_model_name(key) for key in MODEL_WINDOWS)
+
+
+class TestAccuracyOnRealData:
+    """The heuristic against a real production tokenizer on real transcripts and CJK."""
+
+    def test_heuristic_is_close_on_transcripts_and_never_far_under_on_cjk(
+        self, shared_data: Path
+    ) -> None:
+        real = TokenizersCounter.from_file(
+            shared_data / "tokenizers" / "claude-legacy" / "tokenizer.json"
+        )
+        heuristic = HeuristicCounter()
+        for path in sorted((shared_data / "transcripts" / "openai").glob("*.jsonl")):
+            messages = load_openai_jsonl(path)
+            truth = real.count_messages(messages)
+            error = (heuristic.count_messages(messages) - truth) / truth
+            assert -0.05 < error < 0.25, f"{path.name}: {error:+.1%}"
+        cjk = [
+            UserMessage(p.read_text()) for p in (shared_data / "text" / "cjk").glob("*-utf8.txt")
+        ]
+        assert heuristic.count_messages(cjk) >= 0.98 * real.count_messages(cjk)
+
+
+class TestTranscriptLoader:
+    """OpenAI chat messages load as tinyctx messages, pairing and odd arguments kept."""
+
+    def test_roles_calls_and_invalid_arguments(self) -> None:
+        records = [
+            {"role": "system", "content": "rules"},
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "run", "arguments": '{"x": 1}'},
+                    },
+                    {
+                        "id": "c2",
+                        "type": "function",
+                        "function": {"name": "run", "arguments": "[1]"},
+                    },
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "one"},
+            {"role": "tool", "tool_call_id": "c2", "content": "two"},
+        ]
+        messages = messages_from_openai(records)
+        assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "tool"]
+        calls = messages[2].tool_calls  # type: ignore[attr-defined]
+        assert calls[0].arguments == {"x": 1} and calls[0].invalid_arguments is None
+        assert calls[1].invalid_arguments == "[1]"
+        with pytest.raises(ValueError, match="unknown role"):
+            messages_from_openai([{"role": "robot", "content": ""}])
+        with pytest.raises(TypeError, match="string content"):
+            messages_from_openai([{"role": "user", "content": [{"type": "text"}]}])
+
+    def test_loads_a_jsonl_file(self, tmp_path: Path) -> None:
+        path = tmp_path / "t.jsonl"
+        path.write_text(
+            '{"role": "user", "content": "hi"}\n\n{"role": "assistant", "content": "yo"}\n'
+        )
+        assert load_openai_jsonl(path) == (UserMessage("hi"), AssistantMessage("yo"))
