@@ -690,6 +690,8 @@ class TestCaptureAndDrivers:
         with structlog.testing.capture_logs() as logs, capture_events() as events:
             ctx.emit(RunStarted())
         assert logs == [] and len(events) == 1
+        with pytest.raises(TypeError, match="not both"):
+            quiet_context(history, conversation=Conversation())
 
     async def test_run_layer_accepts_messages_and_mirrors_the_conversation(self) -> None:
         seen: list[tuple[Message, ...]] = []

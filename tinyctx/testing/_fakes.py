@@ -495,8 +495,11 @@ def quiet_context(messages: Iterable[Message] = (), **options: Any) -> RunContex
     ``options`` go to :meth:`tinyctx.RunContext.new` (config, data, stores, tools, ...).
     Events still reach subscribers and :func:`capture_events`.
     """
+    history = tuple(messages)
+    if history and "conversation" in options:
+        raise TypeError("quiet_context: pass messages or a conversation, not both")
     options.setdefault("events", EventSink(logger=None))
-    options.setdefault("conversation", Conversation(messages))
+    options.setdefault("conversation", Conversation(history))
     return RunContext.new(**options)
 
 
