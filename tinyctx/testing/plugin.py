@@ -1,29 +1,37 @@
 """pytest plugin (entry point ``pytest11``): fixtures for testing tinyctx layers.
 
-Import-light on purpose: pytest loads it in every project that has tinyctx installed, so
-it imports nothing heavy at module level and never configures logging.
+Import-light on purpose: pytest loads it in every project that has tinyctx installed.
+Reaching this module imports the ``tinyctx`` kernel package, nothing more: never
+hypothesis, the strategies, the stateful template or ``tinyctx.middleware``, and it never
+configures logging. The fixtures import what they need when a test asks for them. They
+are plain (sync) fixtures, so they serve async tests on trio and asyncio alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tinyctx import Event, RunContext
+    from tinyctx.testing import ScriptedModel
 
 __all__ = ["tinyctx_ctx", "scripted_model", "captured_events"]
 
 
 @pytest.fixture
-def tinyctx_ctx() -> Any:
-    """A fresh root ``RunContext`` (events not logged, so test output stays clean)."""
-    from tinyctx import EventSink, RunContext
+def tinyctx_ctx() -> RunContext[None]:
+    """A fresh root ``RunContext`` with an empty conversation; events are not logged
+    (they still reach subscribers and ``captured_events``)."""
+    from tinyctx.testing import quiet_context
 
-    return RunContext.new(events=EventSink(logger=None))
+    return quiet_context()
 
 
 @pytest.fixture
-def scripted_model() -> Any:
+def scripted_model() -> ScriptedModel:
     """An empty ``ScriptedModel``; add responses with ``scripted_model.add(...)``."""
     from tinyctx.testing import ScriptedModel
 
@@ -31,8 +39,8 @@ def scripted_model() -> Any:
 
 
 @pytest.fixture
-def captured_events() -> Iterator[list[Any]]:
-    """Every tinyctx event emitted during the test, in order."""
+def captured_events() -> Iterator[list[Event]]:
+    """Every tinyctx event emitted during the test, in order (from any sink)."""
     from tinyctx.testing import capture_events
 
     with capture_events() as events:
