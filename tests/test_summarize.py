@@ -60,6 +60,10 @@ from tinyctx.testing import (
 from tinyctx.testing.strategies import histories
 
 
+# a property needs no second backend: the trio run proves it, other tests cover asyncio
+TRIO_ONLY = pytest.mark.parametrize("anyio_backend", ["trio"])
+
+
 class Fixed:
     """A summarizer that answers ``text`` and records what it was asked to summarize."""
 
@@ -219,6 +223,7 @@ class TestSummarizeHistory:
             with pytest.raises(RunCancelled, match="user left"):
                 await summarize_history(tuple(chat(8)), Hanging(), ctx, keep_recent=4)
 
+    @TRIO_ONLY
     @given(history=histories(min_turns=1), keep=st.integers(0, 6))
     async def test_a_failing_summarizer_leaves_any_history_as_it_was(
         self, history: Any, keep: int
@@ -234,6 +239,7 @@ class TestSummarizeHistory:
             assert summarizer.calls == 0 and new is history and not stats.changed
         assert ctx.conversation.messages is snapshot
 
+    @TRIO_ONLY
     @given(history=histories(), keep=st.integers(0, 6))
     async def test_pairing_holds_and_the_tail_is_verbatim(self, history: Any, keep: int) -> None:
         new, stats = await summarize_history(
