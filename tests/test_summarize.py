@@ -59,7 +59,6 @@ from tinyctx.testing import (
 )
 from tinyctx.testing.strategies import histories
 
-
 # a property needs no second backend: the trio run proves it, other tests cover asyncio
 TRIO_ONLY = pytest.mark.parametrize("anyio_backend", ["trio"])
 
