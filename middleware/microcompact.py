@@ -86,8 +86,8 @@ def _check_placeholder(value: Any, owner: str) -> str:
     return value
 
 
-def _protected_from(history: tuple[Message, ...], keep_recent: int) -> int:
-    """Index of the oldest of the newest ``keep_recent`` tool-call turns (0 if fewer)."""
+def _protected_from(history: tuple[Message, ...], keep_recent: int) -> int | None:
+    """Index of the oldest of the newest ``keep_recent`` tool-call turns; None if fewer."""
     if keep_recent == 0:
         return len(history)
     seen = 0
@@ -97,7 +97,7 @@ def _protected_from(history: tuple[Message, ...], keep_recent: int) -> int:
             seen += 1
             if seen == keep_recent:
                 return index
-    return 0
+    return None
 
 
 def _tool_name(call_message: Message | None, result: ToolResult) -> str:
@@ -191,7 +191,7 @@ def microcompact(
         else check_tool_names(exclude_tools, "exclude_tools", "microcompact")
     )
     cutoff = _protected_from(history, keep_recent)
-    if cutoff == 0:
+    if not cutoff:
         return history, _NOTHING
     prefix = history if cutoff == len(history) else history[:cutoff]
     candidates = _candidates(prefix, placeholder, excluded, counter)
@@ -265,18 +265,42 @@ def _remap(
     return remap
 
 
-class _Memo:
-    """Per-session cleared copies for a transient (``persist=False``) layer."""
+class _Session:
+    """What a layer remembers within one session, so that its steady state costs little.
 
-    __slots__ = ("cleared",)
+    ``out`` is the history it passed on last time and ``start`` an assistant-message index
+    below which ``out`` needs no more work: every older result is cleared, or was kept for a
+    reason that still holds. ``cleared`` maps originals to their cleared copies (see
+    ``microcompact(memo=...)``), so a transient layer re-clears the same results for free.
+    """
+
+    __slots__ = ("cleared", "out", "start")
 
     def __init__(self) -> None:
         self.cleared: dict[int, tuple[ToolResult, ToolResult, int]] = {}
+        self.out: tuple[Message, ...] = ()
+        self.start = 0
 
-    def prune(self, history: tuple[Message, ...]) -> None:
-        """Forget results that left the history (compacted away by another layer)."""
-        if len(self.cleared) > 2 * len(history) + 64:
-            live = {id(m) for m in history}
+    def done_before(self, messages: tuple[Message, ...]) -> int:
+        """How many leading messages of ``messages`` need no work (0: unknown).
+
+        Persisted, each history starts with what was passed on last time: one C-level
+        comparison of that prefix (identity first) tells.
+        """
+        start = self.start
+        if not start or len(messages) <= start:
+            return 0
+        if messages is self.out or messages[:start] == self.out[:start]:
+            return start
+        return 0
+
+    def remember(self, passed: tuple[Message, ...], keep: int) -> None:
+        start = min(_protected_from(passed, keep) or 0, len(passed) - 1)
+        while start > 0 and not isinstance(passed[start], AssistantMessage):
+            start -= 1
+        self.out, self.start = passed, max(start, 0)
+        if len(self.cleared) > 2 * len(passed) + 64:  # forget results that left the history
+            live = {id(m) for m in passed}
             self.cleared = {k: v for k, v in self.cleared.items() if k in live}
 
 
@@ -316,7 +340,7 @@ class Microcompact(Layer):
         self,
         messages: tuple[Message, ...],
         counter: TokenCounter,
-        memo: _Memo | None = None,
+        memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None = None,
     ) -> tuple[tuple[Message, ...], MicrocompactStats]:
         return microcompact(
             messages,
@@ -324,8 +348,26 @@ class Microcompact(Layer):
             self.placeholder,
             self.exclude_tools,
             counter=counter,
-            memo=memo.cleared if memo is not None else None,
+            memo=memo,
         )
+
+    def _compact(
+        self, messages: tuple[Message, ...], counter: TokenCounter, session: _Session
+    ) -> tuple[tuple[Message, ...], MicrocompactStats]:
+        """:func:`microcompact` of ``messages``, working only past what the session knows.
+
+        When the history starts with the compacted prefix this layer passed on last time,
+        only the window from there on is compacted; the window starts at an assistant
+        message and must hold every protected turn, or the whole history is done. The
+        result and the stats equal those of compacting the whole history.
+        """
+        start = session.done_before(messages)
+        if start:
+            window = messages[start:]
+            if _protected_from(window, self.keep_recent) is not None:
+                out, stats = self._run(window, counter, session.cleared)
+                return (messages, stats) if out is window else (messages[:start] + out, stats)
+        return self._run(messages, counter, session.cleared)
 
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
@@ -334,15 +376,15 @@ class Microcompact(Layer):
         if self.min_tokens and counter.count_request(request) < self.min_tokens:
             return await call_next(request, ctx)
         messages = request.messages
-        memo = None if self.persist else ctx.state_for(self, _Memo)
-        new, stats = self._run(messages, counter, memo)
-        if memo is not None:
-            memo.prune(messages)
+        session = ctx.state_for(self, _Session)
+        new, stats = self._compact(messages, counter, session)
         if new is messages:
+            session.remember(messages, self.keep_recent)
             return await call_next(request, ctx)
         persisted = False
         if self.persist:
             persisted, new = commit(ctx, messages, new, _remap(messages, new))
+        session.remember(new, self.keep_recent)
         ctx.emit(
             MicrocompactApplied(
                 turns_cleared=stats.turns_cleared,

@@ -137,8 +137,13 @@ def summary_split(history: Sequence[Message], keep_recent: int = 10) -> tuple[in
     """``(lead, split)``: ``history[lead:split]`` is what a summary replaces, or None.
 
     ``lead`` counts the leading system messages; ``split`` is ``len - keep_recent`` moved
-    back to the nearest cut that separates no tool call from its results. None when the
-    history is not longer than ``keep_recent`` or nothing but system messages would go.
+    back to the nearest cut that separates no tool call from its results (a call waiting
+    for its results at the end included). None when the history is not longer than
+    ``keep_recent`` or nothing but system messages would go.
+
+    Only the last tool-call turn before the target can straddle it (results come before
+    the next assistant message), so the cut is snapped within the window from that turn's
+    assistant message on: the cost grows with ``keep_recent``, not with the history.
     """
     check_int(keep_recent, "keep_recent", "summary_split")
     count = len(history)
@@ -150,7 +155,12 @@ def summary_split(history: Sequence[Message], keep_recent: int = 10) -> tuple[in
     target = count - keep_recent
     if target <= lead:
         return None
-    split = snap_boundary(history, target, direction="backward")
+    window = target - 1
+    while window >= 0 and not isinstance(history[window], AssistantMessage):
+        window -= 1
+    split = target
+    if window >= 0:  # a cut before an assistant message separates nothing
+        split = window + snap_boundary(history[window:], target - window, direction="backward")
     for index in range(lead, split):
         if not isinstance(history[index], SystemMessage):
             return lead, split

@@ -35,6 +35,7 @@ from tinyctx import (
     UserMessage,
     check_pairing,
     compose,
+    safe_boundaries,
     tool_turns,
 )
 from tinyctx.testing import (
@@ -389,6 +390,31 @@ class TestMicrocompactLayer:
         assert [e.source for e in events if isinstance(e, MicrocompactApplied)] == ["policy"]
         again = await layer.relieve(relief.messages, ctx, counter, need=1)
         assert again.messages is relief.messages and not again.changed
+
+    @pytest.mark.parametrize("anyio_backend", ["trio"])
+    @given(history=histories(), keep=st.integers(0, 3), persist=st.booleans())
+    async def test_call_after_call_the_layer_equals_the_function(
+        self, history: Any, keep: int, persist: bool
+    ) -> None:
+        """The layer works only past what it compacted before; the outcome is the same."""
+        cuts = [i for i, safe in enumerate(safe_boundaries(history)) if safe and i]
+        ctx = context_with(())
+        layer = Microcompact(keep_recent=keep, placeholder="[x]", persist=persist)
+        model = Recorder()
+        done = 0
+        for cut in cuts:
+            ctx.conversation.replace((*ctx.conversation.messages, *history[done:cut]))
+            done = cut
+            given_ = ctx.conversation.messages
+            expected, stats = microcompact(given_, keep_recent=keep, placeholder="[x]")
+            with capture_events() as events:
+                await run_layer(layer, ModelRequest(messages=given_), ctx, model)
+            assert model.requests[-1].messages == expected
+            applied = [e for e in events if isinstance(e, MicrocompactApplied)]
+            assert [(e.results_cleared, e.tokens_freed) for e in applied] == (
+                [(stats.results_cleared, stats.tokens_freed)] if stats.changed else []
+            )
+            assert (ctx.conversation.messages == expected) is (persist or not stats.changed)
 
     async def test_in_a_session_old_results_are_cleared_as_the_run_goes(self) -> None:
         tool = FakeTool("search", returns=BIG)
