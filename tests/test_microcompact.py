@@ -355,6 +355,32 @@ class TestMicrocompactLayer:
             assert (model.requests[0] is not request) is touched
             assert (ctx.conversation.messages != history) is touched
 
+    async def test_under_min_tokens_nothing_but_the_estimate_is_computed(self) -> None:
+        class Spy(HeuristicCounter):
+            def __init__(self) -> None:
+                super().__init__()
+                self.calls: list[str] = []
+
+            def count_request(self, request: ModelRequest) -> int:
+                self.calls.append("request")
+                return 10
+
+            def count_message(self, message: Message) -> int:
+                self.calls.append("message")
+                return super().count_message(message)
+
+            def count_text(self, text: str) -> int:
+                self.calls.append("text")
+                return super().count_text(text)
+
+        spy = Spy()
+        ctx = context_with(build(6))
+        layer = Microcompact(keep_recent=1, min_tokens=11, counter=spy)
+        request = ModelRequest(messages=ctx.conversation.messages)
+        model = Recorder()
+        await run_layer(layer, request, ctx, model)
+        assert spy.calls == ["request"] and model.requests[0] is request
+
     async def test_persist_maps_back_when_an_outer_layer_injected_messages(self) -> None:
         history = build(5)
         ctx = context_with(history)

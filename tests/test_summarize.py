@@ -532,6 +532,57 @@ class TestSummarizeLayer:
             await run_layer(layer, request, ctx)
         assert flaky.calls == 6  # the success at call 3 reset the count
 
+    async def test_nothing_is_committed_or_reported_before_the_summary_returns(self) -> None:
+        # the seed marked its extraction complete before the work ended; here the summary is
+        # committed and reported only once the summarizer has returned
+        history = long_history()
+        ctx = RunContext.new(conversation=Conversation(history))
+        snapshot = ctx.conversation.messages
+        observed: list[bool] = []
+
+        with capture_events() as events:
+
+            class Watching:
+                async def summarize(
+                    self, messages: Sequence[Message], ctx_: RunContext[Any]
+                ) -> str:
+                    observed.append(ctx.conversation.messages is snapshot)
+                    observed.append(not [e for e in events if isinstance(e, SummaryApplied)])
+                    await anyio.lowlevel.checkpoint()
+                    observed.append(ctx.conversation.messages is snapshot)
+                    return "done"
+
+            layer = Summarize(Watching(), trigger_tokens=100, keep_recent=6)
+            await run_layer(layer, ModelRequest(messages=snapshot), ctx)
+        assert observed == [True, True, True]
+        assert is_summary(ctx.conversation.messages[1])
+        assert [e.kind for e in events if isinstance(e, SummaryApplied)] == ["compaction.summary"]
+
+    async def test_an_open_breaker_and_a_quiet_trigger_do_no_work(self) -> None:
+        class Spy(HeuristicCounter):
+            def __init__(self) -> None:
+                super().__init__()
+                self.requests = 0
+
+            def count_request(self, request: ModelRequest) -> int:
+                self.requests += 1
+                return super().count_request(request)
+
+        spy = Spy()
+        failing = Failing()
+        layer = Summarize(failing, trigger_tokens=100, keep_recent=6, persist=False, counter=spy)
+        ctx = RunContext.new()
+        request = ModelRequest(messages=long_history())
+        for _ in range(3):
+            await run_layer(layer, request, ctx)
+        assert (spy.requests, failing.calls) == (3, 3)
+        for _ in range(4):  # open: not even the estimate is taken
+            await run_layer(layer, request, ctx)
+        assert (spy.requests, failing.calls) == (3, 3)
+        quiet = Summarize(failing, trigger_tokens=10**9, counter=spy)
+        await run_layer(quiet, request, RunContext.new())
+        assert (spy.requests, failing.calls) == (4, 3)  # below the trigger: one estimate only
+
     async def test_trigger_defaults_to_80_percent_of_the_usable_window(self) -> None:
         layer = Summarize(Fixed())
         ctx = RunContext.new(RunConfig(max_tokens=10_000, reserved_output_tokens=2_000))
