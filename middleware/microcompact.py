@@ -249,6 +249,19 @@ class MicrocompactApplied(Event):
     persisted: bool = False
     source: str = "layer"
 
+    @classmethod
+    def of(
+        cls, stats: MicrocompactStats, *, persisted: bool = False, source: str = "layer"
+    ) -> MicrocompactApplied:
+        return cls(
+            turns_cleared=stats.turns_cleared,
+            results_cleared=stats.results_cleared,
+            bytes_freed=stats.bytes_freed,
+            tokens_freed=stats.tokens_freed,
+            persisted=persisted,
+            source=source,
+        )
+
 
 def _remap(
     before: tuple[Message, ...], after: tuple[Message, ...]
@@ -385,15 +398,7 @@ class Microcompact(Layer):
         if self.persist:
             persisted, new = commit(ctx, messages, new, _remap(messages, new))
         session.remember(new, self.keep_recent)
-        ctx.emit(
-            MicrocompactApplied(
-                turns_cleared=stats.turns_cleared,
-                results_cleared=stats.results_cleared,
-                bytes_freed=stats.bytes_freed,
-                tokens_freed=stats.tokens_freed,
-                persisted=persisted,
-            )
-        )
+        ctx.emit(MicrocompactApplied.of(stats, persisted=persisted))
         return await call_next(request.evolve(messages=new), ctx)
 
     async def relieve(
@@ -409,13 +414,5 @@ class Microcompact(Layer):
         what to commit; this never touches the conversation."""
         new, stats = self._run(messages, counter)
         if stats.changed:
-            ctx.emit(
-                MicrocompactApplied(
-                    turns_cleared=stats.turns_cleared,
-                    results_cleared=stats.results_cleared,
-                    bytes_freed=stats.bytes_freed,
-                    tokens_freed=stats.tokens_freed,
-                    source="policy",
-                )
-            )
+            ctx.emit(MicrocompactApplied.of(stats, source="policy"))
         return Relief(new, stats.tokens_freed, attrs.asdict(stats))

@@ -548,6 +548,25 @@ class SummaryApplied(Event):
     persisted: bool = False
     source: str = "layer"
 
+    @classmethod
+    def of(
+        cls,
+        stats: SummaryStats,
+        summarizer: Summarizer,
+        *,
+        persisted: bool = False,
+        source: str = "layer",
+    ) -> SummaryApplied:
+        return cls(
+            summarized=stats.summarized,
+            kept=stats.kept,
+            tokens_before=stats.tokens_before,
+            tokens_after=stats.tokens_after,
+            summarizer=type(summarizer).__name__,
+            persisted=persisted,
+            source=source,
+        )
+
 
 @frozen
 class SummaryFailed(Event):
@@ -692,16 +711,7 @@ class Summarize(Layer):
             persisted, new = commit(ctx, messages, new, _remap(replaced, summary))
             if persisted:
                 ctx.conversation.add_message_event(summary)
-        ctx.emit(
-            SummaryApplied(
-                summarized=stats.summarized,
-                kept=stats.kept,
-                tokens_before=stats.tokens_before,
-                tokens_after=stats.tokens_after,
-                summarizer=type(self.summarizer).__name__,
-                persisted=persisted,
-            )
-        )
+        ctx.emit(SummaryApplied.of(stats, self.summarizer, persisted=persisted))
         return await call_next(request.evolve(messages=new), ctx)
 
     async def relieve(
@@ -728,14 +738,5 @@ class Summarize(Layer):
         }
         if not stats.changed or stats.tokens_freed <= 0:
             return Relief(messages, 0, {**detail, "applied": False})
-        ctx.emit(
-            SummaryApplied(
-                summarized=stats.summarized,
-                kept=stats.kept,
-                tokens_before=stats.tokens_before,
-                tokens_after=stats.tokens_after,
-                summarizer=type(self.summarizer).__name__,
-                source="policy",
-            )
-        )
+        ctx.emit(SummaryApplied.of(stats, self.summarizer, source="policy"))
         return Relief(new, stats.tokens_freed, {**detail, "applied": True})

@@ -21,13 +21,11 @@ from tinyctx.middleware.policy import PressurePolicy
 
 from tinyctx import (
     Agent,
-    AssistantMessage,
     Conversation,
     HeuristicCounter,
     Layer,
     Message,
     ModelRequest,
-    ModelResponse,
     RunContext,
     Session,
     ToolResult,
@@ -104,15 +102,6 @@ class TestFunctionsInAnyOrder:
         assert ctx.conversation.messages == history  # policies leave committing to the guard
 
 
-class Capture:
-    def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
-
-    async def __call__(self, request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
-        self.requests.append(request)
-        return ModelResponse(AssistantMessage("ok"))
-
-
 def stack(order: list[int], budget: int, keep: int, summary_keep: int) -> list[Layer]:
     layers: list[Layer] = [
         ToolResultBudget(budget),
@@ -136,7 +125,7 @@ class TestLayersInAnyOrder:
         self, history: Any, order: list[int], keep: int, summary_keep: int
     ) -> None:
         ctx = RunContext.new(conversation=Conversation(history))
-        model = Capture()
+        model = ScriptedModel(["ok"], repeat_last=True)
         onion = compose(stack(order, 100, keep, summary_keep), model)
         await onion(ModelRequest(messages=ctx.conversation.messages), ctx)
         (sent,) = model.requests

@@ -282,19 +282,6 @@ class TestMicrocompactProperties:
         assert counter.count_messages(microcompact(history, keep, counter=counter)[0]) <= before
 
 
-async def passthrough(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
-    return ModelResponse(AssistantMessage("ok"))
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
-
-    async def __call__(self, request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
-        self.requests.append(request)
-        return ModelResponse(AssistantMessage("ok"))
-
-
 def context_with(history: Sequence[Message]) -> RunContext[None]:
     return RunContext.new(conversation=Conversation(history))
 
@@ -304,7 +291,7 @@ class TestMicrocompactLayer:
 
     async def test_persists_to_the_conversation_without_new_message_events(self) -> None:
         ctx = context_with(build(6))
-        model = Recorder()
+        model = ScriptedModel(["ok"], repeat_last=True)
         request = ModelRequest(messages=ctx.conversation.messages)
         with capture_events() as events:
             await run_layer(Microcompact(keep_recent=2), request, ctx, model)
@@ -321,7 +308,7 @@ class TestMicrocompactLayer:
         ctx = context_with(build(6))
         layer = Microcompact(keep_recent=2)
         await run_layer(layer, ModelRequest(messages=ctx.conversation.messages), ctx)
-        model = Recorder()
+        model = ScriptedModel(["ok"], repeat_last=True)
         request = ModelRequest(messages=ctx.conversation.messages)
         with capture_events() as events:
             await run_layer(layer, request, ctx, model)
@@ -331,7 +318,7 @@ class TestMicrocompactLayer:
     async def test_transient_leaves_the_conversation_alone(self) -> None:
         history = build(6)
         ctx = context_with(history)
-        model = Recorder()
+        model = ScriptedModel(["ok"], repeat_last=True)
         layer = Microcompact(keep_recent=2, persist=False)
         with capture_events() as events:
             for _ in range(2):
@@ -348,7 +335,7 @@ class TestMicrocompactLayer:
         estimate = counter.count_request(ModelRequest(messages=history))
         for min_tokens, touched in ((estimate + 1, False), (estimate, True)):
             ctx = context_with(history)
-            model = Recorder()
+            model = ScriptedModel(["ok"], repeat_last=True)
             request = ModelRequest(messages=ctx.conversation.messages)
             layer = Microcompact(keep_recent=2, min_tokens=min_tokens, counter=counter)
             await run_layer(layer, request, ctx, model)
@@ -377,7 +364,7 @@ class TestMicrocompactLayer:
         ctx = context_with(build(6))
         layer = Microcompact(keep_recent=1, min_tokens=11, counter=spy)
         request = ModelRequest(messages=ctx.conversation.messages)
-        model = Recorder()
+        model = ScriptedModel(["ok"], repeat_last=True)
         await run_layer(layer, request, ctx, model)
         assert spy.calls == ["request"] and model.requests[0] is request
 
@@ -391,7 +378,7 @@ class TestMicrocompactLayer:
         ) -> ModelResponse:
             return await call_next(request.evolve(messages=(injected, *request.messages)), ctx)
 
-        model = Recorder()
+        model = ScriptedModel(["ok"], repeat_last=True)
         onion = compose([inject, Microcompact(keep_recent=1)], model)
         await onion(ModelRequest(messages=ctx.conversation.messages), ctx)
         conversation = ctx.conversation.messages
@@ -426,7 +413,7 @@ class TestMicrocompactLayer:
         cuts = [i for i, safe in enumerate(safe_boundaries(history)) if safe and i]
         ctx = context_with(())
         layer = Microcompact(keep_recent=keep, placeholder="[x]", persist=persist)
-        model = Recorder()
+        model = ScriptedModel(["ok"], repeat_last=True)
         done = 0
         for cut in cuts:
             ctx.conversation.replace((*ctx.conversation.messages, *history[done:cut]))

@@ -424,15 +424,6 @@ class TestExtractiveSummarizer:
             ExtractiveSummarizer(**kwargs)
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
-
-    async def __call__(self, request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
-        self.requests.append(request)
-        return ModelResponse(AssistantMessage("ok"))
-
-
 def long_history() -> tuple[Message, ...]:
     return (
         SystemMessage("sys"),
@@ -453,7 +444,7 @@ class TestSummarizeLayer:
         summarizer = Fixed()
         ctx = RunContext.new(conversation=Conversation(long_history()))
         request = ModelRequest(messages=ctx.conversation.messages)
-        model = Recorder()
+        model = ScriptedModel(["ok"], repeat_last=True)
         await run_layer(Summarize(summarizer, trigger_tokens=10**6), request, ctx, model)
         assert model.requests[0] is request and summarizer.seen == []
 
@@ -467,7 +458,7 @@ class TestSummarizeLayer:
 
         ctx.conversation.subscribe(subscriber)
         layer = Summarize(Fixed(), trigger_tokens=100, keep_recent=6)
-        model = Recorder()
+        model = ScriptedModel(["ok"], repeat_last=True)
         with capture_events() as events:
             await run_layer(layer, ModelRequest(messages=ctx.conversation.messages), ctx, model)
         sent = model.requests[0].messages
@@ -482,7 +473,7 @@ class TestSummarizeLayer:
     async def test_transient_summary_leaves_the_conversation_alone(self) -> None:
         history = long_history()
         ctx = RunContext.new(conversation=Conversation(history))
-        model = Recorder()
+        model = ScriptedModel(["ok"], repeat_last=True)
         layer = Summarize(Fixed(), trigger_tokens=100, keep_recent=6, persist=False)
         await run_layer(layer, ModelRequest(messages=history), ctx, model)
         assert ctx.conversation.messages == history and ctx.conversation.queued_events == 0
@@ -492,7 +483,7 @@ class TestSummarizeLayer:
         history = long_history()
         ctx = RunContext.new(conversation=Conversation(history))
         request = ModelRequest(messages=ctx.conversation.messages)
-        model = Recorder()
+        model = ScriptedModel(["ok"], repeat_last=True)
         with capture_events() as events:
             await run_layer(Summarize(Failing(), trigger_tokens=100), request, ctx, model)
         assert model.requests[0] is request
@@ -603,7 +594,7 @@ class TestSummarizeLayer:
                 request.evolve(messages=(*messages[:1], injected, *messages[1:])), ctx
             )
 
-        model = Recorder()
+        model = ScriptedModel(["ok"], repeat_last=True)
         onion = compose([inject, Summarize(Fixed(), trigger_tokens=100, keep_recent=6)], model)
         await onion(ModelRequest(messages=ctx.conversation.messages), ctx)
         conversation = ctx.conversation.messages
