@@ -8,6 +8,8 @@ from .microcompact import (
     microcompact,
 )
 from .summarize import (
+    DEFAULT_SUMMARY_PROMPT,
+    SUMMARY_PREFIX,
     ExtractiveSummarizer,
     ModelSummarizer,
     SummarizationError,
@@ -22,6 +24,7 @@ from .summarize import (
     summary_split,
 )
 from .tool_result_budget import (
+    DEFAULT_BUDGET_BYTES,
     BudgetStats,
     HistoryBudgetStats,
     ToolResultBudget,
@@ -38,6 +41,7 @@ __all__: list[str] = [
     "BudgetStats",
     "HistoryBudgetStats",
     "ToolResultTruncated",
+    "DEFAULT_BUDGET_BYTES",
     # microcompaction
     "Microcompact",
     "microcompact",
@@ -57,4 +61,6 @@ __all__: list[str] = [
     "SummarizationError",
     "SummaryApplied",
     "SummaryFailed",
+    "SUMMARY_PREFIX",
+    "DEFAULT_SUMMARY_PROMPT",
 ]

@@ -499,7 +499,7 @@ class ExtractiveSummarizer:
         order += [(1, i) for i in range(len(goals) - 2, 0, -1)]
         order += [(2, i) for i in range(len(calls) - 1, -1, -1)]
         order = list(dict.fromkeys(order))
-        headers = 4 * 12  # room for the section titles
+        headers = 12 * sum(1 for _, items in sections if items)  # room for section titles
         chosen: list[tuple[int, int]] = []
         used = 0
         for section, index in order:
