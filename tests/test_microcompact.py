@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -206,6 +207,18 @@ class TestMicrocompactFunction:
         new, _ = microcompact(history, keep_recent=1)
         assert cleared(new[1]) and cleared(new[3]) and new[-1] is history[-1]
         assert_pairing_intact(new, history)
+
+    def test_results_of_a_tool_result_subclass_are_cleared_and_keep_their_type(self) -> None:
+        @attrs.frozen(cache_hash=True)
+        class SourcedResult(ToolResult):
+            source: str = attrs.field(default="web", kw_only=True)
+
+        calls = (ToolCall("a", "fetch"),)
+        history = (AssistantMessage("", calls), SourcedResult("a", BIG, "fetch"), *turn(1, BIG))
+        new, stats = microcompact(history, keep_recent=1)
+        assert type(new[1]) is SourcedResult and cleared(new[1])
+        assert new[1].source == "web"  # type: ignore[attr-defined]
+        assert stats.results_cleared == 1
 
     def test_custom_placeholder(self) -> None:
         new, _ = microcompact(build(2), keep_recent=1, placeholder="[gone]")
