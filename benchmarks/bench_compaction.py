@@ -280,7 +280,9 @@ async def _measure(quick: bool) -> list[Row]:
         layer = Microcompact(keep_recent=KEEP_TURNS, counter=counter)
         # each call gets a new snapshot tuple of the (already compacted) conversation, as in
         # a session: the layer checks the prefix it compacted before and walks the rest
-        snapshots = [ModelRequest(messages=tuple(compacted)) for _ in range(2)]
+        same_messages = list(compacted)  # tuple() of a tuple is that tuple: copy via a list
+        snapshots = [ModelRequest(messages=tuple(same_messages)) for _ in range(2)]
+        assert snapshots[0].messages is not snapshots[1].messages
         flip = iter(range(10**9))
 
         def next_call() -> Any:
