@@ -37,7 +37,7 @@ from .control import (
 )
 from .drop_nonessential import (
     DropNonessential,
-    drop_nonessential,
+    drop_nonessential_messages,
 )
 from .extractors import (
     ExtractionJob,
@@ -61,6 +61,13 @@ from .inheritance import (
 from .limits import (
     CallLimits,
 )
+from .microcompact import (
+    DEFAULT_PLACEHOLDER,
+    Microcompact,
+    MicrocompactApplied,
+    MicrocompactStats,
+    microcompact_history,
+)
 from .policy import (
     PressurePolicy,
     Relief,
@@ -75,6 +82,31 @@ from .session_memory import (
     MemoryCounters,
     MemoryThresholds,
     SessionMemory,
+)
+from .summarize import (
+    DEFAULT_SUMMARY_PROMPT,
+    SUMMARY_PREFIX,
+    ExtractiveSummarizer,
+    ModelSummarizer,
+    SummarizationError,
+    Summarize,
+    Summarizer,
+    SummaryApplied,
+    SummaryFailed,
+    SummaryStats,
+    is_summary,
+    render_transcript,
+    summarize_history,
+    summary_split,
+)
+from .tool_result_budget import (
+    DEFAULT_BUDGET_BYTES,
+    HistoryBudgetStats,
+    ToolResultBudget,
+    ToolResultTruncated,
+    TruncationStats,
+    budget_history,
+    budget_tool_result,
 )
 from .trim import (
     TrimOldest,
@@ -121,11 +153,12 @@ __all__ = [
     "RuleExtractor",
     "ModelExtractor",
     "DropNonessential",
-    "drop_nonessential",
+    "drop_nonessential_messages",
     "TrimOldest",
     "trim_oldest",
     "BudgetGuard",
     "BudgetStats",
+    "TruncationStats",
     "BreakerState",
     "ORDERS",
     "default_policies",
@@ -138,4 +171,29 @@ __all__ = [
     "BreakerChanged",
     "ContextExhausted",
     "ProviderContextLimit",
+    "ToolResultBudget",
+    "budget_tool_result",
+    "budget_history",
+    "HistoryBudgetStats",
+    "ToolResultTruncated",
+    "DEFAULT_BUDGET_BYTES",
+    "Microcompact",
+    "microcompact_history",
+    "MicrocompactStats",
+    "MicrocompactApplied",
+    "DEFAULT_PLACEHOLDER",
+    "Summarize",
+    "Summarizer",
+    "ModelSummarizer",
+    "ExtractiveSummarizer",
+    "summarize_history",
+    "summary_split",
+    "render_transcript",
+    "is_summary",
+    "SummaryStats",
+    "SummarizationError",
+    "SummaryApplied",
+    "SummaryFailed",
+    "SUMMARY_PREFIX",
+    "DEFAULT_SUMMARY_PROMPT",
 ]

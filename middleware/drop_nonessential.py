@@ -24,7 +24,7 @@ from tinyctx.tokens import TokenCounter, default_counter
 from .policy import Relief
 from .trim import check_name
 
-__all__ = ["DropNonessential", "drop_nonessential", "droppable_groups"]
+__all__ = ["DropNonessential", "drop_nonessential_messages", "droppable_groups"]
 
 
 def droppable_groups(messages: Sequence[Message]) -> list[tuple[int, ...]]:
@@ -63,7 +63,7 @@ def droppable_groups(messages: Sequence[Message]) -> list[tuple[int, ...]]:
     return groups
 
 
-def drop_nonessential(
+def drop_nonessential_messages(
     messages: Sequence[Message],
     *,
     need: int | None = None,
@@ -109,7 +109,7 @@ class DropNonessential:
         *,
         need: int,
     ) -> Relief:
-        return drop_nonessential(messages, need=need, counter=counter)
+        return drop_nonessential_messages(messages, need=need, counter=counter)
 
     def __repr__(self) -> str:
         return f"DropNonessential(name={self.name!r})"

@@ -26,7 +26,7 @@ from tinyctx.middleware import (
     PressurePolicy,
     Relief,
     TrimOldest,
-    drop_nonessential,
+    drop_nonessential_messages,
     trim_oldest,
 )
 from tinyctx.middleware.drop_nonessential import droppable_groups
@@ -64,23 +64,23 @@ class TestDropNonessential:
         old = UserMessage("retrieved doc A " * 30, essential=False)
         new = UserMessage("retrieved doc B " * 30, essential=False)
         history = (SystemMessage("rules"), old, UserMessage("question"), new)
-        relief = drop_nonessential(history, need=1, counter=COUNTER)
+        relief = drop_nonessential_messages(history, need=1, counter=COUNTER)
         assert relief.messages == (history[0], history[2], new)
         assert relief.freed_tokens == COUNTER.count_message(old)
         assert relief.detail == {"dropped": 1}
-        everything = drop_nonessential(history, counter=COUNTER)
+        everything = drop_nonessential_messages(history, counter=COUNTER)
         assert everything.messages == (history[0], history[2])
 
     def test_never_drops_a_system_message(self) -> None:
         history = (SystemMessage("optional rules", essential=False), UserMessage("hi"))
-        relief = drop_nonessential(history)
+        relief = drop_nonessential_messages(history)
         assert relief.messages == history and relief.freed_tokens == 0 and not relief.changed
 
     def test_tool_turns_go_whole_and_only_when_all_of_them_is_nonessential(self) -> None:
         droppable = _turn("c1", essential=False)
         mixed = _turn("c2", essential=False, result_essential=True)
         history = (UserMessage("go"), *droppable, *mixed, UserMessage("next"))
-        relief = drop_nonessential(history)
+        relief = drop_nonessential_messages(history)
         assert relief.messages == (history[0], *mixed, history[-1])
         assert_pairing_intact(relief.messages, history)
 
@@ -88,12 +88,12 @@ class TestDropNonessential:
         call = ToolCall("c9", "search", {})
         history = (UserMessage("go"), AssistantMessage("", (call,), essential=False))
         assert droppable_groups(history) == []
-        assert drop_nonessential(history).messages == history
+        assert drop_nonessential_messages(history).messages == history
 
     def test_nothing_needed_changes_nothing(self) -> None:
         history = (UserMessage("doc", essential=False),)
-        assert drop_nonessential(history, need=0).messages is not None
-        assert drop_nonessential(history, need=0).freed_tokens == 0
+        assert drop_nonessential_messages(history, need=0).messages is not None
+        assert drop_nonessential_messages(history, need=0).freed_tokens == 0
 
     async def test_policy_object_uses_the_guard_need(self) -> None:
         policy = DropNonessential()
@@ -110,7 +110,7 @@ class TestDropNonessential:
     def test_properties_on_generated_histories(
         self, history: tuple[Message, ...], need: int | None
     ) -> None:
-        relief = drop_nonessential(history, need=need, counter=COUNTER)
+        relief = drop_nonessential_messages(history, need=need, counter=COUNTER)
         after = relief.messages
         assert_pairing_intact(after, history)
         _assert_systems_kept(history, after)

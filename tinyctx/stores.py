@@ -350,6 +350,27 @@ def _append(
     return [Note(namespace, seq, text, now, meta) for _, seq, text, _, _ in rows]
 
 
+def _enable_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Switch the file to WAL, waiting up to ``timeout`` for the exclusive lock it needs.
+
+    SQLite does not consult the busy handler for this switch, so concurrent first opens of
+    one file would fail with "database is locked" at once; retry with backoff instead (this
+    runs in a worker thread, so sleeping is fine). Once a file is in WAL mode the pragma is
+    a no-op that takes no lock.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.002
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
 class SqliteStore:
     """A :class:`Store` in one SQLite file: the embedded default for notes and data.
 
@@ -410,7 +431,7 @@ class SqliteStore:
             self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
         )
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(conn, self.timeout)
             conn.execute("PRAGMA synchronous=NORMAL")
             _migrate(conn, self.path)
         except sqlite3.OperationalError:

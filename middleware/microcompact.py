@@ -1,0 +1,421 @@
+"""Microcompaction: clear the content of old tool results, keep every message and pairing.
+
+:func:`microcompact` is the pure function (history in, new history and stats out);
+:class:`Microcompact` wraps it on the model onion and serves the budget guard as a
+pressure policy.
+
+Every tool result except those answering the newest ``keep_recent`` assistant tool-call
+turns gets its content replaced by a placeholder. No message and no result is removed, so
+every ``tool_call_id`` and the call/result pairing survive. It is idempotent: results that
+already hold the placeholder are skipped and not counted, and results no longer than the
+placeholder are left alone (clearing them would free nothing), so the token estimate never
+grows. Results of ``exclude_tools`` are never cleared.
+
+Cost: one pass from the newest message back to the oldest protected turn, then one pass
+over the older part doing an ``isinstance`` and a string comparison per message. When
+nothing changes the input tuple itself is returned: no allocation, no token counting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from typing import Any, ClassVar
+
+import attrs
+from attrs import frozen
+
+from tinyctx import (
+    AssistantMessage,
+    ConfigError,
+    Event,
+    Layer,
+    Message,
+    ModelCall,
+    ModelRequest,
+    ModelResponse,
+    RunContext,
+    ToolResult,
+    default_counter,
+)
+from tinyctx.events import EventLevel
+from tinyctx.tokens import TokenCounter
+
+from ._compaction import (
+    as_history,
+    check_bool,
+    check_counter,
+    check_int,
+    check_tool_names,
+    commit,
+    mark,
+    utf8_len,
+)
+from .policy import Relief
+
+__all__ = [
+    "DEFAULT_PLACEHOLDER",
+    "MicrocompactStats",
+    "microcompact_history",
+    "Microcompact",
+    "MicrocompactApplied",
+]
+
+DEFAULT_PLACEHOLDER = "[Old tool result content cleared]"
+
+
+@frozen
+class MicrocompactStats:
+    """What one microcompaction cleared (already-cleared results are not counted)."""
+
+    turns_cleared: int = 0
+    results_cleared: int = 0
+    bytes_freed: int = 0
+    tokens_freed: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return self.results_cleared > 0
+
+
+_NOTHING = MicrocompactStats()
+
+
+def _check_placeholder(value: Any, owner: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError("placeholder", value, "a non-empty string", owner=owner)
+    return value
+
+
+def _protected_from(history: tuple[Message, ...], keep_recent: int) -> int | None:
+    """Index of the oldest of the newest ``keep_recent`` tool-call turns; None if fewer."""
+    if keep_recent == 0:
+        return len(history)
+    seen = 0
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if isinstance(message, AssistantMessage) and message.tool_calls:
+            seen += 1
+            if seen == keep_recent:
+                return index
+    return None
+
+
+def _tool_name(call_message: Message | None, result: ToolResult) -> str:
+    """The result's tool name, from its call when the result does not carry one."""
+    if result.name or not isinstance(call_message, AssistantMessage):
+        return result.name
+    for call in call_message.tool_calls:
+        if call.id == result.tool_call_id:
+            return call.name
+    return ""
+
+
+def _candidates(
+    prefix: tuple[Message, ...],
+    placeholder: str,
+    excluded: frozenset[str],
+    counter: TokenCounter | None,
+) -> list[ToolResult]:
+    """The results of ``prefix`` that clearing could shrink; [] in the steady state.
+
+    The hot loop: one type test per message and, per tool result, a length test that
+    already-cleared and short results fail at once.
+    """
+    size = len(placeholder)
+    band = 4 * size
+    placeholder_tokens = -1
+    found: list[ToolResult] = []
+    # with no subclass of ToolResult anywhere, an exact type test is the same and cheaper
+    if ToolResult.__subclasses__():
+        results = [m for m in prefix if isinstance(m, ToolResult)]
+    else:
+        results = [m for m in prefix if type(m) is ToolResult]
+    for message in results:
+        content = message.content
+        if len(content) <= size:
+            continue  # already cleared (it is the placeholder's size) or too short to matter
+        if excluded and message.name in excluded:
+            continue
+        if len(content) <= band:
+            # a little longer than the placeholder: clear it only if that saves tokens
+            count_text = (counter or default_counter()).count_text
+            if placeholder_tokens < 0:
+                placeholder_tokens = count_text(placeholder)
+            if count_text(content) <= placeholder_tokens:
+                continue
+        found.append(message)
+    return found
+
+
+def _cleared(message: ToolResult, placeholder: str, original_bytes: int) -> ToolResult:
+    meta = mark(
+        message.metadata, "cleared", {"by": "microcompact", "original_bytes": original_bytes}
+    )
+    if type(message) is ToolResult:
+        return ToolResult(
+            message.tool_call_id,
+            placeholder,
+            message.name,
+            message.is_error,
+            essential=message.essential,
+            metadata=meta,
+        )
+    return attrs.evolve(message, content=placeholder, metadata=meta)
+
+
+def microcompact_history(
+    history: Sequence[Message],
+    keep_recent: int = 5,
+    placeholder: str = DEFAULT_PLACEHOLDER,
+    exclude_tools: Iterable[str] = (),
+    *,
+    counter: TokenCounter | None = None,
+    memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None = None,
+) -> tuple[tuple[Message, ...], MicrocompactStats]:
+    """Clear the content of every tool result older than the newest ``keep_recent`` turns.
+
+    A turn is an assistant message with tool calls; its results keep their content while it
+    is one of the newest ``keep_recent``. A cleared result gets ``placeholder`` as content
+    and ``metadata["tinyctx"]["cleared"]``; nothing is removed. A result is only cleared
+    when that lowers its token estimate under ``counter`` (default: the shared heuristic
+    counter), which also measures ``tokens_freed``. Returns the input tuple itself when
+    nothing changed.
+
+    ``memo`` is a dict the caller keeps between calls with the same settings: a result
+    cleared before is reused from it, so compacting an uncompacted history again and again
+    (a transient layer) costs lookups, not new messages.
+    """
+    history = as_history(history)
+    check_int(keep_recent, "keep_recent", "microcompact")
+    _check_placeholder(placeholder, "microcompact")
+    excluded = (
+        exclude_tools
+        if type(exclude_tools) is frozenset
+        else check_tool_names(exclude_tools, "exclude_tools", "microcompact")
+    )
+    cutoff = _protected_from(history, keep_recent)
+    if not cutoff:
+        return history, _NOTHING
+    prefix = history if cutoff == len(history) else history[:cutoff]
+    candidates = _candidates(prefix, placeholder, excluded, counter)
+    if not candidates:
+        return history, _NOTHING
+    count = (counter or default_counter()).count_message
+    placeholder_bytes = utf8_len(placeholder)
+    out = list(history)
+    turns: set[int] = set()
+    cleared = freed_bytes = freed_tokens = 0
+    owner = -1  # index of the assistant message the results being walked answer
+    targets = iter(candidates)
+    target: ToolResult | None = next(targets)
+    for index, message in enumerate(prefix):
+        if target is None:
+            break
+        if isinstance(message, AssistantMessage):
+            owner = index
+            continue
+        if message is not target:
+            continue
+        result, target = target, next(targets, None)
+        if excluded and _tool_name(history[owner] if owner >= 0 else None, result) in excluded:
+            continue
+        known = memo.get(id(result)) if memo is not None else None
+        if known is not None and known[0] is result:
+            _, new, original_bytes = known
+        else:
+            original_bytes = utf8_len(result.content)
+            new = _cleared(result, placeholder, original_bytes)
+            if memo is not None:
+                memo[id(result)] = (result, new, original_bytes)
+        saved = count(result) - count(new)
+        if saved > 0:
+            out[index] = new
+            cleared += 1
+            turns.add(owner)
+            freed_bytes += original_bytes - placeholder_bytes
+            freed_tokens += saved
+    if not cleared:
+        return history, _NOTHING
+    return tuple(out), MicrocompactStats(len(turns), cleared, freed_bytes, freed_tokens)
+
+
+@frozen
+class MicrocompactApplied(Event):
+    """Old tool results were cleared (``persisted``: committed to the conversation)."""
+
+    kind: ClassVar[str] = "compaction.microcompact"
+    level: ClassVar[EventLevel] = "info"
+    turns_cleared: int = 0
+    results_cleared: int = 0
+    bytes_freed: int = 0
+    tokens_freed: int = 0
+    persisted: bool = False
+    source: str = "layer"
+
+    @classmethod
+    def of(
+        cls, stats: MicrocompactStats, *, persisted: bool = False, source: str = "layer"
+    ) -> MicrocompactApplied:
+        return cls(
+            turns_cleared=stats.turns_cleared,
+            results_cleared=stats.results_cleared,
+            bytes_freed=stats.bytes_freed,
+            tokens_freed=stats.tokens_freed,
+            persisted=persisted,
+            source=source,
+        )
+
+
+def _remap(
+    before: tuple[Message, ...], after: tuple[Message, ...]
+) -> Callable[[tuple[Message, ...]], tuple[list[Message], bool] | None]:
+    """Replace, in the conversation, the very results cleared in the request, one for one."""
+
+    def remap(current: tuple[Message, ...]) -> tuple[list[Message], bool] | None:
+        changed = {id(old): new for old, new in zip(before, after, strict=True) if old is not new}
+        # ids are unique among live objects, and every changed one is alive (``before``)
+        updated = [changed.get(id(m), m) for m in current]
+        hits = sum(1 for old, new in zip(current, updated, strict=True) if old is not new)
+        return (updated, hits == len(changed)) if hits else None
+
+    return remap
+
+
+class _Session:
+    """What a layer remembers within one session, so that its steady state costs little.
+
+    ``out`` is the history it passed on last time and ``start`` an assistant-message index
+    below which ``out`` needs no more work: every older result is cleared, or was kept for a
+    reason that still holds. ``cleared`` maps originals to their cleared copies (see
+    ``microcompact_history(memo=...)``), so a transient layer re-clears the same results for free.
+    """
+
+    __slots__ = ("cleared", "out", "start")
+
+    def __init__(self) -> None:
+        self.cleared: dict[int, tuple[ToolResult, ToolResult, int]] = {}
+        self.out: tuple[Message, ...] = ()
+        self.start = 0
+
+    def done_before(self, messages: tuple[Message, ...]) -> int:
+        """How many leading messages of ``messages`` need no work (0: unknown).
+
+        Persisted, each history starts with what was passed on last time: one C-level
+        comparison of that prefix (identity first) tells.
+        """
+        start = self.start
+        if not start or len(messages) <= start:
+            return 0
+        if messages is self.out or messages[:start] == self.out[:start]:
+            return start
+        return 0
+
+    def remember(self, passed: tuple[Message, ...], keep: int) -> None:
+        start = min(_protected_from(passed, keep) or 0, len(passed) - 1)
+        while start > 0 and not isinstance(passed[start], AssistantMessage):
+            start -= 1
+        self.out, self.start = passed, max(start, 0)
+        if len(self.cleared) > 2 * len(passed) + 64:  # forget results that left the history
+            live = {id(m) for m in passed}
+            self.cleared = {k: v for k, v in self.cleared.items() if k in live}
+
+
+class Microcompact(Layer):
+    """Clears old tool results before each model call (see :func:`microcompact`).
+
+    ``min_tokens`` leaves the history alone while the request estimate is under it, so the
+    provider's cached prefix is not disturbed before there is a reason. ``persist=True``
+    (the default) commits the cleared results to the conversation, so the next call starts
+    from the compacted history and the cached prefix stays stable; ``persist=False``
+    rewrites only the request of this call. As a pressure policy (``relieve``) it clears
+    everything it may, ignoring ``min_tokens``, and leaves committing to the guard.
+    """
+
+    def __init__(
+        self,
+        keep_recent: int = 5,
+        placeholder: str = DEFAULT_PLACEHOLDER,
+        exclude_tools: Iterable[str] = (),
+        min_tokens: int = 0,
+        persist: bool = True,
+        counter: TokenCounter | None = None,
+        *,
+        name: str | None = None,
+    ) -> None:
+        owner = type(self).__name__
+        self.keep_recent = check_int(keep_recent, "keep_recent", owner)
+        self.placeholder = _check_placeholder(placeholder, owner)
+        self.exclude_tools = check_tool_names(exclude_tools, "exclude_tools", owner)
+        self.min_tokens = check_int(min_tokens, "min_tokens", owner)
+        self.persist = check_bool(persist, "persist", owner)
+        self.counter = check_counter(counter, owner)
+        if name is not None:
+            self.name = name
+
+    def _run(
+        self,
+        messages: tuple[Message, ...],
+        counter: TokenCounter,
+        memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None = None,
+    ) -> tuple[tuple[Message, ...], MicrocompactStats]:
+        return microcompact_history(
+            messages,
+            self.keep_recent,
+            self.placeholder,
+            self.exclude_tools,
+            counter=counter,
+            memo=memo,
+        )
+
+    def _compact(
+        self, messages: tuple[Message, ...], counter: TokenCounter, session: _Session
+    ) -> tuple[tuple[Message, ...], MicrocompactStats]:
+        """:func:`microcompact` of ``messages``, working only past what the session knows.
+
+        When the history starts with the compacted prefix this layer passed on last time,
+        only the window from there on is compacted; the window starts at an assistant
+        message and must hold every protected turn, or the whole history is done. The
+        result and the stats equal those of compacting the whole history.
+        """
+        start = session.done_before(messages)
+        if start:
+            window = messages[start:]
+            if _protected_from(window, self.keep_recent) is not None:
+                out, stats = self._run(window, counter, session.cleared)
+                return (messages, stats) if out is window else (messages[:start] + out, stats)
+        return self._run(messages, counter, session.cleared)
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        counter = self.counter or default_counter()
+        if self.min_tokens and counter.count_request(request) < self.min_tokens:
+            return await call_next(request, ctx)
+        messages = request.messages
+        session = ctx.state_for(self, _Session)
+        new, stats = self._compact(messages, counter, session)
+        if new is messages:
+            session.remember(messages, self.keep_recent)
+            return await call_next(request, ctx)
+        persisted = False
+        if self.persist:
+            persisted, new = commit(ctx, messages, new, _remap(messages, new))
+        session.remember(new, self.keep_recent)
+        ctx.emit(MicrocompactApplied.of(stats, persisted=persisted))
+        return await call_next(request.evolve(messages=new), ctx)
+
+    async def relieve(
+        self,
+        messages: tuple[Message, ...],
+        ctx: RunContext[Any],
+        counter: TokenCounter,
+        *,
+        need: int,
+    ) -> Relief:
+        """Clear every old tool result it may (``need`` does not limit it: one larger,
+        stable change is kinder to a prompt cache than many small ones). The guard decides
+        what to commit; this never touches the conversation."""
+        new, stats = self._run(messages, counter)
+        if stats.changed:
+            ctx.emit(MicrocompactApplied.of(stats, source="policy"))
+        return Relief(new, stats.tokens_freed, attrs.asdict(stats))

@@ -1,0 +1,742 @@
+"""Summarization: replace the older part of a history with one summary message.
+
+:func:`summarize_history` is the function (history in, new history and stats out) that the
+:class:`Summarize` layer wraps and the budget guard reuses as a pressure policy. The text
+comes from a :class:`Summarizer`: :class:`ModelSummarizer` asks a model through the same
+``call_model`` signature, :class:`ExtractiveSummarizer` works offline and deterministically.
+
+The newest ``keep_recent`` messages stay verbatim. The split moves back (the kept tail
+grows) until no tool call is separated from its results, so calls still waiting for their
+results are never summarized. Leading system messages stay in front, and system messages
+inside the summarized part are kept too (a summary never drops a system message). The
+summarized messages become one user message, marked ``metadata["tinyctx"]["summary"]``,
+whose text starts ``[auto-compacted] Summary of N earlier messages:``. An empty or failing
+summary raises :class:`SummarizationError` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from attrs import frozen
+
+from tinyctx import (
+    AssistantMessage,
+    ConfigError,
+    Conversation,
+    Event,
+    Interrupted,
+    Layer,
+    Message,
+    ModelCall,
+    ModelCallFinished,
+    ModelHandler,
+    ModelRequest,
+    ModelResponse,
+    PairingError,
+    RunCancelled,
+    RunContext,
+    SystemMessage,
+    TinyCtxError,
+    ToolResult,
+    UserMessage,
+    check_pairing,
+    default_counter,
+    snap_boundary,
+    thaw,
+)
+from tinyctx.events import EventLevel
+from tinyctx.tokens import TokenCounter
+
+from ._compaction import (
+    as_history,
+    check_bool,
+    check_counter,
+    check_int,
+    commit,
+    tinyctx_meta,
+)
+from .policy import Relief
+
+__all__ = [
+    "SUMMARY_PREFIX",
+    "DEFAULT_SUMMARY_PROMPT",
+    "Summarizer",
+    "SummarizationError",
+    "SummaryStats",
+    "summary_split",
+    "summarize_history",
+    "is_summary",
+    "render_transcript",
+    "ModelSummarizer",
+    "ExtractiveSummarizer",
+    "Summarize",
+    "SummaryApplied",
+    "SummaryFailed",
+]
+
+SUMMARY_PREFIX = "[auto-compacted] Summary of {count} earlier messages:"
+
+DEFAULT_SUMMARY_PROMPT = """\
+You compact the earlier part of a conversation between a user and an AI agent that uses \
+tools, so the agent can continue the work without it. Write a dense summary that keeps:
+- the user's goals, requests and constraints, in their own words where it matters;
+- decisions made, and why;
+- facts found through tools: file paths, names, identifiers, numbers, commands, errors and \
+results, exactly as they appeared;
+- what has been done so far;
+- open work: what is unfinished, pending questions and the next steps.
+Use short headed sections or bullet points. Never invent anything, never address the user, \
+and write no preamble: output the summary only."""
+
+
+class SummarizationError(TinyCtxError):
+    """The summarizer failed or returned no text; the history was left as it was."""
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Writes the summary text of ``messages`` (the part of the history being replaced)."""
+
+    async def summarize(self, messages: Sequence[Message], ctx: RunContext[Any]) -> str: ...
+
+
+@frozen
+class SummaryStats:
+    """What one summarization did; ``summarized == 0`` when it did nothing."""
+
+    summarized: int = 0
+    """Messages replaced by the summary."""
+    kept: int = 0
+    """Messages kept verbatim (leading and inner system messages, and the tail)."""
+    lead: int = 0
+    """Index in the input where the summarized part starts (after leading system messages)."""
+    split: int = 0
+    """Index in the input where the verbatim tail starts; the summary is just before it."""
+    tokens_before: int = 0
+    tokens_after: int = 0
+
+    @property
+    def tokens_freed(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+    @property
+    def changed(self) -> bool:
+        return self.summarized > 0
+
+
+def is_summary(message: Message) -> bool:
+    """Whether ``message`` is a summary written by :func:`summarize_history`."""
+    return "summary" in tinyctx_meta(message)
+
+
+def summary_split(history: Sequence[Message], keep_recent: int = 10) -> tuple[int, int] | None:
+    """``(lead, split)``: ``history[lead:split]`` is what a summary replaces, or None.
+
+    ``lead`` counts the leading system messages; ``split`` is ``len - keep_recent`` moved
+    back to the nearest cut that separates no tool call from its results (a call waiting
+    for its results at the end included). None when the history is not longer than
+    ``keep_recent`` or nothing but system messages would go.
+
+    Only the last tool-call turn before the target can straddle it (results come before
+    the next assistant message), so the cut is snapped within the window from that turn's
+    assistant message on: the cost grows with ``keep_recent``, not with the history.
+    """
+    check_int(keep_recent, "keep_recent", "summary_split")
+    count = len(history)
+    if count <= keep_recent:
+        return None
+    lead = 0
+    while lead < count and isinstance(history[lead], SystemMessage):
+        lead += 1
+    target = count - keep_recent
+    if target <= lead:
+        return None
+    window = target - 1
+    while window >= 0 and not isinstance(history[window], AssistantMessage):
+        window -= 1
+    split = target
+    if window >= 0:  # a cut before an assistant message separates nothing
+        split = window + snap_boundary(history[window:], target - window, direction="backward")
+    for index in range(lead, split):
+        if not isinstance(history[index], SystemMessage):
+            return lead, split
+    return None
+
+
+async def summarize_history(
+    history: Sequence[Message],
+    summarizer: Summarizer,
+    ctx: RunContext[Any],
+    keep_recent: int = 10,
+    *,
+    counter: TokenCounter | None = None,
+) -> tuple[tuple[Message, ...], SummaryStats]:
+    """Replace the older part of ``history`` with one summary message.
+
+    Returns the input tuple itself (and no summarizer call is made) when there is nothing
+    to summarize. Raises :class:`SummarizationError` when the summarizer fails or returns
+    only whitespace; cancellation and interrupts propagate as they are. Either way the
+    input is not changed.
+    """
+    history = as_history(history)
+    plan = summary_split(history, keep_recent)
+    if plan is None:
+        return history, SummaryStats(kept=len(history))
+    lead, split = plan
+    head = history[lead:split]
+    inner_system = tuple(m for m in head if isinstance(m, SystemMessage))
+    replaced = tuple(m for m in head if not isinstance(m, SystemMessage)) if inner_system else head
+    text = await _ask(summarizer, replaced, ctx)
+    summary = UserMessage(
+        f"{SUMMARY_PREFIX.format(count=len(replaced))}\n{text}",
+        metadata={
+            "tinyctx": {
+                "summary": {
+                    "messages": len(replaced),
+                    "summarizer": type(summarizer).__name__,
+                }
+            }
+        },
+    )
+    new = (*history[:lead], *inner_system, summary, *history[split:])
+    count_messages = (counter or default_counter()).count_messages
+    stats = SummaryStats(
+        summarized=len(replaced),
+        kept=len(new) - 1,
+        lead=lead,
+        split=split,
+        tokens_before=count_messages(history),
+        tokens_after=count_messages(new),
+    )
+    return new, stats
+
+
+async def _ask(summarizer: Summarizer, messages: tuple[Message, ...], ctx: RunContext[Any]) -> str:
+    """The summary text, raced against the run's cancellation; errors become one type."""
+    try:
+        text = await ctx.cancellation.race(lambda: summarizer.summarize(messages, ctx), "summarize")
+    except (RunCancelled, Interrupted):
+        raise
+    except SummarizationError:
+        raise
+    except Exception as exc:
+        raise SummarizationError(
+            f"{type(summarizer).__name__} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(text, str):
+        raise SummarizationError(
+            f"{type(summarizer).__name__} returned {type(text).__name__}, expected str"
+        )
+    text = text.strip()
+    if not text:
+        raise SummarizationError(f"{type(summarizer).__name__} returned an empty summary")
+    return text
+
+
+# ---------------------------------------------------------------------------------------
+# transcripts
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _middle_cut(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, its middle replaced by a note."""
+    if len(text) <= limit:
+        return text
+    note = f" [... {len(text) - limit} characters omitted ...] "
+    keep = max(limit - len(note), 0)
+    head = keep * 2 // 5
+    return text[:head] + note + text[len(text) - (keep - head) :] if keep else text[:limit]
+
+
+def _arguments(arguments: Mapping[str, Any]) -> str:
+    return json.dumps(thaw(arguments), ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _render(message: Message, limit: int) -> str:
+    """One message as a transcript block: role, tool calls with arguments, results."""
+    if isinstance(message, ToolResult):
+        label = f"tool result {message.name}".rstrip() + (" (error)" if message.is_error else "")
+        if "cleared" in tinyctx_meta(message):
+            return f"[{label}] (content cleared earlier)"
+        return f"[{label}] {_middle_cut(message.content, limit)}"
+    if isinstance(message, AssistantMessage):
+        lines = [f"[assistant] {_middle_cut(message.content, limit)}"] if message.content else []
+        for call in message.tool_calls:
+            args = _middle_cut(_arguments(call.arguments), limit)
+            lines.append(f"[assistant calls {call.name}] {args}")
+        return "\n".join(lines) or "[assistant] (no text)"
+    return f"[{message.role}] {_middle_cut(message.text, limit)}"
+
+
+def render_transcript(
+    messages: Sequence[Message],
+    *,
+    max_tokens: int,
+    counter: TokenCounter | None = None,
+    block_chars: int = 6000,
+    head_share: float = 0.3,
+) -> str:
+    """The messages as a plain-text transcript within about ``max_tokens``.
+
+    Each message is one block (role, text, tool calls with their arguments, results),
+    capped at ``block_chars`` by cutting its middle. When the whole does not fit, blocks are
+    dropped from the middle of the transcript, not its end: up to ``head_share`` of the
+    budget keeps the oldest blocks (where the goals are stated), the rest the newest, and a
+    note says how many messages were left out. The first and the last message always
+    appear, cut in their middle when they alone are too long.
+    """
+    count_text = (counter or default_counter()).count_text
+    blocks = [_render(m, block_chars) for m in messages]
+    sizes = [count_text(b) + 1 for b in blocks]
+    if sum(sizes) <= max_tokens:
+        return "\n".join(blocks)
+    note_tokens = 16
+
+    def squeeze(index: int, room: int) -> str | None:
+        chars = len(blocks[index]) * room // max(sizes[index], 1)
+        return _middle_cut(blocks[index], chars) if chars >= 64 else None
+
+    first: list[str] = []
+    start, used = 0, 0
+    head_budget = int(max_tokens * head_share)
+    while start < len(blocks) - 1 and used + sizes[start] <= head_budget:
+        first.append(blocks[start])
+        used += sizes[start]
+        start += 1
+    if not first and (cut := squeeze(0, head_budget)) is not None:
+        first.append(cut)
+        used = head_budget
+        start = 1
+    last: list[str] = []
+    end = len(blocks)
+    room = max_tokens - used - note_tokens
+    while end > start:
+        size = sizes[end - 1]
+        if size <= room:
+            last.append(blocks[end - 1])
+            room -= size
+            end -= 1
+            continue
+        if not last and (cut := squeeze(end - 1, room)) is not None:
+            last.append(cut)
+            end -= 1
+        break
+    omitted = end - start
+    middle = [f"[... {omitted} messages omitted from the middle ...]"] if omitted else []
+    return "\n".join([*first, *middle, *reversed(last)])
+
+
+# ---------------------------------------------------------------------------------------
+# summarizers
+
+
+class ModelSummarizer:
+    """Asks a model for a dense summary, through the ``call_model`` signature.
+
+    ``model`` is any model handler ``async (request, ctx) -> ModelResponse`` (a provider
+    adapter, an agent's model or a whole onion). It is called with a child context
+    (``ctx.derive``, tagged ``tinyctx:summarize``, with its own conversation), no tools, and
+    one user message holding the transcript; its usage is added to the run's trackers.
+    The transcript is capped at ``max_transcript_tokens`` (and at 3/4 of the run's usable
+    window when that is known), dropping messages from the middle.
+    """
+
+    def __init__(
+        self,
+        model: ModelHandler,
+        *,
+        model_name: str | None = None,
+        prompt: str = DEFAULT_SUMMARY_PROMPT,
+        max_transcript_tokens: int = 24_000,
+        settings: Mapping[str, Any] | None = None,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        if not callable(model):
+            raise ConfigError("model", model, "an async model handler", owner="ModelSummarizer")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ConfigError("prompt", prompt, "a non-empty string", owner="ModelSummarizer")
+        self.model = model
+        self.model_name = model_name
+        self.prompt = prompt
+        self.max_transcript_tokens = check_int(
+            max_transcript_tokens, "max_transcript_tokens", "ModelSummarizer", minimum=256
+        )
+        self.settings = dict(settings or {})
+        self.counter = check_counter(counter, "ModelSummarizer")
+
+    def request_for(self, messages: Sequence[Message], ctx: RunContext[Any]) -> ModelRequest:
+        """The request this summarizer sends for ``messages``."""
+        budget = self.max_transcript_tokens
+        usable = ctx.config.usable_tokens
+        if usable is not None:
+            budget = max(256, min(budget, usable * 3 // 4))
+        transcript = render_transcript(messages, max_tokens=budget, counter=self.counter)
+        text = (
+            f"Summarize these {len(messages)} earlier messages of the conversation.\n\n"
+            f"<transcript>\n{transcript}\n</transcript>"
+        )
+        return ModelRequest(
+            messages=(UserMessage(text),),
+            system_prompt=self.prompt,
+            model=self.model_name or ctx.config.model,
+            settings=self.settings,
+        )
+
+    async def summarize(self, messages: Sequence[Message], ctx: RunContext[Any]) -> str:
+        request = self.request_for(messages, ctx)
+        child = ctx.derive(tags=("tinyctx:summarize",), conversation=Conversation(request.messages))
+        started = time.perf_counter()
+        response = await self.model(request, child)
+        if not isinstance(response, ModelResponse):
+            raise TypeError(f"the summary model returned {type(response).__name__}")
+        usage = response.usage
+        model = response.model or request.model
+        if usage is not None:
+            ctx.usage.add(model, usage)
+        child.emit(
+            ModelCallFinished(
+                model=model,
+                messages=len(request.messages),
+                input_tokens=usage.input_tokens if usage else None,
+                output_tokens=usage.output_tokens if usage else None,
+                tool_calls=len(response.message.tool_calls),
+                seconds=time.perf_counter() - started,
+            )
+        )
+        return response.message.content
+
+
+class ExtractiveSummarizer:
+    """An offline, deterministic summary: no model, the same input gives the same text.
+
+    Keeps, within ``max_tokens``: an earlier summary being rolled up, the user's goals,
+    the last assistant statements, and each tool call with its arguments and the first
+    lines of its result. When not everything fits, the first and latest goals and the latest
+    statements go first, then tool calls from the newest back; what did not fit is counted.
+    """
+
+    def __init__(
+        self,
+        max_tokens: int = 1000,
+        *,
+        line_chars: int = 240,
+        statements: int = 3,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        owner = "ExtractiveSummarizer"
+        self.max_tokens = check_int(max_tokens, "max_tokens", owner, minimum=16)
+        self.line_chars = check_int(line_chars, "line_chars", owner, minimum=16)
+        self.statements = check_int(statements, "statements", owner)
+        self.counter = check_counter(counter, owner)
+
+    def _line(self, text: str, scale: int = 1) -> str:
+        return _middle_cut(_squash(text), self.line_chars * scale)
+
+    def _first_lines(self, text: str, count: int = 2) -> str:
+        lines = [line for line in (raw.strip() for raw in text.splitlines()[:20]) if line]
+        return self._line(" | ".join(lines[:count])) if lines else "(empty)"
+
+    def extract(self, messages: Sequence[Message]) -> str:
+        """The summary text of ``messages`` (never empty for a non-empty input)."""
+        earlier: list[str] = []
+        goals: list[str] = []
+        statements: list[str] = []
+        calls: list[str] = []
+        results: dict[str, str] = {}
+        for message in messages:
+            if isinstance(message, ToolResult):
+                if "cleared" in tinyctx_meta(message):
+                    line = "(result cleared earlier)"
+                else:
+                    line = self._first_lines(message.content)
+                results[message.tool_call_id] = ("error: " if message.is_error else "") + line
+        for message in messages:
+            if is_summary(message):
+                body = message.text.split("\n", 1)[1] if "\n" in message.text else ""
+                earlier.append(_middle_cut(_squash(body), self.line_chars * 4))
+            elif isinstance(message, UserMessage) and message.essential and message.text.strip():
+                # the first request usually states the task: give it more room
+                goals.append(self._line(message.text, 1 if goals else 3))
+            elif isinstance(message, AssistantMessage):
+                if message.content.strip():
+                    statements.append(self._line(message.content))
+                for call in message.tool_calls:
+                    args = _middle_cut(_arguments(call.arguments), self.line_chars // 2)
+                    outcome = results.get(call.id, "(no result)")
+                    calls.append(f"{call.name}({args}) -> {outcome}")
+        sections = [
+            ("Earlier summary", earlier),
+            ("User goals", goals),
+            ("Tool calls", calls),
+            (
+                "Last assistant statements",
+                statements[-self.statements :] if self.statements else [],
+            ),
+        ]
+        if not any(items for _, items in sections):
+            return f"{len(messages)} earlier messages without text content."
+        return (
+            self._fit(sections)
+            or f"{len(messages)} earlier messages (none fit {self.max_tokens} tokens)."
+        )
+
+    def _fit(self, sections: list[tuple[str, list[str]]]) -> str:
+        """Render the sections, choosing items by priority while they fit ``max_tokens``."""
+        count_text = (self.counter or default_counter()).count_text
+        earlier, goals, calls, last = (items for _, items in sections)
+        # (section, item) in the order they earn a place: an earlier summary, the first and
+        # the latest goal, the latest statements, other goals, then tool calls newest first
+        order: list[tuple[int, int]] = [(0, i) for i in range(len(earlier))]
+        order += [(1, 0), (1, len(goals) - 1)] if goals else []
+        order += [(3, i) for i in range(len(last) - 1, -1, -1)]
+        order += [(1, i) for i in range(len(goals) - 2, 0, -1)]
+        order += [(2, i) for i in range(len(calls) - 1, -1, -1)]
+        order = list(dict.fromkeys(order))
+        headers = 12 * sum(1 for _, items in sections if items)  # room for section titles
+        chosen: list[tuple[int, int]] = []
+        used = 0
+        for section, index in order:
+            cost = count_text(sections[section][1][index]) + 2
+            if used + cost <= self.max_tokens - headers:
+                chosen.append((section, index))
+                used += cost
+        text = self._render(sections, set(chosen))
+        # estimates of parts need not add up to the estimate of the whole: make sure
+        while chosen and count_text(text) > self.max_tokens:
+            chosen.pop()
+            text = self._render(sections, set(chosen))
+        return text
+
+    @staticmethod
+    def _render(sections: list[tuple[str, list[str]]], chosen: set[tuple[int, int]]) -> str:
+        out: list[str] = []
+        for section, (title, items) in enumerate(sections):
+            picked = [item for i, item in enumerate(items) if (section, i) in chosen]
+            if not picked:
+                continue
+            missing = len(items) - len(picked)
+            out.append(f"{title} ({missing} more not shown):" if missing else f"{title}:")
+            out.extend(f"- {item}" for item in picked)
+        return "\n".join(out)
+
+    async def summarize(self, messages: Sequence[Message], ctx: RunContext[Any]) -> str:
+        return self.extract(messages)
+
+
+# ---------------------------------------------------------------------------------------
+# the layer
+
+
+@frozen
+class SummaryApplied(Event):
+    """The older part of the history was replaced by a summary."""
+
+    kind: ClassVar[str] = "compaction.summary"
+    level: ClassVar[EventLevel] = "info"
+    summarized: int = 0
+    kept: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    summarizer: str = ""
+    persisted: bool = False
+    source: str = "layer"
+
+    @classmethod
+    def of(
+        cls,
+        stats: SummaryStats,
+        summarizer: Summarizer,
+        *,
+        persisted: bool = False,
+        source: str = "layer",
+    ) -> SummaryApplied:
+        return cls(
+            summarized=stats.summarized,
+            kept=stats.kept,
+            tokens_before=stats.tokens_before,
+            tokens_after=stats.tokens_after,
+            summarizer=type(summarizer).__name__,
+            persisted=persisted,
+            source=source,
+        )
+
+
+@frozen
+class SummaryFailed(Event):
+    """A summary failed; the history is unchanged. ``disabled``: the layer stopped trying."""
+
+    kind: ClassVar[str] = "compaction.summary_failed"
+    level: ClassVar[EventLevel] = "warning"
+    error: str = ""
+    consecutive_failures: int = 0
+    disabled: bool = False
+    source: str = "layer"
+
+
+class _Breaker:
+    __slots__ = ("failures",)
+
+    def __init__(self) -> None:
+        self.failures = 0
+
+
+def _remap(
+    before: tuple[Message, ...], summary: Message
+) -> Callable[[tuple[Message, ...]], tuple[tuple[Message, ...], bool] | None]:
+    """Replace, in the conversation, the block of summarized messages by the summary.
+
+    The summarized messages must sit there as one block (system messages aside, which are
+    kept); otherwise, or if the result would break pairing, nothing maps back.
+    """
+    gone = {id(m) for m in before if not isinstance(m, SystemMessage)} - {id(summary)}
+
+    def remap(current: tuple[Message, ...]) -> tuple[tuple[Message, ...], bool] | None:
+        positions = [i for i, m in enumerate(current) if id(m) in gone]
+        if not positions:
+            return None
+        start, end = positions[0], positions[-1] + 1
+        block = current[start:end]
+        if len(positions) != sum(1 for m in block if not isinstance(m, SystemMessage)):
+            return None
+        kept = tuple(m for m in block if isinstance(m, SystemMessage))
+        updated = (*current[:start], *kept, summary, *current[end:])
+        try:
+            check_pairing(updated)
+        except PairingError:
+            return None
+        return updated, True
+
+    return remap
+
+
+class Summarize(Layer):
+    """Summarizes the older history once a request's estimate reaches ``trigger_tokens``.
+
+    ``trigger_tokens=None`` means 80% of the run's usable window (``RunConfig.max_tokens``
+    minus reserved output; an error when the window is unknown). ``persist=True`` (the
+    default) commits the summary to the conversation, so later calls start from it and the
+    summary is paid for once; ``persist=False`` rewrites only this call's request. A failed
+    summary is reported (``SummaryFailed``) and the call goes on with the history as it was;
+    after ``max_failures`` consecutive failures the layer stops trying for the session (0:
+    never stops), and a success resets the count. As a pressure policy (``relieve``) it
+    summarizes whatever the trigger says, reports failure in ``Relief.detail["failed"]``,
+    and leaves the history as it was when the summary would not make it smaller.
+    """
+
+    def __init__(
+        self,
+        summarizer: Summarizer,
+        trigger_tokens: int | None = None,
+        keep_recent: int = 10,
+        persist: bool = True,
+        counter: TokenCounter | None = None,
+        *,
+        max_failures: int = 3,
+        name: str | None = None,
+    ) -> None:
+        owner = type(self).__name__
+        if not isinstance(summarizer, Summarizer):
+            raise ConfigError(
+                "summarizer",
+                summarizer,
+                "an object with async summarize(messages, ctx) -> str",
+                owner=owner,
+            )
+        self.summarizer = summarizer
+        self.trigger_tokens = (
+            None
+            if trigger_tokens is None
+            else check_int(trigger_tokens, "trigger_tokens", owner, minimum=1)
+        )
+        self.keep_recent = check_int(keep_recent, "keep_recent", owner)
+        self.persist = check_bool(persist, "persist", owner)
+        self.counter = check_counter(counter, owner)
+        self.max_failures = check_int(max_failures, "max_failures", owner)
+        if name is not None:
+            self.name = name
+
+    def trigger_for(self, ctx: RunContext[Any]) -> int:
+        """The token estimate at which this layer summarizes, for ``ctx``'s window."""
+        if self.trigger_tokens is not None:
+            return self.trigger_tokens
+        usable = ctx.config.usable_tokens
+        if usable is None:
+            raise ConfigError(
+                "trigger_tokens",
+                None,
+                "an integer >= 1, or None only when RunConfig.max_tokens is set",
+                owner=type(self).__name__,
+            )
+        return max(1, usable * 4 // 5)
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        trigger = self.trigger_for(ctx)
+        breaker = ctx.state_for(self, _Breaker)
+        if self.max_failures and breaker.failures >= self.max_failures:
+            return await call_next(request, ctx)
+        counter = self.counter or default_counter()
+        if counter.count_request(request) < trigger:
+            return await call_next(request, ctx)
+        messages = request.messages
+        try:
+            new, stats = await summarize_history(
+                messages, self.summarizer, ctx, self.keep_recent, counter=counter
+            )
+        except SummarizationError as exc:
+            breaker.failures += 1
+            ctx.emit(
+                SummaryFailed(
+                    error=str(exc),
+                    consecutive_failures=breaker.failures,
+                    disabled=bool(self.max_failures) and breaker.failures >= self.max_failures,
+                )
+            )
+            return await call_next(request, ctx)
+        breaker.failures = 0
+        if not stats.changed:
+            return await call_next(request, ctx)
+        persisted = False
+        if self.persist:
+            summary = new[len(new) - (len(messages) - stats.split) - 1]
+            replaced = messages[stats.lead : stats.split]
+            persisted, new = commit(ctx, messages, new, _remap(replaced, summary))
+            if persisted:
+                ctx.conversation.add_message_event(summary)
+        ctx.emit(SummaryApplied.of(stats, self.summarizer, persisted=persisted))
+        return await call_next(request.evolve(messages=new), ctx)
+
+    async def relieve(
+        self,
+        messages: tuple[Message, ...],
+        ctx: RunContext[Any],
+        counter: TokenCounter,
+        *,
+        need: int,
+    ) -> Relief:
+        try:
+            new, stats = await summarize_history(
+                messages, self.summarizer, ctx, self.keep_recent, counter=counter
+            )
+        except SummarizationError as exc:
+            ctx.emit(SummaryFailed(error=str(exc), source="policy"))
+            return Relief(messages, 0, {"failed": True, "error": str(exc)})
+        detail = {
+            "failed": False,
+            "summarized": stats.summarized,
+            "kept": stats.kept,
+            "tokens_before": stats.tokens_before,
+            "tokens_after": stats.tokens_after,
+        }
+        if not stats.changed or stats.tokens_freed <= 0:
+            return Relief(messages, 0, {**detail, "applied": False})
+        ctx.emit(SummaryApplied.of(stats, self.summarizer, source="policy"))
+        return Relief(new, stats.tokens_freed, {**detail, "applied": True})

@@ -1,0 +1,298 @@
+"""Tool-result budget: cap one tool result at ``budget_bytes`` before it enters history.
+
+:func:`budget_tool_result` is the pure function (text in, text and stats out);
+:class:`ToolResultBudget` wraps it on the tool onion, and as a pressure policy applies it to
+every tool result of a history (:func:`budget_history`).
+
+A result over the budget is cut on a UTF-8 character boundary and ends with a marker that
+says how many bytes were dropped and how to see the rest. The result never exceeds the
+budget in UTF-8 bytes, whatever the budget: when the full marker does not fit, a short one
+is used, and when even that does not fit, the marker itself is cut. ``budget_bytes=0``
+disables the layer (it then does no work at all). A result exactly at the budget is
+untouched. Error results are budgeted too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import attrs
+from attrs import frozen
+
+from tinyctx import (
+    ConfigError,
+    Event,
+    Layer,
+    Message,
+    RunContext,
+    ToolCall,
+    ToolCallHandler,
+    ToolResult,
+)
+from tinyctx.events import EventLevel
+from tinyctx.tokens import TokenCounter
+
+from ._compaction import as_history, check_int, mark, utf8_len
+from .policy import Relief
+
+__all__ = [
+    "DEFAULT_BUDGET_BYTES",
+    "DEFAULT_HINT",
+    "TruncationStats",
+    "HistoryBudgetStats",
+    "budget_tool_result",
+    "budget_history",
+    "ToolResultBudget",
+    "ToolResultTruncated",
+]
+
+DEFAULT_BUDGET_BYTES = 16384
+DEFAULT_HINT = "call the tool again with a narrower query, a range or an offset to see the rest"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@frozen
+class TruncationStats:
+    """What budgeting one result did. ``final_bytes <= budget`` whenever ``truncated``."""
+
+    original_bytes: int
+    final_bytes: int
+    truncated: bool
+    kept_bytes: int
+    """Bytes of the original content kept (in front of the marker when truncated)."""
+
+    @property
+    def dropped_bytes(self) -> int:
+        """Bytes of the original content that are not in the result."""
+        return self.original_bytes - self.kept_bytes
+
+
+def _untouched(size: int) -> TruncationStats:
+    return TruncationStats(size, size, False, size)
+
+
+def _cut(data: bytes, limit: int) -> int:
+    """The largest ``k <= limit`` such that ``data[:k]`` ends on a UTF-8 character boundary."""
+    if limit >= len(data):
+        return len(data)
+    k = max(limit, 0)
+    # data[k] is the first byte left out: a continuation byte (10xxxxxx) means the cut
+    # would split a character, so back off to that character's lead byte
+    while k > 0 and (data[k] & 0xC0) == 0x80:
+        k -= 1
+    return k
+
+
+def _markers(dropped: int, total: int, hint: str) -> tuple[str, str, str]:
+    """The markers from most to least informative; the last one is cut when nothing fits."""
+    how = f"; {hint}" if hint else ""
+    return (
+        f"\n[truncated: {dropped} of {total} bytes dropped{how}]",
+        f"[+{dropped}B cut]",
+        "[cut]",
+    )
+
+
+def budget_tool_result(
+    content: str, budget_bytes: int, *, hint: str = DEFAULT_HINT
+) -> tuple[str, TruncationStats]:
+    """``content`` capped at ``budget_bytes`` UTF-8 bytes, and what was done.
+
+    Over budget, the kept prefix is cut on a character boundary and followed by a marker
+    naming the dropped byte count and ``hint`` (how to see the rest). The result is valid
+    UTF-8 (a lone surrogate, which is not, becomes U+FFFD of the same size) and never longer
+    than ``budget_bytes``. ``budget_bytes == 0`` returns ``content`` as is.
+    """
+    check_int(budget_bytes, "budget_bytes", "budget_tool_result")
+    if budget_bytes == 0:
+        return content, _untouched(utf8_len(content))
+    if content.isascii():
+        if len(content) <= budget_bytes:
+            return content, _untouched(len(content))
+        data = content.encode("ascii")
+    else:
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError:
+            content = _SURROGATE.sub("\ufffd", content)
+            data = content.encode("utf-8")
+        if len(data) <= budget_bytes:
+            return content, _untouched(len(data))
+    total = len(data)
+    # the dropped count is at most ``total``: a marker rendered with it is the longest one,
+    # so the real marker (with fewer or as many digits) fits wherever this one fits
+    for rank, longest in enumerate(_markers(total, total, hint)):
+        size = utf8_len(longest)
+        if size <= budget_bytes:
+            kept = _cut(data, budget_bytes - size)
+            marker = _markers(total - kept, total, hint)[rank]
+            break
+    else:
+        # not even "[cut]" fits: cut the marker, never the guarantee
+        kept = 0
+        marker = longest[:budget_bytes]
+    text = data[:kept].decode("utf-8") + marker
+    return text, TruncationStats(total, kept + utf8_len(marker), True, kept)
+
+
+@frozen
+class HistoryBudgetStats:
+    """What :func:`budget_history` did: one ``(tool_call_id, name, stats)`` per cut result."""
+
+    truncated: tuple[tuple[str, str, TruncationStats], ...] = ()
+    tokens_freed: int = 0
+
+    @property
+    def results_truncated(self) -> int:
+        return len(self.truncated)
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(s.original_bytes - s.final_bytes for _, _, s in self.truncated)
+
+
+def _budgeted(
+    result: ToolResult, budget_bytes: int, hint: str
+) -> tuple[ToolResult, TruncationStats]:
+    """``result`` with its content budgeted and marked, or ``result`` itself when untouched."""
+    text, stats = budget_tool_result(result.content, budget_bytes, hint=hint)
+    if not stats.truncated:
+        return result, stats
+    meta = mark(
+        result.metadata,
+        "truncated",
+        {
+            "original_bytes": stats.original_bytes,
+            "final_bytes": stats.final_bytes,
+            "budget_bytes": budget_bytes,
+        },
+    )
+    return attrs.evolve(result, content=text, metadata=meta), stats
+
+
+def budget_history(
+    history: Sequence[Message],
+    budget_bytes: int,
+    *,
+    hint: str = DEFAULT_HINT,
+    counter: TokenCounter | None = None,
+) -> tuple[tuple[Message, ...], HistoryBudgetStats]:
+    """Every tool result of ``history`` budgeted; the same tuple back when nothing changed.
+
+    Messages are replaced one for one, so every ``tool_call_id`` and the pairing survive.
+    With a ``counter``, a cut that would not lower that result's token estimate is skipped
+    (a marker can cost more tokens than a little dense text), so the history never grows.
+    """
+    history = as_history(history)
+    check_int(budget_bytes, "budget_bytes", "budget_history")
+    if budget_bytes == 0:
+        return history, HistoryBudgetStats()
+    out: list[Message] | None = None
+    cut: list[tuple[str, str, TruncationStats]] = []
+    freed_tokens = 0
+    for index, message in enumerate(history):
+        if not isinstance(message, ToolResult):
+            continue
+        new, stats = _budgeted(message, budget_bytes, hint)
+        if new is message:
+            continue
+        if counter is not None:
+            saved = counter.count_message(message) - counter.count_message(new)
+            if saved <= 0:
+                continue
+            freed_tokens += saved
+        if out is None:
+            out = list(history)
+        out[index] = new
+        cut.append((message.tool_call_id, message.name, stats))
+    if out is None:
+        return history, HistoryBudgetStats()
+    return tuple(out), HistoryBudgetStats(tuple(cut), freed_tokens)
+
+
+@frozen
+class ToolResultTruncated(Event):
+    """A tool result was cut to the budget (``where``: "tool" as it arrived, "history")."""
+
+    kind: ClassVar[str] = "compaction.tool_result_budget"
+    level: ClassVar[EventLevel] = "info"
+    tool: str = ""
+    tool_call_id: str = ""
+    original_bytes: int = 0
+    final_bytes: int = 0
+    budget_bytes: int = 0
+    where: str = "tool"
+
+
+class ToolResultBudget(Layer):
+    """Caps every tool result at ``budget_bytes`` (default 16384; 0 disables) on the tool onion.
+
+    As a pressure policy (``relieve``) it budgets every tool result already in the history.
+    """
+
+    def __init__(
+        self,
+        budget_bytes: int = DEFAULT_BUDGET_BYTES,
+        *,
+        hint: str = DEFAULT_HINT,
+        name: str | None = None,
+    ) -> None:
+        self.budget_bytes = check_int(budget_bytes, "budget_bytes", "ToolResultBudget")
+        if not isinstance(hint, str):
+            raise ConfigError("hint", hint, "a string (may be empty)", owner="ToolResultBudget")
+        self.hint = hint
+        if name is not None:
+            self.name = name
+
+    async def wrap_tool(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+    ) -> ToolResult:
+        result = await call_next(call, ctx)
+        if self.budget_bytes == 0:
+            return result
+        new, stats = _budgeted(result, self.budget_bytes, self.hint)
+        if new is not result:
+            ctx.emit(
+                ToolResultTruncated(
+                    tool=result.name or call.name,
+                    tool_call_id=result.tool_call_id,
+                    original_bytes=stats.original_bytes,
+                    final_bytes=stats.final_bytes,
+                    budget_bytes=self.budget_bytes,
+                )
+            )
+        return new
+
+    async def relieve(
+        self,
+        messages: tuple[Message, ...],
+        ctx: RunContext[Any],
+        counter: TokenCounter,
+        *,
+        need: int,
+    ) -> Relief:
+        """Budget every tool result already in ``messages`` (nothing when disabled)."""
+        new, stats = budget_history(messages, self.budget_bytes, hint=self.hint, counter=counter)
+        for tool_call_id, tool, cut in stats.truncated:
+            ctx.emit(
+                ToolResultTruncated(
+                    tool=tool,
+                    tool_call_id=tool_call_id,
+                    original_bytes=cut.original_bytes,
+                    final_bytes=cut.final_bytes,
+                    budget_bytes=self.budget_bytes,
+                    where="history",
+                )
+            )
+        return Relief(
+            new,
+            stats.tokens_freed,
+            {
+                "results_truncated": stats.results_truncated,
+                "bytes_freed": stats.bytes_freed,
+                "tokens_freed": stats.tokens_freed,
+            },
+        )

@@ -1,0 +1,277 @@
+"""Tool-result budget: one result capped at a byte budget, on a character boundary."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tinyctx import (
+    Agent,
+    AssistantMessage,
+    ConfigError,
+    HeuristicCounter,
+    RunContext,
+    Session,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    check_pairing,
+)
+from tinyctx.middleware import (
+    ToolResultBudget,
+    ToolResultTruncated,
+    TruncationStats,
+    budget_history,
+    budget_tool_result,
+)
+from tinyctx.middleware.policy import PressurePolicy
+from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply, run_tool_layer
+from tinyctx.testing.strategies import histories
+
+# text that is mostly multi-byte: 2-, 3- and 4-byte characters next to ASCII
+CHARS = st.sampled_from(list("aZ \né€中文한😀🎉"))
+MIXED = st.text(alphabet=CHARS, max_size=300)
+SHORT_MIXED = st.text(alphabet=CHARS, max_size=100)
+
+
+def size(text: str) -> int:
+    return len(text.encode("utf-8"))  # strict: raises on anything that is not valid UTF-8
+
+
+def dropped_in_marker(text: str) -> int:
+    match = re.search(r"truncated: (\d+) of \d+ bytes dropped|\[\+(\d+)B cut\]", text)
+    assert match is not None, text
+    return int(match.group(1) or match.group(2))
+
+
+class TestBudgetFunction:
+    """A result over budget is cut on a character boundary and never exceeds the budget."""
+
+    def test_under_and_exactly_at_budget_are_untouched(self) -> None:
+        text = "héllo"  # 6 bytes
+        for budget in (6, 7, 1000):
+            out, stats = budget_tool_result(text, budget)
+            assert out is text
+            assert stats == TruncationStats(6, 6, False, 6)
+            assert stats.dropped_bytes == 0
+
+    def test_over_budget_keeps_a_prefix_and_says_what_was_dropped_and_how_to_see_it(
+        self,
+    ) -> None:
+        text = "line\n" * 1000  # 5000 bytes
+        out, stats = budget_tool_result(text, 1024)
+        assert size(out) <= 1024
+        assert stats.truncated
+        assert stats.final_bytes == size(out)
+        assert out.startswith(text[: stats.kept_bytes])
+        assert stats.dropped_bytes == 5000 - stats.kept_bytes > 0
+        assert f"truncated: {stats.dropped_bytes} of 5000 bytes dropped" in out
+        assert "to see the rest" in out
+
+    def test_custom_and_empty_hint(self) -> None:
+        out, _ = budget_tool_result("x" * 500, 200, hint="use read_file with offset=N")
+        assert out.endswith("use read_file with offset=N]")
+        out, stats = budget_tool_result("x" * 500, 200, hint="")
+        assert out.endswith(f"[truncated: {stats.dropped_bytes} of 500 bytes dropped]")
+
+    def test_zero_disables(self) -> None:
+        text = "x" * 100_000
+        out, stats = budget_tool_result(text, 0)
+        assert out is text
+        assert not stats.truncated
+
+    def test_cut_never_splits_a_multibyte_character(self) -> None:
+        for text in ("é" * 300, "中" * 300, "😀" * 300, "a😀é中" * 100):
+            for budget in range(60, 140):
+                out, stats = budget_tool_result(text, budget, hint="")
+                assert size(out) <= budget
+                assert text.startswith(out[: out.index("\n[truncated")])
+                assert size(out[: out.index("\n[truncated")]) == stats.kept_bytes
+
+    def test_tiny_budgets_shorten_then_cut_the_marker_never_the_guarantee(self) -> None:
+        text = "abcdefghij" * 50
+        seen = set()
+        for budget in range(1, 200):
+            out, stats = budget_tool_result(text, budget)
+            assert size(out) <= budget, (budget, out)
+            assert stats.final_bytes == size(out)
+            assert stats.truncated
+            seen.add("full" if "bytes dropped" in out else "short" if "B cut]" in out else "cut")
+        assert seen == {"full", "short", "cut"}
+        assert budget_tool_result(text, 1)[0] == "["
+        assert budget_tool_result(text, 5)[0] == "[cut]"
+
+    def test_the_marker_counts_exactly_the_bytes_left_out(self) -> None:
+        for budget in (12, 20, 100, 150, 400):
+            out, stats = budget_tool_result("€uro " * 100, budget)
+            assert dropped_in_marker(out) == stats.dropped_bytes == 700 - stats.kept_bytes
+
+    def test_lone_surrogates_come_out_as_valid_utf8(self) -> None:
+        out, stats = budget_tool_result("ok \ud800 ok", 100)
+        assert out == "ok \ufffd ok" and size(out) == stats.final_bytes == 9
+        out, _ = budget_tool_result("\udcff" * 100, 50)
+        assert size(out) <= 50
+
+    @pytest.mark.parametrize("bad", [-1, 1.5, "16k", True, None])
+    def test_bad_budget_is_a_config_error_naming_the_field(self, bad: Any) -> None:
+        with pytest.raises(ConfigError, match="budget_bytes"):
+            budget_tool_result("x", bad)
+        with pytest.raises(ConfigError, match="ToolResultBudget.budget_bytes"):
+            ToolResultBudget(bad)
+
+    def test_bad_hint_is_a_config_error(self) -> None:
+        with pytest.raises(ConfigError, match="hint"):
+            ToolResultBudget(100, hint=None)  # type: ignore[arg-type]
+
+    @given(text=st.text(max_size=400) | MIXED, budget=st.integers(0, 500))
+    def test_any_text_any_budget_is_valid_utf8_within_budget(self, text: str, budget: int) -> None:
+        out, stats = budget_tool_result(text, budget)
+        if budget == 0 or size(text) <= budget:
+            assert out == text and not stats.truncated
+            return
+        assert size(out) <= budget
+        assert stats.truncated and stats.final_bytes == size(out)
+        kept = text.encode("utf-8")[: stats.kept_bytes].decode("utf-8")  # a char boundary
+        assert out.startswith(kept)
+        assert stats.original_bytes == size(text)
+
+
+class TestToolResultBudgetLayer:
+    """On the tool onion: results are budgeted before they enter history, with an event."""
+
+    async def test_a_big_result_is_cut_marked_and_reported(self) -> None:
+        call_ = ToolCall("c1", "read_file", {"path": "big.log"})
+
+        async def big(c: ToolCall, ctx: RunContext[Any]) -> ToolResult:
+            return ToolResult.for_call(c, "0123456789" * 1000, metadata={"source": "disk"})
+
+        with capture_events() as events:
+            result = await run_tool_layer(ToolResultBudget(2048), call_, next=big)
+        assert size(result.content) <= 2048
+        assert (result.tool_call_id, result.name) == ("c1", "read_file")
+        assert result.metadata["source"] == "disk"
+        info = result.metadata["tinyctx"]["truncated"]
+        assert info == {"original_bytes": 10000, "final_bytes": size(result.content)} | {
+            "budget_bytes": 2048
+        }
+        (event,) = [e for e in events if isinstance(e, ToolResultTruncated)]
+        assert event.kind == "compaction.tool_result_budget"
+        assert (event.tool, event.tool_call_id, event.original_bytes) == ("read_file", "c1", 10000)
+        assert event.final_bytes == size(result.content) and event.budget_bytes == 2048
+
+    async def test_error_results_are_budgeted_too(self) -> None:
+        async def failing(c: ToolCall, ctx: RunContext[Any]) -> ToolResult:
+            return ToolResult.for_call(c, "Traceback:\n" + "frame\n" * 5000, is_error=True)
+
+        result = await run_tool_layer(ToolResultBudget(500), call("run"), next=failing)
+        assert result.is_error
+        assert size(result.content) <= 500
+
+    async def test_exactly_at_budget_is_untouched_and_silent(self) -> None:
+        original = ToolResult("c1", "x" * 100, "t")
+
+        async def exact(c: ToolCall, ctx: RunContext[Any]) -> ToolResult:
+            return original
+
+        with capture_events() as events:
+            result = await run_tool_layer(ToolResultBudget(100), call("t", id="c1"), next=exact)
+        assert result is original
+        assert not [e for e in events if isinstance(e, ToolResultTruncated)]
+
+    async def test_disabled_does_no_work_at_all(self) -> None:
+        class Untouchable(str):
+            def isascii(self) -> bool:
+                raise AssertionError("a disabled budget measured the result")
+
+            def encode(self, *args: Any, **kwargs: Any) -> bytes:
+                raise AssertionError("a disabled budget measured the result")
+
+        original = ToolResult("c1", Untouchable("x" * 100_000), "t")
+
+        async def huge(c: ToolCall, ctx: RunContext[Any]) -> ToolResult:
+            return original
+
+        layer = ToolResultBudget(0)
+        assert await run_tool_layer(layer, call("t", id="c1"), next=huge) is original
+        messages = (AssistantMessage("", (ToolCall("c1", "t"),)), original)
+        relief = await layer.relieve(messages, RunContext.new(), HeuristicCounter(), need=10)
+        assert relief.messages is messages and relief.freed_tokens == 0
+
+    async def test_in_an_agent_the_history_and_the_model_see_the_budgeted_result(self) -> None:
+        tool = FakeTool("dump", returns="é" * 10_000)
+        model = ScriptedModel([reply("", call("dump")), "done"])
+        agent = Agent(model=model, tools=[tool.tool], middleware=[ToolResultBudget(1000)])
+        async with Session(agent) as session:
+            await session.run("dump it")
+        result = session.conversation_messages[2]
+        assert isinstance(result, ToolResult)
+        assert size(result.content) <= 1000
+        assert model.requests[1].messages[-1] is result
+        check_pairing(session.conversation_messages, allow_pending=False)
+
+
+class TestToolResultBudgetPolicy:
+    """As a pressure policy it budgets every result already in a history."""
+
+    def test_is_a_pressure_policy(self) -> None:
+        assert isinstance(ToolResultBudget(), PressurePolicy)
+
+    async def test_relieve_budgets_old_results_and_keeps_pairing(self) -> None:
+        history = (
+            UserMessage("go"),
+            AssistantMessage("", (ToolCall("a", "t"), ToolCall("b", "t"))),
+            ToolResult("a", "x" * 5000, "t"),
+            ToolResult("b", "short", "t"),
+            AssistantMessage("done"),
+        )
+        counter = HeuristicCounter()
+        with capture_events() as events:
+            relief = await ToolResultBudget(300).relieve(
+                history, RunContext.new(), counter, need=100
+            )
+        check_pairing(relief.messages, allow_pending=False)
+        assert relief.messages[3] is history[3] and relief.messages[0] is history[0]
+        assert size(relief.messages[2].text) <= 300
+        assert relief.freed_tokens == counter.count_messages(history) - counter.count_messages(
+            relief.messages
+        )
+        assert relief.detail["results_truncated"] == 1
+        assert [e.where for e in events if isinstance(e, ToolResultTruncated)] == ["history"]
+
+    def test_budget_history_returns_the_same_tuple_when_nothing_changes(self) -> None:
+        history = (UserMessage("hi"), AssistantMessage("", (ToolCall("a", "t"),)))
+        history += (ToolResult("a", "ok", "t"),)
+        new, stats = budget_history(history, 100)
+        assert new is history and stats.results_truncated == 0
+
+    def test_a_cut_that_would_cost_tokens_is_skipped(self) -> None:
+        from tinyctx.tokens import MemoCounter
+
+        class MarkerHeavy(MemoCounter):
+            """ASCII costs two tokens a character, CJK one: an ASCII marker is expensive."""
+
+            def count_text(self, text: str) -> int:
+                return sum(2 if ord(c) < 128 else 1 for c in text)
+
+        # 40 CJK characters are 120 bytes; cut to 100 bytes, the ASCII marker costs more
+        # tokens than the characters it replaces
+        history = (AssistantMessage("", (ToolCall("a", "t"),)), ToolResult("a", "中" * 40, "t"))
+        new, stats = budget_history(history, 100, counter=MarkerHeavy())
+        assert new is history and stats.tokens_freed == 0
+        new, _ = budget_history(history, 100)  # without a counter: bytes are all that count
+        assert size(new[1].text) <= 100
+
+    @given(history=histories(text=SHORT_MIXED), budget=st.integers(1, 200))
+    def test_pairing_and_budget_hold_for_any_history(self, history: Any, budget: int) -> None:
+        new, stats = budget_history(history, budget, counter=HeuristicCounter())
+        check_pairing(new)
+        assert [type(m) for m in new] == [type(m) for m in history]
+        for before, after in zip(history, new, strict=True):
+            if after is not before:
+                assert isinstance(after, ToolResult) and size(after.content) <= budget
+                assert after.tool_call_id == before.tool_call_id  # type: ignore[attr-defined]
+        assert stats.tokens_freed >= 0
