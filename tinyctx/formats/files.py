@@ -71,9 +71,11 @@ def _looks_anthropic(items: Sequence[Any]) -> bool:
         if item.get("role") in ("tool", "system", "developer") or item.get("tool_calls"):
             return False
         content = item.get("content")
-        if isinstance(content, list) and any(
-            isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_BLOCKS for b in content
-        ):
+        if not isinstance(content, list):
+            continue
+        if any(isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_BLOCKS for b in content):
+            return True
+        if item.get("role") == "assistant":  # OpenAI assistants answer with a string or null
             return True
     return False
 

@@ -110,7 +110,8 @@ async def consume_stream(
                 except StopAsyncIteration:
                     break
                 handle(event)
-            # a cancel that arrived with the last event, before any further checkpoint
+                if ctx.cancellation.is_cancelled():
+                    break  # cancelled by a subscriber of this event: read nothing more
             ctx.cancellation.raise_if_cancelled("model_stream")
     except BaseException:
         if stream is not None:

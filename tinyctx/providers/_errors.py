@@ -115,7 +115,7 @@ def _overflow_numbers(message: str, body: object) -> dict[str, int]:
         if match:
             for name, value in zip(names, match.groups(), strict=True):
                 numbers.setdefault(name, int(value))
-    error = body.get("error") if isinstance(body, Mapping) else None
+    error = body.get("error", body) if isinstance(body, Mapping) else None
     if isinstance(error, Mapping):  # llama.cpp: n_prompt_tokens / n_ctx
         for key, name in (("n_prompt_tokens", "estimate"), ("n_ctx", "window")):
             if isinstance(error.get(key), int):
