@@ -25,6 +25,8 @@ import anthropic
 import anyio
 import openai
 
+from tinyctx import RunCancelled, Session
+
 __all__ = [
     "TRIO_ASYNCGEN_WARNING",
     "LoopbackServer",
@@ -36,6 +38,7 @@ __all__ = [
     "drop_connection",
     "hang_up_on_client",
     "loopback_server",
+    "run_cancelled_once_sent",
     "openai_client",
     "anthropic_client",
     "openai_completion",
@@ -273,6 +276,27 @@ class _Handler(BaseHTTPRequestHandler):
             if not data:
                 owner.client_closed.set()
                 return
+
+
+async def run_cancelled_once_sent(
+    session: Session[Any], server: LoopbackServer, text: str
+) -> RunCancelled:
+    """Run ``text`` in ``session`` and cancel it once its request reached ``server``; the
+    RunCancelled the run ended with (the test fails if it ended any other way)."""
+    outcome: list[RunCancelled] = []
+
+    async def run() -> None:
+        try:
+            await session.run(text)
+        except RunCancelled as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        assert await server.wait_request(), "the request never reached the server"
+        session.cancel("timeout")
+    assert len(outcome) == 1, "the run was not cancelled"
+    return outcome[0]
 
 
 @contextmanager

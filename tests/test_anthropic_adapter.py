@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anthropic
-import anyio
 import attrs
 import pytest
 
@@ -21,6 +20,7 @@ from tests.loopback import (
     error_reply,
     hang_up_on_client,
     json_reply,
+    run_cancelled_once_sent,
     sse_reply,
 )
 from tinyctx import (
@@ -322,19 +322,9 @@ class TestCancellation:
         server.add(hang_up_on_client())
         agent = Agent(AnthropicModel(MODEL, client=client))
         async with Session(agent) as session:
-            outcome: list[BaseException] = []
-
-            async def run() -> None:
-                try:
-                    await session.run("hello?")
-                except RunCancelled as exc:
-                    outcome.append(exc)
-
-            async with anyio.create_task_group() as group:
-                group.start_soon(run)
-                assert await server.wait_request()
-                session.cancel("timeout")
-        assert [str(e) for e in outcome] == ["run cancelled at checkpoint 'model_call': timeout"]
+            cancelled = await run_cancelled_once_sent(session, server, "hello?")
+            assert session.conversation_messages == (UserMessage("hello?"),)
+        assert (cancelled.checkpoint, cancelled.reason) == ("model_call", "timeout")
         assert await server.wait_client_closed()
 
 

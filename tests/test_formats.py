@@ -105,12 +105,14 @@ def rich_histories(draw: st.DrawFn) -> tuple[Message, ...]:
     return tuple(out)
 
 
-def _all_keys(value: Any) -> set[str]:
-    if isinstance(value, dict):
-        return set(value) | {k for v in value.values() for k in _all_keys(v)}
-    if isinstance(value, list):
-        return {k for v in value for k in _all_keys(v)}
-    return set()
+def _unit_keys(units: list[dict[str, Any]]) -> set[str]:
+    """Keys of messages and of their content blocks (not of tool arguments)."""
+    keys: set[str] = set()
+    for unit in units:
+        keys |= set(unit)
+        if isinstance(unit.get("content"), list):
+            keys |= {k for block in unit["content"] for k in block}
+    return keys
 
 
 class TestRoundTrips:
@@ -129,7 +131,8 @@ class TestRoundTrips:
     def test_api_mode_sends_what_the_apis_accept(self, history: tuple[Message, ...]) -> None:
         openai_sent = to_openai(history, for_api=True)
         anthropic_sent = to_anthropic(history, for_api=True)
-        assert EXTENSION_KEY not in _all_keys(openai_sent) | _all_keys(anthropic_sent)
+        anthropic_units = anthropic_sent["messages"] + anthropic_sent.get("system", [])
+        assert EXTENSION_KEY not in _unit_keys(openai_sent) | _unit_keys(anthropic_units)
         tool_messages = [m for m in openai_sent if m["role"] == "tool"]
         assert all(set(m) == {"role", "tool_call_id", "content"} for m in tool_messages)
         sent = anthropic_sent["messages"]
@@ -434,6 +437,16 @@ class TestAnthropic:
         assert sent["system"] == [{"type": "text", "text": "Be brief."}]
         assert sent["messages"][-1]["content"][-1] == {"type": "text", "text": "thanks"}
         assert len(sent["messages"]) == 3
+
+    def test_an_empty_assistant_turn_is_not_sent_to_the_api(self) -> None:
+        history = (UserMessage("a"), AssistantMessage(""), UserMessage("b"))
+        assert to_anthropic(history, for_api=True)["messages"] == [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            }
+        ]
+        assert from_anthropic(to_anthropic(history)) == history
 
     def test_a_system_message_after_the_start_cannot_be_expressed(self) -> None:
         with pytest.raises(

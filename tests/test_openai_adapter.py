@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import anyio
 import openai
 import pytest
 
@@ -23,6 +22,7 @@ from tests.loopback import (
     openai_completion,
     openai_error_body,
     openai_stream,
+    run_cancelled_once_sent,
     sse_reply,
 )
 from tinyctx import (
@@ -327,21 +327,9 @@ class TestCancellation:
         server.add(hang_up_on_client())
         agent = Agent(OpenAIChatModel("gpt-4o", client=client))
         async with Session(agent) as session:
-            outcome: list[BaseException] = []
-
-            async def run() -> None:
-                try:
-                    await session.run("hello?")
-                except RunCancelled as exc:
-                    outcome.append(exc)
-
-            async with anyio.create_task_group() as group:
-                group.start_soon(run)
-                assert await server.wait_request()
-                session.cancel("timeout")
+            cancelled = await run_cancelled_once_sent(session, server, "hello?")
             assert session.conversation_messages == (UserMessage("hello?"),)
-        assert [type(e) for e in outcome] == [RunCancelled]
-        assert outcome[0].checkpoint == "model_call"  # type: ignore[attr-defined]
+        assert (cancelled.checkpoint, cancelled.reason) == ("model_call", "timeout")
         assert await server.wait_client_closed()
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "emit_unit",
     "read_overrides",
     "finish_metadata",
+    "finish_unit",
     "CallNames",
     "check_read_pairing",
     "expect_mapping",
@@ -346,6 +347,33 @@ def finish_metadata(
     merged[namespace] = overrides
     frozen: FrozenDict[str, Any] = freeze(merged)
     return frozen
+
+
+def finish_unit(
+    parsed: Message,
+    unit: Mapping[str, Any],
+    generated: Mapping[str, Any],
+    ext: Extension,
+    namespace: str,
+    calls: CallNames,
+    *,
+    fmt: str,
+    index: int | None,
+) -> Message:
+    """The read message: what ``unit`` says (``parsed``), its kept fields and extension."""
+    metadata = finish_metadata(
+        ext, namespace, read_overrides(unit, generated), fmt=fmt, index=index
+    )
+    changes: dict[str, Any] = {}
+    if metadata:
+        changes["metadata"] = metadata
+    if not ext.essential:
+        changes["essential"] = False
+    if ext.is_error and isinstance(parsed, ToolResult):
+        changes["is_error"] = True
+    message = attrs.evolve(parsed, **changes) if changes else parsed
+    calls.add(message)
+    return message
 
 
 # ---------------------------------------------------------------------------------------

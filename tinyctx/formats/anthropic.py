@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import attrs
-
 from ..frozen import thaw
 from ..messages import (
     AssistantMessage,
@@ -32,10 +30,9 @@ from ._common import (
     emit_unit,
     expect_mapping,
     expect_str,
-    finish_metadata,
+    finish_unit,
     parse_arguments,
     read_extension,
-    read_overrides,
     restore_call_ids,
     unique_call_ids,
     write_extension,
@@ -185,21 +182,22 @@ def to_anthropic(messages: Sequence[Message], *, for_api: bool = False) -> dict[
                 index=index,
             )
         if isinstance(message, AssistantMessage):
+            invalid = {c.id: c.invalid_arguments for c in message.tool_calls if c.invalid_arguments}
+            unit = {"role": "assistant", "content": _assistant_blocks(message)}
+            written = _emit(
+                message,
+                unit,
+                _MESSAGE_MODELED,
+                index,
+                for_api=for_api,
+                invalid_arguments=invalid or None,
+            )
+            if for_api and not written["content"]:
+                continue  # an empty turn says nothing, and the API rejects empty content
             if api_run is not None:
                 out.append({"role": "user", "content": api_run + api_texts})
                 api_run, api_texts = None, []
-            invalid = {c.id: c.invalid_arguments for c in message.tool_calls if c.invalid_arguments}
-            unit = {"role": "assistant", "content": _assistant_blocks(message)}
-            out.append(
-                _emit(
-                    message,
-                    unit,
-                    _MESSAGE_MODELED,
-                    index,
-                    for_api=for_api,
-                    invalid_arguments=invalid or None,
-                )
-            )
+            out.append(written)
             call_names.add(message)
             results_open = False
             continue
@@ -360,16 +358,7 @@ def _read_unit(unit: Mapping[str, Any], index: int | None, kind: str, calls: Cal
         ext = read_extension(unit, allowed=("essential", "metadata"), fmt=ANTHROPIC, index=index)
         parsed = SystemMessage(_text([unit], index, joiner="\n"))
         generated = {"type": "text", "text": parsed.text}
-    overrides = read_overrides(unit, generated)
-    metadata = finish_metadata(ext, ANTHROPIC, overrides, fmt=ANTHROPIC, index=index)
-    changes: dict[str, Any] = {}
-    if metadata:
-        changes["metadata"] = metadata
-    if not ext.essential:
-        changes["essential"] = False
-    message = attrs.evolve(parsed, **changes) if changes else parsed
-    calls.add(message)
-    return message
+    return finish_unit(parsed, unit, generated, ext, ANTHROPIC, calls, fmt=ANTHROPIC, index=index)
 
 
 def _clean_blocks(content: object) -> object:

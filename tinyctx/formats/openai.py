@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-import attrs
-
 from ..messages import (
     AssistantMessage,
     Message,
@@ -23,7 +21,6 @@ from ..messages import (
 )
 from ._common import (
     CallNames,
-    Extension,
     FormatError,
     arguments_json,
     check_call_expressible,
@@ -32,10 +29,9 @@ from ._common import (
     emit_unit,
     expect_mapping,
     expect_str,
-    finish_metadata,
+    finish_unit,
     parse_arguments,
     read_extension,
-    read_overrides,
     restore_call_ids,
     unique_call_ids,
     write_extension,
@@ -253,20 +249,9 @@ def read_openai_message(raw: object, index: int, calls: CallNames) -> Message:
     """One OpenAI message as a tinyctx message; ``calls`` names tool results and learns calls."""
     unit = expect_mapping(raw, "a message", fmt=OPENAI, index=index)
     parsed = _parse(unit, index, lambda call_id: calls.name_of(call_id, fmt=OPENAI, index=index))
-    role = unit["role"]
-    ext: Extension = read_extension(unit, allowed=_EXT_ALLOWED[role], fmt=OPENAI, index=index)
-    overrides = read_overrides(unit, _generate(parsed, index, for_api=False))
-    metadata = finish_metadata(ext, OPENAI, overrides, fmt=OPENAI, index=index)
-    changes: dict[str, Any] = {}
-    if metadata:
-        changes["metadata"] = metadata
-    if not ext.essential:
-        changes["essential"] = False
-    if isinstance(parsed, ToolResult) and ext.is_error:
-        changes["is_error"] = True
-    message = attrs.evolve(parsed, **changes) if changes else parsed
-    calls.add(message)
-    return message
+    ext = read_extension(unit, allowed=_EXT_ALLOWED[unit["role"]], fmt=OPENAI, index=index)
+    generated = _generate(parsed, index, for_api=False)
+    return finish_unit(parsed, unit, generated, ext, OPENAI, calls, fmt=OPENAI, index=index)
 
 
 def from_openai(messages: Sequence[Any] | Mapping[str, Any]) -> tuple[Message, ...]:

@@ -15,8 +15,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import attrs
-
 from ..frozen import thaw
 from ..messages import (
     AssistantMessage,
@@ -35,9 +33,8 @@ from ._common import (
     emit_unit,
     expect_mapping,
     expect_str,
-    finish_metadata,
+    finish_unit,
     read_extension,
-    read_overrides,
     restore_call_ids,
     unique_call_ids,
     write_extension,
@@ -224,17 +221,10 @@ def from_swe_agent(data: Mapping[str, Any] | Sequence[Any]) -> tuple[Message, ..
         )
         ext = read_extension(unit, allowed=allowed, fmt=SWE_AGENT, index=index)
         parsed = _parse(unit, index, ext.name, calls)
-        overrides = read_overrides(unit, _generate(parsed, index))
-        metadata = finish_metadata(ext, SWE_AGENT, overrides, fmt=SWE_AGENT, index=index)
-        changes: dict[str, Any] = {}
-        if metadata:
-            changes["metadata"] = metadata
-        if not ext.essential:
-            changes["essential"] = False
-        if ext.is_error:
-            changes["is_error"] = True
-        message = attrs.evolve(parsed, **changes) if changes else parsed
-        calls.add(message)
+        generated = _generate(parsed, index)
+        message = finish_unit(
+            parsed, unit, generated, ext, SWE_AGENT, calls, fmt=SWE_AGENT, index=index
+        )
         out.append(message)
     out = unique_call_ids(out)
     check_read_pairing(out, range(len(out)), fmt=SWE_AGENT)

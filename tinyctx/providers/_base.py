@@ -1,24 +1,30 @@
-"""What both model adapters share: settings checked against the SDK method, the streamed
-read raced against the run's cancellation token, and stream delta events."""
+"""What both model adapters share: the model name, the SDK client they own or borrow, the
+stream switch, settings checked against the SDK method, the streamed read raced against
+the run's cancellation token, and stream delta events."""
 
 from __future__ import annotations
 
 import contextlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 import anyio
 
 from ..context import RunContext
-from ..errors import ConfigError
+from ..errors import ConfigError, ProviderError
 from ..events import ModelStreamDelta
+from ..formats import FormatError
 from ..frozen import thaw
+from ..model import ModelRequest
+from ..tools import ServerTool
 
 __all__ = [
+    "SDKModel",
+    "unreadable",
     "check_model",
     "check_settings",
-    "request_settings",
+    "server_tool_json",
     "consume_stream",
     "emit_text",
     "emit_tool_delta",
@@ -26,6 +32,117 @@ __all__ = [
 
 S = TypeVar("S")
 E = TypeVar("E")
+
+
+class _Client(Protocol):
+    async def close(self) -> None: ...
+
+
+ClientT = TypeVar("ClientT", bound=_Client)
+
+
+class SDKModel(Generic[ClientT]):
+    """Base of the adapters: ``model``, ``client`` (built from ``base_url`` / ``api_key``
+    and closed by :meth:`aclose` when the adapter made it), and ``stream``."""
+
+    provider: ClassVar[str] = ""
+    model: str
+    client: ClientT
+    stream: bool
+    settings: dict[str, Any]
+    _owns_client: bool
+
+    def _adopt(
+        self,
+        model: object,
+        client: ClientT | None,
+        *,
+        stream: object,
+        base_url: str | None,
+        api_key: str | None,
+        client_type: type[ClientT],
+        build: Callable[[], ClientT],
+        sdk_error: type[Exception],
+        credentials: str,
+    ) -> ClientT:
+        owner = type(self).__name__
+        self.model = check_model(model, owner)
+        if not isinstance(stream, bool):
+            raise ConfigError("stream", stream, "True or False", owner=owner)
+        self.stream = stream
+        self._owns_client = client is None
+        if client is None:
+            try:
+                client = build()
+            except sdk_error as exc:
+                raise ConfigError("client", None, credentials, owner=owner) from exc
+        elif not isinstance(client, client_type):
+            name = f"{client_type.__module__.split('.')[0]}.{client_type.__name__}"
+            raise ConfigError("client", client, f"an {name} instance", owner=owner)
+        elif base_url is not None or api_key is not None:
+            raise ConfigError(
+                "base_url" if base_url is not None else "api_key",
+                base_url if base_url is not None else "***",
+                "None when a client is given (configure the client instead)",
+                owner=owner,
+            )
+        self.client = client
+        return client
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.model!r} stream={self.stream}>"
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this adapter created it."""
+        if self._owns_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def call_settings(
+        self,
+        request: ModelRequest,
+        method: Callable[..., Any],
+        *,
+        built: Iterable[str],
+        consumed: Iterable[str] = ("stream",),
+    ) -> dict[str, Any]:
+        """The adapter's settings overridden by the request's (``Agent.settings``, layers),
+        less the ``consumed`` ones the adapter reads itself."""
+        skip = set(consumed)
+        overrides = {k: v for k, v in request.settings.items() if k not in skip}
+        merged = dict(self.settings)
+        if overrides:
+            merged.update(
+                check_settings(
+                    overrides,
+                    method,
+                    built=built,
+                    owner=type(self).__name__,
+                    field="request.settings",
+                )
+            )
+        return merged
+
+    def streaming(self, request: ModelRequest) -> bool:
+        """Whether this call streams: ``request.settings["stream"]``, else ``stream``."""
+        value = request.settings.get("stream", self.stream)
+        if not isinstance(value, bool):
+            raise ConfigError(
+                "request.settings['stream']", value, "True or False", owner=type(self).__name__
+            )
+        return value
+
+
+def unreadable(provider: str, exc: FormatError) -> ProviderError:
+    """A response tinyctx cannot read (a tool call of a kind tinyctx cannot run...)."""
+    return ProviderError(
+        f"{provider}: the response cannot be read: {exc.reason}", provider=provider
+    )
 
 
 def check_model(model: object, owner: str) -> str:
@@ -67,22 +184,9 @@ def check_settings(
     return {name: thaw(value) for name, value in settings.items()}
 
 
-def request_settings(
-    defaults: Mapping[str, Any],
-    request_settings: Mapping[str, Any],
-    method: Callable[..., Any],
-    *,
-    built: Iterable[str],
-    owner: str,
-) -> dict[str, Any]:
-    """The adapter's settings overridden by the request's (``Agent.settings``, layers)."""
-    if not request_settings:
-        return dict(defaults)
-    merged = dict(defaults)
-    merged.update(
-        check_settings(request_settings, method, built=built, owner=owner, field="request.settings")
-    )
-    return merged
+def server_tool_json(tool: ServerTool) -> dict[str, Any]:
+    """A provider-hosted tool as both APIs take it: its type and its configuration."""
+    return {"type": tool.type, **thaw(tool.configuration)}
 
 
 async def consume_stream(

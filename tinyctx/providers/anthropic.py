@@ -23,12 +23,13 @@ from ..frozen import thaw
 from ..messages import AssistantMessage
 from ..model import ModelRequest, ModelResponse, Usage
 from ._base import (
-    check_model,
+    SDKModel,
     check_settings,
     consume_stream,
     emit_text,
     emit_tool_delta,
-    request_settings,
+    server_tool_json,
+    unreadable,
 )
 from ._errors import classify
 
@@ -76,9 +77,7 @@ def _assistant(message: AnthropicMessage) -> AssistantMessage:
     try:
         return read_anthropic_assistant({"role": "assistant", "content": blocks})
     except FormatError as exc:
-        raise ProviderError(
-            f"{PROVIDER}: the response cannot be read: {exc.reason}", provider=PROVIDER
-        ) from exc
+        raise unreadable(PROVIDER, exc) from exc
 
 
 def _mark(blocks: Any, control: dict[str, str]) -> bool:
@@ -116,7 +115,7 @@ def mark_cache_prefix(params: dict[str, Any], ttl: CacheTTL | None = None) -> No
             _mark(messages[last_assistant - 1].get("content"), control)
 
 
-class AnthropicModel:
+class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
     """A tinyctx model handler over the Anthropic Messages API (``anthropic.AsyncAnthropic``).
 
     ``AnthropicModel("claude-sonnet-4-6", client=None, stream=False, max_tokens=4096,
@@ -138,7 +137,7 @@ class AnthropicModel:
     as an error event inside a stream, is a RetryableProviderError.
     """
 
-    provider: Final = PROVIDER
+    provider = PROVIDER
 
     def __init__(
         self,
@@ -153,66 +152,36 @@ class AnthropicModel:
         api_key: str | None = None,
         **settings: Any,
     ) -> None:
-        self.model = check_model(model, _OWNER)
-        for name, flag in (("stream", stream), ("cache_prefix", cache_prefix)):
-            if not isinstance(flag, bool):
-                raise ConfigError(name, flag, "True or False", owner=_OWNER)
+        sdk = self._adopt(
+            model,
+            client,
+            stream=stream,
+            base_url=base_url,
+            api_key=api_key,
+            client_type=anthropic.AsyncAnthropic,
+            build=lambda: anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url),
+            sdk_error=anthropic.AnthropicError,
+            credentials="an anthropic.AsyncAnthropic, or api_key= / ANTHROPIC_API_KEY",
+        )
+        if not isinstance(cache_prefix, bool):
+            raise ConfigError("cache_prefix", cache_prefix, "True or False", owner=_OWNER)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ConfigError("max_tokens", max_tokens, "an integer >= 1", owner=_OWNER)
         if cache_ttl not in (None, "5m", "1h"):
             raise ConfigError("cache_ttl", cache_ttl, "None, '5m' or '1h'", owner=_OWNER)
-        self._owns_client = client is None
-        if client is None:
-            try:
-                client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url)
-            except anthropic.AnthropicError as exc:
-                raise ConfigError(
-                    "client",
-                    None,
-                    "an anthropic.AsyncAnthropic, or api_key= / ANTHROPIC_API_KEY",
-                    owner=_OWNER,
-                ) from exc
-        elif not isinstance(client, anthropic.AsyncAnthropic):
-            raise ConfigError(
-                "client", client, "an anthropic.AsyncAnthropic instance", owner=_OWNER
-            )
-        elif base_url is not None or api_key is not None:
-            raise ConfigError(
-                "base_url" if base_url is not None else "api_key",
-                base_url if base_url is not None else "***",
-                "None when a client is given (configure the client instead)",
-                owner=_OWNER,
-            )
-        self.client = client
-        self.stream = stream
         self.max_tokens = max_tokens
         self.cache_prefix = cache_prefix
         self.cache_ttl = cache_ttl
         self.settings = check_settings(
-            settings, client.messages.create, built=_BUILT | {"max_tokens"}, owner=_OWNER
+            settings, sdk.messages.create, built=_BUILT | {"max_tokens"}, owner=_OWNER
         )
-
-    def __repr__(self) -> str:
-        return f"<AnthropicModel {self.model!r} stream={self.stream}>"
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this adapter created it."""
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> AnthropicModel:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # -- the request ---------------------------------------------------------------------
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments this request becomes for ``messages.create``."""
-        overrides = {k: v for k, v in request.settings.items() if k not in ("stream", "max_tokens")}
-        settings = request_settings(
-            self.settings, overrides, self.client.messages.create, built=_BUILT, owner=_OWNER
+        settings = self.call_settings(
+            request, self.client.messages.create, built=_BUILT, consumed=("stream", "max_tokens")
         )
         max_tokens = request.settings.get("max_tokens", self.max_tokens)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -237,10 +206,7 @@ class AnthropicModel:
             if spec.description:
                 tool["description"] = spec.description
             tools.append(tool)
-        tools.extend(
-            {"type": server_tool.type, **thaw(server_tool.configuration)}
-            for server_tool in request.server_tools
-        )
+        tools.extend(server_tool_json(server_tool) for server_tool in request.server_tools)
         if tools:
             params["tools"] = tools
         params.update(settings)
@@ -248,16 +214,10 @@ class AnthropicModel:
             mark_cache_prefix(params, self.cache_ttl)
         return params
 
-    def _streaming(self, request: ModelRequest) -> bool:
-        value = request.settings.get("stream", self.stream)
-        if not isinstance(value, bool):
-            raise ConfigError("request.settings['stream']", value, "True or False", owner=_OWNER)
-        return value
-
     # -- the call ------------------------------------------------------------------------
 
     async def __call__(self, request: ModelRequest, ctx: RunContext[Any], /) -> ModelResponse:
-        stream = self._streaming(request)
+        stream = self.streaming(request)
         params = self.request_params(request)
         try:
             if stream:

@@ -21,7 +21,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
 from ..context import RunContext
-from ..errors import ConfigError, ContextLimitExceeded, ProviderError
+from ..errors import ContextLimitExceeded, ProviderError
 from ..formats import FormatError, to_openai
 from ..formats._common import CallNames
 from ..formats.openai import read_openai_message
@@ -29,12 +29,13 @@ from ..frozen import thaw
 from ..messages import AssistantMessage
 from ..model import ModelRequest, ModelResponse, Usage
 from ._base import (
-    check_model,
+    SDKModel,
     check_settings,
     consume_stream,
     emit_text,
     emit_tool_delta,
-    request_settings,
+    server_tool_json,
+    unreadable,
 )
 from ._errors import classify
 
@@ -97,9 +98,7 @@ def _assistant(
     try:
         message = read_openai_message(raw, 0, CallNames())
     except FormatError as exc:
-        raise ProviderError(
-            f"{PROVIDER}: the response cannot be read: {exc.reason}", provider=PROVIDER
-        ) from exc
+        raise unreadable(PROVIDER, exc) from exc
     assert isinstance(message, AssistantMessage)
     return message
 
@@ -176,7 +175,7 @@ class _StreamState:
         )
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
     """A tinyctx model handler over OpenAI chat completions (``openai.AsyncOpenAI``).
 
     ``OpenAIChatModel("gpt-4o", client=None, stream=False, **settings)``: ``settings`` are
@@ -198,7 +197,7 @@ class OpenAIChatModel:
     rate limits, overload, server and connection errors, ProviderError otherwise.
     """
 
-    provider: Final = PROVIDER
+    provider = PROVIDER
 
     def __init__(
         self,
@@ -210,61 +209,26 @@ class OpenAIChatModel:
         api_key: str | None = None,
         **settings: Any,
     ) -> None:
-        self.model = check_model(model, _OWNER)
-        if not isinstance(stream, bool):
-            raise ConfigError("stream", stream, "True or False", owner=_OWNER)
-        self._owns_client = client is None
-        if client is None:
-            try:
-                client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url)
-            except openai.OpenAIError as exc:
-                raise ConfigError(
-                    "client",
-                    None,
-                    "an openai.AsyncOpenAI, or api_key= / OPENAI_API_KEY for the default client",
-                    owner=_OWNER,
-                ) from exc
-        elif not isinstance(client, openai.AsyncOpenAI):
-            raise ConfigError("client", client, "an openai.AsyncOpenAI instance", owner=_OWNER)
-        elif base_url is not None or api_key is not None:
-            raise ConfigError(
-                "base_url" if base_url is not None else "api_key",
-                base_url if base_url is not None else "***",
-                "None when a client is given (configure the client instead)",
-                owner=_OWNER,
-            )
-        self.client = client
-        self.stream = stream
-        self.settings = check_settings(
-            settings, client.chat.completions.create, built=_BUILT, owner=_OWNER
+        sdk = self._adopt(
+            model,
+            client,
+            stream=stream,
+            base_url=base_url,
+            api_key=api_key,
+            client_type=openai.AsyncOpenAI,
+            build=lambda: openai.AsyncOpenAI(api_key=api_key, base_url=base_url),
+            sdk_error=openai.OpenAIError,
+            credentials="an openai.AsyncOpenAI, or api_key= / OPENAI_API_KEY",
         )
-
-    def __repr__(self) -> str:
-        return f"<OpenAIChatModel {self.model!r} stream={self.stream}>"
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this adapter created it."""
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> OpenAIChatModel:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+        self.settings = check_settings(
+            settings, sdk.chat.completions.create, built=_BUILT, owner=_OWNER
+        )
 
     # -- the request ---------------------------------------------------------------------
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments this request becomes for ``chat.completions.create``."""
-        overrides = {k: v for k, v in request.settings.items() if k != "stream"}
-        settings = request_settings(
-            self.settings,
-            overrides,
-            self.client.chat.completions.create,
-            built=_BUILT,
-            owner=_OWNER,
-        )
+        settings = self.call_settings(request, self.client.chat.completions.create, built=_BUILT)
         messages: list[dict[str, Any]] = []
         if request.system_prompt:
             messages.append({"role": "system", "content": request.system_prompt})
@@ -280,22 +244,16 @@ class OpenAIChatModel:
             if server_tool.type == WEB_SEARCH:
                 params["web_search_options"] = thaw(server_tool.configuration)
             else:
-                tools.append({"type": server_tool.type, **thaw(server_tool.configuration)})
+                tools.append(server_tool_json(server_tool))
         if tools:
             params["tools"] = tools
         params.update(settings)
         return params
 
-    def _streaming(self, request: ModelRequest) -> bool:
-        value = request.settings.get("stream", self.stream)
-        if not isinstance(value, bool):
-            raise ConfigError("request.settings['stream']", value, "True or False", owner=_OWNER)
-        return value
-
     # -- the call ------------------------------------------------------------------------
 
     async def __call__(self, request: ModelRequest, ctx: RunContext[Any], /) -> ModelResponse:
-        stream = self._streaming(request)
+        stream = self.streaming(request)
         params = self.request_params(request)
         try:
             if stream:
