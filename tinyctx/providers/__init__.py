@@ -4,6 +4,15 @@
 - :class:`tinyctx.providers.anthropic.AnthropicModel` (``pip install 'tinyctx[anthropic]'``)
 
 Importing this package needs neither SDK; each adapter imports its SDK when first used.
+
+Both SDKs run their HTTP on httpx2 over anyio, so the adapters work under trio and asyncio
+alike (the tests run every adapter test on both). One difference under trio: a stream the
+SDK leaves unfinished (any cancelled stream; the OpenAI SDK also stops reading at
+``[DONE]``) leaves the SDK's and httpx's async generators for trio to finalize, and trio
+reports each with a ``ResourceWarning`` ("Async generator ... was garbage collected before
+it had been exhausted"). The HTTP response itself is closed; the warning is harmless and
+Python hides ResourceWarning by default. A test suite that turns warnings into errors can
+ignore it for the ``openai``, ``anthropic``, ``httpx2`` and ``httpcore2`` generators.
 """
 
 from __future__ import annotations
