@@ -292,7 +292,8 @@ def emit_unit(
     all of them can be: each differs from the generated field, and when one replaces a
     modeled field the unit still ``reads_back`` to the same message. Otherwise none is
     written and the extension carries the whole metadata, so nothing is lost either way.
-    ``for_api`` writes back only ``api_fields`` (through ``api_filter``).
+    ``for_api`` writes back only ``api_fields`` (through ``api_filter``) that still read
+    back to the message; the metadata returned then does not matter.
     """
     metadata = message.metadata
     kept = metadata.get(namespace, None)
@@ -302,6 +303,16 @@ def emit_unit(
         and all(isinstance(k, str) and k != EXTENSION_KEY for k in kept)
     ):
         return generated, metadata
+    if for_api:
+        # only the API's own fields matter, and only while they still say what the message says
+        api_unit = dict(generated)
+        for key, value in kept.items():
+            if key in api_fields:
+                plain = thaw(value)
+                api_unit[key] = api_filter(key, plain) if api_filter is not None else plain
+        if len(api_unit) == len(generated) and api_unit == generated:
+            return generated, metadata
+        return (api_unit if reads_back(api_unit) else generated), metadata
     unit = dict(generated)
     for key, value in kept.items():
         plain = thaw(value)
@@ -311,14 +322,7 @@ def emit_unit(
     if any(key in modeled for key in kept) and not reads_back(unit):
         return generated, metadata
     rest: FrozenDict[str, Any] = FrozenDict({k: v for k, v in metadata.items() if k != namespace})
-    if not for_api:
-        return unit, rest
-    api_unit = dict(generated)
-    for key in kept:
-        if key in api_fields:
-            value = unit[key]
-            api_unit[key] = api_filter(key, value) if api_filter is not None else value
-    return api_unit, rest
+    return unit, rest
 
 
 def read_overrides(raw: Mapping[str, Any], generated: Mapping[str, Any]) -> dict[str, Any]:
