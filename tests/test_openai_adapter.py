@@ -283,6 +283,28 @@ class TestStreaming:
         assert response.text == "streamed"
         assert server.requests[0].json()["stream"] is True
 
+    async def test_compatible_servers_streams_without_usage_or_call_indices(
+        self, server: LoopbackServer, client: openai.AsyncOpenAI
+    ) -> None:
+        whole_call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        events = [
+            *openai_stream(["ok"], usage=None)[:-2],
+            (
+                None,
+                {
+                    **openai_stream()[0][1],
+                    "choices": [
+                        {"index": 0, "delta": {"tool_calls": [whole_call]}, "finish_reason": None}
+                    ],
+                },
+            ),
+            (None, "[DONE]"),
+        ]
+        server.add(sse_reply(events))
+        response = await OpenAIChatModel("llama3", client=client, stream=True)(ask(), ctx())
+        assert response.message == AssistantMessage("ok", (ToolCall("c1", "f"),))
+        assert response.usage is None
+
     async def test_an_error_event_inside_the_stream_is_a_provider_error(
         self, server: LoopbackServer, client: openai.AsyncOpenAI
     ) -> None:

@@ -138,10 +138,13 @@ class _StreamState:
                 function = tool.function
                 name = function.name if function is not None else None
                 arguments = (function.arguments if function is not None else None) or ""
-                slot = self.calls.get(tool.index)
+                # a server that leaves out the index sends each call whole, one per delta
+                raw_index = getattr(tool, "index", None)
+                index = raw_index if isinstance(raw_index, int) else len(self.calls)
+                slot = self.calls.get(index)
                 first = slot is None
                 if slot is None:
-                    slot = self.calls[tool.index] = {"id": "", "name": "", "arguments": []}
+                    slot = self.calls[index] = {"id": "", "name": "", "arguments": []}
                 if tool.id and not slot["id"]:
                     slot["id"] = tool.id
                 if name and not slot["name"]:
@@ -149,7 +152,7 @@ class _StreamState:
                 slot["arguments"].append(arguments)
                 emit_tool_delta(
                     self.ctx,
-                    tool.index,
+                    index,
                     call_id=tool.id if first else None,
                     name=name if first else None,
                     arguments=arguments,
