@@ -284,6 +284,13 @@ class TestStreaming:
         assert tool.calls == [{"path": "a"}]
         assert result.usage == Usage(24, 10, 0)
 
+    async def test_tool_input_the_sdk_cannot_parse_is_a_provider_error(
+        self, server: LoopbackServer, client: anthropic.AsyncAnthropic
+    ) -> None:
+        server.add(sse_reply(anthropic_stream([("tool_use", ("toolu_1", "read", ['{"a": ]']))])))
+        with pytest.raises(ProviderError, match="anthropic: Unable to parse tool parameter JSON"):
+            await AnthropicModel(MODEL, client=client, stream=True)(ask(), ctx())
+
     async def test_an_overloaded_error_inside_the_stream_is_retryable(
         self, server: LoopbackServer, client: anthropic.AsyncAnthropic
     ) -> None:

@@ -16,7 +16,7 @@ from anthropic.types import Message as AnthropicMessage
 from anthropic.types import Usage as AnthropicUsage
 
 from ..context import RunContext
-from ..errors import ConfigError, ContextLimitExceeded, ProviderError
+from ..errors import ConfigError, ContextLimitExceeded, ProviderError, TinyCtxError
 from ..formats import FormatError, to_anthropic
 from ..formats.anthropic import read_anthropic_assistant
 from ..frozen import thaw
@@ -253,7 +253,15 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
         async def close(stream: AsyncMessageStream[Any]) -> None:
             await manager.__aexit__(None, None, None)
 
-        stream = await consume_stream(ctx, manager.__aenter__, lambda stream: stream, close, handle)
+        try:
+            stream = await consume_stream(
+                ctx, manager.__aenter__, lambda stream: stream, close, handle
+            )
+        except ValueError as exc:
+            if isinstance(exc, TinyCtxError):
+                raise
+            # the SDK could not parse a tool's streamed JSON input
+            raise ProviderError(f"{PROVIDER}: {exc}", provider=PROVIDER) from exc
         try:
             return stream.current_message_snapshot
         except AssertionError:  # the SDK asserts when no message_start arrived
