@@ -1,0 +1,38 @@
+"""Model adapters for real provider APIs, over their official SDKs.
+
+- :class:`tinyctx.providers.openai.OpenAIChatModel` (``pip install 'tinyctx[openai]'``)
+- :class:`tinyctx.providers.anthropic.AnthropicModel` (``pip install 'tinyctx[anthropic]'``)
+
+Importing this package needs neither SDK; each adapter imports its SDK when first used.
+
+Both SDKs run their HTTP on httpx2 over anyio, so the adapters work under trio and asyncio
+alike (the tests run every adapter test on both). One difference under trio: a stream the
+SDK leaves unfinished (any cancelled stream; the OpenAI SDK also stops reading at
+``[DONE]``) leaves the SDK's and httpx's async generators for trio to finalize, and trio
+reports each with a ``ResourceWarning`` ("Async generator ... was garbage collected before
+it had been exhausted"). The HTTP response itself is closed; the warning is harmless and
+Python hides ResourceWarning by default. A test suite that turns warnings into errors can
+ignore it for the ``openai``, ``anthropic``, ``httpx2`` and ``httpcore2`` generators.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .anthropic import AnthropicModel
+    from .openai import OpenAIChatModel
+
+__all__ = ["OpenAIChatModel", "AnthropicModel"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAIChatModel":
+        from .openai import OpenAIChatModel
+
+        return OpenAIChatModel
+    if name == "AnthropicModel":
+        from .anthropic import AnthropicModel
+
+        return AnthropicModel
+    raise AttributeError(f"module 'tinyctx.providers' has no attribute {name!r}")

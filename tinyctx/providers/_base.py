@@ -1,0 +1,249 @@
+"""What both model adapters share: the model name, the SDK client they own or borrow, the
+stream switch, settings checked against the SDK method, the streamed read raced against
+the run's cancellation token, and stream delta events."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+
+import anyio
+
+from ..context import RunContext
+from ..errors import ConfigError, ProviderError
+from ..events import ModelStreamDelta
+from ..formats import FormatError
+from ..frozen import thaw
+from ..model import ModelRequest
+from ..tools import ServerTool
+
+__all__ = [
+    "SDKModel",
+    "unreadable",
+    "check_model",
+    "check_settings",
+    "server_tool_json",
+    "consume_stream",
+    "emit_text",
+    "emit_tool_delta",
+]
+
+S = TypeVar("S")
+E = TypeVar("E")
+
+
+class _Client(Protocol):
+    async def close(self) -> None: ...
+
+
+ClientT = TypeVar("ClientT", bound=_Client)
+
+
+class SDKModel(Generic[ClientT]):
+    """Base of the adapters: ``model``, ``client`` (built from ``base_url`` / ``api_key``
+    and closed by :meth:`aclose` when the adapter made it), and ``stream``."""
+
+    provider: ClassVar[str] = ""
+    model: str
+    client: ClientT
+    stream: bool
+    settings: dict[str, Any]
+    _owns_client: bool
+
+    def _adopt(
+        self,
+        model: object,
+        client: ClientT | None,
+        *,
+        stream: object,
+        base_url: str | None,
+        api_key: str | None,
+        client_type: type[ClientT],
+        build: Callable[[], ClientT],
+        sdk_error: type[Exception],
+        credentials: str,
+    ) -> ClientT:
+        owner = type(self).__name__
+        self.model = check_model(model, owner)
+        if not isinstance(stream, bool):
+            raise ConfigError("stream", stream, "True or False", owner=owner)
+        self.stream = stream
+        self._owns_client = client is None
+        if client is None:
+            try:
+                client = build()
+            except sdk_error as exc:
+                raise ConfigError("client", None, credentials, owner=owner) from exc
+        elif not isinstance(client, client_type):
+            name = f"{client_type.__module__.split('.')[0]}.{client_type.__name__}"
+            raise ConfigError("client", client, f"an {name} instance", owner=owner)
+        elif base_url is not None or api_key is not None:
+            raise ConfigError(
+                "base_url" if base_url is not None else "api_key",
+                base_url if base_url is not None else "***",
+                "None when a client is given (configure the client instead)",
+                owner=owner,
+            )
+        self.client = client
+        return client
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.model!r} stream={self.stream}>"
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this adapter created it."""
+        if self._owns_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def call_settings(
+        self,
+        request: ModelRequest,
+        method: Callable[..., Any],
+        *,
+        built: Iterable[str],
+        consumed: Iterable[str] = ("stream",),
+    ) -> dict[str, Any]:
+        """The adapter's settings overridden by the request's (``Agent.settings``, layers),
+        less the ``consumed`` ones the adapter reads itself."""
+        skip = set(consumed)
+        overrides = {k: v for k, v in request.settings.items() if k not in skip}
+        merged = dict(self.settings)
+        if overrides:
+            merged.update(
+                check_settings(
+                    overrides,
+                    method,
+                    built=built,
+                    owner=type(self).__name__,
+                    field="request.settings",
+                )
+            )
+        return merged
+
+    def streaming(self, request: ModelRequest) -> bool:
+        """Whether this call streams: ``request.settings["stream"]``, else ``stream``."""
+        value = request.settings.get("stream", self.stream)
+        if not isinstance(value, bool):
+            raise ConfigError(
+                "request.settings['stream']", value, "True or False", owner=type(self).__name__
+            )
+        return value
+
+
+def unreadable(provider: str, exc: FormatError) -> ProviderError:
+    """A response tinyctx cannot read (a tool call of a kind tinyctx cannot run...)."""
+    return ProviderError(
+        f"{provider}: the response cannot be read: {exc.reason}", provider=provider
+    )
+
+
+def check_model(model: object, owner: str) -> str:
+    if not isinstance(model, str) or not model:
+        raise ConfigError("model", model, "a non-empty model name", owner=owner)
+    return model
+
+
+def check_settings(
+    settings: Mapping[str, Any],
+    method: Callable[..., Any],
+    *,
+    built: Iterable[str],
+    owner: str,
+    field: str = "settings",
+) -> dict[str, Any]:
+    """``settings`` as keyword arguments for the SDK ``method``; a name the method does not
+    take, or one the adapter builds from the request, is a ConfigError naming both."""
+    built_set = set(built)
+    parameters = inspect.signature(method).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    allowed = sorted(name for name in parameters if name not in built_set and name != "self")
+    for name in settings:
+        if name in built_set:
+            raise ConfigError(
+                f"{field}[{name!r}]",
+                settings[name],
+                f"a setting the adapter does not build from the request ({owner} builds "
+                f"{', '.join(sorted(built_set))})",
+                owner=owner,
+            )
+        if not takes_any and name not in parameters:
+            raise ConfigError(
+                f"{field}[{name!r}]",
+                settings[name],
+                f"a keyword argument of the SDK call: {', '.join(allowed)}",
+                owner=owner,
+            )
+    return {name: thaw(value) for name, value in settings.items()}
+
+
+def server_tool_json(tool: ServerTool) -> dict[str, Any]:
+    """A provider-hosted tool as both APIs take it: its type and its configuration."""
+    return {"type": tool.type, **thaw(tool.configuration)}
+
+
+async def consume_stream(
+    ctx: RunContext[Any],
+    open_stream: Callable[[], Awaitable[S]],
+    events: Callable[[S], AsyncIterator[E]],
+    close: Callable[[S], Awaitable[None]],
+    handle: Callable[[E], None],
+) -> S:
+    """Open a stream and feed each event to ``handle``, raced against ``ctx.cancellation``;
+    returns the (closed) stream.
+
+    A cancel drops the rest of the stream and raises RunCancelled (checkpoint
+    ``"model_stream"``); whatever ends the read, the stream is closed in a shielded scope,
+    so the HTTP response is released even while the task is being cancelled.
+    """
+    stream: S | None = None
+    try:
+        with ctx.cancellation.linked_scope("model_stream"):
+            stream = await open_stream()
+            iterator = events(stream)
+            while True:
+                try:
+                    event = await iterator.__anext__()
+                except StopAsyncIteration:
+                    break
+                handle(event)
+                if ctx.cancellation.is_cancelled():
+                    break  # cancelled by a subscriber of this event: read nothing more
+            ctx.cancellation.raise_if_cancelled("model_stream")
+    except BaseException:
+        if stream is not None:
+            # the failure (or cancel) is what the caller sees; closing must not replace it
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await close(stream)
+        raise
+    assert stream is not None
+    with anyio.CancelScope(shield=True):
+        await close(stream)
+    return stream
+
+
+def emit_text(ctx: RunContext[Any], text: str | None) -> None:
+    if text:
+        ctx.emit(ModelStreamDelta(text=text))
+
+
+def emit_tool_delta(
+    ctx: RunContext[Any],
+    index: int,
+    *,
+    call_id: str | None = None,
+    name: str | None = None,
+    arguments: str = "",
+) -> None:
+    ctx.emit(
+        ModelStreamDelta(
+            tool_call_index=index, tool_call_id=call_id, tool_name=name, arguments_delta=arguments
+        )
+    )
