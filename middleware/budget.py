@@ -49,6 +49,7 @@ from tinyctx import (
     RunCancelled,
     RunContext,
     SystemMessage,
+    TinyCtxError,
     check_pairing,
     pending_tool_calls,
 )
@@ -62,7 +63,9 @@ from tinyctx.tokens import (
 )
 
 from .drop_nonessential import DropNonessential
+from .microcompact import Microcompact
 from .policy import PressurePolicy, Relief
+from .summarize import ExtractiveSummarizer, Summarize
 from .trim import TrimOldest
 
 __all__ = [
@@ -98,6 +101,9 @@ OrderSpec = str | Sequence[str]
 # role -> factory of the built-in policy for it; one place lists what default_policies builds
 _POLICY_FACTORIES: dict[str, Callable[[], PressurePolicy]] = {
     "drop": DropNonessential,
+    "compact": Microcompact,
+    # offline and deterministic; pass Summarize(ModelSummarizer(model)) for model summaries
+    "summarize": lambda: Summarize(ExtractiveSummarizer()),
     "trim": TrimOldest,
 }
 
@@ -895,6 +901,8 @@ class BudgetGuard(Layer):
             try:
                 relief = await policy.relieve(messages, ctx, counter, need=need)
                 _check_relief(relief, messages)
+                if relief.error is not None:
+                    raise PolicyFailure(relief.error)
             except (RunCancelled, Interrupted):
                 raise
             except Exception as exc:
@@ -1012,6 +1020,10 @@ def _settings_reserve(settings: Mapping[str, Any]) -> int:
     return 0
 
 
+class PolicyFailure(TinyCtxError):
+    """A policy reported a failure in its Relief (``error``) instead of raising."""
+
+
 def _check_relief(relief: object, before: tuple[Message, ...]) -> None:
     """The policy contract: a Relief whose history keeps pairing and every system message."""
     if not isinstance(relief, Relief):
@@ -1019,6 +1031,8 @@ def _check_relief(relief: object, before: tuple[Message, ...]) -> None:
     after = relief.messages
     if after is before:
         return
+    if relief.error is not None:
+        raise TypeError("a policy that reports an error must return the history unchanged")
     try:
         check_pairing(after)
     except PairingError as exc:

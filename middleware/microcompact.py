@@ -321,7 +321,7 @@ class _Session:
 
 
 class Microcompact(Layer):
-    """Clears old tool results before each model call (see :func:`microcompact`).
+    """Clears old tool results before each model call (see :func:`microcompact_history`).
 
     ``min_tokens`` leaves the history alone while the request estimate is under it, so the
     provider's cached prefix is not disturbed before there is a reason. ``persist=True``
@@ -330,6 +330,9 @@ class Microcompact(Layer):
     rewrites only the request of this call. As a pressure policy (``relieve``) it clears
     everything it may, ignoring ``min_tokens``, and leaves committing to the guard.
     """
+
+    role = "compact"  # its place in a BudgetGuard's policy order
+    breaker_group: str | None = None
 
     def __init__(
         self,

@@ -28,15 +28,24 @@ def _detail(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
 
 @frozen
 class Relief:
-    """What a policy did: the new history, tokens freed (estimate), and its own stats."""
+    """What a policy did: the new history, tokens freed (estimate), and its own stats.
+
+    A policy that failed returns the history unchanged with ``error`` set (raising works
+    too); a budget guard counts either as a failure for its circuit breaker.
+    """
 
     messages: tuple[Message, ...] = field(converter=_messages)
     freed_tokens: int = 0
     detail: FrozenDict[str, Any] = field(factory=FrozenDict, converter=_detail)
+    error: str | None = field(default=None, kw_only=True)
 
     @property
     def changed(self) -> bool:
         return self.freed_tokens > 0
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
 
 
 @runtime_checkable
@@ -46,7 +55,8 @@ class PressurePolicy(Protocol):
     ``need`` is how many tokens the guard still has to free; a policy may free more (it
     clears everything it is allowed to) or less (then the guard moves on). A policy must
     keep tool calls paired with their results, never drop a system message, and leave the
-    history unchanged (returning it as is) when it fails or has nothing to do.
+    history unchanged (returning it as is) when it has nothing to do or fails — a failure is
+    reported with ``Relief(messages, error=...)`` or by raising.
     """
 
     name: str

@@ -630,6 +630,9 @@ class Summarize(Layer):
     and leaves the history as it was when the summary would not make it smaller.
     """
 
+    role = "summarize"  # its place in a BudgetGuard's policy order
+    breaker_group: str | None = "summarize"  # a guard's circuit breaker counts its failures
+
     def __init__(
         self,
         summarizer: Summarizer,
@@ -728,7 +731,7 @@ class Summarize(Layer):
             )
         except SummarizationError as exc:
             ctx.emit(SummaryFailed(error=str(exc), source="policy"))
-            return Relief(messages, 0, {"failed": True, "error": str(exc)})
+            return Relief(messages, 0, {"failed": True, "error": str(exc)}, error=str(exc))
         detail = {
             "failed": False,
             "summarized": stats.summarized,

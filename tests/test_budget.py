@@ -275,7 +275,18 @@ class TestPolicies:
         assert outcomes[0] != outcomes[1]
 
     def test_default_and_seed_orders(self) -> None:
-        assert [policy_role(p) for p in default_policies()] == ["drop", "trim"]
+        assert [policy_role(p) for p in default_policies()] == [
+            "drop",
+            "compact",
+            "summarize",
+            "trim",
+        ]
+        assert [type(p).__name__ for p in default_policies("seed")] == [
+            "DropNonessential",
+            "TrimOldest",
+            "Summarize",
+            "Microcompact",
+        ]
         assert ORDERS["default"] == ("drop", "compact", "summarize", "trim")
         assert ORDERS["seed"] == ("drop", "trim", "summarize", "compact")
         mixed = [
@@ -293,7 +304,12 @@ class TestPolicies:
         ]
         default = order_policies(mixed, "default")
         assert [policy_role(p) for p in default] == ["drop", "compact", "summarize", "trim"]
-        assert [policy_role(p) for p in BudgetGuard(order="seed").policies] == ["drop", "trim"]
+        assert [policy_role(p) for p in BudgetGuard(order="seed").policies] == [
+            "drop",
+            "trim",
+            "summarize",
+            "compact",
+        ]
         assert [p.name for p in BudgetGuard(policies=mixed).policies] == [p.name for p in mixed]
         assert breaker_group(NamedNoop("Summarize")) == "summarize"
         assert breaker_group(FakeSummarize([])) == "summarize"
@@ -672,7 +688,12 @@ class TestValidation:
         assert (guard.trigger, guard.hard_limit) == (0.9, 1.0)
         assert guard.target == pytest.approx(0.72)
         assert guard.persist and guard.calibrate and guard.breaker_threshold == 3
-        assert [p.name for p in guard.policies] == ["DropNonessential", "TrimOldest"]
+        assert [p.name for p in guard.policies] == [
+            "DropNonessential",
+            "Microcompact",
+            "Summarize",
+            "TrimOldest",
+        ]
 
 
 class TestFromEnv:
@@ -689,7 +710,7 @@ class TestFromEnv:
         assert guard.max_tokens == 32_000 and guard.reserved_output_tokens == 1_000
         assert guard.trigger == pytest.approx(0.85) and guard.hard_limit == 0.95
         assert not guard.persist and guard.breaker_cooldown is None
-        assert [policy_role(p) for p in guard.policies] == ["drop", "trim"]
+        assert [policy_role(p) for p in guard.policies] == ["drop", "trim", "summarize", "compact"]
 
     @pytest.mark.parametrize(
         ("variable", "value", "allowed"),
@@ -798,3 +819,31 @@ class TestProperties:
         removed = [m for m in before if id(m) not in kept]
         if any(m.essential for m in removed):
             assert droppable_groups(after) == [], "an essential message went before a droppable one"
+
+
+class TestRealSummarizeAsAPolicy:
+    """The built-in Summarize reports failure in its Relief; the guard's breaker counts it."""
+
+    async def test_breaker_trips_on_reported_summary_failures(self) -> None:
+        from tinyctx.middleware import Summarize
+
+        class Broken:
+            async def summarize(self, messages: Any, ctx: Any) -> str:
+                raise RuntimeError("summarizer down")
+
+        history = tuple(UserMessage("x " * 400) for _ in range(30))
+        guard = BudgetGuard(
+            max_tokens=2000,
+            policies=[Summarize(Broken(), keep_recent=2)],
+            persist=False,
+        )
+        ctx = RunContext.new(events=EventSink(logger=None))
+        request = ModelRequest(messages=history)
+        with capture_events() as events:
+            for _ in range(3):
+                with pytest.raises(ContextLimitExceeded):
+                    await run_layer(guard, request, ctx)
+        failed = [e for e in events if e.kind == "context.policy_failed"]
+        assert len(failed) == 3
+        assert all("summarizer down" in e.error for e in failed)  # type: ignore[attr-defined]
+        assert guard.stats(ctx).breakers["summarize"].state == "open"
