@@ -193,6 +193,9 @@ class ContextPressure(Event):
     model: str | None = None
     provider_rejected: bool = False
 
+    def describe(self) -> str:
+        return f"pressure {self.utilisation:.0%}"
+
 
 @frozen
 class ContextPolicyApplied(Event):
@@ -209,6 +212,9 @@ class ContextPolicyApplied(Event):
     persisted: bool = False
     detail: FrozenDict[str, Any] = field(factory=FrozenDict)
 
+    def describe(self) -> str:
+        return f"{self.policy} -{self.freed_tokens}"
+
 
 @frozen
 class ContextPolicyFailed(Event):
@@ -222,6 +228,9 @@ class ContextPolicyFailed(Event):
     breaker_group: str | None = None
     failures: int = 0
 
+    def describe(self) -> str:
+        return f"{self.policy} failed ({self.error_type})"
+
 
 @frozen
 class ContextPolicySkipped(Event):
@@ -231,6 +240,9 @@ class ContextPolicySkipped(Event):
     level: ClassVar[EventLevel] = "info"
     policy: str = ""
     reason: str = ""
+
+    def describe(self) -> str:
+        return f"{self.policy} skipped"
 
 
 @frozen
@@ -242,6 +254,9 @@ class BreakerChanged(Event):
     group: str = ""
     state: str = ""
     failures: int = 0
+
+    def describe(self) -> str:
+        return f"breaker {self.group} {self.state}"
 
 
 @frozen
@@ -256,6 +271,9 @@ class ContextExhausted(Event):
     reserved: int = 0
     limit: int = 0
     freed: FrozenDict[str, int] = field(factory=FrozenDict)
+
+    def describe(self) -> str:
+        return f"exhausted ({self.estimate} > {self.limit})"
 
 
 @frozen

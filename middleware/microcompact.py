@@ -265,6 +265,11 @@ class MicrocompactApplied(Event):
             source=source,
         )
 
+    def describe(self) -> str | None:
+        if self.source != "layer":
+            return None  # as a guard policy, the guard's own event reports it
+        return f"microcompact -{self.tokens_freed} ({self.results_cleared} results)"
+
 
 def _remap(
     before: tuple[Message, ...], after: tuple[Message, ...]

@@ -567,6 +567,11 @@ class SummaryApplied(Event):
             source=source,
         )
 
+    def describe(self) -> str | None:
+        if self.source != "layer":
+            return None  # as a guard policy, the guard's own event reports it
+        return f"summary of {self.summarized} -{self.tokens_before - self.tokens_after}"
+
 
 @frozen
 class SummaryFailed(Event):
@@ -578,6 +583,9 @@ class SummaryFailed(Event):
     consecutive_failures: int = 0
     disabled: bool = False
     source: str = "layer"
+
+    def describe(self) -> str | None:
+        return None if self.source != "layer" else "summary failed"
 
 
 class _Breaker:

@@ -226,6 +226,9 @@ class ToolResultTruncated(Event):
     budget_bytes: int = 0
     where: str = "tool"
 
+    def describe(self) -> str:
+        return f"{self.tool} result cut to {self.final_bytes}B"
+
 
 class ToolResultBudget(Layer):
     """Caps every tool result at ``budget_bytes`` (default 16384; 0 disables) on the tool onion.

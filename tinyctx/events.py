@@ -68,6 +68,16 @@ class Event:
             if a.name not in _ID_FIELDS and a.name != "timestamp"
         }
 
+    def describe(self) -> str | None:
+        """A one-line label for reports (``tinyctx replay``), or None when another event
+        already tells the same (a layer's own event when a budget guard reports it too)."""
+        parts = [
+            f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in self.payload().items()
+            if isinstance(v, (int, float, str)) and not isinstance(v, bool) and v not in ("", 0)
+        ]
+        return self.kind + (f"({', '.join(parts[:4])})" if parts else "")
+
     def stamped(
         self,
         *,

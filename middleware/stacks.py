@@ -1,0 +1,54 @@
+"""Named stacks and TOML-friendly layer factories, registered as entry points.
+
+The ``tinyctx`` command finds stacks (``tinyctx.stacks``) and layers (``tinyctx.layers``) by
+name through entry points, so the kernel never imports a concrete layer and an application
+can register its own layers for ``--stack FILE`` the same way (see pyproject.toml).
+
+A stack factory takes ``counter=`` (the token counter the command uses) and returns the
+layer list. A layer factory takes plain TOML values as keyword arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tinyctx import LayerLike
+from tinyctx.tokens import TokenCounter
+
+from .budget import BudgetGuard
+from .summarize import ExtractiveSummarizer, Summarize
+from .tool_result_budget import ToolResultBudget
+
+__all__ = ["default_stack", "seed_order_stack", "summarize", "SUMMARIZERS"]
+
+SUMMARIZERS = ("extractive",)
+
+
+def default_stack(*, counter: TokenCounter | None = None) -> list[LayerLike]:
+    """Budget every tool result (16 KiB), then guard the window with the default policy
+    order: drop non-essential context → microcompact old tool results → summarize → trim."""
+    return [ToolResultBudget(), BudgetGuard(counter=counter)]
+
+
+def seed_order_stack(*, counter: TokenCounter | None = None) -> list[LayerLike]:
+    """The same guard with seed 000's order: drop → trim → summarize → compact."""
+    return [ToolResultBudget(), BudgetGuard(order="seed", counter=counter)]
+
+
+def summarize(
+    summarizer: str = "extractive",
+    *,
+    max_tokens: int = 1024,
+    counter: TokenCounter | None = None,
+    **options: Any,
+) -> Summarize:
+    """``Summarize`` from plain values: ``summarizer`` names an offline summarizer.
+
+    (A model-backed summarizer needs a model handler, which a TOML file cannot give; build
+    ``Summarize(ModelSummarizer(model))`` in code.)
+    """
+    if summarizer != "extractive":
+        from tinyctx import ConfigError
+
+        raise ConfigError("summarizer", summarizer, f"one of {SUMMARIZERS}", owner="summarize")
+    return Summarize(ExtractiveSummarizer(max_tokens=max_tokens), counter=counter, **options)

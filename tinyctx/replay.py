@@ -1,0 +1,320 @@
+"""Replay a recorded conversation through an agent and a stack of layers.
+
+A replay model answers each model call with the next recorded assistant message; a replay
+tool layer (innermost on the tool onion) answers each tool call with its recorded result.
+The run goes through a real :class:`Session`, so every layer, hook and checkpoint runs as it
+would in production, and each model call becomes one :class:`CallRow`: what the model was
+sent, what the uncompacted history would have cost, and what the layers did.
+
+Where the recording has a user message after tool results (the user spoke before the model
+did), the replay tool layer pauses the run with an ``Interrupt`` at the next checkpoint and
+the driver continues with a new run carrying that message, so the conversation is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+from attrs import field, frozen
+
+from .agent import Agent, Session
+from .chain import Layer, LayerLike, ModelCall, ToolCallHandler
+from .context import RunConfig, RunContext
+from .control import Interrupt
+from .errors import ContextLimitExceeded, Interrupted
+from .events import Event, EventSink
+from .messages import AssistantMessage, Message, ToolCall, ToolResult, check_pairing
+from .model import ModelRequest, ModelResponse
+from .tokens import TokenCounter, default_counter
+from .tools import Tool
+
+__all__ = ["CallRow", "ReplayReport", "replay", "replay_sync", "ReplayModel"]
+
+_NO_RESULT = "[replay: the recording has no result for this tool call]"
+_END = "replay.end"
+
+
+@frozen
+class CallRow:
+    """One model call of a replay."""
+
+    index: int
+    messages: int
+    tokens: int
+    raw_tokens: int
+    usable: int | None
+    actions: tuple[str, ...] = ()
+    events: tuple[Event, ...] = field(default=(), repr=False, eq=False)
+
+    @property
+    def utilisation(self) -> float | None:
+        return self.tokens / self.usable if self.usable else None
+
+    @property
+    def raw_utilisation(self) -> float | None:
+        return self.raw_tokens / self.usable if self.usable else None
+
+    @property
+    def saved(self) -> int:
+        return max(0, self.raw_tokens - self.tokens)
+
+    @property
+    def would_overflow(self) -> bool:
+        return self.usable is not None and self.raw_tokens > self.usable
+
+
+@frozen
+class ReplayReport:
+    """Every call of a replay plus its summary numbers."""
+
+    rows: tuple[CallRow, ...]
+    window: int | None
+    reserved: int
+    final_messages: tuple[Message, ...] = field(repr=False)
+    error: str | None = None
+
+    @property
+    def usable(self) -> int | None:
+        return self.window - self.reserved if self.window is not None else None
+
+    @property
+    def peak_utilisation(self) -> float:
+        values = [r.utilisation for r in self.rows if r.utilisation is not None]
+        return max(values, default=0.0)
+
+    @property
+    def overflows_avoided(self) -> int:
+        return sum(1 for r in self.rows if r.would_overflow and not self._over(r))
+
+    @property
+    def overflows_remaining(self) -> int:
+        return sum(1 for r in self.rows if self._over(r))
+
+    @property
+    def would_overflow(self) -> int:
+        return sum(1 for r in self.rows if r.would_overflow)
+
+    @property
+    def total_saved(self) -> int:
+        """Tokens not sent, summed over every call (what the stack saved in all)."""
+        return sum(r.saved for r in self.rows)
+
+    def _over(self, row: CallRow) -> bool:
+        return row.usable is not None and row.tokens > row.usable
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "window": self.window,
+            "reserved": self.reserved,
+            "usable": self.usable,
+            "calls": [
+                {
+                    "index": r.index,
+                    "messages": r.messages,
+                    "tokens": r.tokens,
+                    "raw_tokens": r.raw_tokens,
+                    "utilisation": r.utilisation,
+                    "raw_utilisation": r.raw_utilisation,
+                    "saved": r.saved,
+                    "would_overflow": r.would_overflow,
+                    "actions": list(r.actions),
+                }
+                for r in self.rows
+            ],
+            "summary": {
+                "model_calls": len(self.rows),
+                "peak_utilisation": self.peak_utilisation,
+                "would_overflow_without_stack": self.would_overflow,
+                "overflows_avoided": self.overflows_avoided,
+                "overflows_remaining": self.overflows_remaining,
+                "total_tokens_saved": self.total_saved,
+                "final_messages": len(self.final_messages),
+                "error": self.error,
+            },
+        }
+
+
+class ReplayModel:
+    """Answers each call with the next recorded assistant message (the request is ignored)."""
+
+    def __init__(self, transcript: Sequence[Message]) -> None:
+        self.transcript = tuple(transcript)
+        self.position = 0
+
+    async def __call__(self, request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+        await anyio.lowlevel.checkpoint()
+        transcript = self.transcript
+        index = self.position
+        while index < len(transcript) and not isinstance(transcript[index], AssistantMessage):
+            index += 1
+        if index >= len(transcript):
+            raise RuntimeError("replay: the model was called after the end of the recording")
+        message = transcript[index]
+        assert isinstance(message, AssistantMessage)
+        self.position = index + 1
+        return ModelResponse(message, model="replay")
+
+    def results_after(self, assistant_index: int) -> dict[str, ToolResult]:
+        found: dict[str, ToolResult] = {}
+        for message in self.transcript[assistant_index + 1 :]:
+            if not isinstance(message, ToolResult):
+                break
+            found[message.tool_call_id] = message
+        return found
+
+    def next_is_assistant(self, after: int) -> bool:
+        return after < len(self.transcript) and isinstance(self.transcript[after], AssistantMessage)
+
+
+class _ReplayTools(Layer):
+    """Innermost tool layer: answers with the recorded result; pauses where a user spoke."""
+
+    name = "replay-tools"
+
+    def __init__(self, model: ReplayModel) -> None:
+        self.model = model
+
+    async def wrap_tool(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+    ) -> ToolResult:
+        await anyio.lowlevel.checkpoint()
+        assistant_index = self.model.position - 1
+        recorded = self.model.results_after(assistant_index)
+        result = recorded.get(call.id)
+        message = self.model.transcript[assistant_index]
+        assert isinstance(message, AssistantMessage)
+        if message.tool_calls and call.id == message.tool_calls[-1].id:
+            # the batch is done: skip past the recorded results and see who speaks next
+            self.model.position = assistant_index + 1 + len(recorded)
+            if not self.model.next_is_assistant(self.model.position):
+                ctx.request_control(
+                    Interrupt(_END, "the recording continues with a non-model turn")
+                )
+        if result is None:
+            return ToolResult.for_call(call, _NO_RESULT, is_error=True)
+        return ToolResult.for_call(call, result.content, is_error=result.is_error)
+
+
+class _Recorder(Layer):
+    """Outermost and innermost model layers: measure before and after the stack."""
+
+    def __init__(self, name: str, sink: Callable[[ModelRequest, RunContext[Any]], None]) -> None:
+        self.name = name
+        self._sink = sink
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        self._sink(request, ctx)
+        return await call_next(request, ctx)
+
+
+_QUIET = frozenset(
+    {
+        "model.call",
+        "tool.call",
+        "run.started",
+        "run.finished",
+        "control.applied",
+        "model.stream_delta",
+        "tool.pending_answered",
+    }
+)
+
+
+async def replay(
+    transcript: Sequence[Message],
+    stack: Sequence[LayerLike],
+    *,
+    window: int | None = None,
+    reserved: int = 0,
+    counter: TokenCounter | None = None,
+    tools: Sequence[Tool] = (),
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayReport:
+    """Replay ``transcript`` through ``stack`` and report every model call."""
+    counter = counter or default_counter()
+    transcript = tuple(transcript)
+    check_pairing(transcript)
+    model = ReplayModel(transcript)
+    rows: list[CallRow] = []
+    seen: list[Event] = []
+    pending_raw: list[int] = []
+
+    def outer(request: ModelRequest, ctx: RunContext[Any]) -> None:
+        # what the uncompacted recording up to here would cost
+        raw = request.evolve(messages=transcript[: model.position])
+        pending_raw.append(counter.count_request(raw))
+
+    def inner(request: ModelRequest, ctx: RunContext[Any]) -> None:
+        events = tuple(e for e in seen if e.kind not in _QUIET)
+        seen.clear()
+        usable = window - reserved if window is not None else None
+        rows.append(
+            CallRow(
+                index=len(rows) + 1,
+                messages=len(request.messages),
+                tokens=counter.count_request(request),
+                raw_tokens=pending_raw.pop() if pending_raw else 0,
+                usable=usable,
+                actions=tuple(d for e in events if (d := e.describe())),
+                events=events,
+            )
+        )
+        if progress is not None:
+            progress(model.position, len(transcript))
+
+    agent = Agent(
+        model=model,
+        tools=list(tools),
+        middleware=[
+            _Recorder("replay-measure-raw", outer),
+            *stack,
+            _Recorder("replay-measure-sent", inner),
+            _ReplayTools(model),
+        ],
+    )
+    config = RunConfig(
+        max_tokens=window,
+        reserved_output_tokens=reserved,
+        max_model_calls=None,
+        model="replay",
+    )
+    sink = EventSink(logger=None, subscribers=[seen.append])
+    error: str | None = None
+    owner: Session[None] = Session(agent, config=config, events=sink)
+    async with owner as session:
+        position = 0
+        while position < len(transcript):
+            inputs: list[Message] = []
+            while position < len(transcript) and not isinstance(
+                transcript[position], (AssistantMessage, ToolResult)
+            ):
+                inputs.append(transcript[position])
+                position += 1
+            if position >= len(transcript):
+                if inputs:
+                    for message in inputs:
+                        await session.ctx.conversation.append(message)
+                break
+            model.position = position
+            try:
+                await session.run(inputs or None)
+            except Interrupted as paused:
+                if paused.node != _END:
+                    raise
+            except ContextLimitExceeded as exc:
+                error = str(exc)
+                break
+            position = max(model.position, position + 1)
+        final = session.conversation_messages
+    return ReplayReport(tuple(rows), window, reserved, final, error)
+
+
+def replay_sync(
+    transcript: Sequence[Message], stack: Sequence[LayerLike], **options: Any
+) -> ReplayReport:
+    """:func:`replay` on a fresh trio loop, for scripts and the CLI."""
+    return anyio.run(lambda: replay(transcript, stack, **options), backend="trio")
