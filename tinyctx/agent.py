@@ -122,7 +122,7 @@ async def execute_tool(call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
 
 
 def _tool_error(ctx: RunContext[Any], call: ToolCall, error_type: str, text: str) -> ToolResult:
-    ctx.emit(ToolFailed(tool=call.name, tool_call_id=call.id, error_type=error_type, error=text))
+    ctx.emit(ToolFailed, tool=call.name, tool_call_id=call.id, error_type=error_type, error=text)
     return ToolResult.for_call(call, f"Error ({error_type}): {text}", is_error=True)
 
 
@@ -228,6 +228,9 @@ class Checkpoint:
         return self.run_config.thread_id
 
 
+_NO_USAGE = Usage()
+
+
 class _RunState:
     __slots__ = ("added", "ctx", "events", "model_calls", "tool_calls", "usage_start")
 
@@ -236,7 +239,8 @@ class _RunState:
         self.added: list[Message] = []
         self.model_calls = 0
         self.tool_calls = 0
-        self.usage_start = ctx.usage.total() - usage_before
+        total = ctx.usage.total()
+        self.usage_start = total if usage_before == _NO_USAGE else total - usage_before
         self.events: list[Event] = []
 
 
@@ -412,10 +416,9 @@ class Session(Generic[Data]):
             await ctx.conversation.append(result)
         if results:
             ctx.emit(
-                PendingCallsAnswered(
-                    reason="interrupted and not resumed",
-                    tool_call_ids=tuple(r.tool_call_id for r in results),
-                )
+                PendingCallsAnswered,
+                reason="interrupted and not resumed",
+                tool_call_ids=tuple(r.tool_call_id for r in results),
             )
         self._paused = None
 
@@ -440,7 +443,7 @@ class Session(Generic[Data]):
         result: RunResult | None = None
         error: BaseException | None = None
         try:
-            ctx.emit(RunStarted(resumed=resumed))
+            ctx.emit(RunStarted, resumed=resumed)
             for message in _input_messages(input):
                 await self._append(state, message)
             for layer in self.agent.run_start_hooks:
@@ -477,7 +480,7 @@ class Session(Generic[Data]):
         await self._checkpoint(state, "before_model")
         limit = ctx.config.max_model_calls
         if limit is not None and state.model_calls >= limit:
-            ctx.emit(LimitHit(limit="max_model_calls", value=limit, scope="run"))
+            ctx.emit(LimitHit, limit="max_model_calls", value=limit, scope="run")
             raise LimitExceeded("max_model_calls", limit)
         await ctx.conversation.flush()
         request = ModelRequest(
@@ -508,14 +511,13 @@ class Session(Generic[Data]):
             ctx.usage.add(response.model or request.model, usage)
         message = response.message
         ctx.emit(
-            ModelCallFinished(
-                model=response.model or request.model,
-                messages=len(request.messages),
-                input_tokens=usage.input_tokens if usage else None,
-                output_tokens=usage.output_tokens if usage else None,
-                tool_calls=len(message.tool_calls),
-                seconds=time.perf_counter() - started,
-            )
+            ModelCallFinished,
+            model=response.model or request.model,
+            messages=len(request.messages),
+            input_tokens=usage.input_tokens if usage else None,
+            output_tokens=usage.output_tokens if usage else None,
+            tool_calls=len(message.tool_calls),
+            seconds=time.perf_counter() - started,
         )
         await self._append(state, message, usage)
         control = stronger(response.control, ctx.take_control())
@@ -532,7 +534,7 @@ class Session(Generic[Data]):
                 await self._checkpoint(state, "before_tool", calls[index:])
                 limit = ctx.config.max_tool_calls
                 if limit is not None and state.tool_calls >= limit:
-                    ctx.emit(LimitHit(limit="max_tool_calls", value=limit, scope="run"))
+                    ctx.emit(LimitHit, limit="max_tool_calls", value=limit, scope="run")
                     raise LimitExceeded("max_tool_calls", limit)
                 started = time.perf_counter()
                 result = await self.agent.tool_onion(call, ctx)
@@ -544,12 +546,11 @@ class Session(Generic[Data]):
                     )
                 await self._append(state, result)
                 ctx.emit(
-                    ToolCallFinished(
-                        tool=call.name,
-                        tool_call_id=call.id,
-                        is_error=result.is_error,
-                        seconds=time.perf_counter() - started,
-                    )
+                    ToolCallFinished,
+                    tool=call.name,
+                    tool_call_id=call.id,
+                    is_error=result.is_error,
+                    seconds=time.perf_counter() - started,
                 )
         except (Interrupted, _Finished):
             raise
@@ -578,7 +579,7 @@ class Session(Generic[Data]):
         results = answer_pending(ctx.conversation.messages, SKIPPED_ON_CANCEL, reason="cancelled")
         for result in results:
             await self._append(state, result)
-        ctx.emit(Cancelled(checkpoint=checkpoint, reason=token.reason))
+        ctx.emit(Cancelled, checkpoint=checkpoint, reason=token.reason)
         raise RunCancelled(checkpoint, token.reason)
 
     async def _apply(
@@ -591,7 +592,7 @@ class Session(Generic[Data]):
         ctx = state.ctx
         if isinstance(control, Interrupt):
             calls = pending or pending_tool_calls(ctx.conversation.messages)
-            ctx.emit(ControlApplied(control=control.kind, detail=control.detail))
+            ctx.emit(ControlApplied, control=control.kind, detail=control.detail)
             paused = Checkpoint(
                 run_config=ctx.config,
                 phase="tools" if calls else "before_model",
@@ -606,9 +607,10 @@ class Session(Generic[Data]):
             )
             self._paused = paused
             ctx.emit(
-                RunFinished(
-                    status="interrupted", model_calls=state.model_calls, tool_calls=state.tool_calls
-                )
+                RunFinished,
+                status="interrupted",
+                model_calls=state.model_calls,
+                tool_calls=state.tool_calls,
             )
             raise Interrupted(control.node, control.message, paused)
         assert isinstance(control, StopWithFinal)
@@ -619,7 +621,7 @@ class Session(Generic[Data]):
             state,
             AssistantMessage(control.text, metadata={"tinyctx": {"control": control.kind}}),
         )
-        ctx.emit(ControlApplied(control=control.kind, detail=control.detail))
+        ctx.emit(ControlApplied, control=control.kind, detail=control.detail)
         self._finish(state, "stopped", control.text)
 
     def _answer_pending_now(self, state: _RunState, content: str) -> None:
@@ -630,15 +632,15 @@ class Session(Generic[Data]):
             state.added.append(result)
         if results:
             ctx.emit(
-                PendingCallsAnswered(
-                    reason=content, tool_call_ids=tuple(r.tool_call_id for r in results)
-                )
+                PendingCallsAnswered,
+                reason=content,
+                tool_call_ids=tuple(r.tool_call_id for r in results),
             )
 
     def _finish(self, state: _RunState, status: RunStatus, text: str) -> None:
         ctx = state.ctx
         ctx.emit(
-            RunFinished(status=status, model_calls=state.model_calls, tool_calls=state.tool_calls)
+            RunFinished, status=status, model_calls=state.model_calls, tool_calls=state.tool_calls
         )
         raise _Finished(
             RunResult(

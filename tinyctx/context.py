@@ -241,17 +241,7 @@ class RunContext(Generic[Data]):
         registry (by default the child resolves tools from this context's registry).
         """
         parent = self.config
-        depth = parent.depth + 1
-        if depth > parent.max_depth:
-            raise DepthLimitExceeded(depth, parent.max_depth)
-        # every value below is either the (valid) parent's or validated here, so the copy
-        # skips attrs' full re-validation: derive() runs once per nested call
-        changes: dict[str, Any] = {
-            "run_id": new_run_id(),
-            "parent_run_id": parent.run_id,
-            "lineage": (*parent.lineage, parent.run_id) if parent.lineage or not depth - 1 else (),
-            "depth": depth,
-        }
+        changes: dict[str, Any] = {}
         if thread_id is not None:
             _id_string(None, _Named("thread_id"), thread_id)
             changes["thread_id"] = thread_id
@@ -263,7 +253,7 @@ class RunContext(Generic[Data]):
         if configurable:
             changes["configurable"] = parent.configurable | frozen_mapping(configurable)
         handles: dict[str, Any] = {
-            "config": clone_with(parent, changes),
+            "config": self._child_config(changes),
             "cancellation": self.cancellation.child(),
         }
         if data is not _UNSET:
@@ -274,12 +264,32 @@ class RunContext(Generic[Data]):
             handles["tools"] = tools
         return clone_with(self, handles)
 
+    def _child_config(self, changes: dict[str, Any], *, agent_run: bool = False) -> RunConfig:
+        """The config of a nested call: ``changes`` (already validated) plus the new identity.
+
+        Every value is either the (valid) parent's or validated by the caller, so the copy
+        skips attrs' full re-validation: this runs once per nested call.
+        """
+        parent = self.config
+        depth = parent.depth + 1
+        if depth > parent.max_depth:
+            raise DepthLimitExceeded(depth, parent.max_depth)
+        run_id = new_run_id()
+        changes["run_id"] = run_id
+        changes["parent_run_id"] = parent.run_id
+        changes["lineage"] = (
+            (*parent.lineage, parent.run_id) if parent.lineage or not parent.depth else ()
+        )
+        changes["depth"] = depth
+        if agent_run:
+            changes["agent_run_id"] = run_id
+        return clone_with(parent, changes)
+
     def _for_run(self, config: RunConfig | None = None) -> RunContext[Data]:
         """A run's own context: derived (or resumed with ``config``), with request-scoped
         tools and a fresh control slot."""
         if config is None:
-            config = self.derive().config
-            config = clone_with(config, {"agent_run_id": config.run_id})
+            config = self._child_config({}, agent_run=True)
         return clone_with(
             self,
             {
@@ -334,11 +344,16 @@ class RunContext(Generic[Data]):
 
     # -- events --------------------------------------------------------------------------
 
-    def emit(self, event: Event) -> None:
-        """Stamp ``event`` with this run's ids and deliver it."""
+    def emit(self, event: Event | type[Event], /, **fields: Any) -> None:
+        """Deliver an event stamped with this run's ids.
+
+        ``ctx.emit(MyEvent, size=3)`` builds the event already stamped (one construction);
+        ``ctx.emit(MyEvent(size=3))`` stamps a copy of a built one.
+        """
         config = self.config
-        self.events.emit(
-            event.stamped(
+        if isinstance(event, type):
+            event = event(
+                **fields,
                 run_id=config.run_id,
                 parent_run_id=config.parent_run_id,
                 root_run_id=config.root_run_id,
@@ -346,7 +361,20 @@ class RunContext(Generic[Data]):
                 tags=config.tags,
                 lineage=config.lineage,
             )
-        )
+        else:
+            if fields:
+                raise TypeError(
+                    "emit(event, **fields): fields go with an event class, not an event"
+                )
+            event = event.stamped(
+                run_id=config.run_id,
+                parent_run_id=config.parent_run_id,
+                root_run_id=config.root_run_id,
+                thread_id=config.thread_id,
+                tags=config.tags,
+                lineage=config.lineage,
+            )
+        self.events.emit(event)
 
     async def publish(self, event: object, *, target: str | None = None) -> None:
         """Deliver ``event`` to the layer named ``target``, or to every layer in order.

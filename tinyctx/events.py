@@ -44,7 +44,7 @@ Subscriber = Callable[["Event"], None]
 _ID_FIELDS = ("run_id", "parent_run_id", "root_run_id", "thread_id", "tags", "lineage")
 
 
-@frozen
+@frozen(slots=False)  # the ids live in a dict: stamping copies them with one update
 class Event:
     """Base of every event. Subclasses add payload fields and set ``kind`` and ``level``."""
 

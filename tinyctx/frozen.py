@@ -136,32 +136,50 @@ def frozen_mapping(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
     return frozen
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+_LAYOUT: dict[type, tuple[bool, frozenset[str], tuple[str, ...]]] = {}
+
+
+def _layout(cls: type) -> tuple[bool, frozenset[str], tuple[str, ...]]:
+    """(instances have a __dict__, the fields stored in slots, every field name)."""
+    layout = _LAYOUT.get(cls)
+    if layout is None:
+        import attrs
+
+        slots: set[str] = set()
+        for klass in cls.__mro__:
+            declared = vars(klass).get("__slots__", ())
+            slots.update((declared,) if isinstance(declared, str) else declared)
+        fields = tuple(a.name for a in attrs.fields(cls))
+        has_dict = any("__dict__" in vars(k) for k in cls.__mro__[:-1])
+        layout = _LAYOUT[cls] = (has_dict, frozenset(f for f in fields if f in slots), fields)
+    return layout
 
 
 def clone_with(instance: _T, changes: Mapping[str, Any]) -> _T:
     """A copy of a frozen attrs ``instance`` with ``changes``, running no converter or validator.
 
     For kernel hot paths (``derive``, event stamping) where every changed value is already
-    valid by construction. A dict-backed class (``@frozen(slots=False)``) is copied with one
-    C-level dict update; a slotted one with a setattr per field. Not for classes with
-    ``cache_hash=True`` (their hidden cache slot is not copied).
+    valid by construction. Fields kept in the instance ``__dict__`` (a ``slots=False`` class,
+    or the inherited fields of a slotted subclass of one) are copied with one C-level dict
+    update; slotted fields one by one. Not for classes with ``cache_hash=True`` (their
+    hidden cache slot is not copied).
     """
     cls = type(instance)
-    if cls not in _FIELD_NAMES:
-        import attrs
-
-        slotted = any("__slots__" in vars(k) for k in cls.__mro__[:-1])
-        fields = tuple(a.name for a in attrs.fields(cls))  # type: ignore[arg-type]
-        _FIELD_NAMES[cls] = fields if slotted else None
-    names = _FIELD_NAMES[cls]
+    has_dict, slotted, fields = _layout(cls)
     new = object.__new__(cls)
-    if names is None:
+    setter = object.__setattr__
+    if has_dict:
         state = new.__dict__
         state.update(instance.__dict__)
-        state.update(changes)
+        for name, value in changes.items():
+            if name in slotted:
+                setter(new, name, value)
+            else:
+                state[name] = value
+        for name in slotted:
+            if name not in changes:
+                setter(new, name, getattr(instance, name))
         return new
-    setter = object.__setattr__
-    for name in names:
+    for name in fields:
         setter(new, name, changes[name] if name in changes else getattr(instance, name))
     return new

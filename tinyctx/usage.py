@@ -19,16 +19,18 @@ __all__ = ["UsageTracker", "CostTracker", "Price"]
 class UsageTracker:
     """Sums :class:`Usage` per model name across every call of the tree."""
 
-    __slots__ = ("_by_model", "_calls")
+    __slots__ = ("_by_model", "_calls", "_total")
 
     def __init__(self) -> None:
         self._by_model: dict[str, Usage] = {}
         self._calls = 0
+        self._total = Usage()
 
     def add(self, model: str | None, usage: Usage) -> None:
         key = model or "unknown"
         current = self._by_model.get(key)
         self._by_model[key] = usage if current is None else current + usage
+        self._total = self._total + usage
         self._calls += 1
 
     @property
@@ -36,10 +38,8 @@ class UsageTracker:
         return self._calls
 
     def total(self) -> Usage:
-        total = Usage()
-        for usage in self._by_model.values():
-            total = total + usage
-        return total
+        """The sum over every model (kept up to date, so reading it allocates nothing)."""
+        return self._total
 
     def by_model(self) -> dict[str, Usage]:
         return dict(self._by_model)
