@@ -24,9 +24,9 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, abest_of, print_table  # noqa: E402
+from _harness import Row, abest_of, print_table
 
-from tinyctx import (  # noqa: E402
+from tinyctx import (
     Agent,
     AssistantMessage,
     EventSink,
@@ -41,9 +41,9 @@ from tinyctx import (  # noqa: E402
     ToolResult,
     UserMessage,
 )
-from tinyctx.cli import bundled_transcript  # noqa: E402
-from tinyctx.formats import load_transcript  # noqa: E402
-from tinyctx.middleware import (  # noqa: E402
+from tinyctx.cli import bundled_transcript
+from tinyctx.formats import load_transcript
+from tinyctx.middleware import (
     BudgetGuard,
     CallLimits,
     ExtractiveSummarizer,
