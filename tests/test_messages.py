@@ -52,6 +52,14 @@ class TestMessageValues:
         assert isinstance(a.metadata, FrozenDict)
         assert a.tool_calls[0].arguments["q"] == ("x",)
 
+    def test_evolve_returns_a_validated_copy(self) -> None:
+        message = AssistantMessage("hi", metadata={"k": 1})
+        changed = message.evolve(content="bye")
+        assert changed == AssistantMessage("bye", metadata={"k": 1})
+        assert message.content == "hi"
+        with pytest.raises(TypeError):
+            UserMessage("x").evolve(content=3)
+
     def test_roles_and_essential_flag(self) -> None:
         assert SystemMessage("s").role == "system"
         assert UserMessage("u", essential=False).essential is False

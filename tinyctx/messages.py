@@ -9,8 +9,9 @@ separating a call from its result.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
+import attrs
 from attrs import field, frozen
 from attrs.validators import instance_of
 
@@ -77,6 +78,10 @@ class Message:
     def text(self) -> str:
         """The message's text content ("" for none)."""
         return ""
+
+    def evolve(self, **changes: Any) -> Self:
+        """A copy with ``changes``; every converter and validator runs again."""
+        return attrs.evolve(self, **changes)
 
 
 @frozen(cache_hash=True)
