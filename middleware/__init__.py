@@ -102,6 +102,7 @@ from .summarize import (
 from .tool_result_budget import (
     DEFAULT_BUDGET_BYTES,
     HistoryBudgetStats,
+    ShrinkToolResults,
     ToolResultBudget,
     ToolResultTruncated,
     TruncationStats,
@@ -159,6 +160,7 @@ __all__ = [
     "BudgetGuard",
     "BudgetStats",
     "TruncationStats",
+    "ShrinkToolResults",
     "BreakerState",
     "ORDERS",
     "default_policies",

@@ -15,9 +15,9 @@ from typing import Any
 from tinyctx import LayerLike
 from tinyctx.tokens import TokenCounter
 
-from .budget import BudgetGuard
+from .budget import BudgetGuard, default_policies
 from .summarize import ExtractiveSummarizer, Summarize
-from .tool_result_budget import ToolResultBudget
+from .tool_result_budget import ShrinkToolResults, ToolResultBudget
 
 __all__ = ["default_stack", "seed_order_stack", "summarize", "SUMMARIZERS"]
 
@@ -26,13 +26,16 @@ SUMMARIZERS = ("extractive",)
 
 def default_stack(*, counter: TokenCounter | None = None) -> list[LayerLike]:
     """Budget every tool result (16 KiB), then guard the window with the default policy
-    order: drop non-essential context → microcompact old tool results → summarize → trim."""
-    return [ToolResultBudget(), BudgetGuard(counter=counter)]
+    order — drop non-essential context → microcompact old tool results → summarize → trim —
+    and, last, shrink tool results (the newest turn's too) before giving up."""
+    policies = [*default_policies(), ShrinkToolResults()]
+    return [ToolResultBudget(), BudgetGuard(policies=policies, counter=counter)]
 
 
 def seed_order_stack(*, counter: TokenCounter | None = None) -> list[LayerLike]:
-    """The same guard with seed 000's order: drop → trim → summarize → compact."""
-    return [ToolResultBudget(), BudgetGuard(order="seed", counter=counter)]
+    """The same with seed 000's order: drop → trim → summarize → compact (→ shrink)."""
+    policies = [*default_policies("seed"), ShrinkToolResults()]
+    return [ToolResultBudget(), BudgetGuard(policies=policies, counter=counter)]
 
 
 def summarize(

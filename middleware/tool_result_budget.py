@@ -38,6 +38,7 @@ from ._compaction import as_history, check_int, mark, utf8_len
 from .policy import Relief
 
 __all__ = [
+    "ShrinkToolResults",
     "DEFAULT_BUDGET_BYTES",
     "DEFAULT_HINT",
     "TruncationStats",
@@ -226,7 +227,9 @@ class ToolResultTruncated(Event):
     budget_bytes: int = 0
     where: str = "tool"
 
-    def describe(self) -> str:
+    def describe(self) -> str | None:
+        if self.where != "tool":
+            return None  # cut as a guard policy: the guard's own event reports it
         return f"{self.tool} result cut to {self.final_bytes}B"
 
 
@@ -297,5 +300,72 @@ class ToolResultBudget(Layer):
                 "results_truncated": stats.results_truncated,
                 "bytes_freed": stats.bytes_freed,
                 "tokens_freed": stats.tokens_freed,
+            },
+        )
+
+
+class ShrinkToolResults:
+    """Last-resort pressure policy: cut every tool result, the newest turn's too, to the
+    largest per-result byte budget that frees what the guard still needs.
+
+    A guard's other policies protect the newest tool turn (microcompaction keeps it, a trim
+    cannot split it); when that turn alone is bigger than the window, this is what keeps
+    the run going. It never removes a message (every call keeps its result), never cuts a
+    result below ``floor_bytes``, and never makes one cost more tokens than before.
+    """
+
+    role = "shrink"  # sorts after drop/compact/summarize/trim in a guard's order
+    breaker_group: str | None = None
+
+    def __init__(
+        self, floor_bytes: int = 1024, *, hint: str = DEFAULT_HINT, name: str = "ShrinkToolResults"
+    ) -> None:
+        self.floor_bytes = check_int(floor_bytes, "floor_bytes", "ShrinkToolResults", minimum=1)
+        self.hint = hint
+        self.name = name
+
+    async def relieve(
+        self,
+        messages: tuple[Message, ...],
+        ctx: RunContext[Any],
+        counter: TokenCounter,
+        *,
+        need: int,
+    ) -> Relief:
+        sizes = [utf8_len(m.content) for m in messages if isinstance(m, ToolResult)]
+        largest = max(sizes, default=0)
+        if need <= 0 or largest <= self.floor_bytes:
+            return Relief(messages)
+        # the largest budget that frees enough: freed tokens only grow as the budget shrinks
+        low, high = self.floor_bytes, largest - 1
+        best: tuple[tuple[Message, ...], HistoryBudgetStats, int] | None = None
+        while low <= high:
+            budget = (low + high) // 2
+            new, stats = budget_history(messages, budget, hint=self.hint, counter=counter)
+            if stats.tokens_freed >= need:
+                best, low = (new, stats, budget), budget + 1
+            else:
+                high = budget - 1
+        if best is None:  # even the floor does not free enough: free all it can
+            new, stats = budget_history(messages, self.floor_bytes, hint=self.hint, counter=counter)
+            best = (new, stats, self.floor_bytes)
+        new, stats, budget = best
+        for tool_call_id, tool, cut in stats.truncated:
+            ctx.emit(
+                ToolResultTruncated,
+                tool=tool,
+                tool_call_id=tool_call_id,
+                original_bytes=cut.original_bytes,
+                final_bytes=cut.final_bytes,
+                budget_bytes=budget,
+                where="pressure",
+            )
+        return Relief(
+            new,
+            stats.tokens_freed,
+            {
+                "budget_bytes": budget,
+                "results_truncated": stats.results_truncated,
+                "bytes_freed": stats.bytes_freed,
             },
         )

@@ -197,6 +197,7 @@ class TestReplayCommand:
             "TrimOldest",
             "Summarize",
             "Microcompact",
+            "ShrinkToolResults",  # the named stacks' last resort before giving up
         ]
 
     def test_stack_from_a_toml_file(self, tmp_path: Path, shared_data: Path) -> None:
@@ -273,10 +274,17 @@ policies = [
         assert run_cli("replay", "--stack", "no-such-stack")[0] == 2
         assert run_cli("replay", "--tokenizer", str(tmp_path / "none.json"))[0] == 2
 
+    def test_every_transcript_completes_at_the_default_window(self, shared_data: Path) -> None:
+        for path in transcripts(shared_data):
+            code, out, err = run_cli("replay", str(path), "--json")
+            assert code == 0, (path.name, err)
+            summary = json.loads(out)["summary"]
+            assert summary["error"] is None and summary["overflows_remaining"] == 0, path.name
+
     def test_a_transcript_that_cannot_fit_stops_with_exit_1(self, shared_data: Path) -> None:
-        # six parallel reads of ~16 KiB each: one unit of calls and results bigger than 12K
+        # nine parallel reads, each cut to the 1 KiB floor, are still more than 1000 tokens
         path = shared_data / "transcripts" / "openai" / "marot__spotter__cc-subagent-a2898e3.jsonl"
-        code, out, _ = run_cli("replay", str(path), "--window", "16000")
+        code, out, _ = run_cli("replay", str(path), "--window", "1500", "--reserve", "500")
         assert code == 1
         assert "stopped: prompt of ~" in out and "does not fit" in out
 

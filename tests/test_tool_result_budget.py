@@ -14,6 +14,7 @@ from tinyctx import (
     AssistantMessage,
     ConfigError,
     HeuristicCounter,
+    Message,
     RunContext,
     Session,
     ToolCall,
@@ -275,3 +276,62 @@ class TestToolResultBudgetPolicy:
                 assert isinstance(after, ToolResult) and size(after.content) <= budget
                 assert after.tool_call_id == before.tool_call_id  # type: ignore[attr-defined]
         assert stats.tokens_freed >= 0
+
+
+class TestShrinkToolResults:
+    """The last-resort policy cuts every result, the newest too, just enough to fit."""
+
+    def _history(self, sizes: list[int]) -> tuple[Message, ...]:
+        calls = tuple(ToolCall(f"c{i}", "read") for i in range(len(sizes)))
+        return (
+            UserMessage("read them all"),
+            AssistantMessage("", calls),
+            *(ToolResult(f"c{i}", "x" * size, "read") for i, size in enumerate(sizes)),
+        )
+
+    async def test_frees_what_is_needed_with_the_largest_budget(self) -> None:
+        from tinyctx import RunContext
+        from tinyctx.middleware import ShrinkToolResults
+
+        counter = HeuristicCounter()
+        history = self._history([20_000, 20_000, 300])
+        policy = ShrinkToolResults(floor_bytes=512)
+        relief = await policy.relieve(history, RunContext.new(), counter, need=3_000)
+        assert relief.freed_tokens >= 3_000
+        budget = relief.detail["budget_bytes"]
+        assert 512 <= budget < 20_000
+        assert len(relief.messages) == len(history)
+        check_pairing(relief.messages, allow_pending=False)
+        # the largest such budget: one byte more would not free enough
+        tighter = await policy.relieve(
+            history, RunContext.new(), counter, need=relief.freed_tokens + 50
+        )
+        assert tighter.detail["budget_bytes"] <= budget
+        assert relief.messages[-1] is history[-1]  # small results stay as they were
+
+    async def test_never_below_the_floor_and_nothing_to_do_is_a_no_op(self) -> None:
+        from tinyctx import RunContext
+        from tinyctx.middleware import ShrinkToolResults
+
+        counter = HeuristicCounter()
+        history = self._history([5_000])
+        relief = await ShrinkToolResults(floor_bytes=1_000).relieve(
+            history, RunContext.new(), counter, need=10**9
+        )
+        assert size(relief.messages[-1].text) <= 1_000
+        assert relief.detail["budget_bytes"] == 1_000
+        unchanged = await ShrinkToolResults().relieve(history, RunContext.new(), counter, need=0)
+        assert unchanged.messages is history and unchanged.freed_tokens == 0
+
+    @given(history=histories(text=SHORT_MIXED), need=st.integers(0, 400))
+    async def test_pairing_and_tokens_for_any_history(self, history: Any, need: int) -> None:
+        from tinyctx import RunContext
+        from tinyctx.middleware import ShrinkToolResults
+
+        counter = HeuristicCounter()
+        relief = await ShrinkToolResults(floor_bytes=8).relieve(
+            history, RunContext.new(), counter, need=need
+        )
+        check_pairing(relief.messages)
+        assert [type(m) for m in relief.messages] == [type(m) for m in history]
+        assert counter.count_messages(relief.messages) <= counter.count_messages(history)
