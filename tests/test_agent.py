@@ -557,3 +557,57 @@ class TestRunHooks:
         async with Session(Agent(model=model)) as other:
             await other.run("again")
         assert model.requests[-1].tools == ()
+
+
+class TestTraceCloses:
+    """Every run's trace ends with run.finished, however the run ended."""
+
+    async def test_failed_and_handler_cancelled_runs_report_their_end(self) -> None:
+        async def cancelling_tool(arguments: Any, ctx: RunContext[Any]) -> str:
+            raise RunCancelled("stream", "upstream closed")
+
+        model = ScriptedModel([ValueError("boom"), reply("", call("c"))])
+        agent = Agent(model=model, tools=[Tool("c", handler=cancelling_tool)])
+        async with Session(agent) as session:
+            with capture_events() as events:
+                with pytest.raises(ValueError):
+                    await session.run("first")
+                with pytest.raises(RunCancelled):
+                    await session.run("second")
+            check_pairing(session.conversation_messages, allow_pending=False)
+        finished = [e.status for e in events if e.kind == "run.finished"]  # type: ignore[attr-defined]
+        assert finished == ["failed", "cancelled"]
+        cancelled = [e for e in events if e.kind == "run.cancelled"]
+        assert [(e.checkpoint, e.reason) for e in cancelled] == [("stream", "upstream closed")]  # type: ignore[attr-defined]
+
+    async def test_a_checkpoint_cancel_is_reported_once(self) -> None:
+        async with Session(Agent(model=ScriptedModel(["x"]))) as session:
+            session.cancel("stop")
+            with capture_events() as events:
+                with pytest.raises(RunCancelled):
+                    await session.run("go")
+        assert [e.kind for e in events if e.kind in ("run.cancelled", "run.finished")] == [
+            "run.cancelled",
+            "run.finished",
+        ]
+
+
+class TestCancelRun:
+    """cancel_run stops the run in progress; the session stays usable."""
+
+    async def test_stop_generating_then_continue(self) -> None:
+        model = ScriptedModel([HANG, "second answer"])
+        async with Session(Agent(model=model)) as session:
+            assert session.cancel_run() is False  # nothing running
+            async with anyio.create_task_group() as tg:
+
+                async def first() -> None:
+                    with pytest.raises(RunCancelled):
+                        await session.run("first")
+
+                tg.start_soon(first)
+                await anyio.wait_all_tasks_blocked()
+                assert session.cancel_run("user pressed stop") is True
+            result = await session.run("second")
+        assert result.final_text == "second answer"
+        assert not session.ctx.cancellation.is_cancelled()

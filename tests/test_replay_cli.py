@@ -328,3 +328,24 @@ class TestStatsCommand:
         code, out, _ = run_cli("stats", str(path), "--tokenizer", str(tokenizer))
         assert code == 0
         assert "heuristic" in out and "tokenizer" in out and "total" in out
+
+
+class TestProgress:
+    """Long replays show a progress bar on a terminal, and nothing when piped."""
+
+    def test_bar_on_a_tty_only(self) -> None:
+        from tinyctx.cli import _progress
+
+        class Terminal(io.StringIO):
+            def isatty(self) -> bool:
+                return True
+
+        assert _progress(io.StringIO()) is None
+        terminal = Terminal()
+        show = _progress(terminal)
+        assert show is not None
+        show(50, 100)
+        show(100, 100)
+        text = terminal.getvalue()
+        assert "50/100 messages" in text and text.endswith("100/100 messages\n")
+        assert "#" * 30 in text

@@ -269,4 +269,8 @@ class TestBrokenStacksAreCaught:
     def test_the_answer_of_a_cancelled_run_kept_in_history(self) -> None:
         error, steps = run_broken([PersistsDrafts()])
         assert "cancelled output was kept" in error
-        assert steps == ["state.cancel(where='after_model')"]
+        # always caught, and the last step is always the one that exposes it; how far the
+        # shrinker gets varies (real sessions through a portal), so only bound the length
+        assert steps[-1] == "state.cancel(where='after_model')"
+        assert len(steps) <= 5
+        assert all(s.startswith("state.cancel(") or "control_request" in s for s in steps)

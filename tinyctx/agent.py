@@ -232,10 +232,19 @@ _NO_USAGE = Usage()
 
 
 class _RunState:
-    __slots__ = ("added", "ctx", "events", "model_calls", "tool_calls", "usage_start")
+    __slots__ = (
+        "added",
+        "cancel_reported",
+        "ctx",
+        "events",
+        "model_calls",
+        "tool_calls",
+        "usage_start",
+    )
 
     def __init__(self, ctx: RunContext[Any], *, usage_before: Usage) -> None:
         self.ctx = ctx
+        self.cancel_reported = False
         self.added: list[Message] = []
         self.model_calls = 0
         self.tool_calls = 0
@@ -308,6 +317,7 @@ class Session(Generic[Data]):
         self._group: anyio.abc.TaskGroup | None = None
         self._background: BackgroundTasks | None = None
         self._busy = False
+        self._current: RunContext[Data] | None = None
         self._paused: Checkpoint | None = None
         self._closed = False
 
@@ -359,8 +369,18 @@ class Session(Generic[Data]):
             await group.__aexit__(None, None, None)
 
     def cancel(self, reason: str | None = None) -> None:
-        """Cancel the session's token: the current run stops at its next checkpoint."""
+        """Cancel the session for good: the current run stops at its next checkpoint and no
+        later run starts (see :meth:`cancel_run` to stop only the current one)."""
         self._base.cancellation.cancel(reason)
+
+    def cancel_run(self, reason: str | None = None) -> bool:
+        """Stop the run in progress at its next checkpoint ("stop generating"); the session
+        stays usable. False when no run is in progress."""
+        current = self._current
+        if current is None:
+            return False
+        current.cancellation.cancel(reason)
+        return True
 
     # -- running -------------------------------------------------------------------------
 
@@ -432,6 +452,7 @@ class Session(Generic[Data]):
         resumed: bool,
     ) -> RunResult:
         ctx = state.ctx
+        self._current = ctx
         root = ctx.root_run_id
         collected = state.events
 
@@ -457,8 +478,10 @@ class Session(Generic[Data]):
             return result
         except BaseException as exc:
             error = exc
+            self._report_end(state, exc)
             raise
         finally:
+            self._current = None
             try:
                 for layer in self.agent.run_end_hooks:
                     await layer.on_run_end(ctx, result, error)
@@ -580,7 +603,26 @@ class Session(Generic[Data]):
         for result in results:
             await self._append(state, result)
         ctx.emit(Cancelled, checkpoint=checkpoint, reason=token.reason)
+        state.cancel_reported = True
         raise RunCancelled(checkpoint, token.reason)
+
+    def _report_end(self, state: _RunState, exc: BaseException) -> None:
+        """Every run's trace closes: a run.finished event however it ended, and a
+        run.cancelled one when a handler (a stream, a tool) raised the cancellation."""
+        if isinstance(exc, Interrupted):
+            return  # reported where the interrupt was applied
+        ctx = state.ctx
+        cancelled = isinstance(exc, RunCancelled) or isinstance(
+            exc, anyio.get_cancelled_exc_class()
+        )
+        if isinstance(exc, RunCancelled) and not state.cancel_reported:
+            ctx.emit(Cancelled, checkpoint=exc.checkpoint or "in_call", reason=exc.reason)
+        ctx.emit(
+            RunFinished,
+            status="cancelled" if cancelled else "failed",
+            model_calls=state.model_calls,
+            tool_calls=state.tool_calls,
+        )
 
     async def _apply(
         self,
