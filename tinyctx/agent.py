@@ -612,9 +612,7 @@ class Session(Generic[Data]):
         if isinstance(exc, Interrupted):
             return  # reported where the interrupt was applied
         ctx = state.ctx
-        cancelled = isinstance(exc, RunCancelled) or isinstance(
-            exc, anyio.get_cancelled_exc_class()
-        )
+        cancelled = isinstance(exc, (RunCancelled, anyio.get_cancelled_exc_class()))
         if isinstance(exc, RunCancelled) and not state.cancel_reported:
             ctx.emit(Cancelled, checkpoint=exc.checkpoint or "in_call", reason=exc.reason)
         ctx.emit(
