@@ -1,9 +1,10 @@
 """Retry a failed model call with backoff, and never retry what must not be retried.
 
 :class:`Retry` calls the rest of the onion up to ``attempts`` times. Before **every**
-attempt it checks the cancellation token (cancelled: emit ``Cancelled`` and raise
-``RunCancelled``, no further attempt) and, from the second attempt on, the control slot (an
-outcome pending: stop retrying and hand it out as a control-only response). It never
+attempt it checks the cancellation token (cancelled: raise ``RunCancelled`` naming the
+checkpoint, no further attempt; the loop reports the run's cancellation, once) and, from
+the second attempt on, the control slot (an outcome pending: stop retrying and hand it out
+as a control-only response). It never
 retries:
 
 * a response (a response carrying ``control`` is returned as is: the outcome is a value);
@@ -28,7 +29,6 @@ import anyio
 from attrs import field, frozen
 
 from tinyctx import (
-    Cancelled,
     ConfigError,
     Control,
     Event,
@@ -78,13 +78,12 @@ RetryOn: TypeAlias = "type[Exception] | tuple[type[Exception], ...] | Callable[[
 def check_attempt(ctx: RunContext[Any], checkpoint: str, attempt: int) -> ModelResponse | None:
     """The gate before attempt number ``attempt`` (1-based) of a retry or fallback chain.
 
-    Raises ``RunCancelled`` (after a ``Cancelled`` event) when the token is cancelled; from
+    Raises ``RunCancelled`` when the token is cancelled (the agent loop reports it); from
     the second attempt on, returns the pending control outcome as a control-only response
     (the chain must stop and return it), else None.
     """
     token = ctx.cancellation
     if token.is_cancelled():
-        ctx.emit(Cancelled(checkpoint=checkpoint, reason=token.reason))
         raise RunCancelled(checkpoint, token.reason)
     if attempt > 1:
         return take_as_response(ctx)
@@ -301,10 +300,5 @@ def _taken(ctx: RunContext[Any]) -> Control:
 
 async def _sleep(ctx: RunContext[Any], delay: float) -> None:
     """Wait ``delay`` seconds unless the token is cancelled first (then RunCancelled)."""
-    checkpoint = "retry.backoff"
-    try:
-        with ctx.cancellation.linked_scope(checkpoint):
-            await anyio.sleep(delay)
-    except RunCancelled as exc:
-        ctx.emit(Cancelled(checkpoint=checkpoint, reason=exc.reason))
-        raise
+    with ctx.cancellation.linked_scope("retry.backoff"):
+        await anyio.sleep(delay)
