@@ -6,7 +6,7 @@ from typing import Any
 
 import anyio
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tinyctx import (
@@ -424,7 +424,6 @@ class TestLimitsAndErrors:
         with pytest.raises(RuntimeError, match="async with Session"):
             await Session(Agent(model=ScriptedModel(["x"]))).run("go")
 
-    @settings(max_examples=30)
     @given(plan=st.lists(st.integers(0, 3), min_size=1, max_size=5))
     async def test_any_sequence_of_tool_turns_keeps_pairing(self, plan: list[int]) -> None:
         script: list[Any] = [
