@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinyctx import LayerLike
+from tinyctx import ConfigError, LayerLike
 from tinyctx.tokens import TokenCounter
 
 from .budget import BudgetGuard, default_policies
@@ -51,7 +51,5 @@ def summarize(
     ``Summarize(ModelSummarizer(model))`` in code.)
     """
     if summarizer != "extractive":
-        from tinyctx import ConfigError
-
         raise ConfigError("summarizer", summarizer, f"one of {SUMMARIZERS}", owner="summarize")
     return Summarize(ExtractiveSummarizer(max_tokens=max_tokens), counter=counter, **options)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
 from .errors import ConfigError
 from .messages import ToolCall, ToolResult
@@ -36,7 +36,6 @@ __all__ = [
     "LayerBus",
 ]
 
-Ctx: TypeAlias = "RunContext[Any]"
 ModelCall: TypeAlias = Callable[[ModelRequest, "RunContext[Any]"], Awaitable[ModelResponse]]
 ToolCallHandler: TypeAlias = Callable[[ToolCall, "RunContext[Any]"], Awaitable[ToolResult]]
 ModelLayerFn: TypeAlias = Callable[
@@ -192,8 +191,6 @@ ResponseHook = Callable[
     [ModelResponse, ModelRequest, "RunContext[Any]"], Awaitable[ModelResponse | None]
 ]
 ToolLayerFn = Callable[[ToolCall, "RunContext[Any]", ToolCallHandler], Awaitable[ToolResult]]
-
-F = TypeVar("F")
 
 
 class _BeforeModel(Layer):

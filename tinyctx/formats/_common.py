@@ -421,11 +421,6 @@ def check_read_pairing(messages: Sequence[Message], origins: Sequence[int], *, f
         raise FormatError(str(exc), format=fmt, index=origins[exc.index]) from exc
 
 
-def result_metadata_name(result: ToolResult, derived: str | None) -> str | None:
-    """The extension ``name`` a tool result needs when the format has no name field."""
-    return None if derived == result.name else result.name
-
-
 # ---------------------------------------------------------------------------------------
 # reused tool call ids
 

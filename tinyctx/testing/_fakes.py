@@ -242,7 +242,6 @@ def assemble_stream(deltas: Iterable[ModelStreamDelta]) -> AssistantMessage:
 # ---------------------------------------------------------------------------------------
 # scripted model
 
-ScriptResult: TypeAlias = "ModelResponse | AssistantMessage | str | Stream"
 ScriptItem: TypeAlias = (
     "ModelResponse | AssistantMessage | str | Stream | BaseException | _Hang | "
     "Callable[[ModelRequest, RunContext[Any]], Any]"
