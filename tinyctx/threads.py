@@ -1,0 +1,228 @@
+"""The ThreadStore contract: durable threads as pure storage.
+
+A store keeps, per thread, an append-only log of encoded messages (the live history), the
+archive of ranges a compaction replaced, the pending checkpoint of an interrupted run, the
+layers' per-thread state, and a lease. It decides nothing: which messages to compact, when
+to checkpoint, what a layer keeps — all of that stays in the session and its layers. So one
+conformance suite holds every backend (memory, SQLite, PostgreSQL, Redis) to one behaviour.
+
+Values cross the store as *encoded documents* (``str``, canonical JSON from
+:mod:`tinyctx.codec`), so a backend never imports a message type and bytes written are
+exactly the bytes read back.
+
+Every change to a thread is one :meth:`ThreadStore.write`: a compaction, appended messages,
+a checkpoint and layer state land together or not at all, against an ``expected_version``
+(optimistic concurrency) and, when given, a :class:`Lease` whose fencing token must still be
+the thread's newest.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, Protocol, runtime_checkable
+
+from attrs import field, frozen
+
+from .errors import SessionBusy, TinyCtxError
+
+__all__ = [
+    "UNCHANGED",
+    "Unchanged",
+    "Lease",
+    "Compaction",
+    "ThreadWrite",
+    "ThreadRecord",
+    "ArchivedRange",
+    "ThreadStore",
+    "StaleThreadVersion",
+    "LeaseHeld",
+    "FencedOut",
+    "check_write_range",
+]
+
+
+class Unchanged:
+    """The type of :data:`UNCHANGED`: "leave this part of the thread as it is"."""
+
+    _instance: Unchanged | None = None
+
+    def __new__(cls) -> Unchanged:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+    def __bool__(self) -> Literal[False]:
+        return False
+
+
+UNCHANGED: Final = Unchanged()
+
+
+@frozen
+class Lease:
+    """A worker's claim on one thread until ``expires_at`` (seconds since the epoch).
+
+    ``token`` is a fencing token: strictly increasing across every lease a store grants,
+    so a write carrying an older token than the thread's newest lease is refused.
+    """
+
+    thread_id: str
+    owner: str
+    token: int
+    expires_at: float
+
+
+@frozen
+class Compaction:
+    """Replace the live messages ``[start, end)`` with ``replacement``; originals are archived."""
+
+    start: int
+    end: int
+    replacement: tuple[str, ...] = field(converter=tuple)
+
+
+@frozen
+class ThreadWrite:
+    """One atomic change to a thread. The compaction applies first, then the append.
+
+    ``checkpoint``: an encoded checkpoint to store, ``None`` to clear it, or UNCHANGED.
+    ``state``: the encoded per-thread layer state, or UNCHANGED.
+    """
+
+    append: tuple[str, ...] = field(default=(), converter=tuple)
+    compaction: Compaction | None = None
+    checkpoint: str | Unchanged | None = UNCHANGED
+    state: str | Unchanged = UNCHANGED
+
+
+@frozen
+class ThreadRecord:
+    """A thread as loaded: ``version`` is 0 and everything empty for a thread never written."""
+
+    thread_id: str
+    version: int
+    messages: tuple[str, ...]
+    checkpoint: str | None = None
+    state: str | None = None
+    lease: Lease | None = None
+    """The newest lease granted on the thread (possibly expired), if any."""
+
+
+@frozen
+class ArchivedRange:
+    """Originals a compaction replaced, kept for audit until the store's retention ends."""
+
+    thread_id: str
+    version: int
+    """The thread version the compaction produced."""
+    start: int
+    end: int
+    messages: tuple[str, ...]
+    archived_at: float
+
+
+@runtime_checkable
+class ThreadStore(Protocol):
+    """Pure storage for durable threads; every backend passes the same conformance suite."""
+
+    async def load_thread(self, thread_id: str) -> ThreadRecord:
+        """The thread now; an unknown thread is an empty record at version 0."""
+        ...
+
+    async def write(
+        self,
+        thread_id: str,
+        change: ThreadWrite,
+        *,
+        expected_version: int,
+        lease: Lease | None = None,
+    ) -> int:
+        """Apply ``change`` atomically and return the new version (``expected_version + 1``).
+
+        Raises :class:`StaleThreadVersion` when the thread is not at ``expected_version``,
+        :class:`FencedOut` when ``lease`` is no longer the thread's newest lease, and
+        ``ValueError`` for a compaction range outside the live log. Nothing is applied then.
+        """
+        ...
+
+    async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
+        """A new lease with a fresh token; :class:`LeaseHeld` while another owner's is live.
+
+        The same owner acquiring again gets a new lease (a new token) at once.
+        """
+        ...
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend ``lease`` (same token); :class:`FencedOut` if another lease replaced it."""
+        ...
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the thread up; a no-op when ``lease`` was already replaced or released."""
+        ...
+
+    async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
+        """Thread ids in sorted order, optionally those starting with ``prefix``."""
+        ...
+
+    async def archived(self, thread_id: str) -> list[ArchivedRange]:
+        """What compactions replaced on ``thread_id``, oldest first, within retention."""
+        ...
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Remove the thread, its archive, checkpoint, state and lease; False if unknown."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class StaleThreadVersion(TinyCtxError):
+    """A write against a version the thread has moved past (another writer got there first)."""
+
+    def __init__(self, thread_id: str, expected: int, actual: int) -> None:
+        self.thread_id = thread_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"thread {thread_id!r} is at version {actual}, the write expected {expected}: "
+            "another writer changed it; reload the thread and retry"
+        )
+
+
+class LeaseHeld(SessionBusy):
+    """Another worker holds the thread's lease; a second Session on it is refused."""
+
+    def __init__(self, thread_id: str, owner: str, expires_at: float) -> None:
+        self.thread_id = thread_id
+        self.owner = owner
+        self.expires_at = expires_at
+        super().__init__(
+            f"thread {thread_id!r} is busy: leased by {owner!r} until {expires_at:.3f}"
+        )
+
+
+class FencedOut(TinyCtxError):
+    """A write or renewal under a lease that a newer lease has replaced; nothing was applied."""
+
+    def __init__(self, thread_id: str, token: int, current: int | None) -> None:
+        self.thread_id = thread_id
+        self.token = token
+        self.current = current
+        newer = "no lease" if current is None else f"lease token {current}"
+        super().__init__(
+            f"thread {thread_id!r}: lease token {token} was fenced out ({newer} is current); "
+            "this worker lost the thread and must not write to it"
+        )
+
+
+def check_write_range(thread_id: str, change: ThreadWrite, length: int) -> None:
+    """The shared check every backend runs before applying a compaction."""
+    compaction = change.compaction
+    if compaction is None:
+        return
+    if not 0 <= compaction.start <= compaction.end <= length:
+        raise ValueError(
+            f"thread {thread_id!r}: compaction range [{compaction.start}, {compaction.end}) "
+            f"is outside the live log of {length} messages"
+        )
