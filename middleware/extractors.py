@@ -52,6 +52,9 @@ __all__ = [
     "parse_bullets",
     "render_transcript",
     "check_positive",
+    "check_bullets",
+    "is_original",
+    "DERIVED_MARKS",
 ]
 
 
@@ -182,6 +185,37 @@ _COMMITMENT = re.compile(
 )
 
 
+DERIVED_MARKS = frozenset({"cleared", "truncated", "summary", "synthetic"})
+"""``metadata["tinyctx"]`` keys of content the framework wrote in place of the original:
+a cleared or truncated tool result, a summary, a synthetic answer to a call that never ran."""
+
+
+def is_original(message: Message) -> bool:
+    """Whether ``message`` holds what was said or returned, not a placeholder, a cut, a
+    summary or a synthetic answer (see :data:`DERIVED_MARKS`): only those are a source of
+    facts."""
+    own = message.metadata.get("tinyctx")
+    return not (isinstance(own, Mapping) and DERIVED_MARKS.intersection(own))
+
+
+def check_bullets(value: object, extractor: object) -> list[str]:
+    """An extractor's answer as a list of str, or a TypeError saying what it returned:
+    a list or tuple of str is required (a str or a mapping would be iterated as notes)."""
+    owner = f"{type(extractor).__name__}.extract"
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(
+            f"{owner} must return a list or tuple of str, got {type(value).__name__}; "
+            "nothing was written"
+        )
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise TypeError(
+                f"{owner} must return a list or tuple of str, but item {index} is "
+                f"{type(item).__name__}; nothing was written"
+            )
+    return list(value)
+
+
 def _sentences(text: str) -> Iterable[str]:
     for line in text.splitlines():
         line = _BULLET_MARK.sub("", line).strip()
@@ -209,6 +243,8 @@ class RuleExtractor:
     "going with", "we'll use"...), commitments (assistant: "I'll", "I will"), open tasks
     (TODO, next steps, still need to, follow up), then facts from tools (the first line
     of each successful, real tool result). Within a category, conversation order.
+    Cleared or truncated tool results, summaries and synthetic answers are never a source
+    (:func:`is_original`).
     Questions are skipped; each bullet is clipped to ``max_chars``.
     """
 
@@ -229,9 +265,10 @@ class RuleExtractor:
         tasks: list[str] = []
         facts: list[str] = []
         for message in messages:
+            if not is_original(message):
+                continue
             if isinstance(message, ToolResult):
-                own = message.metadata.get("tinyctx")
-                if message.is_error or (isinstance(own, Mapping) and "synthetic" in own):
+                if message.is_error:
                     continue
                 line = _first_line(message.content)
                 if line:

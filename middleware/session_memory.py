@@ -90,7 +90,14 @@ from tinyctx.events import EventLevel
 from tinyctx.stores import Note, append_notes
 from tinyctx.tokens import TokenCounter
 
-from .extractors import ExtractionJob, Extractor, RuleExtractor, check_positive, dedupe_bullets
+from .extractors import (
+    ExtractionJob,
+    Extractor,
+    RuleExtractor,
+    check_bullets,
+    check_positive,
+    dedupe_bullets,
+)
 
 __all__ = [
     "SessionMemory",
@@ -784,7 +791,7 @@ class SessionMemory(Layer):
         try:
             existing = await store.notes(job.namespace, limit=self.scan_notes)
             job = attrs.evolve(job, existing=existing)
-            proposed = list(await self.extractor.extract(job, ctx))
+            proposed = check_bullets(await self.extractor.extract(job, ctx), self.extractor)
             fresh = dedupe_bullets(proposed, job.existing_texts)
             # once the write starts it finishes: a batch is all written or not at all
             with anyio.CancelScope(shield=True):

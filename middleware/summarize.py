@@ -632,6 +632,7 @@ class Summarize(Layer):
     default) commits the summary to the conversation, so later calls start from it and the
     summary is paid for once; ``persist=False`` rewrites only this call's request. A failed
     summary is reported (``SummaryFailed``) and the call goes on with the history as it was;
+    a summary that would not make the history smaller counts as a failed one (refused);
     after ``max_failures`` consecutive failures the layer stops trying for the session (0:
     never stops), and a success resets the count. As a pressure policy (``relieve``) it
     summarizes whatever the trigger says, reports failure in ``Relief.detail["failed"]``,
@@ -702,6 +703,11 @@ class Summarize(Layer):
             new, stats = await summarize_history(
                 messages, self.summarizer, ctx, self.keep_recent, counter=counter
             )
+            if stats.changed and stats.tokens_freed <= 0:
+                raise SummarizationError(
+                    f"the summary of {stats.summarized} messages would not shrink the history "
+                    f"({stats.tokens_before} tokens before, {stats.tokens_after} after); refused"
+                )
         except SummarizationError as exc:
             breaker.failures += 1
             ctx.emit(

@@ -319,6 +319,39 @@ class TestCancellation:
         assert last.is_error and "cancelled" in last.content
         assert last.metadata["tinyctx"]["synthetic"] == "cancelled"
 
+    async def test_a_tool_cancelled_while_running_is_answered_interrupted(self) -> None:
+        """The call that had started says "interrupted while running"; later calls "not run"."""
+        started = anyio.Event()
+
+        async def slow(arguments: Any) -> str:
+            started.set()
+            await anyio.sleep_forever()
+            return "never"
+
+        tool = FakeTool("t", returns=slow)
+        agent = Agent(
+            model=ScriptedModel([reply("", call("t", id="c_a"), call("t", id="c_b"))]),
+            tools=[tool.tool],
+        )
+        async with Session(agent) as session:
+            async with anyio.create_task_group() as group:
+
+                async def stop_when_started() -> None:
+                    await started.wait()
+                    group.cancel_scope.cancel()
+
+                group.start_soon(stop_when_started)
+                await session.run("go")
+            messages = session.conversation_messages
+        check_pairing(messages, allow_pending=False)
+        running, never = messages[-2:]
+        assert isinstance(running, ToolResult) and isinstance(never, ToolResult)
+        assert running.tool_call_id == "c_a"
+        assert running.is_error and running.content.startswith("[interrupted while running:")
+        assert "not run" not in running.content
+        assert running.metadata["tinyctx"]["synthetic"] == "interrupted"
+        assert never.tool_call_id == "c_b" and never.content.startswith("[not run:")
+
     async def test_cancel_from_outside_stops_a_hanging_tool_wait_at_the_next_checkpoint(
         self,
     ) -> None:

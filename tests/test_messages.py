@@ -85,6 +85,33 @@ class TestMessageValues:
             build()
 
 
+class TestToolCallArguments:
+    """A ToolCall's arguments are JSON, checked when the call is built."""
+
+    @pytest.mark.parametrize(
+        ("arguments", "where"),
+        [
+            ({"when": object()}, "'when'"),
+            ({"paths": ["a", float("inf")]}, "'paths'"),
+            ({"blob": b"bytes"}, "'blob'"),
+            ({"nested": {"deep": {"x": 1j}}}, "'nested'"),
+            ({"keys": {1: "int key"}}, "'keys'"),
+        ],
+    )
+    def test_a_non_json_argument_fails_when_built_naming_call_and_argument(
+        self, arguments: dict[str, object], where: str
+    ) -> None:
+        """The error names the call id, the tool and the argument at construction."""
+        with pytest.raises(TypeError, match=f"ToolCall 'c7' \\(read\\): argument {where}"):
+            ToolCall("c7", "read", arguments)
+
+    def test_json_arguments_are_accepted_and_frozen(self) -> None:
+        """Every JSON value (nested lists, objects, numbers, null) builds a call."""
+        args = {"a": [1, 2.5, None, True, "s"], "b": {"c": {"d": []}}}
+        call = ToolCall("c1", "t", args)
+        assert call.arguments["b"]["c"]["d"] == ()
+
+
 class TestPairing:
     """check_pairing names the first orphan; generated histories always pass."""
 

@@ -503,6 +503,36 @@ class TestFaultInjection:
             "User preference: I never drink coffee.",
         ]
 
+    @pytest.mark.parametrize(
+        "returned",
+        ["I prefer tea.", {"a note": 1, "another": 2}, 42, ["ok", 3]],
+        ids=["str", "dict", "int", "mixed"],
+    )
+    async def test_a_bad_extractor_return_is_a_clear_error_and_writes_nothing(
+        self, returned: object
+    ) -> None:
+        """An extractor must return a sequence of str: anything else fails, nothing stored."""
+
+        class Bad:
+            name = "bad"
+
+            async def extract(self, job: ExtractionJob, ctx: RunContext[Any]) -> Any:
+                await anyio.lowlevel.checkpoint()
+                return returned
+
+        store = MemoryStore()
+        layer = memory(store, extractor=Bad())
+        model = ScriptedModel([reply("a", usage=(100, 0))])
+        with capture_events() as events:
+            async with Session(Agent(model=model, middleware=[layer])) as s:
+                await s.run("I prefer tea.")
+                await settle(s)
+                counters = layer.counters(s.ctx)
+                assert (counters.failures, counters.extractions) == (1, 0)
+        assert await notes_of(store, s.ctx.thread_id) == []
+        (failed,) = of_kind(events, "session_memory.failed")
+        assert "Bad.extract must return a list or tuple of str" in failed.error
+
     async def test_a_hanging_extractor_is_cancelled_when_the_session_ends(self) -> None:
         store = MemoryStore()
         gate = Gate(["never"])
@@ -578,7 +608,9 @@ class TestFaultInjection:
             async with Session(Agent(model=ScriptedModel(["a"]), middleware=[layer])) as s:
                 await s.run("x")
         (failed,) = of_kind(events, "session_memory.failed")
-        assert failed.error.startswith("TypeError: an extractor must return strings")
+        assert failed.error.startswith(
+            "TypeError: Wrong.extract must return a list or tuple of str, but item 1 is int"
+        )
         assert await notes_of(store, s.ctx.thread_id) == []
 
     async def test_no_room_for_a_child_context_starts_nothing_and_says_why(self) -> None:
@@ -960,6 +992,44 @@ class TestRuleExtractor:
             UserMessage("Do I prefer tea?"),
         )
         assert await RuleExtractor().extract(job, None) == []  # type: ignore[arg-type]
+
+    async def test_cleared_truncated_summaries_and_synthetic_are_never_notes(self) -> None:
+        """Placeholders, cut results, summaries and synthetic answers are no source of facts."""
+        from tinyctx.middleware import summarize_history
+        from tinyctx.middleware.microcompact import microcompact_history
+        from tinyctx.middleware.summarize import ExtractiveSummarizer
+        from tinyctx.middleware.tool_result_budget import budget_history
+
+        turns: list[Message] = [UserMessage("Look things up.")]
+        for index in range(3):
+            turns.append(AssistantMessage("", (call("read", id=f"r{index}", path="a"),)))
+            body = f"line {index}: the sky is green\n" + "detail " * 60
+            turns.append(ToolResult(f"r{index}", body, "read"))
+        turns.append(AssistantMessage("Done."))
+        cleared, _ = microcompact_history(tuple(turns), keep_recent=1)
+        texts = [m.text for m in cleared if isinstance(m, ToolResult)]
+        assert "[Old tool result content cleared]" in texts
+        truncated, _ = budget_history(
+            [
+                AssistantMessage("", (call("read", id="t1"),)),
+                ToolResult("t1", "line x: huge output " + "x" * 500, "read"),
+            ],
+            64,
+        )
+        ctx = RunContext.new()
+        long_history = (*turns, *(UserMessage(f"I prefer option {i}.") for i in range(12)))
+        summarized, stats = await summarize_history(
+            long_history, ExtractiveSummarizer(max_tokens=200), ctx, keep_recent=2
+        )
+        assert stats.changed
+        (summary,) = [m for m in summarized if "summary" in m.metadata.get("tinyctx", {})]
+        synthetic = ToolResult("s1", "[not run]", "read", metadata={"tinyctx": {"synthetic": "x"}})
+        extractor = RuleExtractor(max_bullets=50)
+        bullets = extractor.candidates((*cleared, *truncated, summary, synthetic))
+        assert "From read: line 2: the sky is green" in bullets  # the one kept verbatim
+        assert not [b for b in bullets if "cleared" in b or "truncated" in b or "huge" in b]
+        assert not [b for b in bullets if "line 0" in b or "line 1" in b or "[not run]" in b]
+        assert not [b for b in bullets if "option" in b]  # only in the summary
 
     async def test_long_sentences_are_clipped(self) -> None:
         job = _job(UserMessage("I prefer " + "very " * 100 + "long answers."))

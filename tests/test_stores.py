@@ -89,6 +89,15 @@ class TestStoreContract:
         with pytest.raises(ValueError, match="limit"):
             await store.notes("ns", limit=-1)
 
+    async def test_limit_zero_returns_no_notes(self, store: Store) -> None:
+        """notes(limit=0) asks for none and gets none; only limit=None means every note."""
+        for index in range(3):
+            await store.append_note("ns", f"n{index}")
+        assert await store.notes("ns", limit=0) == []
+        assert len(await store.notes("ns", limit=None)) == 3
+        with pytest.raises(ValueError, match="integer >= 0"):
+            await store.notes("ns", limit=-5)
+
     async def test_append_notes_is_one_batch_with_consecutive_seqs(self, store: Store) -> None:
         await store.append_note("ns", "before")
         notes = await append_notes(store, "ns", ["a", "b", "c"], metadata={"batch": 1})

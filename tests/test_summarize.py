@@ -493,6 +493,25 @@ class TestSummarizeLayer:
         assert (failed.consecutive_failures, failed.disabled) == (1, False)
         assert not [e for e in events if isinstance(e, SummaryApplied)]
 
+    async def test_a_summary_that_does_not_shrink_the_history_is_refused(self) -> None:
+        """A long summary is a SummaryFailed: history and request stay as they were."""
+        history = long_history()
+        ctx = RunContext.new(conversation=Conversation(history))
+        request = ModelRequest(messages=ctx.conversation.messages)
+        model = ScriptedModel(["ok"], repeat_last=True)
+        huge = Fixed("an endless summary " * 5000)
+        layer = Summarize(huge, trigger_tokens=100, keep_recent=6)
+        with capture_events() as events:
+            await run_layer(layer, request, ctx, model)
+        assert huge.seen  # it was asked
+        assert model.requests[0] is request
+        assert ctx.conversation.messages is request.messages
+        assert ctx.conversation.queued_events == 0
+        (failed,) = [e for e in events if isinstance(e, SummaryFailed)]
+        assert "would not shrink the history" in failed.error
+        assert failed.consecutive_failures == 1
+        assert not [e for e in events if isinstance(e, SummaryApplied)]
+
     async def test_after_three_failures_it_stops_trying_and_a_success_resets(self) -> None:
         failing = Failing()
         layer = Summarize(failing, trigger_tokens=100, keep_recent=6, persist=False)

@@ -342,6 +342,33 @@ class TestInjection:
         assert "private_data" not in result.content
         assert [e.kind for e in events] == ["tool.failed"]
 
+    async def test_a_quoted_injected_hint_resolves_like_the_unquoted_one(self) -> None:
+        """`ctx: Injected['RunContext']` injects the run context, not the app's data."""
+        seen: dict[str, Any] = {}
+
+        @tool
+        async def quoted(
+            q: str,
+            ctx: Injected["RunContext[Any]"],  # noqa: UP037 (the quotes are the case)
+            cfg: Injected["RunConfig"],  # noqa: UP037
+        ) -> str:
+            seen.update(ctx=ctx, cfg=cfg)
+            return q
+
+        ctx = RunContext.new(data=AppData("ada"), tools=[quoted])
+        assert await quoted.invoke({"q": "hi"}, ctx) == "hi"
+        assert seen["ctx"] is ctx
+        assert seen["cfg"] is ctx.config
+        assert [i.source for i in quoted.injections] == ["context", "config"]
+
+    def test_an_unresolvable_forward_reference_fails_at_definition(self) -> None:
+        """A quoted hint naming nothing importable is a SchemaError naming the parameter."""
+        with pytest.raises(SchemaError, match="'ctx'.*NoSuchContext"):
+
+            @tool
+            async def broken(ctx: Injected["NoSuchContext"]) -> str:  # type: ignore[name-defined]  # noqa: F821, UP037
+                return ""
+
     def test_injection_spelling_errors_fail_at_definition(self) -> None:
         with pytest.raises(SchemaError, match="Inject\\(store=...\\) needs a Store annotation"):
 

@@ -552,6 +552,7 @@ class Session(Generic[Data]):
 
     async def _run_tools(self, state: _RunState, calls: tuple[ToolCall, ...]) -> None:
         ctx = state.ctx
+        running: ToolCall | None = None
         try:
             for index, call in enumerate(calls):
                 await self._checkpoint(state, "before_tool", calls[index:])
@@ -560,7 +561,9 @@ class Session(Generic[Data]):
                     ctx.emit(LimitHit, limit="max_tool_calls", value=limit, scope="run")
                     raise LimitExceeded("max_tool_calls", limit)
                 started = time.perf_counter()
+                running = call
                 result = await self.agent.tool_onion(call, ctx)
+                running = None
                 state.tool_calls += 1
                 if not isinstance(result, ToolResult) or result.tool_call_id != call.id:
                     raise TinyCtxError(
@@ -578,8 +581,12 @@ class Session(Generic[Data]):
         except (Interrupted, _Finished):
             raise
         except BaseException as exc:
-            # whatever failed, no call is left without a result (queued: no awaiting here)
-            self._answer_pending_now(state, f"[not run: the run ended with {type(exc).__name__}]")
+            # whatever failed, no call is left without a result (queued: no awaiting here);
+            # the one that had started may have had effects, so it is not said to have not run
+            why = f"the run ended with {type(exc).__name__}"
+            self._answer_pending_now(
+                state, f"[not run: {why}]", running, f"[interrupted while running: {why}]"
+            )
             raise
         await self._checkpoint(state, "after_tools")
 
@@ -664,9 +671,21 @@ class Session(Generic[Data]):
         ctx.emit(ControlApplied, control=control.kind, detail=control.detail)
         self._finish(state, "stopped", control.text)
 
-    def _answer_pending_now(self, state: _RunState, content: str) -> None:
+    def _answer_pending_now(
+        self,
+        state: _RunState,
+        content: str,
+        running: ToolCall | None = None,
+        running_content: str = "",
+    ) -> None:
         ctx = state.ctx
         results = answer_pending(ctx.conversation.messages, content, reason="failed")
+        if running is not None:
+            meta = {"tinyctx": {"synthetic": "interrupted"}}
+            interrupted = ToolResult.for_call(
+                running, running_content, is_error=True, metadata=meta
+            )
+            results = tuple(interrupted if r.tool_call_id == running.id else r for r in results)
         for result in results:
             ctx.conversation.add(result)
             state.added.append(result)

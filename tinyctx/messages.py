@@ -8,6 +8,7 @@ separating a call from its result.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, Self
 
@@ -55,13 +56,53 @@ def _nonempty_str(instance: object, attribute: Any, value: Any) -> None:
         raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
 
 
+def _json_problem(value: Any) -> str | None:
+    """Why a (frozen) value is not JSON, or None when it is."""
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return None
+    if t is float:
+        return None if math.isfinite(value) else f"the float {value!r} is not finite"
+    if isinstance(value, tuple):
+        for item in value:
+            problem = _json_problem(item)
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"the object key {key!r} is a {type(key).__name__}, not a str"
+            problem = _json_problem(item)
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, (int, float)):  # int and float subclasses (enums...) stay numbers
+        return None
+    return f"a {t.__name__} is not a JSON value"
+
+
+def _json_arguments(instance: ToolCall, attribute: Any, value: FrozenDict[str, Any]) -> None:
+    for name, argument in value.items():
+        problem = _json_problem({name: argument})
+        if problem is not None:
+            raise TypeError(
+                f"ToolCall {instance.id!r} ({instance.name}): argument {name!r} is not JSON: "
+                f"{problem}; arguments must be JSON values (str, int, float, bool, None, "
+                "lists and objects with str keys)"
+            )
+
+
 @frozen(cache_hash=True)
 class ToolCall:
-    """One function call the model asked for. ``arguments`` is deep-frozen JSON."""
+    """One function call the model asked for. ``arguments`` is deep-frozen JSON, checked
+    when the call is built (a non-JSON value is a TypeError naming the call and argument)."""
 
     id: str = field(validator=_nonempty_str)
     name: str = field(validator=_nonempty_str)
-    arguments: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
+    arguments: FrozenDict[str, Any] = field(
+        default=EMPTY, converter=frozen_mapping, validator=_json_arguments
+    )
     invalid_arguments: str | None = field(default=None, kw_only=True)
     """Raw argument text the model produced that was not a JSON object, if any."""
 

@@ -67,7 +67,10 @@ class Store(Protocol):
         self, namespace: str, text: str, *, metadata: Mapping[str, Any] | None = None
     ) -> Note: ...
 
-    async def notes(self, namespace: str, *, limit: int | None = None) -> list[Note]: ...
+    async def notes(self, namespace: str, *, limit: int | None = None) -> list[Note]:
+        """Notes in ``seq`` order; ``limit`` keeps the newest ``limit`` (0: none, None: all;
+        a negative limit is a ValueError)."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -162,7 +165,9 @@ class MemoryStore:
         _check_limit(limit)
         await anyio.lowlevel.checkpoint()
         notes = self._notes.get(namespace, [])
-        return list(notes[-limit:] if limit else notes)
+        if limit is None:
+            return list(notes)
+        return notes[-limit:] if limit else []
 
     async def aclose(self) -> None:
         await anyio.lowlevel.checkpoint()
@@ -543,10 +548,13 @@ class SqliteStore:
     async def notes(self, namespace: str, *, limit: int | None = None) -> list[Note]:
         """Notes in ``seq`` order; with ``limit``, only the newest ``limit`` of them."""
         _check_limit(limit)
+        if limit == 0:
+            await anyio.lowlevel.checkpoint()
+            return []
 
         def notes(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             columns = "SELECT seq, text, created_at, metadata FROM tinyctx_notes"
-            if not limit:
+            if limit is None:
                 query = f"{columns} WHERE namespace = ? ORDER BY seq"
                 return conn.execute(query, (namespace,)).fetchall()
             query = f"{columns} WHERE namespace = ? ORDER BY seq DESC LIMIT ?"

@@ -400,6 +400,42 @@ def _split_marker(annotation: Any) -> tuple[Inject | None, Any, bool]:
     return None, annotation, False
 
 
+def _has_forward_ref(tp: Any) -> bool:
+    if isinstance(tp, (str, typing.ForwardRef)):
+        return True
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is Annotated:
+        args = args[:1]  # the metadata is not a type
+    return any(_has_forward_ref(a) for a in args)
+
+
+def _resolve_hint(annotation: Any, fn: Callable[..., Any], where: str) -> Any:
+    """``annotation`` with quoted forward references (``Injected['RunContext']``) resolved
+    in ``fn``'s module, as the unquoted hint would be; a SchemaError naming ``where`` when
+    one cannot be resolved."""
+    if not _has_forward_ref(annotation):
+        return annotation
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    target = inspect.unwrap(target)
+    globalns = getattr(target, "__globals__", None)
+    if globalns is None:
+        globalns = getattr(inspect.getmodule(target), "__dict__", {})
+
+    def holder() -> None: ...
+
+    holder.__annotations__ = {"hint": annotation}
+    try:
+        return typing.get_type_hints(holder, globalns=globalns, include_extras=True)["hint"]
+    except Exception as exc:
+        raise SchemaError(
+            f"{where}: cannot resolve the forward reference in {annotation!r} "
+            f"({type(exc).__name__}: {exc}); a quoted type must be importable from the "
+            "function's module"
+        ) from None
+
+
 def _strip_none(tp: Any) -> tuple[Any, bool]:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if (origin is typing.Union or origin is types.UnionType) and _NONE_TYPE in args:
@@ -570,6 +606,7 @@ def _function_tool(
                 "to a model; name every parameter"
             )
         annotation = Any if p.annotation is p.empty else p.annotation
+        annotation = _resolve_hint(annotation, fn, f"tool {name!r}: parameter {p.name!r}")
         try:
             injection = injection_for(p.name, annotation)
         except SchemaError as exc:
