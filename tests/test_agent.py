@@ -20,6 +20,7 @@ from tinyctx import (
     ModelCall,
     ModelRequest,
     ModelResponse,
+    PairingError,
     RunCancelled,
     RunConfig,
     RunContext,
@@ -135,6 +136,63 @@ class TestToolUsingRun:
         async with Session(Agent(model=model, tools=[tool])) as session:
             result = await session.run("go")
         assert result.messages[2].text == '{"n": 1, "items": ["a", "b"]}'
+
+
+class TestInvalidText:
+    """Text entering from outside (input, model output, tool results) is valid Unicode."""
+
+    async def test_lone_surrogates_become_replacement_characters(self) -> None:
+        """A lone surrogate anywhere outside text comes in becomes U+FFFD; pairs are joined."""
+        tool = FakeTool("t", returns="r\udc80sult")
+        model = ScriptedModel(
+            [reply("thinking \ud800", call("t", id="c1", q="caf\udce9")), "fin\udfff"]
+        )
+        async with Session(Agent(model=model, tools=[tool.tool])) as session:
+            result = await session.run("caf\udce9 and \ud83d\ude00")
+            messages = session.conversation_messages
+        user, assistant, tool_result, final = messages
+        assert user.text == "caf\ufffd and \U0001f600"
+        assert isinstance(assistant, AssistantMessage)
+        assert assistant.content == "thinking \ufffd"
+        assert assistant.tool_calls[0].arguments == {"q": "caf\ufffd"}
+        assert tool_result.text == "r\ufffdsult" and final.text == "fin\ufffd"
+        assert result.final_text == "fin\ufffd"
+        for message in messages:
+            message.text.encode("utf-8")  # never raises
+
+
+class TestReusedCallIds:
+    """A call id already used in the thread is renamed as it enters history."""
+
+    async def test_a_reused_id_gets_a_fresh_one_and_its_result_follows(self) -> None:
+        """call_0 every turn: ids stay unique, results answer the renamed calls."""
+        tool = FakeTool("t", returns="fine")
+        model = ScriptedModel([reply("", call("t", id="call_0")) for _ in range(3)] + ["done"])
+        async with Session(Agent(model=model, tools=[tool.tool])) as session:
+            result = await session.run("go")
+            messages = session.conversation_messages
+        check_pairing(messages, allow_pending=False)
+        assistants = [m for m in messages if isinstance(m, AssistantMessage) and m.tool_calls]
+        ids = [m.tool_calls[0].id for m in assistants]
+        assert ids == ["call_0", "call_0_r2", "call_0_r3"]
+        assert "renamed_ids" not in assistants[0].metadata.get("tinyctx", {})
+        assert assistants[1].metadata["tinyctx"]["renamed_ids"] == {"call_0_r2": "call_0"}
+        answered = [m.tool_call_id for m in messages if isinstance(m, ToolResult)]
+        assert answered == ids
+        assert result.final_text == "done" and len(tool.calls) == 3
+
+    async def test_trim_oldest_works_under_pressure_with_reused_ids(self) -> None:
+        """A server reusing ids no longer ends in a misleading ContextLimitExceeded."""
+        from tinyctx.middleware import BudgetGuard, TrimOldest
+
+        tool = FakeTool("read", returns="x " * 300)
+        model = ScriptedModel([reply("", call("read", id="call_0")) for _ in range(8)] + ["done"])
+        guard = BudgetGuard(max_tokens=1200, policies=[TrimOldest(2)])
+        async with Session(Agent(model=model, tools=[tool.tool], middleware=[guard])) as session:
+            result = await session.run("go")
+        assert result.final_text == "done"
+        for request in model.requests:
+            check_pairing(request.messages, allow_pending=False)
 
 
 class TestControl:
@@ -535,6 +593,70 @@ class TestInputs:
             with pytest.raises(TypeError, match=r"input\[0\] must be a Message"):
                 await session.run(["bad"])  # type: ignore[list-item]
         assert [len(r.messages) for r in model.requests] == [1, 4, 5]
+
+    @pytest.mark.parametrize(
+        ("bad", "index", "call_id"),
+        [
+            ([UserMessage("hi"), ToolResult("nope", "dangling")], 1, "nope"),
+            (
+                [
+                    UserMessage("hi"),
+                    AssistantMessage("", (ToolCall("mid", "t"),)),
+                    UserMessage("and then?"),
+                ],
+                1,
+                "mid",
+            ),
+            (
+                [
+                    AssistantMessage("", (ToolCall("a", "t"), ToolCall("b", "t"))),
+                    ToolResult("a", "ok"),
+                    AssistantMessage("next"),
+                ],
+                0,
+                "b",
+            ),
+        ],
+        ids=["dangling-result", "unanswered-call", "half-answered"],
+    )
+    async def test_malformed_input_is_refused_before_anything_is_appended(
+        self, bad: list[Any], index: int, call_id: str
+    ) -> None:
+        """Input breaking the pairing rule raises PairingError naming index and id."""
+        model = ScriptedModel(["never"])
+        async with Session(Agent(model=model)) as session:
+            await session.ctx.conversation.append(UserMessage("earlier"))
+            with pytest.raises(PairingError, match=f"input\\[{index}\\].*{call_id!r}") as info:
+                await session.run(bad)
+            assert (info.value.index, info.value.tool_call_id) == (index, call_id)
+            assert session.conversation_messages == (UserMessage("earlier"),)
+        assert model.requests == []
+
+    async def test_malformed_input_is_refused_through_a_budget_guard_with_microcompact(
+        self,
+    ) -> None:
+        """The full compaction stack never forwards an orphan: the input check comes first."""
+        from tinyctx.middleware import BudgetGuard, Microcompact
+
+        model = ScriptedModel(["never"])
+        guard = BudgetGuard(max_tokens=200, policies=[Microcompact(keep_recent=1)])
+        agent = Agent(model=model, middleware=[guard])
+        async with Session(agent) as session:
+            with pytest.raises(PairingError, match="nope"):
+                await session.run([UserMessage("hi"), ToolResult("nope", "dangling")])
+            assert session.conversation_messages == ()
+        assert model.requests == []
+
+    async def test_input_may_answer_the_calls_an_abandoned_pause_left(self) -> None:
+        """A well-paired input after an unresumed interrupt runs normally."""
+        gate = FakeTool("gate", control=Interrupt("approve", "ok?"))
+        model = ScriptedModel([reply("", call("gate", id="g1")), "fine"])
+        async with Session(Agent(model=model, tools=[gate.tool])) as session:
+            with pytest.raises(Interrupted):
+                await session.run("go")
+            result = await session.run([UserMessage("skip that"), AssistantMessage("ok")])
+            check_pairing(session.conversation_messages, allow_pending=False)
+        assert result.final_text == "fine"
 
 
 class TestRunHooks:

@@ -16,10 +16,13 @@ from tinyctx import (
     Event,
     EventSink,
     Message,
+    PairingError,
     RunContext,
     Session,
     SubscriberFailed,
     SystemMessage,
+    ToolCall,
+    ToolResult,
     Usage,
     UserMessage,
 )
@@ -140,6 +143,23 @@ class TestConversation:
             await conversation.append(UserMessage("hi"), Usage(1, 2))
         assert seen == [(1, UserMessage("hi"), Usage(1, 2))]
         assert conversation.messages == (UserMessage("hi"),)
+
+    def test_replace_refuses_a_history_that_breaks_pairing(self) -> None:
+        """replace() checks the pairing rule and leaves the log alone on a violation."""
+        conversation = Conversation([UserMessage("hi")])
+        before = conversation.messages
+        with pytest.raises(PairingError, match="index 1.*'nope'") as info:
+            conversation.replace([UserMessage("hi"), ToolResult("nope", "dangling")])
+        assert (info.value.index, info.value.tool_call_id) == (1, "nope")
+        with pytest.raises(PairingError, match="'mid'"):
+            conversation.replace(
+                [AssistantMessage("", (ToolCall("mid", "t"),)), AssistantMessage("next")]
+            )
+        assert conversation.messages is before and conversation.queued_events == 0
+        # calls still waiting for their results at the end are allowed (a run in progress)
+        pending = [UserMessage("hi"), AssistantMessage("", (ToolCall("p", "t"),))]
+        conversation.replace(pending, emit_new=False)
+        assert conversation.messages == tuple(pending)
 
     async def test_exactly_once_flush_of_add_replace_and_add_message_event(self) -> None:
         conversation = Conversation([SystemMessage("s")])

@@ -29,6 +29,7 @@ from tinyctx import (
     ToolResult,
     Usage,
     UserMessage,
+    snap_boundary,
     tool,
 )
 from tinyctx.testing import FakeTool, ScriptedModel, call, reply
@@ -349,7 +350,8 @@ class TestMessageEventsInARun:
                 await conversation.append(UserMessage(f"appended {step}"))
                 conversation.add(SystemMessage(f"added {step}"))
                 history = conversation.messages
-                conversation.replace([SystemMessage(f"summary {step}"), *history[-3:]])
+                cut = snap_boundary(history, len(history) - 3)  # replace() checks pairing
+                conversation.replace([SystemMessage(f"summary {step}"), *history[cut:]])
                 restored = SystemMessage(f"restored {step}")
                 conversation.replace([restored, *conversation.messages], emit_new=False)
                 if step == 2:

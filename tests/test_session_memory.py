@@ -533,6 +533,26 @@ class TestFaultInjection:
         (failed,) = of_kind(events, "session_memory.failed")
         assert "Bad.extract must return a list or tuple of str" in failed.error
 
+    async def test_a_lone_surrogate_never_poisons_the_threads_memory(self, tmp_path: Path) -> None:
+        """'caf\\udce9' from the user: later facts are still stored on SQLite."""
+        async with SqliteStore(tmp_path / "memory.db") as store:
+            layer = memory(store)
+            model = ScriptedModel(["a", "b", "c"])
+            with capture_events() as events:
+                async with Session(Agent(model=model, middleware=[layer]), thread_id="t") as s:
+                    await s.run("I prefer caf\udce9 au lait.")
+                    await settle(s)
+                    await s.run("I prefer dark mode.")
+                    await settle(s)
+                    await s.run("I always use tabs.")
+                    await settle(s)
+            assert of_kind(events, "session_memory.failed") == []
+            assert await notes_of(store, "t") == [
+                "User preference: I prefer caf\ufffd au lait.",
+                "User preference: I prefer dark mode.",
+                "User preference: I always use tabs.",
+            ]
+
     async def test_a_hanging_extractor_is_cancelled_when_the_session_ends(self) -> None:
         store = MemoryStore()
         gate = Gate(["never"])

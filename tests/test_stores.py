@@ -89,6 +89,15 @@ class TestStoreContract:
         with pytest.raises(ValueError, match="limit"):
             await store.notes("ns", limit=-1)
 
+    async def test_a_lone_surrogate_in_a_note_is_made_valid_not_an_error(
+        self, store: Store
+    ) -> None:
+        """Both stores keep a note with a lone surrogate, as U+FFFD, and the batch with it."""
+        notes = await store.append_notes("ns", ["caf\udce9", "ok"])  # type: ignore[attr-defined]
+        await store.append_note("ns", "\ud800 alone")
+        assert [n.text for n in notes] == ["caf\ufffd", "ok"]
+        assert [n.text for n in await store.notes("ns")] == ["caf\ufffd", "ok", "\ufffd alone"]
+
     async def test_limit_zero_returns_no_notes(self, store: Store) -> None:
         """notes(limit=0) asks for none and gets none; only limit=None means every note."""
         for index in range(3):

@@ -4,6 +4,7 @@ the model -> context-window table."""
 from __future__ import annotations
 
 import gc
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,35 @@ class TestMemoization:
         gc.collect()
         assert counter.memo_size == 1
         assert counter.count_message(kept) == counter.count_message(UserMessage("kept"))
+
+    def test_a_counted_history_is_not_kept_alive(self) -> None:
+        """Finished sessions' histories are collectable: the memo holds only weak refs."""
+        counter = HeuristicCounter()
+        refs = []
+        for session in range(5):
+            history = tuple(UserMessage(f"s{session} m{i} " * 50) for i in range(20))
+            total = counter.count_messages(history)
+            assert counter.count_messages((*history, UserMessage("more"))) > total
+            refs += [weakref.ref(m) for m in history]
+            del history
+        live = (UserMessage("the next session"),)
+        counter.count_messages(live)  # only the history counted last is held strongly
+        gc.collect()
+        assert [r for r in refs if r() is not None] == []
+        assert counter.memo_size == 1
+
+    def test_the_prefix_fast_path_survives_and_stays_right(self) -> None:
+        """A grown history still costs only its new messages, with weak prefix entries."""
+        counter = SpyCounter()
+        history = tuple(UserMessage(f"message {i}") for i in range(50))
+        first = counter.count_messages(history)
+        counter.measured.clear()
+        grown = (*history, UserMessage("new"))
+        assert counter.count_messages(grown) == first + counter.count_message(grown[-1])
+        assert counter.measured == ["new"]
+        # the same first message, a different middle: counted right, not from the prefix
+        other = (history[0], UserMessage("x" * 400), *history[2:])
+        assert counter.count_messages(other) == sum(counter.count_message(m) for m in other)
 
     def test_tools_and_system_prompt_are_memoized(self) -> None:
         counter = SpyCounter()

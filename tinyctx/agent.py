@@ -38,6 +38,7 @@ from .errors import (
     ConfigError,
     Interrupted,
     LimitExceeded,
+    PairingError,
     RunCancelled,
     SessionBusy,
     TinyCtxError,
@@ -62,7 +63,11 @@ from .messages import (
     ToolResult,
     UserMessage,
     answer_pending,
+    call_ids,
+    check_pairing,
+    fresh_call_ids,
     pending_tool_calls,
+    valid_message,
 )
 from .model import ModelHandler, ModelRequest, ModelResponse, Usage
 from .tasks import BackgroundTasks
@@ -320,6 +325,8 @@ class Session(Generic[Data]):
         self._current: RunContext[Data] | None = None
         self._paused: Checkpoint | None = None
         self._closed = False
+        # tool call ids of the history (how many messages read, the last one, the ids)
+        self._ids_seen: tuple[int, Message | None, set[str]] = (0, None, set())
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -395,11 +402,13 @@ class Session(Generic[Data]):
         """Add ``input`` (text, a message or messages) and run until the run ends."""
         self._enter_run()
         try:
+            messages = _input_messages(input)
+            _check_input(self._base.conversation.messages, messages)
             if self._paused is not None:
                 await self._abandon_pause()
             ctx = self._base._for_run()
             state = _RunState(ctx, usage_before=Usage())
-            return await self._drive(state, "before_model", (), input=input, resumed=False)
+            return await self._drive(state, "before_model", (), input=messages, resumed=False)
         finally:
             self._busy = False
 
@@ -491,9 +500,15 @@ class Session(Generic[Data]):
             finally:
                 unsubscribe()
 
-    async def _append(self, state: _RunState, message: Message, usage: Usage | None = None) -> None:
+    async def _append(
+        self, state: _RunState, message: Message, usage: Usage | None = None
+    ) -> Message:
+        """Append ``message`` with its text made valid (lone surrogates from outside become
+        U+FFFD, so no store or encoder fails on it later); returns what was appended."""
+        message = valid_message(message)
         await state.ctx.conversation.append(message, usage)
         state.added.append(message)
+        return message
 
     # -- one model step --------------------------------------------------------------------
 
@@ -533,6 +548,8 @@ class Session(Generic[Data]):
         if usage is not None:
             ctx.usage.add(response.model or request.model, usage)
         message = response.message
+        if message.tool_calls:
+            message = fresh_call_ids(message, self._call_ids())
         ctx.emit(
             ModelCallFinished,
             model=response.model or request.model,
@@ -542,13 +559,25 @@ class Session(Generic[Data]):
             tool_calls=len(message.tool_calls),
             seconds=time.perf_counter() - started,
         )
-        await self._append(state, message, usage)
+        message = await self._append(state, message, usage)
         control = stronger(response.control, ctx.take_control())
         if control is not None:
             await self._apply(state, control, "after_model", message.tool_calls)
         if not message.tool_calls:
             self._finish(state, "completed", message.content)
         await self._run_tools(state, message.tool_calls)
+
+    def _call_ids(self) -> set[str]:
+        """Every call id used in the thread's history, kept up to date as it grows (a
+        rewritten history is read again)."""
+        messages = self._base.conversation.messages
+        seen, last, ids = self._ids_seen
+        if not (0 < seen <= len(messages) and messages[seen - 1] is last):
+            seen, ids = 0, set()
+        if seen < len(messages):
+            ids |= call_ids(messages[seen:])
+        self._ids_seen = (len(messages), messages[-1] if messages else None, ids)
+        return ids
 
     async def _run_tools(self, state: _RunState, calls: tuple[ToolCall, ...]) -> None:
         ctx = state.ctx
@@ -714,6 +743,27 @@ class Session(Generic[Data]):
                 events=tuple(state.events),
             )
         )
+
+
+def _check_input(history: tuple[Message, ...], messages: tuple[Message, ...]) -> None:
+    """The history after ``messages`` are added must keep the pairing rule with no call left
+    unanswered (the model is called next): else a PairingError naming ``input[i]`` and the
+    id, raised before anything is appended. Calls a pause left pending are about to be
+    answered as abandoned, so they count as answered."""
+    pending = {c.id for c in pending_tool_calls(history)}
+    if not messages and not pending:
+        return
+    start = len(history)
+    answered = answer_pending(history, SKIPPED_ON_ABANDON) if pending else ()
+    try:
+        check_pairing((*history, *answered, *messages), allow_pending=False)
+    except PairingError as exc:
+        index = exc.index - start - len(answered)
+        if index < 0:
+            raise
+        raise PairingError(
+            f"input[{index}]: {exc}", index=index, tool_call_id=exc.tool_call_id
+        ) from None
 
 
 def _input_messages(input: str | Message | Sequence[Message] | None) -> tuple[Message, ...]:

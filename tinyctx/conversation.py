@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
-from .messages import Message
+from .messages import Message, check_pairing
 from .model import Usage
 
 __all__ = ["Conversation", "MessageSubscriber"]
@@ -109,6 +109,10 @@ class Conversation:
     def replace(self, messages: Sequence[Message], *, emit_new: bool = True) -> None:
         """Replace the whole log (compaction, restore).
 
+        ``messages`` must keep the pairing rule (calls of the last assistant message may
+        still wait for their results): a violation is a PairingError naming the index and
+        the id, and the log is left as it was.
+
         With ``emit_new`` the messages that were not in the log before get queued events;
         restored or compacted history passes ``emit_new=False`` because storage already has
         those messages or a snapshot of them.
@@ -119,6 +123,7 @@ class Conversation:
                 raise TypeError(
                     f"messages[{index}] must be a Message, got {type(message).__name__}"
                 )
+        check_pairing(new)
         if emit_new:
             before = set(self._messages)
             self._queued.extend((m, None) for m in new if m not in before)

@@ -9,6 +9,7 @@ separating a call from its result.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, Self
 
@@ -34,6 +35,12 @@ __all__ = [
     "tool_turns",
     "ToolTurn",
     "answer_pending",
+    "RENAMED_IDS",
+    "call_ids",
+    "fresh_call_ids",
+    "with_renamed_ids",
+    "valid_text",
+    "valid_message",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -178,6 +185,118 @@ class ToolResult(Message):
         metadata: Mapping[str, Any] | None = None,
     ) -> ToolResult:
         return cls(call.id, content, call.name, is_error, metadata=frozen_mapping(metadata))
+
+
+# ---------------------------------------------------------------------------------------
+# valid text
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode: a surrogate pair written as two code points is joined, a
+    lone surrogate (which no UTF-8 encoder accepts) becomes U+FFFD. The same string back
+    when it is already valid."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _valid_json(value: Any) -> Any:
+    if type(value) is str:
+        return valid_text(value)
+    if isinstance(value, tuple):
+        return tuple(_valid_json(v) for v in value)
+    if isinstance(value, Mapping):
+        return {valid_text(k): _valid_json(v) for k, v in value.items()}
+    return value
+
+
+def _valid_call(call: ToolCall) -> ToolCall:
+    arguments, invalid = call.arguments, call.invalid_arguments
+    fixed = _valid_json(arguments)
+    fixed_invalid = valid_text(invalid) if invalid is not None else None
+    if fixed == arguments and fixed_invalid is invalid:
+        return call
+    return attrs.evolve(call, arguments=fixed, invalid_arguments=fixed_invalid)
+
+
+def valid_message(message: Message) -> Message:
+    """``message`` with its text (content, tool call arguments) made valid by
+    :func:`valid_text`; the same object when it already is. The loop applies it to what
+    enters from outside: input, model output and tool results."""
+    changes: dict[str, Any] = {}
+    content = getattr(message, "content", None)
+    if isinstance(content, str):
+        fixed = valid_text(content)
+        if fixed is not content:
+            changes["content"] = fixed
+    if isinstance(message, AssistantMessage) and message.tool_calls:
+        calls = tuple(_valid_call(c) for c in message.tool_calls)
+        if any(a is not b for a, b in zip(calls, message.tool_calls, strict=True)):
+            changes["tool_calls"] = calls
+    return attrs.evolve(message, **changes) if changes else message
+
+
+# ---------------------------------------------------------------------------------------
+# reused tool call ids
+
+RENAMED_IDS = "renamed_ids"
+"""Key in ``metadata["tinyctx"]``: ``{new id: original id}`` of calls renamed because their
+id was already used (by the loop as a call enters history, by tinyctx.formats on reading)."""
+
+
+def with_renamed_ids(message: Message, mapping: Mapping[str, str]) -> Message:
+    """``message`` with the ids in ``mapping`` (``{new id: original id}``) renamed: an
+    assistant message's calls, or a tool result's ``tool_call_id``. The mapping is kept in
+    ``metadata["tinyctx"]["renamed_ids"]``."""
+    meta = dict(message.metadata)
+    own = dict(meta.get("tinyctx") or {})
+    own[RENAMED_IDS] = dict(mapping)
+    meta["tinyctx"] = own
+    if isinstance(message, AssistantMessage):
+        new_ids = {original: new for new, original in mapping.items()}
+        calls = tuple(
+            attrs.evolve(c, id=new_ids[c.id]) if c.id in new_ids else c for c in message.tool_calls
+        )
+        return attrs.evolve(message, tool_calls=calls, metadata=meta)
+    if not isinstance(message, ToolResult):
+        raise TypeError(f"only calls and results have ids to rename, not {message.role!r}")
+    (new_id,) = mapping
+    return attrs.evolve(message, tool_call_id=new_id, metadata=meta)
+
+
+def call_ids(messages: Iterable[Message]) -> set[str]:
+    """Every tool call id ``messages`` use, in calls and in results."""
+    used: set[str] = set()
+    for message in messages:
+        if isinstance(message, AssistantMessage):
+            used.update(c.id for c in message.tool_calls)
+        elif isinstance(message, ToolResult):
+            used.add(message.tool_call_id)
+    return used
+
+
+def fresh_call_ids(message: AssistantMessage, used: set[str]) -> AssistantMessage:
+    """``message`` with each call whose id is in ``used`` renamed ``<id>_r<n>`` (the first
+    such id not in ``used``; the original kept under ``renamed_ids``). ``used`` gains the
+    ids of the message as it returns it."""
+    mapping: dict[str, str] = {}
+    for call in message.tool_calls:
+        if call.id in used:
+            count = 2
+            while f"{call.id}_r{count}" in used:
+                count += 1
+            new_id = f"{call.id}_r{count}"
+            mapping[new_id] = call.id
+            used.add(new_id)
+        else:
+            used.add(call.id)
+    if not mapping:
+        return message
+    renamed = with_renamed_ids(message, mapping)
+    assert isinstance(renamed, AssistantMessage)
+    return renamed
 
 
 # ---------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from attrs import field, frozen
 
 from .errors import ConfigError, TinyCtxError
 from .frozen import EMPTY, FrozenDict, frozen_mapping, thaw
+from .messages import valid_text
 
 __all__ = [
     "Store",
@@ -135,6 +136,7 @@ class MemoryStore:
     async def append_note(
         self, namespace: str, text: str, *, metadata: Mapping[str, Any] | None = None
     ) -> Note:
+        (text,) = _note_texts((text,))
         async with self._lock:
             notes = self._notes.setdefault(namespace, [])
             note = Note(namespace, len(notes) + 1, text, time.time(), frozen_mapping(metadata))
@@ -214,7 +216,7 @@ def _note_texts(texts: Sequence[object]) -> tuple[str, ...]:
     result: list[str] = []
     for index, text in enumerate(texts):
         if isinstance(text, str):
-            result.append(text)
+            result.append(valid_text(text))
         else:
             kind = type(text).__name__
             raise TypeError(f"append_notes: texts[{index}] must be a str, got {kind}")

@@ -26,6 +26,7 @@ import re
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import islice
+from operator import call as _call
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .errors import ConfigError
@@ -137,7 +138,9 @@ class MemoCounter:
       oldest half forgotten when full;
     - per history prefix: the total of the last history that started with the same first
       message, so a history that only grew costs a prefix comparison plus the new messages
-      (the 64 most recent histories are remembered);
+      (the 64 most recent histories are remembered by weak references, and only the one
+      counted last strongly: a shared counter keeps no finished session's history alive
+      once another history is counted);
     - per tool list (by identity) and per system prompt (by value).
     """
 
@@ -165,7 +168,10 @@ class MemoCounter:
         self._max_memo = max_memo
         self._counts: dict[int, int] = {}
         self._alive: dict[int, _KeyedRef] = {}
-        self._prefix: dict[int, tuple[tuple[Message, ...], int]] = {}
+        # first message's id -> weak refs to a counted history and its total; only the
+        # history counted last is held strongly (re-counting it is one identity check)
+        self._prefix: dict[int, tuple[tuple[_KeyedRef, ...], int]] = {}
+        self._hot: tuple[tuple[Message, ...], int] | None = None
         self._tools: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
         self._texts: dict[str, int] = {}
 
@@ -194,6 +200,7 @@ class MemoCounter:
         self._counts.clear()
         self._alive.clear()
         self._prefix.clear()
+        self._hot = None
         self._tools.clear()
         self._texts.clear()
 
@@ -228,6 +235,8 @@ class MemoCounter:
         if self._alive.get(ref.key) is ref:
             del self._alive[ref.key]
             self._counts.pop(ref.key, None)
+            # a history whose first message is gone is never counted again
+            self._prefix.pop(ref.key, None)
 
     def count_message(self, message: Message) -> int:
         count = self._counts.get(id(message))
@@ -259,25 +268,48 @@ class MemoCounter:
             messages = tuple(messages)
         if not messages:
             return 0
+        hot = self._hot
+        if hot is not None and hot[0] is messages:
+            return hot[1]
+        total = self._count_history(messages)
+        self._hot = (messages, total)
+        return total
+
+    def _count_history(self, messages: tuple[Message, ...]) -> int:
         key = id(messages[0])
-        entry = self._prefix.get(key)
+        prefix = self._prefix
+        entry = prefix.get(key)
         if entry is not None:
-            seen, total = entry
-            if seen is messages:
-                return total
-            k = len(seen)
-            if len(messages) >= k and messages[k - 1] is seen[-1] and messages[:k] == seen:
+            refs, total = entry
+            k = len(refs)
+            if (
+                len(messages) >= k
+                and messages[k - 1] is refs[-1]()
+                and tuple(map(_call, refs)) == messages[:k]
+            ):
                 # equal messages have equal counts, so the remembered total still holds
-                if len(messages) > k:
-                    total += self._sum(messages[k:])
-                self._prefix[key] = (messages, total)
+                if len(messages) == k:
+                    return total
+                total += self._sum(messages[k:])
+                grown = self._refs(messages, k)
+                if grown is not None:
+                    prefix[key] = (refs + grown, total)
                 return total
         total = self._sum(messages)
-        prefix = self._prefix
-        if key not in prefix and len(prefix) >= 64:
-            del prefix[next(iter(prefix))]
-        prefix[key] = (messages, total)
+        refs = self._refs(messages, 0)
+        if refs is not None:
+            if key not in prefix and len(prefix) >= 64:
+                del prefix[next(iter(prefix))]
+            prefix[key] = (refs, total)
         return total
+
+    def _refs(self, messages: tuple[Message, ...], start: int) -> tuple[_KeyedRef, ...] | None:
+        """The memo's weak references to ``messages[start:]`` (None if one was evicted)."""
+        alive = self._alive
+        try:
+            return tuple(map(alive.__getitem__, map(id, messages[start:])))
+        except KeyError:
+            return None
 
     # -- tools, system prompt, request ---------------------------------------------------
 

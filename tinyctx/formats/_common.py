@@ -26,7 +26,16 @@ import attrs
 
 from ..errors import PairingError, TinyCtxError
 from ..frozen import EMPTY, FrozenDict, freeze, frozen_mapping, thaw
-from ..messages import AssistantMessage, Message, ToolCall, ToolResult, check_pairing
+from ..messages import (
+    RENAMED_IDS,
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    call_ids,
+    check_pairing,
+    with_renamed_ids,
+)
 
 __all__ = [
     "EXTENSION_KEY",
@@ -424,27 +433,6 @@ def check_read_pairing(messages: Sequence[Message], origins: Sequence[int], *, f
 # ---------------------------------------------------------------------------------------
 # reused tool call ids
 
-RENAMED_IDS: Final = "renamed_ids"
-"""Key in ``metadata["tinyctx"]``: ``{new id: id in the file}`` of calls renamed on reading."""
-
-
-def _renamed(message: Message, mapping: Mapping[str, str]) -> Message:
-    meta = dict(message.metadata)
-    own = dict(meta.get("tinyctx") or {})
-    own[RENAMED_IDS] = dict(mapping)
-    meta["tinyctx"] = own
-    if isinstance(message, AssistantMessage):
-        calls = tuple(
-            attrs.evolve(c, id=next(n for n, o in mapping.items() if o == c.id))
-            if c.id in mapping.values()
-            else c
-            for c in message.tool_calls
-        )
-        return attrs.evolve(message, tool_calls=calls, metadata=meta)
-    assert isinstance(message, ToolResult)
-    (new_id,) = mapping
-    return attrs.evolve(message, tool_call_id=new_id, metadata=meta)
-
 
 def unique_call_ids(messages: Sequence[Message]) -> list[Message]:
     """``messages`` with a call id that an earlier call already used renamed (``<id>_r<n>``),
@@ -454,12 +442,7 @@ def unique_call_ids(messages: Sequence[Message]) -> list[Message]:
     result to be one unit, so ids must be unique in a history. The file's id is kept in
     ``metadata["tinyctx"]["renamed_ids"]`` and the writers put it back.
     """
-    used: set[str] = set()
-    for message in messages:
-        if isinstance(message, AssistantMessage):
-            used.update(c.id for c in message.tool_calls)
-        elif isinstance(message, ToolResult):
-            used.add(message.tool_call_id)
+    used = call_ids(messages)
     seen: set[str] = set()
     latest: dict[str, str] = {}
     counts: dict[str, int] = {}
@@ -481,12 +464,14 @@ def unique_call_ids(messages: Sequence[Message]) -> list[Message]:
                 else:
                     latest[call.id] = call.id
                 seen.add(call.id)
-            out.append(_renamed(message, mapping) if mapping else message)
+            out.append(with_renamed_ids(message, mapping) if mapping else message)
         elif (
             isinstance(message, ToolResult)
             and latest.get(message.tool_call_id, message.tool_call_id) != message.tool_call_id
         ):
-            out.append(_renamed(message, {latest[message.tool_call_id]: message.tool_call_id}))
+            out.append(
+                with_renamed_ids(message, {latest[message.tool_call_id]: message.tool_call_id})
+            )
         else:
             out.append(message)
     return out
