@@ -559,7 +559,9 @@ class Session(Generic[Data]):
             tool_calls=len(message.tool_calls),
             seconds=time.perf_counter() - started,
         )
-        message = await self._append(state, message, usage)
+        appended = await self._append(state, message, usage)
+        assert isinstance(appended, AssistantMessage)
+        message = appended
         control = stronger(response.control, ctx.take_control())
         if control is not None:
             await self._apply(state, control, "after_model", message.tool_calls)

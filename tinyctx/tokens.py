@@ -296,11 +296,11 @@ class MemoCounter:
                     prefix[key] = (refs + grown, total)
                 return total
         total = self._sum(messages)
-        refs = self._refs(messages, 0)
-        if refs is not None:
+        weak = self._refs(messages, 0)
+        if weak is not None:
             if key not in prefix and len(prefix) >= 64:
                 del prefix[next(iter(prefix))]
-            prefix[key] = (refs, total)
+            prefix[key] = (weak, total)
         return total
 
     def _refs(self, messages: tuple[Message, ...], start: int) -> tuple[_KeyedRef, ...] | None:
