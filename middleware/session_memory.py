@@ -27,8 +27,15 @@ never extract; an extraction already running when they are disabled still finish
 
 **Extraction.** At the end of a run that produced a result, the layer ticks a turn and,
 when ``should_extract()``, starts the extraction with ``ctx.spawn``: the run returns
-without waiting. The extractor gets a child context of the run (tag
-``session_memory.extraction``, its own empty conversation, linked cancellation) and the
+without waiting. A run whose thresholds are met while an extraction is in progress queues
+one (``session_memory.queued``; several such runs queue one, over the newest history): it
+starts in the same background task as soon as the running one ends, so the last facts of
+a session are extracted too, and leaving the session waits for the queue within its grace
+period. A queue cut off by the grace period stays pending (:meth:`SessionMemory.pending`).
+The extractor gets a child context of the run (tag
+``session_memory.extraction``, its own empty conversation, linked cancellation, and the
+filtered context view the run's model calls had at this layer, so a field an enclosing
+``Inherit`` policy excluded never reaches it: place ``Inherit`` outside this layer) and the
 new part of the conversation; its bullets are de-duplicated against the newest
 ``scan_notes`` stored notes and written in one atomic batch (shielded from cancellation once
 started, so a note batch is all written or not at all). An extractor that raises, or is
@@ -90,6 +97,7 @@ from tinyctx.events import EventLevel
 from tinyctx.stores import Note, append_notes
 from tinyctx.tokens import TokenCounter
 
+from .context_view import VIEW_GLOBAL_KEY, VIEW_KEY, VIEW_STEP_KEY
 from .extractors import (
     ExtractionJob,
     Extractor,
@@ -112,10 +120,15 @@ __all__ = [
     "MemoryExtractionCompleted",
     "MemoryExtractionFailed",
     "MemoryExtractionSkipped",
+    "MemoryExtractionQueued",
     "MemoryLoaded",
     "MemoryLoadFailed",
     "MemoryToggled",
 ]
+
+VIEW_CARRIERS = (VIEW_KEY, VIEW_GLOBAL_KEY, VIEW_STEP_KEY)
+"""``configurable`` keys of a materialized context view (raw tiers shadowed) that an
+extraction takes over from the run's model calls."""
 
 EXTRACTION_TAG = "session_memory.extraction"
 """Tag of an extraction's context; the layer neither counts nor injects in such calls."""
@@ -414,9 +427,21 @@ class MemoryExtractionSkipped(Event):
 
     kind: ClassVar[str] = "session_memory.skipped"
     level: ClassVar[EventLevel] = "debug"
-    reason: Literal["thresholds", "in_progress", "run_failed", "no_namespace"] = "thresholds"
+    reason: Literal["thresholds", "run_failed", "no_namespace"] = "thresholds"
     unmet: tuple[str, ...] = ()
     detail: str = ""
+
+
+@frozen
+class MemoryExtractionQueued(Event):
+    """A run ended with the thresholds met while extraction ``behind`` was in progress: an
+    extraction is queued and runs right after it (several such runs queue one)."""
+
+    kind: ClassVar[str] = "session_memory.queued"
+    level: ClassVar[EventLevel] = "info"
+    namespace: str = ""
+    behind: int = 0
+    messages: int = 0
 
 
 @frozen
@@ -468,14 +493,29 @@ SECTION_HEADER = (
 )
 
 
+@frozen
+class _Queued:
+    """An extraction triggered while another ran: what it extracts, and where to."""
+
+    ctx: RunContext[Any]
+    messages: tuple[Message, ...]
+    namespace: str
+    store: Store
+
+
 class _MemoryState:
     """What one session keeps for the layer."""
 
-    __slots__ = ("counters", "section", "seen_last", "seen_upto")
+    __slots__ = ("counters", "queued", "section", "seen_last", "seen_upto", "view")
 
     def __init__(self, counters: MemoryCounters) -> None:
         self.counters = counters
+        # (agent run id, the view carriers its model calls had here): extraction for that
+        # run runs under the same filtered view
+        self.view: tuple[str, dict[str, Any]] | None = None
         self.section: MemorySection | None = None
+        # at most one extraction waits for the running one (the newest trigger's history)
+        self.queued: _Queued | None = None
         # how far successful extractions of this session read the conversation
         self.seen_upto = 0
         self.seen_last: Message | None = None
@@ -682,6 +722,12 @@ class SessionMemory(Layer):
         if EXTRACTION_TAG in ctx.tags:
             return await call_next(request, ctx)
         state = self._state(ctx)
+        configurable = ctx.config.configurable
+        if VIEW_KEY in configurable:
+            run = ctx.config.agent_run_id or ctx.run_id
+            if state.view is None or state.view[0] != run:
+                carried = {k: configurable[k] for k in VIEW_CARRIERS if k in configurable}
+                state.view = (run, carried)
         section = state.section
         if section is not None:
             system = request.system_prompt
@@ -718,9 +764,6 @@ class SessionMemory(Layer):
         if namespace is None:
             ctx.emit(MemoryExtractionSkipped(reason="no_namespace", detail=counters.describe()))
             return
-        if counters.in_progress:
-            ctx.emit(MemoryExtractionSkipped(reason="in_progress", detail=counters.describe()))
-            return
         unmet = counters.unmet()
         if unmet:
             ctx.emit(
@@ -729,21 +772,53 @@ class SessionMemory(Layer):
                 )
             )
             return
+        running = counters.ticket
+        if running is not None:
+            child = self._child(ctx, namespace)
+            if child is None:
+                return
+            messages = ctx.conversation.messages
+            state.queued = _Queued(child, messages, namespace, self.store_for(ctx))
+            ctx.emit(
+                MemoryExtractionQueued(
+                    namespace=namespace,
+                    behind=running.number,
+                    messages=len(messages) - state.since(messages),
+                )
+            )
+            return
         self._start(ctx, state, self.store_for(ctx), namespace)
 
     # -- extraction ----------------------------------------------------------------------
 
-    def _start(
-        self, ctx: RunContext[Any], state: _MemoryState, store: Store, namespace: str
-    ) -> None:
-        counters = state.counters
-        messages = ctx.conversation.messages
-        job = ExtractionJob(messages, since=state.since(messages), namespace=namespace)
+    def pending(self, ctx: RunContext[Any]) -> bool:
+        """Whether an extraction of this session is queued and has not run (it runs after
+        the one in progress; one cut off when the session ended stays pending)."""
+        return self._state(ctx).queued is not None
+
+    def _child(self, ctx: RunContext[Any], namespace: str) -> RunContext[Any] | None:
+        """The context an extraction of ``ctx``'s run runs under (None, reported, when
+        there is no room for one, e.g. a run already at max_depth)."""
+        view = self._state(ctx).view
+        run = ctx.config.agent_run_id or ctx.run_id
+        carried = view[1] if view is not None and view[0] == run else None
         try:
-            child = ctx.derive(tags=(EXTRACTION_TAG,), conversation=Conversation())
-        except Exception as exc:  # e.g. a run already at max_depth: nothing started
+            return ctx.derive(
+                tags=(EXTRACTION_TAG,), conversation=Conversation(), configurable=carried
+            )
+        except Exception as exc:
             ctx.emit(MemoryExtractionFailed(namespace=namespace, error=_error_text(exc)))
-            return
+            return None
+
+    def _begin(
+        self,
+        child: RunContext[Any],
+        state: _MemoryState,
+        messages: tuple[Message, ...],
+        namespace: str,
+    ) -> tuple[ExtractionTicket, ExtractionJob]:
+        counters = state.counters
+        job = ExtractionJob(messages, since=state.since(messages), namespace=namespace)
         deltas = counters.deltas()
         ticket = counters.begin()
         child.emit(
@@ -756,15 +831,45 @@ class SessionMemory(Layer):
                 messages=len(job.new_messages),
             )
         )
+        return ticket, job
+
+    def _start(
+        self, ctx: RunContext[Any], state: _MemoryState, store: Store, namespace: str
+    ) -> None:
+        child = self._child(ctx, namespace)
+        if child is None:
+            return
+        ticket, job = self._begin(child, state, ctx.conversation.messages, namespace)
         try:
-            ctx.spawn(self._extract, child, state, store, ticket, job, name=f"{self.name}.extract")
+            ctx.spawn(
+                self._extract_all, child, state, store, ticket, job, name=f"{self.name}.extract"
+            )
         except Exception as exc:
-            counters.fail(ticket)
+            state.counters.fail(ticket)
             child.emit(
                 MemoryExtractionFailed(
                     namespace=namespace, extraction=ticket.number, error=_error_text(exc)
                 )
             )
+
+    async def _extract_all(
+        self,
+        ctx: RunContext[Any],
+        state: _MemoryState,
+        store: Store,
+        ticket: ExtractionTicket,
+        job: ExtractionJob,
+    ) -> None:
+        """Extract, then whatever was queued meanwhile, in this same background task (so
+        leaving the session waits for the queue within its grace period)."""
+        while True:
+            await self._extract(ctx, state, store, ticket, job)
+            queued = state.queued
+            if queued is None or not state.counters.enabled:
+                return
+            state.queued = None
+            ctx, store = queued.ctx, queued.store
+            ticket, job = self._begin(ctx, state, queued.messages, queued.namespace)
 
     def _note_metadata(self, ctx: RunContext[Any]) -> dict[str, Any]:
         config = ctx.config

@@ -352,23 +352,67 @@ class TestTriggering:
             assert counters.extractions == 1
         assert await notes_of(store, s.ctx.thread_id) == ["a note"]
 
-    async def test_an_extraction_in_progress_suppresses_a_new_one(self) -> None:
+    async def test_an_extraction_in_progress_queues_the_next_one(self) -> None:
+        """A trigger while one runs is queued and extracted right after it, once."""
         gate = Gate(["first"])
         layer = memory(extractor=gate)
-        model = ScriptedModel(["a", "b", "c"])
+        model = ScriptedModel(["a", "b", "c", "d"])
         with capture_events() as events:
             async with Session(Agent(model=model, middleware=[layer])) as s:
                 await s.run("1")
                 await s.run("2")
-                skipped = of_kind(events, "session_memory.skipped")
-                assert [e.reason for e in skipped] == ["in_progress"]
+                await s.run("3")  # two triggers while one runs: one queued extraction
+                queued = of_kind(events, "session_memory.queued")
+                assert [e.behind for e in queued] == [1, 1]
+                assert of_kind(events, "session_memory.skipped") == []
+                assert layer.pending(s.ctx)
                 gate.release.set()
                 await settle(s)
-                gate.bullets = ["second"]
-                await s.run("3")
+                assert not layer.pending(s.ctx)
+                assert [len(job.new_messages) for job in gate.jobs] == [2, 4]
+                await s.run("4")
                 await settle(s)
-        assert [e.extraction for e in of_kind(events, "session_memory.started")] == [1, 2]
-        assert len(gate.jobs) == 2
+        assert [e.extraction for e in of_kind(events, "session_memory.started")] == [1, 2, 3]
+        assert len(gate.jobs) == 3
+
+    async def test_the_last_facts_of_a_session_reach_memory(self) -> None:
+        """Issue #15 D2: "dark mode" said while "tea" is being extracted is stored too."""
+        store = MemoryStore()
+
+        class Slow(RuleExtractor):
+            def __init__(self) -> None:
+                super().__init__()
+                self.release = anyio.Event()
+
+            async def extract(self, job: ExtractionJob, ctx: RunContext[Any]) -> list[str]:
+                await self.release.wait()  # a model takes a moment
+                return await super().extract(job, ctx)
+
+        slow = Slow()
+        layer = memory(store, extractor=slow)
+        async with Session(Agent(model=ScriptedModel(["ok", "ok"]), middleware=[layer])) as s:
+            await s.run("I prefer tea.")
+            await s.run("I prefer dark mode.")
+            slow.release.set()
+            # leaving the session flushes the queue within the grace period
+        assert await notes_of(store, s.ctx.thread_id) == [
+            "User preference: I prefer tea.",
+            "User preference: I prefer dark mode.",
+        ]
+
+    async def test_a_queue_cut_off_by_the_grace_period_stays_pending(self) -> None:
+        """Cancelled at exit, the queued work is reported pending (for the next session)."""
+        gate = Gate(["never"])
+        layer = memory(extractor=gate)
+        with capture_events() as events:
+            async with Session(
+                Agent(model=ScriptedModel(["a", "b"]), middleware=[layer]), grace_period=0.01
+            ) as s:
+                await s.run("1")
+                await s.run("2")
+        assert layer.pending(s.ctx)
+        (failed,) = of_kind(events, "session_memory.failed")
+        assert failed.cancelled
 
     async def test_a_failed_run_ticks_a_turn_but_starts_nothing(self) -> None:
         layer = memory()
@@ -434,16 +478,18 @@ class TestNoLostUpdates:
             )
             gate.release.set()
             await settle(s)
-            assert counters.marks == ticket.at
-            assert counters.deltas() == Counts(tokens=270 - 110, tool_calls=1, turns=1)
+            # "two" triggered while the first ran: queued, it ran right after, with the
+            # growth that arrived during the first one
+            assert counters.extractions == 2
+            assert counters.marks == Counts(tokens=270, tool_calls=1, turns=2)
+            assert counters.deltas() == Counts()
             gate.bullets = ["n2"]
-            gate.release = anyio.Event()
-            gate.release.set()
             await s.run("three")
             await settle(s)
-        # the second extraction reads exactly what the first did not
+        # the queued extraction read exactly what the first did not
         assert [gate.jobs[0].since, gate.jobs[1].since] == [0, messages_at_start]
         assert [m.text for m in gate.jobs[1].new_messages][:1] == ["two"]
+        assert gate.jobs[2].since == len(gate.jobs[1].messages)
 
     async def test_a_rewritten_history_is_read_again_from_the_start(self) -> None:
         gate = Gate(["n"])
@@ -700,6 +746,46 @@ class TestFaultInjection:
 
 class TestExtractionContext:
     """The extractor runs in a child of the run: linked, tagged, with its own conversation."""
+
+    async def test_extraction_runs_under_the_runs_filtered_context_view(self) -> None:
+        """A field the run's view excluded never reaches the extractor's RunConfig."""
+        from tinyctx.middleware import ContextPolicy, Inherit
+        from tinyctx.middleware.context_view import VIEW_GLOBAL_KEY, ContextView
+
+        secret = "sk-very-secret"
+        seen: list[ModelRequest] = []
+
+        async def extractor_model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+            seen.append(request)
+            return ModelResponse(AssistantMessage("- a note"))
+
+        # an extractor built as an agent onion with a pass-all Inherit()
+        onion = Agent(model=extractor_model, middleware=[Inherit()]).model_onion
+        gate = Gate()
+        gate.release.set()
+
+        class Both:
+            name = "both"
+
+            async def extract(self, job: ExtractionJob, ctx: RunContext[Any]) -> list[str]:
+                await gate.extract(job, ctx)
+                return await ModelExtractor(onion).extract(job, ctx)
+
+        layer = memory(extractor=Both())
+        view = Inherit(view=ContextPolicy(exclude=("extra.api_key",)))
+        config = RunConfig(configurable={VIEW_GLOBAL_KEY: {"api_key": secret, "team": "core"}})
+        agent = Agent(model=ScriptedModel(["a"]), middleware=[view, layer])
+        async with Session(agent, config=config) as s:
+            await s.run("I prefer tea.")
+            await settle(s)
+        (ctx,) = gate.contexts
+        assert secret not in repr(ctx.config)
+        extracted_view = ContextView.of(ctx)
+        assert extracted_view is not None and extracted_view.extra == {"team": "core"}
+        (request,) = seen
+        assert secret not in (request.system_prompt or "") and "core" in (
+            request.system_prompt or ""
+        )
 
     async def test_extractor_gets_a_derived_child_of_the_run(self) -> None:
         gate = Gate()
