@@ -1,9 +1,17 @@
-"""Stateful test of the session-memory counters against a simple reference model."""
+"""Stateful tests: the session-memory counters against a simple reference model, and a real
+Session with SessionMemory on both stores under runs, resumes, cancellations and failing
+hooks."""
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -15,7 +23,20 @@ from hypothesis.stateful import (
     rule,
 )
 
-from tinyctx import ConfigError
+from tinyctx import (
+    ConfigError,
+    EventSink,
+    Layer,
+    LayerLike,
+    MemoryStore,
+    RunContext,
+    RunResult,
+    SqliteStore,
+    Store,
+    check_pairing,
+    pending_tool_calls,
+)
+from tinyctx.middleware import SessionMemory
 from tinyctx.middleware.session_memory import (
     Counts,
     ExtractionStateError,
@@ -23,6 +44,8 @@ from tinyctx.middleware.session_memory import (
     MemoryCounters,
     MemoryThresholds,
 )
+from tinyctx.testing import reply
+from tinyctx.testing.stateful import SessionMachine
 
 
 class Reference:
@@ -268,3 +291,160 @@ class TestThresholdValidation:
     def test_evolve_revalidates(self) -> None:
         with pytest.raises(ConfigError, match="min_turns"):
             MemoryThresholds().evolve(min_turns=-1)
+
+
+# ---------------------------------------------------------------------------------------
+# a real session with SessionMemory: runs, resumes, cancellations and failing hooks
+
+
+class HookFailed(RuntimeError):
+    """What the flaky hook raises when the machine asks it to."""
+
+
+class FlakyHook(Layer):
+    """Awaits in ``on_run_start`` (as SessionMemory does) and raises when told to."""
+
+    name = "flaky_hook"
+
+    def __init__(self) -> None:
+        self.fail_next = False
+
+    async def on_run_start(self, ctx: RunContext[Any]) -> None:
+        await anyio.lowlevel.checkpoint()
+        if self.fail_next:
+            self.fail_next = False
+            raise HookFailed("on_run_start failed")
+
+
+class MemorySessionMachine(SessionMachine):
+    """The session template (runs, tool turns, cancellations at every checkpoint, control
+    outcomes, resumes, provider failures) plus failing run hooks and facts told, with
+    SessionMemory extracting after every run into a real store. After every step: pairing
+    intact, ``paused`` is the checkpoint or None with every call answered, no run or
+    extraction left running; at the end every fact told before the last completed run is
+    stored (never-extracted facts = 0)."""
+
+    store_kind: ClassVar[str] = "memory"
+    allowed_errors = (HookFailed,)
+
+    def __init__(self) -> None:
+        self.hook = FlakyHook()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.store: Store = (
+            MemoryStore()
+            if self.store_kind == "memory"
+            else SqliteStore(Path(self.tmp.name) / "memory.db")
+        )
+        self.layer = SessionMemory(store=self.store, min_tokens=0, min_tool_calls=0, min_turns=1)
+        self.facts: list[str] = []
+        self.told: list[str] = []
+        super().__init__()
+
+    def middleware(self) -> Sequence[LayerLike]:
+        return [self.hook, self.layer]
+
+    def session_options(self) -> dict[str, Any]:
+        return {"thread_id": "machine", "events": EventSink(logger=None)}
+
+    def _run(self, text: str) -> Any:
+        outcome = super()._run(text)
+        self._after_run(outcome)
+        return outcome
+
+    def _after_run(self, outcome: Any) -> None:
+        if isinstance(outcome, RunResult):
+            self.facts += self.told  # everything told so far is now in a completed run
+            self.told = []
+
+    @rule(n=st.integers(0, 10_000))
+    def tell_fact(self, n: int) -> None:
+        """The user states a preference; the run completes."""
+        self.plan.clear()
+        self.plan.append(reply(f"noted {n}"))
+        fact = f"I prefer option {n}."
+        self.told.append(fact)
+        self._expect(self._run(fact), "completed")
+
+    @rule()
+    def failing_hook_on_run(self) -> None:
+        """An on_run_start hook raises: the run fails, nothing is left half done."""
+        self.plan.clear()
+        self.hook.fail_next = True
+        outcome = self._run("a run whose hook fails")
+        _check_that(isinstance(outcome, HookFailed), f"expected HookFailed, got {outcome!r}")
+        self.hook.fail_next = False
+
+    @precondition(lambda self: self.checkpoint is not None)
+    @rule()
+    def failing_hook_on_resume(self) -> None:
+        """A resume whose hook raises leaves the session paused on the same checkpoint,
+        or answers every pending call (issue #15 D1)."""
+        self.plan.clear()
+        checkpoint = self.checkpoint
+        assert checkpoint is not None
+        self.hook.fail_next = True
+        self.checkpoint = None
+        outcome = self._settle(self._outcome(self.session.resume, checkpoint))
+        self.hook.fail_next = False
+        _check_that(isinstance(outcome, HookFailed), f"expected HookFailed, got {outcome!r}")
+        paused = self.session.paused
+        _check_that(paused in (None, checkpoint), "a failed resume paused somewhere else")
+        self.checkpoint = paused
+
+    def _settle_background(self) -> None:
+        background = self.session.ctx.background
+        assert background is not None
+        self.portal.call(background.wait_idle)
+
+    @invariant()
+    def paused_is_the_checkpoint_or_nothing_is_pending(self) -> None:
+        paused = self.session.paused
+        if paused is not None:
+            _check_that(paused is self.checkpoint, "paused on a checkpoint nobody was given")
+        else:
+            pending = pending_tool_calls(self.conversation)
+            _check_that(not pending, f"not paused, yet calls wait for results: {pending}")
+            check_pairing(self.conversation, allow_pending=False)
+
+    @invariant()
+    def no_task_left(self) -> None:
+        _check_that(not self.session.cancel_run(), "a run is still in progress")
+        self._settle_background()
+        counters = self.layer.counters(self.session.ctx)
+        _check_that(not counters.in_progress, "an extraction is still in progress")
+        _check_that(not self.layer.pending(self.session.ctx), "an extraction is still queued")
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()  # leaves the session: the queue is flushed
+            stored = anyio.run(self._stored, backend="trio")
+            missing = [f for f in self.facts if f"User preference: {f}" not in stored]
+            _check_that(not missing, f"facts never extracted: {missing}")
+        finally:
+            anyio.run(self.store.aclose, backend="trio")
+            self.tmp.cleanup()
+
+    async def _stored(self) -> set[str]:
+        return {note.text for note in await self.store.notes("session_memory:thread:machine")}
+
+
+def _check_that(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+class SqliteMemorySessionMachine(MemorySessionMachine):
+    store_kind = "sqlite"
+
+
+class AsyncioSqliteMemorySessionMachine(SqliteMemorySessionMachine):
+    backend = "asyncio"
+
+
+_MACHINE_SETTINGS = settings(stateful_step_count=25, deadline=None)
+TestMemorySessionOnMemoryStore = MemorySessionMachine.TestCase
+TestMemorySessionOnMemoryStore.settings = _MACHINE_SETTINGS
+TestMemorySessionOnSqliteStore = SqliteMemorySessionMachine.TestCase
+TestMemorySessionOnSqliteStore.settings = _MACHINE_SETTINGS
+TestMemorySessionOnSqliteAsyncio = AsyncioSqliteMemorySessionMachine.TestCase
+TestMemorySessionOnSqliteAsyncio.settings = _MACHINE_SETTINGS
