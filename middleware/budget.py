@@ -45,6 +45,8 @@ from tinyctx import (
     ModelCall,
     ModelRequest,
     ModelResponse,
+    Once,
+    Outside,
     PairingError,
     RunCancelled,
     RunContext,
@@ -63,6 +65,7 @@ from tinyctx.tokens import (
 )
 
 from .drop_nonessential import DropNonessential
+from .fallback import Fallback
 from .microcompact import Microcompact
 from .policy import PressurePolicy, Relief
 from .summarize import ExtractiveSummarizer, Summarize
@@ -502,6 +505,15 @@ class BudgetGuard(Layer):
     State (calibration, breakers, stats) is per conversation of a session: read it with
     :meth:`stats`.
     """
+
+    constraints = (
+        Once(reason="two guards would each compact the same history for one window"),
+        Outside(
+            Fallback,
+            reason="Fallback sends the request to its alternatives directly: a guard inside "
+            "it would leave their requests unbudgeted",
+        ),
+    )
 
     def __init__(
         self,
