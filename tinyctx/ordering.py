@@ -244,7 +244,14 @@ def find_violations(layers: Sequence[LayerLike]) -> list[Violation]:
             ):
                 found.append(Violation(rule, i, names[i], None, None))
     found.extend(v for _, _, v in _edges(layers) if v is not None)
-    found.sort(key=lambda v: (v.index, v.other_index or -1))
+    # what no reordering can fix comes first: it is what the error must name
+    found.sort(
+        key=lambda v: (
+            not (isinstance(v.rule, Once) or v.other is None),
+            v.index,
+            v.other_index or -1,
+        )
+    )
     return found
 
 
@@ -277,9 +284,10 @@ def check_ordering(layers: Sequence[LayerLike]) -> None:
     """Raise :class:`OrderingError` for the first broken rule; never reorders anything."""
     violations = find_violations(layers)
     if violations:
+        # an order is suggested only when reordering alone can fix the stack
+        unfixable = any(isinstance(v.rule, Once) or v.other is None for v in violations)
         first = violations[0]
-        once_or_missing = isinstance(first.rule, Once) or first.other is None
-        raise OrderingError(first, None if once_or_missing else satisfying_order(layers))
+        raise OrderingError(first, None if unfixable else satisfying_order(layers))
 
 
 def check_constraints_consistent(layer: LayerLike) -> list[str]:
