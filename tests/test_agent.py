@@ -647,6 +647,18 @@ class TestInputs:
             assert session.conversation_messages == ()
         assert model.requests == []
 
+    async def test_input_reusing_a_call_id_of_the_thread_is_refused(self) -> None:
+        """A call id the thread used already cannot come back in input."""
+        model = ScriptedModel([reply("", call("t", id="c1")), "ok", "never"])
+        tool = FakeTool("t")
+        async with Session(Agent(model=model, tools=[tool.tool])) as session:
+            await session.run("first")
+            before = session.conversation_messages
+            again = [AssistantMessage("", (ToolCall("c1", "t"),)), ToolResult("c1", "x")]
+            with pytest.raises(PairingError, match="input\\[0\\].*'c1'.*used it already"):
+                await session.run(again)
+            assert session.conversation_messages == before
+
     async def test_input_may_answer_the_calls_an_abandoned_pause_left(self) -> None:
         """A well-paired input after an unresumed interrupt runs normally."""
         gate = FakeTool("gate", control=Interrupt("approve", "ok?"))

@@ -470,7 +470,12 @@ class Session(Generic[Data]):
         self._enter_run()
         try:
             messages = _input_messages(input)
-            _check_input(self._base.conversation.messages, messages)
+            _check_input(
+                self._base.conversation.messages,
+                messages,
+                self._call_ids(),
+                paused=self._paused is not None,
+            )
             if self._paused is not None:
                 await self._abandon_pause()
             ctx = self._base._for_run()
@@ -849,22 +854,53 @@ class Session(Generic[Data]):
         )
 
 
-def _check_input(history: tuple[Message, ...], messages: tuple[Message, ...]) -> None:
+def _check_input(
+    history: tuple[Message, ...],
+    messages: tuple[Message, ...],
+    used: set[str],
+    *,
+    paused: bool,
+) -> None:
     """The history after ``messages`` are added must keep the pairing rule with no call left
     unanswered (the model is called next): else a PairingError naming ``input[i]`` and the
-    id, raised before anything is appended. Calls a pause left pending are about to be
-    answered as abandoned, so they count as answered."""
-    pending = {c.id for c in pending_tool_calls(history)}
-    if not messages and not pending:
-        return
+    id, raised before anything is appended. A pause's pending calls are about to be answered
+    as abandoned, so they count as answered.
+
+    The history before its last assistant message is paired already (the loop and
+    ``Conversation.replace`` keep it so), so only that tail is checked with the input, and
+    the input's call ids against ``used``, the ids of the whole history: the cost grows
+    with the input, not with the thread.
+    """
     start = len(history)
-    answered = answer_pending(history, SKIPPED_ON_ABANDON) if pending else ()
+    while start > 0 and not isinstance(history[start - 1], AssistantMessage):
+        start -= 1
+    start = max(start - 1, 0)
+    tail = history[start:]
+    if not messages and not pending_tool_calls(tail):
+        return
+    answered = answer_pending(tail, SKIPPED_ON_ABANDON) if paused else ()
+    older = used - call_ids(tail)
+    offset = len(tail) + len(answered)
     try:
-        check_pairing((*history, *answered, *messages), allow_pending=False)
+        for index, message in enumerate(messages):
+            if isinstance(message, AssistantMessage):
+                for call in message.tool_calls:
+                    if call.id in older:
+                        raise PairingError(
+                            f"duplicate tool call id {call.id!r} at index {offset + index}: "
+                            "the thread used it already",
+                            index=offset + index,
+                            tool_call_id=call.id,
+                        )
+        check_pairing((*tail, *answered, *messages), allow_pending=False)
     except PairingError as exc:
-        index = exc.index - start - len(answered)
+        index = exc.index - offset
         if index < 0:
-            raise
+            raise PairingError(
+                f"history[{start + exc.index}]: {exc}",
+                index=start + exc.index,
+                tool_call_id=exc.tool_call_id,
+            ) from None
         raise PairingError(
             f"input[{index}]: {exc}", index=index, tool_call_id=exc.tool_call_id
         ) from None
