@@ -466,7 +466,13 @@ class Session(Generic[Data]):
         self._busy = True
 
     async def run(self, input: str | Message | Sequence[Message] | None) -> RunResult:
-        """Add ``input`` (text, a message or messages) and run until the run ends."""
+        """Add ``input`` (text, a message or messages) and run until the run ends.
+
+        Input that would break the pairing rule (a result answering no call, a call left
+        without its result, a call id the thread used already) raises ``PairingError``
+        naming ``input[i]`` and the id, before anything is appended. Text from outside
+        (input, model output, tool results) enters history valid: lone surrogates become
+        U+FFFD; a call id the model reuses is renamed (``renamed_ids`` in the metadata)."""
         self._enter_run()
         try:
             messages = _input_messages(input)
