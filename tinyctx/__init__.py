@@ -103,6 +103,14 @@ from .model import (
     ModelResponse,
     Usage,
 )
+from .parts import (
+    Content,
+    DocumentPart,
+    ImagePart,
+    Part,
+    TextPart,
+    describe_content,
+)
 from .stores import (
     MemoryStore,
     Note,
@@ -148,6 +156,12 @@ from .usage import (
 
 __version__ = "0.1.0.dev0"
 __all__ = [
+    "Content",
+    "DocumentPart",
+    "ImagePart",
+    "Part",
+    "TextPart",
+    "describe_content",
     "RunConfig",
     "RunContext",
     "new_run_id",
