@@ -47,12 +47,14 @@ from .control import (
 )
 from .conversation import (
     Conversation,
+    ConversationChange,
 )
 from .errors import (
     ConfigError,
     ContextLimitExceeded,
     DepthLimitExceeded,
     Interrupted,
+    InvalidCheckpoint,
     LimitExceeded,
     PairingError,
     ProviderError,
@@ -110,6 +112,12 @@ from .parts import (
     Part,
     TextPart,
     describe_content,
+)
+from .state import (
+    DurableState,
+    LayerStates,
+    RunStates,
+    StateError,
 )
 from .stores import (
     MemoryStore,
@@ -190,6 +198,12 @@ __all__ = [
     "snap_boundary",
     "tool_turns",
     "Conversation",
+    "ConversationChange",
+    "DurableState",
+    "LayerStates",
+    "RunStates",
+    "StateError",
+    "InvalidCheckpoint",
     "FrozenDict",
     "freeze",
     "thaw",
