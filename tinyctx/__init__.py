@@ -12,6 +12,8 @@ from .agent import (
     RunStatus,
     Session,
     execute_tool,
+    invoke_tool,
+    tool_error_result,
 )
 from .cache import (
     CacheRegistry,
@@ -48,6 +50,17 @@ from .control import (
 from .conversation import (
     Conversation,
 )
+from .decisions import (
+    DECISION_KINDS,
+    Approve,
+    Decision,
+    DecisionKind,
+    Edit,
+    Reject,
+    Respond,
+    decision_from_json,
+    decisions_from_json,
+)
 from .errors import (
     ConfigError,
     ContextLimitExceeded,
@@ -56,10 +69,12 @@ from .errors import (
     LimitExceeded,
     PairingError,
     ProviderError,
+    ResumeError,
     RetryableProviderError,
     RunCancelled,
     SessionBusy,
     TinyCtxError,
+    ToolError,
 )
 from .events import (
     BackgroundTaskFailed,
@@ -203,6 +218,8 @@ __all__ = [
     "ServerTool",
     "ToolRegistry",
     "execute_tool",
+    "invoke_tool",
+    "tool_error_result",
     "tool",
     "FunctionTool",
     "Inject",
@@ -213,6 +230,15 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "Checkpoint",
+    "Decision",
+    "DecisionKind",
+    "DECISION_KINDS",
+    "Approve",
+    "Edit",
+    "Reject",
+    "Respond",
+    "decision_from_json",
+    "decisions_from_json",
     "Store",
     "StoreRegistry",
     "MemoryStore",
@@ -245,6 +271,8 @@ __all__ = [
     "LimitExceeded",
     "DepthLimitExceeded",
     "SessionBusy",
+    "ResumeError",
+    "ToolError",
     "ProviderError",
     "RetryableProviderError",
     "InjectionError",
