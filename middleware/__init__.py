@@ -1,5 +1,13 @@
 """The tinyctx layer library: one concern per file, built on the public tinyctx API only."""
 
+from .approvals import (
+    REVIEW_PAYLOAD_TYPE,
+    Approvals,
+    Review,
+    ReviewDecided,
+    ReviewRequested,
+    review_calls,
+)
 from .budget import (
     ORDERS,
     BreakerChanged,
@@ -115,6 +123,12 @@ from .trim import (
 )
 
 __all__ = [
+    "Approvals",
+    "Review",
+    "ReviewRequested",
+    "ReviewDecided",
+    "REVIEW_PAYLOAD_TYPE",
+    "review_calls",
     "PressurePolicy",
     "Relief",
     "Inherit",
