@@ -117,6 +117,11 @@ from .tool_result_budget import (
     budget_history,
     budget_tool_result,
 )
+from .tool_retry import (
+    ToolRetry,
+    ToolRetryAttempt,
+    ToolRetryFailed,
+)
 from .trim import (
     TrimOldest,
     trim_oldest,
@@ -156,6 +161,9 @@ __all__ = [
     "Backoff",
     "RetryAttempt",
     "RetryFailed",
+    "ToolRetry",
+    "ToolRetryAttempt",
+    "ToolRetryFailed",
     "Fallback",
     "Alternative",
     "FallbackAttempt",

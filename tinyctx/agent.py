@@ -139,7 +139,8 @@ def tool_error_result(
 ) -> ToolResult:
     """The ``is_error`` result the model reads for a failed call, and its ToolFailed event.
 
-    The content is ``Error (<error_type>): <text>`` unless ``text`` replaces it.
+    The content is the error's ``content`` (``Error (<error_type>): <text>`` unless a layer
+    set it) or ``text`` when given.
     """
     ctx.emit(
         ToolFailed,
@@ -148,7 +149,7 @@ def tool_error_result(
         error_type=error.error_type,
         error=error.text,
     )
-    content = f"Error ({error.error_type}): {error.text}" if text is None else text
+    content = error.content if text is None else text
     return ToolResult.for_call(call, content, is_error=True)
 
 

@@ -108,13 +108,25 @@ class ToolError(TinyCtxError):
     """
 
     def __init__(
-        self, call: ToolCall, error_type: str, text: str, error: BaseException | None = None
+        self,
+        call: ToolCall,
+        error_type: str,
+        text: str,
+        error: BaseException | None = None,
+        *,
+        content: str | None = None,
     ) -> None:
         self.call = call
         self.error_type = error_type
         self.text = text
         self.error = error
+        self.content = f"Error ({error_type}): {text}" if content is None else content
+        """What the model reads when this failure becomes a result."""
         super().__init__(f"tool {call.name!r} (call {call.id!r}) failed: {error_type}: {text}")
+
+    def with_content(self, content: str) -> ToolError:
+        """The same failure, answered with ``content`` (a layer shortening the text)."""
+        return ToolError(self.call, self.error_type, self.text, self.error, content=content)
 
 
 class ContextLimitExceeded(TinyCtxError):
