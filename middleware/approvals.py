@@ -271,6 +271,14 @@ class Approvals(Layer):
         calls = response.message.tool_calls
         if not calls:
             return response
+        if self._decide is None:
+            # the common case, kept cheap: no call of a named tool, nothing to decide
+            by_name = self._by_name
+            for call in calls:
+                if call.name in by_name:
+                    break
+            else:
+                return response
         reviewed = []
         for call in calls:
             review = self.review_for(call)

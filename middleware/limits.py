@@ -12,6 +12,9 @@ When a limit is reached a :class:`~tinyctx.LimitHit` event is emitted, then:
 * ``exit="error"``: :class:`~tinyctx.LimitExceeded` is raised, naming the limit, the value
   and the scope. On the tool onion the loop answers the refused call and any remaining
   ones, so pairing holds.
+* ``exit="continue"`` (tool limits only): the refused call is answered with an error
+  result telling the model the limit was reached; the run goes on, and the other calls of
+  the batch still run (each is counted and refused on its own).
 * ``exit="end"``: the run ends as *stopped* with ``end_message`` as its final answer. A
   refused model call is not made (the layer answers with a control-only response); a
   refused tool call gets an error result saying why it did not run, and the stop is
@@ -42,9 +45,13 @@ from tinyctx import (
 
 __all__ = ["CallLimits", "LimitExit", "LimitScope"]
 
-LimitExit = Literal["error", "end"]
+LimitExit = Literal["error", "end", "continue"]
 LimitScope = Literal["run", "thread"]
 
+CONTINUE_MESSAGE = (
+    "Error (LimitExceeded): the {what} limit of {value} per {scope} was reached, so this "
+    "call of {tool!r} was not run. Do not call it again; continue with what you have."
+)
 DEFAULT_END_MESSAGE = "Stopped: the {what} limit of {value} per {scope} was reached."
 
 
@@ -116,8 +123,16 @@ class CallLimits(Layer):
                 "at least one of model_calls, tool_calls or per_tool to be set",
                 owner="CallLimits",
             )
-        if exit not in ("error", "end"):
-            raise ConfigError("exit", exit, "'error' or 'end'", owner="CallLimits")
+        if exit not in ("error", "end", "continue"):
+            raise ConfigError("exit", exit, "'error', 'end' or 'continue'", owner="CallLimits")
+        if exit == "continue" and self.model_calls is not None:
+            raise ConfigError(
+                "exit",
+                exit,
+                "'error' or 'end' when model_calls is set ('continue' answers refused tool "
+                "calls; a refused model call cannot be answered)",
+                owner="CallLimits",
+            )
         if scope not in ("run", "thread"):
             raise ConfigError("scope", scope, "'run' or 'thread'", owner="CallLimits")
         if not isinstance(end_message, str) or not end_message:
@@ -218,6 +233,16 @@ class CallLimits(Layer):
         if refused is not None:
             limit, value, what = refused
             final = self._reached(ctx, limit, value, what)
+            if self.exit == "continue":
+                # the run goes on: the model reads why this call did not run
+                return ToolResult.for_call(
+                    call,
+                    CONTINUE_MESSAGE.format(
+                        what=what, value=value, scope=self.scope, tool=call.name
+                    ),
+                    is_error=True,
+                    metadata={"tinyctx": {"synthetic": "limit"}},
+                )
             ctx.request_control(StopWithFinal(final))
             return ToolResult.for_call(
                 call,

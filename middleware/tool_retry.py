@@ -171,45 +171,59 @@ class ToolRetry(Layer):
         if applies is not None and not applies(call):
             return await call_next(call, ctx)
         token = ctx.cancellation
+        if token.is_cancelled():
+            raise RunCancelled("tool_retry.before_attempt", token.reason)
+        try:
+            return await call_next(call, ctx)
+        except ToolError as failure:
+            first = failure
+        return await self._again(call, ctx, call_next, first)
+
+    async def _again(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler, failure: ToolError
+    ) -> ToolResult:
+        """Attempt 2 and later, after ``failure`` (the previous attempt's)."""
+        token = ctx.cancellation
         attempts = self.attempts
         attempt = 1
         while True:
+            why = self._refusal(failure, ctx)
+            exhausted = not why and attempt >= attempts
+            delay = 0.0 if why or exhausted else float(self.backoff(attempt))
+            ctx.emit(
+                ToolRetryFailed(
+                    tool=call.name,
+                    tool_call_id=call.id,
+                    attempt=attempt,
+                    attempts=attempts,
+                    outcome="raise" if why else ("exhausted" if exhausted else "retry"),
+                    error_type=failure.error_type,
+                    error=failure.text,
+                    delay=delay,
+                    reason=why or (f"all {attempt} attempts failed" if exhausted else ""),
+                )
+            )
+            if why:
+                raise failure
+            if exhausted:
+                return self._exhausted(call, ctx, failure, attempt)
             if token.is_cancelled():
                 raise RunCancelled("tool_retry.before_attempt", token.reason)
-            try:
-                result = await call_next(call, ctx)
-            except ToolError as failure:
-                why = self._refusal(failure, ctx)
-                exhausted = not why and attempt >= attempts
-                delay = 0.0 if why or exhausted else float(self.backoff(attempt))
-                ctx.emit(
-                    ToolRetryFailed(
-                        tool=call.name,
-                        tool_call_id=call.id,
-                        attempt=attempt,
-                        attempts=attempts,
-                        outcome="raise" if why else ("exhausted" if exhausted else "retry"),
-                        error_type=failure.error_type,
-                        error=failure.text,
-                        delay=delay,
-                        reason=why or (f"all {attempt} attempts failed" if exhausted else ""),
-                    )
-                )
-                if why:
-                    raise
-                if exhausted:
-                    return self._exhausted(call, ctx, failure, attempt)
+            if delay:
+                await backoff_sleep(ctx, delay, "tool_retry.backoff")
                 if token.is_cancelled():
                     raise RunCancelled("tool_retry.before_attempt", token.reason)
-                await backoff_sleep(ctx, delay, "tool_retry.backoff")
-                attempt += 1
+            attempt += 1
+            try:
+                result = await call_next(call, ctx)
+            except ToolError as again:
+                failure = again
                 continue
-            if attempt > 1:
-                ctx.emit(
-                    ToolRetryAttempt(
-                        tool=call.name, tool_call_id=call.id, attempt=attempt, attempts=attempts
-                    )
+            ctx.emit(
+                ToolRetryAttempt(
+                    tool=call.name, tool_call_id=call.id, attempt=attempt, attempts=attempts
                 )
+            )
             return result
 
     def _exhausted(

@@ -49,6 +49,7 @@ class TestConfiguration:
             ({"per_tool": {"search": 0}}, "per_tool['search']"),
             ({"per_tool": {"": 1}}, "per_tool"),
             ({"model_calls": 1, "exit": "continue"}, "exit"),
+            ({"tool_calls": 1, "exit": "stop"}, "exit"),
             ({"model_calls": 1, "scope": "session"}, "scope"),
             ({"model_calls": 1, "end_message": "{nope}"}, "end_message"),
             ({"model_calls": 1, "end_message": ""}, "end_message"),
@@ -58,6 +59,50 @@ class TestConfiguration:
         with pytest.raises(ConfigError) as info:
             CallLimits(**kwargs)
         assert info.value.field == field
+
+
+class TestContinue:
+    """exit="continue": a refused tool call is answered and the run goes on."""
+
+    async def test_parallel_calls_of_one_limited_tool(self) -> None:
+        """Calls past the limit get an error result; the others run; the model answers."""
+        search = FakeTool("search", returns=lambda a: f"found {a['q']}")
+        other = FakeTool("other")
+        model = ScriptedModel(
+            [
+                reply(
+                    "",
+                    call("search", id="s1", q="a"),
+                    call("search", id="s2", q="b"),
+                    call("other", id="o1"),
+                    call("search", id="s3", q="c"),
+                    call("search", id="s4", q="d"),
+                ),
+                "summary of a and b",
+            ]
+        )
+        limits = CallLimits(per_tool={"search": 2}, exit="continue")
+        agent = Agent(model=model, tools=[search.tool, other.tool], middleware=[limits])
+        async with Session(agent) as session:
+            with capture_events() as events:
+                result = await session.run("go")
+            history = session.conversation_messages
+        check_pairing(history, allow_pending=False)
+        assert result.status == "completed"
+        assert result.final_text == "summary of a and b"
+        assert [c["q"] for c in search.calls] == ["a", "b"]
+        assert len(other.calls) == 1
+        results = [m for m in history if isinstance(m, ToolResult)]
+        assert [r.tool_call_id for r in results] == ["s1", "s2", "o1", "s3", "s4"]
+        assert [r.is_error for r in results] == [False, False, False, True, True]
+        assert results[3].content == (
+            "Error (LimitExceeded): the 'search' call limit of 2 per run was reached, so this "
+            "call of 'search' was not run. Do not call it again; continue with what you have."
+        )
+        # the model read the refusals before its final answer
+        assert results[4] in model.requests[-1].messages
+        assert hits(events) == [("tool_calls[search]", 2, "run")] * 2
+        assert not [e for e in events if isinstance(e, ControlApplied)]
 
 
 class TestRunLimits:
