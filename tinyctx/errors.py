@@ -171,11 +171,23 @@ class ContextLimitExceeded(TinyCtxError):
 class LimitExceeded(TinyCtxError):
     """A call limit (model calls, tool calls) was reached."""
 
-    def __init__(self, limit: str, value: int, *, scope: str = "run") -> None:
+    def __init__(
+        self,
+        limit: str,
+        value: int,
+        *,
+        scope: str = "run",
+        hits: Sequence[tuple[str, int, str]] = (),
+    ) -> None:
         self.limit = limit
         self.value = value
         self.scope = scope
-        super().__init__(f"{limit} limit of {value} per {scope} reached")
+        self.hits: tuple[tuple[str, int, str], ...] = tuple(hits) or ((limit, value, scope),)
+        """Every limit the same call reached, ``(limit, value, scope)``, this one first."""
+        super().__init__(
+            " and ".join(f"{name} limit of {n} per {where}" for name, n, where in self.hits)
+            + " reached"
+        )
 
 
 class DepthLimitExceeded(LimitExceeded):
