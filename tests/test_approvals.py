@@ -17,10 +17,12 @@ from tinyctx import (
     Edit,
     Interrupt,
     Interrupted,
+    Layer,
     Reject,
     Respond,
     ResumeError,
     Session,
+    ToolArgumentError,
     ToolResult,
     check_pairing,
     decision_from_json,
@@ -577,3 +579,51 @@ class TestReviewProperty:
             expected_runs[c.name].append(n)
         for name, fake in fakes.items():
             assert [a["n"] for a in fake.calls] == expected_runs[name]
+
+
+class TestKernelPieces:
+    """The public kernel pieces approvals are built on work for any layer."""
+
+    def test_plain_tool_checks_its_schema_top_level(self) -> None:
+        """Tool.check_arguments names missing, unknown and mistyped arguments."""
+        plain = FakeTool("plain", parameters=INT_SCHEMA).tool
+        plain.check_arguments({"n": 3})
+        with pytest.raises(ToolArgumentError) as info:
+            plain.check_arguments({"n": "3", "extra": True})
+        assert info.value.problems == (
+            "'n': expected integer, got '3'",
+            "unexpected argument 'extra' (this tool takes: n)",
+        )
+        with pytest.raises(ToolArgumentError, match="missing required argument 'n'"):
+            plain.check_arguments({})
+
+    async def test_resume_without_a_pause_is_an_error(self) -> None:
+        """resume() with no checkpoint needs a paused session."""
+        async with Session(Agent(model=ScriptedModel(["x"]))) as session:
+            with pytest.raises(ValueError, match="not paused and no checkpoint was given"):
+                await session.resume()
+
+    async def test_a_user_layer_can_take_decisions(self) -> None:
+        """on_resume sees the decisions first; a layer that raises keeps the session paused."""
+        seen: list[tuple[str, dict[str, Any]]] = []
+
+        class Gate(Layer):
+            async def on_resume(self, ctx: Any, checkpoint: Any, decisions: Any) -> bool:
+                seen.append((checkpoint.node, dict(decisions)))
+                if "veto" in decisions:
+                    raise ResumeError(["vetoed"])
+                return True
+
+        pause = FakeTool("pause", control=Interrupt("gate", payload={"ask": ["a", 1]}))
+        model = ScriptedModel([reply("", call("pause", id="p1")), "after"])
+        agent = Agent(model=model, tools=[pause.tool], middleware=[Gate()])
+        async with Session(agent) as session:
+            with pytest.raises(Interrupted) as info:
+                await session.run("go")
+            assert thaw(info.value.payload) == {"ask": ["a", 1]}
+            with pytest.raises(ResumeError, match="vetoed"):
+                await session.resume(decisions={"veto": Reject()})
+            assert session.paused is info.value.checkpoint
+            result = await session.resume(decisions={"p1": Approve()})
+        assert result.final_text == "after"
+        assert seen == [("gate", {"veto": Reject()}), ("gate", {"p1": Approve()})]
