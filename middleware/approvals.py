@@ -66,6 +66,7 @@ from tinyctx import (
     ModelCall,
     ModelRequest,
     ModelResponse,
+    Once,
     Reject,
     Respond,
     ResumeError,
@@ -202,6 +203,13 @@ _DEFAULT = Review()
 
 class Approvals(Layer):
     """Pause for a human's review of chosen tool calls (see the module doc)."""
+
+    constraints = (
+        Once(
+            reason="a response pauses with one Interrupt: a second review layer's pause would "
+            "lose to the first, and the calls only it reviews would go unreviewed"
+        ),
+    )
 
     def __init__(self, review: ReviewConfig, *, name: str | None = None) -> None:
         self._by_name: dict[str, Review] = {}

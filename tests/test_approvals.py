@@ -17,6 +17,7 @@ from tinyctx import (
     Edit,
     Interrupt,
     Interrupted,
+    InvalidCheckpoint,
     Layer,
     Reject,
     Respond,
@@ -600,7 +601,7 @@ class TestKernelPieces:
     async def test_resume_without_a_pause_is_an_error(self) -> None:
         """resume() with no checkpoint needs a paused session."""
         async with Session(Agent(model=ScriptedModel(["x"]))) as session:
-            with pytest.raises(ValueError, match="not paused and no checkpoint was given"):
+            with pytest.raises(InvalidCheckpoint, match="has no paused run to resume"):
                 await session.resume()
 
     async def test_a_user_layer_can_take_decisions(self) -> None:

@@ -49,6 +49,7 @@ from .control import (
 )
 from .conversation import (
     Conversation,
+    ConversationChange,
 )
 from .decisions import (
     DECISION_KINDS,
@@ -66,6 +67,7 @@ from .errors import (
     ContextLimitExceeded,
     DepthLimitExceeded,
     Interrupted,
+    InvalidCheckpoint,
     LimitExceeded,
     PairingError,
     ProviderError,
@@ -117,6 +119,21 @@ from .model import (
     ModelRequest,
     ModelResponse,
     Usage,
+)
+from .ordering import (
+    Innermost,
+    Inside,
+    Once,
+    OrderingError,
+    Outermost,
+    Outside,
+    check_ordering,
+)
+from .state import (
+    DurableState,
+    LayerStates,
+    RunStates,
+    StateError,
 )
 from .stores import (
     MemoryStore,
@@ -191,6 +208,12 @@ __all__ = [
     "snap_boundary",
     "tool_turns",
     "Conversation",
+    "ConversationChange",
+    "DurableState",
+    "LayerStates",
+    "RunStates",
+    "StateError",
+    "InvalidCheckpoint",
     "FrozenDict",
     "freeze",
     "thaw",
@@ -210,6 +233,13 @@ __all__ = [
     "layer_name",
     "has_hook",
     "check_layer_names",
+    "Outside",
+    "Inside",
+    "Outermost",
+    "Innermost",
+    "Once",
+    "OrderingError",
+    "check_ordering",
     "TokenCounter",
     "HeuristicCounter",
     "default_counter",

@@ -20,6 +20,7 @@ __all__ = [
     "PairingError",
     "RunCancelled",
     "Interrupted",
+    "InvalidCheckpoint",
     "ContextLimitExceeded",
     "LimitExceeded",
     "DepthLimitExceeded",
@@ -127,6 +128,10 @@ class ToolError(TinyCtxError):
     def with_content(self, content: str) -> ToolError:
         """The same failure, answered with ``content`` (a layer shortening the text)."""
         return ToolError(self.call, self.error_type, self.text, self.error, content=content)
+
+
+class InvalidCheckpoint(TinyCtxError, ValueError):
+    """A checkpoint that cannot be resumed as it is (corrupted or hand-edited); nothing ran."""
 
 
 class ContextLimitExceeded(TinyCtxError):
