@@ -36,9 +36,11 @@ Which calls need review:
   of that tool are reviewed);
 * a function deciding per call, ``review(call) -> Review | bool | None``.
 
-A call that needs review but reaches the tool onion without a decision (it was pending in
-the input, or the decisions of a run paused twice were lost with its process) is never run:
-it gets an error result saying it was not reviewed.
+The decisions are durable run state (``ctx.run_state``): when a resumed run pauses again
+before its reviewed calls ran (a tool asked for another pause), they travel in that
+checkpoint, so a resume in another process still runs what the reviewer approved. A call
+that needs review but reaches the tool onion without a decision (another layer's pause won
+the response) is never run: it gets an error result saying it was not reviewed.
 """
 
 from __future__ import annotations
@@ -60,7 +62,6 @@ from tinyctx import (
     Edit,
     Event,
     Interrupt,
-    Interrupted,
     Layer,
     Message,
     ModelCall,
@@ -71,11 +72,11 @@ from tinyctx import (
     Respond,
     ResumeError,
     RunContext,
-    RunResult,
     ToolArgumentError,
     ToolCall,
     ToolCallHandler,
     ToolResult,
+    decisions_from_json,
     stronger,
     thaw,
 )
@@ -186,16 +187,27 @@ def review_calls(payload: Any) -> tuple[Mapping[str, Any], ...] | None:
     return tuple(calls) if isinstance(calls, tuple | list) else None
 
 
-class _State:
-    __slots__ = ("edits", "runs")
+class _Decided:
+    """The reviewer's decisions for one run (durable: they travel with a later checkpoint)."""
+
+    __slots__ = ("decisions", "unshown")
 
     def __init__(self) -> None:
-        self.runs: dict[str, Mapping[str, Decision]] = {}
-        self.edits: dict[str, dict[str, Edit]] = {}
+        self.decisions: dict[str, Decision] = {}
+        self.unshown: list[str] = []  # edits not yet written into the history
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "decisions": {call_id: d.to_json() for call_id, d in self.decisions.items()},
+            "unshown": list(self.unshown),
+        }
 
-def _run_key(ctx: RunContext[Any]) -> str:
-    return ctx.config.agent_run_id or ctx.run_id
+    @classmethod
+    def from_json(cls, data: Any) -> _Decided:
+        decided = cls()
+        decided.decisions = decisions_from_json(data.get("decisions", {}))
+        decided.unshown = [str(call_id) for call_id in data.get("unshown", ())]
+        return decided
 
 
 _DEFAULT = Review()
@@ -362,36 +374,34 @@ class Approvals(Layer):
                 edits[call_id] = decision
         if problems:
             raise ResumeError(problems)
-        state = ctx.state_for(self, _State)
-        key = _run_key(ctx)
-        state.runs[key] = {call_id: decisions[call_id] for call_id in ids}
-        if edits:
-            state.edits[key] = edits
+        decided = ctx.run_state(self, _Decided)
+        decided.decisions = {call_id: decisions[call_id] for call_id in ids}
+        decided.unshown = list(edits)
         return True
 
-    async def on_run_start(self, ctx: RunContext[Any]) -> None:
-        state = ctx.state_for(self, _State)
-        if not state.edits:
-            return
-        edits = state.edits.pop(_run_key(ctx), None)
-        if edits:
-            _show_edits(ctx, edits)
+    def _decided(self, ctx: RunContext[Any]) -> _Decided | None:
+        """This run's decisions, if it was resumed with some (never creates state)."""
+        states = ctx.run_states.of(ctx.config.agent_run_id or ctx.config.run_id)
+        return states.get(self, _Decided) if self.name in states else None
 
-    async def on_run_end(
-        self, ctx: RunContext[Any], result: RunResult | None, error: BaseException | None
-    ) -> None:
-        state = ctx.state_for(self, _State)
-        if state.runs and not isinstance(error, Interrupted):
-            state.runs.pop(_run_key(ctx), None)
+    async def on_run_start(self, ctx: RunContext[Any]) -> None:
+        decided = self._decided(ctx)
+        if decided is not None and decided.unshown:
+            edits = {
+                call_id: decision
+                for call_id in decided.unshown
+                if isinstance(decision := decided.decisions.get(call_id), Edit)
+            }
+            decided.unshown = []
+            _show_edits(ctx, edits)
 
     # -- applying the decisions --------------------------------------------------------------
 
     async def wrap_tool(
         self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
     ) -> ToolResult:
-        state = ctx.state_for(self, _State)
-        decisions = state.runs.get(_run_key(ctx)) if state.runs else None
-        decision = decisions.get(call.id) if decisions else None
+        decided = self._decided(ctx)
+        decision = decided.decisions.get(call.id) if decided is not None else None
         if decision is None:
             if self.review_for(call) is None:
                 return await call_next(call, ctx)

@@ -350,6 +350,49 @@ class TestDecisions:
         assert box.ran == [("deploy", {"service": "w2", "replicas": 1})]
 
 
+class TestDurableDecisions:
+    """Decisions are run state: they travel with a later checkpoint of the same run."""
+
+    async def test_a_second_pause_keeps_the_decisions_for_another_session(self) -> None:
+        """A tool pausing mid-batch after the review: a new session runs the approved rest."""
+        box = Deploy()
+        pause = FakeTool("pause", control=Interrupt("ops", "wait for the window"))
+        model = ScriptedModel(
+            [
+                reply(
+                    "",
+                    call("deploy", id="a", service="api"),
+                    call("pause", id="p"),
+                    call("deploy", id="b", service="db", replicas=9),
+                ),
+                "rolled out",
+            ]
+        )
+        agent = Agent(model=model, tools=[*box.tools, pause.tool], middleware=[Approvals("deploy")])
+        async with Session(agent, thread_id="ops") as first:
+            with pytest.raises(Interrupted) as review:
+                await first.run("roll out")
+            with pytest.raises(Interrupted) as window:
+                await first.resume(
+                    decisions={"a": Approve(), "b": Edit({"service": "db", "replicas": 2})}
+                )
+        assert window.value.node == "ops"
+        assert [c.id for c in window.value.checkpoint.pending] == ["b"]
+        encoded = json.dumps(thaw(window.value.checkpoint.state))  # plain JSON, storable
+        assert '"edit"' in encoded
+        async with Session(agent, thread_id="ops") as second:
+            result = await second.resume(window.value.checkpoint)
+            history = second.conversation_messages
+        assert result.final_text == "rolled out"
+        assert box.ran == [
+            ("deploy", {"service": "api", "replicas": 1}),
+            ("deploy", {"service": "db", "replicas": 2}),
+        ]
+        assert thaw(last_calls(history)["b"].arguments) == {"service": "db", "replicas": 2}
+        check_pairing(history, allow_pending=False)
+        assert review.value.checkpoint.run_id == result.run_id
+
+
 class TestRefusedDecisions:
     """Bad decisions are refused before anything runs; the session stays paused."""
 
