@@ -160,6 +160,16 @@ class TestInvalidText:
         for message in messages:
             message.text.encode("utf-8")  # never raises
 
+    async def test_text_parts_are_made_valid_too(self) -> None:
+        """A lone surrogate in a text part of a multimodal message becomes U+FFFD."""
+        from tinyctx.parts import TextPart
+
+        model = ScriptedModel(["ok"])
+        async with Session(Agent(model=model)) as session:
+            await session.run(UserMessage((TextPart("caf\udce9"),)))
+            (user, _) = session.conversation_messages
+        assert user.text == "caf\ufffd"
+
 
 class TestReusedCallIds:
     """A call id already used in the thread is renamed as it enters history."""
