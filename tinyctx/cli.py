@@ -194,9 +194,10 @@ def bundled_transcript() -> Path:
     return Path(str(resources.files("tinyctx") / "data" / BUNDLED))
 
 
-def _load(source: str, stdin: IO[str], fmt: str | None, record: int) -> tuple[Message, ...]:
+def _load(source: str, io: _IO, fmt: str | None, record: int) -> tuple[Message, ...]:
     from .formats import parse_transcript
 
+    stdin = io.stdin
     if source == "-":
         name, text = "<stdin>", stdin.read()
     else:
@@ -212,10 +213,14 @@ def _load(source: str, stdin: IO[str], fmt: str | None, record: int) -> tuple[Me
         except OSError as exc:
             _fail(f"{source}: cannot read: {exc.strerror or exc}", EXIT_INPUT)
     try:
-        return parse_transcript(text, format=fmt, path=name, record=record).messages  # type: ignore[arg-type]
+        transcript = parse_transcript(text, format=fmt, path=name, record=record)  # type: ignore[arg-type]
     except (TinyCtxError, ValueError) as exc:
         message = str(exc)
         _fail(message if name in message else f"{name}: {message}", EXIT_INPUT)
+    records = transcript.info.get("records")
+    if isinstance(records, int) and records > 1:
+        io.note(f"{name} holds {records} runs; reading run {record} (--record N picks another)")
+    return transcript.messages
 
 
 def _looks_like_path(text: str) -> bool:
@@ -359,7 +364,7 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
     if reserve < 0 or reserve >= args.window:
         _fail(f"--reserve {reserve}: must be >= 0 and below --window ({args.window})")
     plot = _plot_path(args.plot) if args.plot else None
-    transcript = _load(source, io.stdin, args.format, args.record)
+    transcript = _load(source, io, args.format, args.record)
     name = "<stdin>" if source == "-" else Path(source).name
     if not transcript:
         _fail(f"{source}: the transcript holds no messages; nothing to replay", EXIT_EMPTY)
@@ -405,7 +410,7 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
 def _cmd_stats(args: argparse.Namespace, io: _IO) -> int:
     from .render import console, print_stats
 
-    transcript = _load(args.transcript, io.stdin, args.format, args.record)
+    transcript = _load(args.transcript, io, args.format, args.record)
     if not transcript:
         _fail(f"{args.transcript}: the transcript holds no messages", EXIT_EMPTY)
     heuristic = default_counter()
@@ -487,8 +492,15 @@ class _Parser(argparse.ArgumentParser):
         raise _Exit(status)
 
 
-class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Help with each option's default, unless its text already says it or there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "(default:" in text or default is None or default is False:
+            return text
+        return f"{text} (default: {default})"
 
 
 def _formats_epilog() -> str:
@@ -541,8 +553,8 @@ def _add_input(parser: argparse.ArgumentParser) -> None:
 def _replay_parser(io: _IO) -> _Parser:
     parser = _new(
         "tinyctx replay",
-        "Replay a transcript through a stack of layers and show, per model call, what the "
-        "model was sent, what the recording would have cost without the stack, and what "
+        "Replay a transcript through a stack of layers and show, per model call, what the\n"
+        "model was sent, what the recording would have cost without the stack, and what\n"
         "each layer did.",
         _formats_epilog() + "\n\n" + _exit_epilog(),
         io,

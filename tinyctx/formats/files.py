@@ -60,7 +60,8 @@ _PathLike = str | os.PathLike[str]
 class Transcript:
     """The messages of a transcript file, its format, and what else the file holds.
 
-    ``info`` keeps the file's non-message content: a SWE-agent trajectory's ``info``,
+    ``info`` keeps the file's non-message content (for a file of several runs, the chosen
+    run's fields and ``records``, how many the file holds): a SWE-agent trajectory's ``info``,
     ``environment`` and ``trajectory``; a mini-swe-agent run's ``info`` and its ``exit``
     records; the other fields of a request-shaped JSON (model, settings).
     """
@@ -188,9 +189,10 @@ def _convert(
     messages are not one per record, the record each message came from."""
     if fmt in (OPENHANDS, TAU_BENCH):
         chosen = select_record(document, record, fmt)
+        count = {"records": len(document) if isinstance(document, list) else 1}
         if fmt == OPENHANDS:
-            return from_openhands(chosen), _rest(chosen, "history")
-        return from_tau_bench(chosen), _rest(chosen, "traj")
+            return from_openhands(chosen), {**_rest(chosen, "history"), **count}
+        return from_tau_bench(chosen), {**_rest(chosen, "traj"), **count}
     if fmt == "openai":
         if isinstance(document, Mapping) and "role" in document:
             document = [document]
