@@ -216,6 +216,8 @@ class RunStarted(Event):
     kind: ClassVar[str] = "run.started"
     level: ClassVar[EventLevel] = "debug"
     resumed: bool = False
+    agent: str = ""
+    """The agent's ``name``."""
 
 
 @frozen
@@ -225,6 +227,8 @@ class RunFinished(Event):
     status: str = "completed"
     model_calls: int = 0
     tool_calls: int = 0
+    error: str = ""
+    """For a failed or cancelled run: ``"<ExceptionType>: <message>"``."""
 
 
 @frozen
