@@ -47,12 +47,14 @@ from .control import (
 )
 from .conversation import (
     Conversation,
+    ConversationChange,
 )
 from .errors import (
     ConfigError,
     ContextLimitExceeded,
     DepthLimitExceeded,
     Interrupted,
+    InvalidCheckpoint,
     LimitExceeded,
     PairingError,
     ProviderError,
@@ -102,6 +104,12 @@ from .model import (
     ModelRequest,
     ModelResponse,
     Usage,
+)
+from .state import (
+    DurableState,
+    LayerStates,
+    RunStates,
+    StateError,
 )
 from .stores import (
     MemoryStore,
@@ -176,6 +184,12 @@ __all__ = [
     "snap_boundary",
     "tool_turns",
     "Conversation",
+    "ConversationChange",
+    "DurableState",
+    "LayerStates",
+    "RunStates",
+    "StateError",
+    "InvalidCheckpoint",
     "FrozenDict",
     "freeze",
     "thaw",
