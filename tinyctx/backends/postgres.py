@@ -146,11 +146,14 @@ BEGIN
     v_new := v_version + 1;
     IF p_start IS NOT NULL THEN
         v_shift := cardinality(p_replacement) - (p_end - p_start);
-        INSERT INTO {s}.archive (thread_id, version, start_pos, end_pos, messages, archived_at)
-            VALUES (p_thread, v_new, p_start, p_end, ARRAY(
-                SELECT m.doc FROM {s}.messages m
-                WHERE m.thread_id = p_thread AND m.pos >= p_start AND m.pos < p_end
-                ORDER BY m.pos), p_now);
+        IF p_end > p_start THEN
+            INSERT INTO {s}.archive (thread_id, version, start_pos, end_pos, messages,
+                                     archived_at)
+                VALUES (p_thread, v_new, p_start, p_end, ARRAY(
+                    SELECT m.doc FROM {s}.messages m
+                    WHERE m.thread_id = p_thread AND m.pos >= p_start AND m.pos < p_end
+                    ORDER BY m.pos), p_now);
+        END IF;
         DELETE FROM {s}.messages m
             WHERE m.thread_id = p_thread AND m.pos >= p_start AND m.pos < p_end;
         IF v_shift <> 0 THEN

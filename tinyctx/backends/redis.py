@@ -113,8 +113,10 @@ if ARGV[10] ~= '' then
     if s == 0 then redis.call('DEL', messages) else redis.call('LTRIM', messages, 0, s - 1) end
     push_args(messages, 13, 12 + n)
     push_table(messages, tail)
-    redis.call('RPUSH', archive, new .. ' ' .. s .. ' ' .. e .. ' ' .. ARGV[4] .. ' ' .. #originals)
-    push_table(archive, originals)
+    if e > s then
+        redis.call('RPUSH', archive, new .. ' ' .. s .. ' ' .. e .. ' ' .. ARGV[4] .. ' ' .. #originals)
+        push_table(archive, originals)
+    end
     if ARGV[5] ~= '' then
         local keep_after = tonumber(ARGV[5])
         while true do
