@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,11 @@ import anyio
 import psycopg
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.servers import make_backend, start_services, stop_services, unique_name
-from tinyctx import ConfigError, StoreClosed, StoreSchemaError
+from tinyctx import ConfigError, MemoryStore, StoreClosed, StoreSchemaError, append_notes
 from tinyctx.backends.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from tinyctx.backends.postgres import PostgresStore
 from tinyctx.backends.redis import RedisStore
@@ -75,7 +78,7 @@ class TestConfiguration:
             ({"prefix": ""}, "prefix"),
             ({"max_connections": 0}, "max_connections"),
             ({"timeout": -1}, "timeout"),
-            ({"archive_retention": 0}, "archive_retention"),
+            ({"archive_retention": -0.5}, "archive_retention"),
         ],
     )
     def test_redis_rejects_bad_options(self, kwargs: dict[str, Any], field: str) -> None:
@@ -172,6 +175,57 @@ def _closed_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+class TestStoreLikeMemory:
+    """The Store part behaves exactly like MemoryStore for any sequence of operations."""
+
+    @settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        ops=st.lists(
+            st.one_of(
+                st.tuples(st.just("note"), st.sampled_from("ab"), st.text(max_size=8)),
+                st.tuples(
+                    st.just("batch"),
+                    st.sampled_from("ab"),
+                    st.lists(st.text(max_size=5), max_size=3),
+                ),
+                st.tuples(st.just("put"), st.sampled_from("ab"), st.text(max_size=3)),
+                st.tuples(st.just("delete"), st.sampled_from("ab"), st.text(max_size=3)),
+            ),
+            max_size=12,
+        ),
+        limit=st.one_of(st.none(), st.integers(1, 4)),
+    )
+    async def test_any_operations(
+        self, backend: Any, ops: list[tuple[str, str, Any]], limit: int | None
+    ) -> None:
+        """Up to 12 operations per example, each example in namespaces of its own."""
+        memory = MemoryStore()
+        run = uuid.uuid4().hex
+        for index, (op, name, arg) in enumerate(ops):
+            ns = f"{run}-{name}"
+            key = arg.replace("\x00", "") if op in ("put", "delete") else arg
+            outcomes = []
+            for store in (memory, backend):
+                if op == "note":
+                    outcomes.append((await store.append_note(ns, arg)).seq)
+                elif op == "batch":
+                    outcomes.append([n.seq for n in await append_notes(store, ns, arg)])
+                elif op == "put":
+                    await store.put(ns, key, {"i": index, "v": [arg]})
+                    outcomes.append(None)
+                else:
+                    outcomes.append(await store.delete(ns, key))
+            assert outcomes[0] == outcomes[1], (op, ns, arg)
+        for name in "ab":
+            ns = f"{run}-{name}"
+            assert await memory.keys(ns) == await backend.keys(ns)
+            for key in await memory.keys(ns):
+                assert await memory.get(ns, key) == await backend.get(ns, key)
+            mine = [(n.seq, n.text, n.metadata) for n in await memory.notes(ns, limit=limit)]
+            theirs = [(n.seq, n.text, n.metadata) for n in await backend.notes(ns, limit=limit)]
+            assert mine == theirs
 
 
 class TestSchema:

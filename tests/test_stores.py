@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.servers import BACKENDS, make_backend
 from tinyctx import (
     ConfigError,
     MemoryStore,
@@ -30,22 +28,15 @@ from tinyctx import (
 from tinyctx.stores import SCHEMA_VERSION
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=["memory", "sqlite"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made: Store = make_backend(request.param, request, tmp_path)
-    yield made
-    await made.aclose()
-
-
-@pytest.fixture(params=[kind for kind in BACKENDS if kind != "memory"])
-async def durable_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made: Store = make_backend(request.param, request, tmp_path)
+    made: Store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "s.db")
     yield made
     await made.aclose()
 
 
 class TestStoreContract:
-    """Every backend (memory, SQLite, PostgreSQL, Redis) keeps the same Store contract."""
+    """MemoryStore and SqliteStore keep the same Store contract."""
 
     async def test_both_implement_the_protocols(self, store: Store) -> None:
         assert isinstance(store, Store)
@@ -114,7 +105,7 @@ class TestStoreContract:
             await store.append_notes("ns", "abc")
         assert await store.notes("ns") == []
 
-    @settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @settings(max_examples=50)
     @given(
         ops=st.lists(
             st.one_of(
@@ -131,34 +122,34 @@ class TestStoreContract:
         ),
         limit=st.one_of(st.none(), st.integers(1, 4)),
     )
-    async def test_every_backend_behaves_like_memory_for_any_operations(
-        self, durable_store: Store, ops: list[tuple[str, str, Any]], limit: int | None
+    async def test_sqlite_behaves_like_memory_for_any_operations(
+        self, ops: list[tuple[str, str, Any]], limit: int | None
     ) -> None:
-        """50 examples of up to 12 ops; each example in namespaces of its own."""
-        memory, other = MemoryStore(), durable_store
-        run = uuid.uuid4().hex
-        for index, (op, name, arg) in enumerate(ops):
-            ns = f"{run}-{name}"
-            outcomes = []
-            for store in (memory, other):
-                if op == "note":
-                    outcomes.append((await store.append_note(ns, arg)).seq)
-                elif op == "batch":
-                    outcomes.append([n.seq for n in await append_notes(store, ns, arg)])
-                elif op == "put":
-                    await store.put(ns, arg, {"i": index, "v": [arg]})
-                    outcomes.append(None)
-                else:
-                    outcomes.append(await store.delete(ns, arg))
-            assert outcomes[0] == outcomes[1], (op, ns, arg)
-        for name in "ab":
-            ns = f"{run}-{name}"
-            assert await memory.keys(ns) == await other.keys(ns)
-            for key in await memory.keys(ns):
-                assert await memory.get(ns, key) == await other.get(ns, key)
-            mine = [(n.seq, n.text) for n in await memory.notes(ns, limit=limit)]
-            theirs = [(n.seq, n.text) for n in await other.notes(ns, limit=limit)]
-            assert mine == theirs
+        """Example-heavy (a database per example): 50 examples, each with up to 12 ops."""
+        memory, sqlite = MemoryStore(), SqliteStore(":memory:")
+        try:
+            for index, (op, ns, arg) in enumerate(ops):
+                outcomes = []
+                for store in (memory, sqlite):
+                    if op == "note":
+                        outcomes.append((await store.append_note(ns, arg)).seq)
+                    elif op == "batch":
+                        outcomes.append([n.seq for n in await store.append_notes(ns, arg)])
+                    elif op == "put":
+                        await store.put(ns, arg, {"i": index, "v": [arg]})
+                        outcomes.append(None)
+                    else:
+                        outcomes.append(await store.delete(ns, arg))
+                assert outcomes[0] == outcomes[1], (op, ns, arg)
+            for ns in "ab":
+                assert await memory.keys(ns) == await sqlite.keys(ns)
+                for key in await memory.keys(ns):
+                    assert await memory.get(ns, key) == await sqlite.get(ns, key)
+                mine = [(n.seq, n.text) for n in await memory.notes(ns, limit=limit)]
+                theirs = [(n.seq, n.text) for n in await sqlite.notes(ns, limit=limit)]
+                assert mine == theirs
+        finally:
+            await sqlite.aclose()
 
 
 class TestSqliteStore:

@@ -44,9 +44,9 @@ from ..threads import (
 from ._common import (
     NetworkedStore,
     WorkerThreads,
+    check_lease_request,
     check_positive,
     check_retention,
-    check_ttl,
     check_write,
     missing_extra,
     redact_url,
@@ -218,7 +218,7 @@ BEGIN
     DELETE FROM {s}.messages m WHERE m.thread_id = p_thread;
     DELETE FROM {s}.archive a WHERE a.thread_id = p_thread;
     DELETE FROM {s}.leases l WHERE l.thread_id = p_thread;
-    RETURN v_found;
+    RETURN v_found OR FOUND;
 END
 $$""",
     ),
@@ -465,8 +465,8 @@ class PostgresStore(NetworkedStore):
         lease: Lease | None = None,
     ) -> int:
         """Apply ``change`` in one transaction: fencing, version and range checks first."""
+        check_write(thread_id, change, expected_version, lease)
         _check_text("thread_id", thread_id)
-        check_write(change, expected_version, lease)
         compaction = change.compaction
         now = time.time()
         keep_after = None if self.archive_retention is None else now - self.archive_retention
@@ -500,7 +500,7 @@ class PostgresStore(NetworkedStore):
         raise AssertionError(f"write_thread returned {outcome!r}")  # pragma: no cover
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
-        seconds = check_ttl(ttl)
+        seconds = check_lease_request(thread_id, owner, ttl)
         row = await self._fetchone(
             self._sql.acquire,
             (_check_text("thread_id", thread_id), _check_text("owner", owner), seconds),
@@ -513,7 +513,7 @@ class PostgresStore(NetworkedStore):
         return Lease(thread_id, owner, int(token), float(expires_at))
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        seconds = check_ttl(ttl)
+        seconds = check_lease_request(lease.thread_id, lease.owner, ttl)
         rows = await self._fetchall(
             self._sql.renew, (seconds, _check_text("thread_id", lease.thread_id), lease.token)
         )

@@ -44,9 +44,9 @@ from ..threads import (
 from ._common import (
     NetworkedStore,
     WorkerThreads,
+    check_lease_request,
     check_positive,
     check_retention,
-    check_ttl,
     check_write,
     missing_extra,
     redact_url,
@@ -114,7 +114,8 @@ if ARGV[10] ~= '' then
     push_args(messages, 13, 12 + n)
     push_table(messages, tail)
     if e > s then
-        redis.call('RPUSH', archive, new .. ' ' .. s .. ' ' .. e .. ' ' .. ARGV[4] .. ' ' .. #originals)
+        local header = table.concat({new, s, e, ARGV[4], #originals}, ' ')
+        redis.call('RPUSH', archive, header)
         push_table(archive, originals)
     end
     if ARGV[5] ~= '' then
@@ -187,15 +188,15 @@ return 0
 
 # KEYS: thread, messages, archive, live lease, index; ARGV: thread id
 _DELETE = """
-local existed = redis.call('HEXISTS', KEYS[1], 'v')
+local existed = redis.call('EXISTS', KEYS[1])  -- written, or leased
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 redis.call('ZREM', KEYS[5], ARGV[1])
 return existed
 """
 
 
-def _ttl_ms(ttl: float) -> int:
-    return max(1, math.ceil(check_ttl(ttl) * 1000))
+def _ttl_ms(thread_id: str, owner: str, ttl: float) -> int:
+    return max(1, math.ceil(check_lease_request(thread_id, owner, ttl) * 1000))
 
 
 def _check_str(what: str, value: object) -> str:
@@ -402,8 +403,7 @@ class RedisStore(NetworkedStore):
         lease: Lease | None = None,
     ) -> int:
         """Apply ``change`` in one Lua script: fencing, version and range checks first."""
-        _check_str("thread_id", thread_id)
-        check_write(change, expected_version, lease)
+        check_write(thread_id, change, expected_version, lease)
         thread, messages, archive, _ = self._thread_keys(thread_id)
         now = time.time()
         keep_after = "" if self.archive_retention is None else repr(now - self.archive_retention)
@@ -438,7 +438,7 @@ class RedisStore(NetworkedStore):
         raise AssertionError(f"write script returned {outcome!r}")  # pragma: no cover
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
-        ttl_ms = _ttl_ms(ttl)
+        ttl_ms = _ttl_ms(thread_id, owner, ttl)
         thread, _, _, live = self._thread_keys(_check_str("thread_id", thread_id))
         keys = [thread, live, self.prefix + "fencing"]
         args = [_check_str("owner", owner), ttl_ms]
@@ -450,7 +450,7 @@ class RedisStore(NetworkedStore):
         return Lease(thread_id, owner, int(token), int(expires) / 1000)
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        ttl_ms = _ttl_ms(ttl)
+        ttl_ms = _ttl_ms(lease.thread_id, lease.owner, ttl)
         thread, _, _, live = self._thread_keys(_check_str("thread_id", lease.thread_id))
         renewed, figure = await self._threads.run(
             lambda client: client.renew(keys=[thread, live], args=[lease.token, ttl_ms])
