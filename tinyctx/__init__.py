@@ -47,12 +47,14 @@ from .control import (
 )
 from .conversation import (
     Conversation,
+    ConversationChange,
 )
 from .errors import (
     ConfigError,
     ContextLimitExceeded,
     DepthLimitExceeded,
     Interrupted,
+    InvalidCheckpoint,
     LimitExceeded,
     PairingError,
     ProviderError,
@@ -102,6 +104,21 @@ from .model import (
     ModelRequest,
     ModelResponse,
     Usage,
+)
+from .ordering import (
+    Innermost,
+    Inside,
+    Once,
+    OrderingError,
+    Outermost,
+    Outside,
+    check_ordering,
+)
+from .state import (
+    DurableState,
+    LayerStates,
+    RunStates,
+    StateError,
 )
 from .stores import (
     MemoryStore,
@@ -176,6 +193,12 @@ __all__ = [
     "snap_boundary",
     "tool_turns",
     "Conversation",
+    "ConversationChange",
+    "DurableState",
+    "LayerStates",
+    "RunStates",
+    "StateError",
+    "InvalidCheckpoint",
     "FrozenDict",
     "freeze",
     "thaw",
@@ -195,6 +218,13 @@ __all__ = [
     "layer_name",
     "has_hook",
     "check_layer_names",
+    "Outside",
+    "Inside",
+    "Outermost",
+    "Innermost",
+    "Once",
+    "OrderingError",
+    "check_ordering",
     "TokenCounter",
     "HeuristicCounter",
     "default_counter",
