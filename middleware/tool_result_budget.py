@@ -29,6 +29,7 @@ from tinyctx import (
     RunContext,
     ToolCall,
     ToolCallHandler,
+    ToolError,
     ToolResult,
 )
 from tinyctx.events import EventLevel
@@ -256,9 +257,22 @@ class ToolResultBudget(Layer):
     async def wrap_tool(
         self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
     ) -> ToolResult:
-        result = await call_next(call, ctx)
+        try:
+            result = await call_next(call, ctx)
+        except ToolError as failure:
+            # the failure stays an exception for the layers outside; its text is budgeted
+            if self.budget_bytes == 0:
+                raise
+            probe = ToolResult.for_call(call, failure.content, is_error=True)
+            budgeted = self._budget(call, probe, ctx)
+            if budgeted is probe:
+                raise
+            raise failure.with_content(budgeted.content) from failure.error
         if self.budget_bytes == 0:
             return result
+        return self._budget(call, result, ctx)
+
+    def _budget(self, call: ToolCall, result: ToolResult, ctx: RunContext[Any]) -> ToolResult:
         new, stats = _budgeted(result, self.budget_bytes, self.hint)
         if new is not result:
             ctx.emit(

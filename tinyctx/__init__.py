@@ -12,6 +12,8 @@ from .agent import (
     RunStatus,
     Session,
     execute_tool,
+    invoke_tool,
+    tool_error_result,
 )
 from .cache import (
     CacheRegistry,
@@ -49,6 +51,17 @@ from .conversation import (
     Conversation,
     ConversationChange,
 )
+from .decisions import (
+    DECISION_KINDS,
+    Approve,
+    Decision,
+    DecisionKind,
+    Edit,
+    Reject,
+    Respond,
+    decision_from_json,
+    decisions_from_json,
+)
 from .errors import (
     ConfigError,
     ContextLimitExceeded,
@@ -58,10 +71,12 @@ from .errors import (
     LimitExceeded,
     PairingError,
     ProviderError,
+    ResumeError,
     RetryableProviderError,
     RunCancelled,
     SessionBusy,
     TinyCtxError,
+    ToolError,
 )
 from .events import (
     BackgroundTaskFailed,
@@ -233,6 +248,8 @@ __all__ = [
     "ServerTool",
     "ToolRegistry",
     "execute_tool",
+    "invoke_tool",
+    "tool_error_result",
     "tool",
     "FunctionTool",
     "Inject",
@@ -243,6 +260,15 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "Checkpoint",
+    "Decision",
+    "DecisionKind",
+    "DECISION_KINDS",
+    "Approve",
+    "Edit",
+    "Reject",
+    "Respond",
+    "decision_from_json",
+    "decisions_from_json",
     "Store",
     "StoreRegistry",
     "MemoryStore",
@@ -275,6 +301,8 @@ __all__ = [
     "LimitExceeded",
     "DepthLimitExceeded",
     "SessionBusy",
+    "ResumeError",
+    "ToolError",
     "ProviderError",
     "RetryableProviderError",
     "InjectionError",
