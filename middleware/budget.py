@@ -6,8 +6,9 @@ system prompt; calibrated by the provider's reported usage) against the usable w
 
 - below ``trigger`` (default 90 %) the request passes through untouched — the same object;
 - at or above it, a :class:`ContextPressure` event is emitted and the guard's policies run
-  in order, re-estimating after each, until the estimate is at or under the low-water mark (``low_water``); each
-  policy that changed something emits a :class:`ContextPolicyApplied` with the tokens freed;
+  in order, re-estimating after each, until the estimate is at or under the low-water
+  mark (``low_water``); each policy that changed something emits a
+  :class:`ContextPolicyApplied` with the tokens freed;
 - if the estimate is still above ``hard_limit`` (default 100 % of the usable window) the
   call fails with :class:`tinyctx.ContextLimitExceeded` naming the estimate, the window, the
   reserve and what each policy freed — and the conversation is left as it was.

@@ -264,7 +264,10 @@ class ToolResultBudget(Layer):
             or not 0 < window_fraction <= 1
         ):
             raise ConfigError(
-                "window_fraction", window_fraction, "None or a number in (0, 1]", owner="ToolResultBudget"
+                "window_fraction",
+                window_fraction,
+                "None or a number in (0, 1]",
+                owner="ToolResultBudget",
             )
         self.window_fraction = None if window_fraction is None else float(window_fraction)
         if name is not None:

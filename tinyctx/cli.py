@@ -3,6 +3,7 @@
     tinyctx                      replay the bundled transcript through the default stack
     tinyctx replay [TRANSCRIPT] [--window N] [--reserve N] [--stack default|seed-order|FILE]
                    [--tokenizer PATH] [--json] [--plot FILE]
+                   [--price MODEL] [--prices FILE] [--sweep [0.2,0.4,...]]
     tinyctx stats TRANSCRIPT [--tokenizer PATH] [--json]
 
 Stacks and layers are found by name through entry points (``tinyctx.stacks`` and
@@ -30,7 +31,7 @@ from .errors import ConfigError, TinyCtxError
 from .messages import AssistantMessage, Message, ToolResult
 from .tokens import TokenCounter, default_counter
 
-__all__ = ["main", "load_stack", "StackError", "bundled_transcript"]
+__all__ = ["main", "load_stack", "load_stack_at", "StackError", "bundled_transcript"]
 
 DEFAULT_WINDOW = 32_000
 DEFAULT_RESERVE = 4_000
@@ -127,6 +128,35 @@ def load_stack(spec: str, *, counter: TokenCounter | None = None) -> list[LayerL
     ]
 
 
+def load_stack_at(
+    spec: str, low_water: float, *, counter: TokenCounter | None = None
+) -> list[LayerLike]:
+    """``spec`` with its budget guard's low-water mark set to ``low_water`` (for sweeps): a
+    named stack whose factory takes ``low_water``, or a TOML file whose ``budget_guard``
+    layers get ``low_water`` (replacing ``target``/``low_water`` they set)."""
+    stacks = _entry_points("tinyctx.stacks")
+    if spec in stacks:
+        factory: StackFactory = stacks[spec].load()
+        if not _accepts(factory, "low_water"):
+            raise StackError(f"--sweep: stack {spec!r} has no low_water knob to sweep")
+        return list(factory(counter=counter, low_water=low_water))
+    path = Path(spec)
+    layers = load_stack(spec, counter=counter)  # validates the file first
+    document = tomllib.loads(path.read_text(encoding="utf-8"))
+    tables = document["layers"]
+    if not any(t.get("use") == "budget_guard" for t in tables):
+        raise StackError(f"--sweep: {path} has no budget_guard layer whose low_water to sweep")
+    for table in tables:
+        if table.get("use") == "budget_guard":
+            table.pop("target", None)
+            table["low_water"] = low_water
+    del layers
+    return [
+        _build(_use(t, f"{path}: layers[{i}]"), _args(t), f"{path}: layers[{i}]", counter)
+        for i, t in enumerate(tables)
+    ]
+
+
 # ---------------------------------------------------------------------------------------
 # transcripts
 
@@ -162,6 +192,61 @@ def _counter(tokenizer: str | None) -> TokenCounter:
         _fail(f"--tokenizer {tokenizer}: cannot load: {exc}")
 
 
+def _price(args: argparse.Namespace) -> Any:
+    """The ModelPrice asked for with --price / --prices, or None (no cost shown)."""
+    from .cost import DEFAULT_PRICE, load_price_table, price_for
+
+    if args.price is None and args.prices is None and args.sweep is None:
+        return None
+    table = None
+    if args.prices is not None:
+        try:
+            table = load_price_table(args.prices)
+        except ConfigError as exc:
+            _fail(f"--prices {args.prices}: {exc}")
+    name = args.price
+    if name is None:
+        if table is not None and len(table) == 1:
+            return next(iter(table.values()))
+        if table is not None:
+            _fail(f"--prices {args.prices}: several models ({', '.join(table)}); choose --price")
+        name = DEFAULT_PRICE
+    try:
+        return price_for(name, table)
+    except ConfigError as exc:
+        _fail(f"--price {name}: {exc}")
+
+
+DEFAULT_SWEEP = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+
+
+def _sweep_values(text: str) -> tuple[float, ...]:
+    if text == "default":
+        return DEFAULT_SWEEP
+    values: list[float] = []
+    for item in text.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            _fail(f"--sweep {text!r}: {item!r} is not a number (e.g. 0.2,0.4,0.6)")
+        if not 0 < value <= 1:
+            _fail(f"--sweep {text!r}: {value} is not a low-water fraction in (0, 1]")
+        values.append(value)
+    return tuple(values)
+
+
+def _print_sweep(points: Sequence[Any], out: TextIO, knob: str) -> None:
+    print(f"\nsweep of {knob}: average prompt tokens against cost", file=out)
+    print(f"{knob:>10} {'avg prompt':>11} {'cost':>10} {'breaks':>7} {'calls':>6}", file=out)
+    for p in points:
+        note = f"  stopped: {p.error}" if p.error else ""
+        print(
+            f"{p.value:>10.2f} {p.average_prompt_tokens:>11.0f} {'$' + format(p.cost, '.4f'):>10} "
+            f"{p.breaks:>7} {p.calls:>6}{note}",
+            file=out,
+        )
+
+
 # ---------------------------------------------------------------------------------------
 # output
 
@@ -185,23 +270,33 @@ def _pct(value: float | None) -> str:
     return "   -  " if value is None else f"{value * 100:5.1f}%"
 
 
-def _print_replay(report: Any, out: TextIO, source: str) -> None:
+def _print_replay(report: Any, out: TextIO, source: str, cost: Any = None) -> None:
     print(f"replay of {source}", file=out)
     usable = report.usable
     print(
         f"window {report.window} - reserved {report.reserved} = usable {usable} tokens\n",
         file=out,
     )
+    priced = f" {'read':>7} {'written':>7} {'cost':>8} {'break':>5}" if cost is not None else ""
     print(
-        f"{'call':>4} {'msgs':>5} {'tokens':>8} {'util':>7} {'raw':>8} {'saved':>7}  actions",
+        f"{'call':>4} {'msgs':>5} {'tokens':>8} {'util':>7} {'raw':>8} {'saved':>7}"
+        f"{priced}  actions",
         file=out,
     )
-    for row in report.rows:
+    calls = cost.calls if cost is not None else [None] * len(report.rows)
+    for row, call in zip(report.rows, calls, strict=True):
         actions = "; ".join(row.actions) if row.actions else ""
         flag = " !" if row.would_overflow else "  "
+        extra = ""
+        if call is not None:
+            where = f"@{call.break_at}" if call.broke else ""
+            extra = (
+                f" {call.cache_read:>7} {call.cache_write:>7} {'$' + format(call.cost, '.4f'):>8}"
+                f" {where:>5}"
+            )
         print(
             f"{row.index:>4} {row.messages:>5} {row.tokens:>8} {_pct(row.utilisation):>7} "
-            f"{row.raw_tokens:>8}{flag}{row.saved:>6}  {actions}",
+            f"{row.raw_tokens:>8}{flag}{row.saved:>6}{extra}  {actions}",
             file=out,
         )
     s = report.to_json()["summary"]
@@ -211,12 +306,66 @@ def _print_replay(report: Any, out: TextIO, source: str) -> None:
     print(f"calls that would overflow (!):     {s['would_overflow_without_stack']}", file=out)
     print(f"  kept in the window by the stack: {s['overflows_avoided']}", file=out)
     print(f"tokens saved over all calls:       {s['total_tokens_saved']}", file=out)
+    if cost is not None:
+        print(f"average prompt tokens:             {cost.average_prompt_tokens:.0f}", file=out)
+        print(
+            f"cache read / written / uncached:   {cost.cache_read} / {cost.cache_write} / "
+            f"{cost.uncached} tokens ({cost.cache_hit_rate:.0%} read from cache)",
+            file=out,
+        )
+        breaks = ", ".join(str(c.break_at) for c in cost.calls if c.broke) or "none"
+        print(f"prefix breaks:                     {cost.breaks} (at message {breaks})", file=out)
+        print(
+            f"cost at {cost.price.name} prices:  ${cost.total:.4f}",
+            file=out,
+        )
     if s["error"]:
         print(f"stopped: {s['error']}", file=out)
 
 
-def write_svg(report: Any, path: Path) -> None:
-    """A dependency-free SVG chart: utilisation per call, raw vs sent, actions marked."""
+def _sweep_panel(points: Sequence[Any], top: float, width: int, pad: int) -> list[str]:
+    """An SVG panel under the main chart: cost against average prompt tokens, one point
+    per swept value (the curve a user picks a setting from)."""
+    good = [p for p in points if p.error is None] or list(points)
+    height = 300
+    xs: list[float] = [p.average_prompt_tokens for p in good]
+    ys: list[float] = [p.cost for p in good]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = 0.0, max(ys) or 1.0
+    span = (x1 - x0) or 1.0
+
+    def x(v: float) -> float:
+        return pad + (width - 2 * pad) * ((v - x0) / span)
+
+    def y(v: float) -> float:
+        return top + height - pad - (height - 2 * pad) * ((v - y0) / (y1 - y0))
+
+    ordered = sorted(good, key=lambda p: p.average_prompt_tokens)
+    points_attr = " ".join(f"{x(p.average_prompt_tokens):.1f},{y(p.cost):.1f}" for p in ordered)
+    bottom = top + height - pad
+    parts = [
+        f'<line x1="{pad}" y1="{bottom}" x2="{width - pad}" y2="{bottom}" stroke="#333"/>',
+        f'<line x1="{pad}" y1="{top + pad}" x2="{pad}" y2="{bottom}" stroke="#333"/>',
+        f'<polyline fill="none" stroke="#2a9d8f" stroke-width="2" points="{points_attr}"/>',
+        f'<text x="{pad}" y="{top + pad - 16}">sweep: cost (USD) against average prompt tokens '
+        f"(0..${y1:.2f}; {x0:.0f}..{x1:.0f} tokens)</text>",
+    ]
+    for p in ordered:
+        parts.append(
+            f'<circle cx="{x(p.average_prompt_tokens):.1f}" cy="{y(p.cost):.1f}" r="4" '
+            f'fill="#2a9d8f"><title>low_water {p.value:g}: ${p.cost:.4f}, '
+            f"{p.average_prompt_tokens:.0f} tokens, {p.breaks} breaks</title></circle>"
+        )
+        parts.append(
+            f'<text x="{x(p.average_prompt_tokens):.1f}" y="{y(p.cost) - 8:.1f}" '
+            f'text-anchor="middle">{p.value:g}</text>'
+        )
+    return parts
+
+
+def write_svg(report: Any, path: Path, sweep: Sequence[Any] = ()) -> None:
+    """A dependency-free SVG chart: utilisation per call, raw vs sent, actions marked; with
+    ``sweep`` points, a second panel of cost against average prompt tokens."""
     rows = report.rows
     width, height, pad = 900, 360, 48
     n = max(len(rows), 1)
@@ -236,10 +385,11 @@ def write_svg(report: Any, path: Path) -> None:
     bottom = height - pad
     sent = [r.utilisation or 0.0 for r in rows]
     raw = [r.raw_utilisation or 0.0 for r in rows]
+    total_height = height + (300 if sweep else 0)
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total_height}" '
         f'font-family="sans-serif" font-size="11">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<rect width="{width}" height="{total_height}" fill="white"/>',
         f'<line x1="{pad}" y1="{y(1.0):.1f}" x2="{width - pad}" y2="{y(1.0):.1f}" stroke="#c00"/>',
         f'<text x="{width - pad}" y="{y(1.0) - 4:.1f}" text-anchor="end" fill="#c00">window</text>',
         f'<line x1="{pad}" y1="{bottom}" x2="{width - pad}" y2="{bottom}" stroke="#333"/>',
@@ -259,8 +409,10 @@ def write_svg(report: Any, path: Path) -> None:
         "stack, orange: a layer acted)</text>",
         f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">'
         f"model call (1..{len(rows)})</text>",
-        "</svg>",
     ]
+    if sweep:
+        parts += _sweep_panel(sweep, height, width, pad)
+    parts.append("</svg>")
     path.write_text("\n".join(parts), encoding="utf-8")
 
 
@@ -282,6 +434,13 @@ def _cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         stack = load_stack(args.stack, counter=counter)
     except StackError as exc:
         _fail(str(exc))
+    price = _price(args)
+    values = _sweep_values(args.sweep) if args.sweep is not None else ()
+    stacks_at: list[list[LayerLike]] = []
+    try:
+        stacks_at = [load_stack_at(args.stack, v, counter=counter) for v in values]
+    except StackError as exc:
+        _fail(str(exc))
     report = replay_sync(
         transcript,
         stack,
@@ -290,16 +449,40 @@ def _cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         counter=counter,
         progress=_progress(err),
     )
+    # extra per-call data (cost, ...)
+    cost = report.cost(price) if price is not None else None
+    points: tuple[Any, ...] = ()
+    if values:
+        from .cost import sweep
+
+        layers = iter(stacks_at)
+        points = sweep(
+            transcript,
+            lambda _value: next(layers),
+            values,
+            price=price,
+            window=args.window,
+            reserved=args.reserve,
+            counter=counter,
+        )
     if args.json:
         payload = report.to_json()
         payload["transcript"] = str(path)
         payload["stack"] = args.stack
+        if cost is not None:
+            from .cost import add_to_payload
+
+            add_to_payload(payload, cost)
+        if points:
+            payload["sweep"] = {"knob": "low_water", "points": [p.to_json() for p in points]}
         json.dump(payload, out, indent=2)
         out.write("\n")
     else:
-        _print_replay(report, out, path.name)
+        _print_replay(report, out, path.name, cost)
+        if points:
+            _print_sweep(points, out, "low_water")
     if args.plot:
-        write_svg(report, Path(args.plot))
+        write_svg(report, Path(args.plot), points)
         print(f"chart written to {args.plot}", file=err)
     # 1: the stack could not keep the transcript in the window (2 is for bad input)
     return 1 if report.error else 0
@@ -389,6 +572,26 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--tokenizer", help="a tokenizers JSON file or hub name (default: heuristic)")
     rp.add_argument("--json", action="store_true", help="machine-readable output")
     rp.add_argument("--plot", help="write an SVG chart of utilisation per call")
+    rp.add_argument(
+        "--price",
+        metavar="MODEL",
+        help="price every call at MODEL's prices with prompt caching (e.g. claude-sonnet-4-5, "
+        "gpt-4o); see tinyctx.cost.PRICES",
+    )
+    rp.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="a TOML price table ([models.NAME] input, output, cache_write, cache_read, "
+        "caching, min_cacheable, cache_granularity, window)",
+    )
+    rp.add_argument(
+        "--sweep",
+        nargs="?",
+        const="default",
+        metavar="VALUES",
+        help="also replay at each low-water mark (default 0.1,...,0.8) and print average "
+        "prompt tokens against cost",
+    )
     st = sub.add_parser("stats", help="token counts per role and tool of a transcript")
     st.add_argument("transcript")
     st.add_argument("--tokenizer", help="also count with this tokenizer")

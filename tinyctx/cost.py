@@ -15,11 +15,11 @@ The model used here (:func:`price_calls`), per model call ``i`` of a replay:
   message that differs (0 when the system prompt or tools changed);
 - ``cache_read`` is the shared prefix when it reaches the model's ``min_cacheable`` tokens
   (rounded down to ``cache_granularity``: OpenAI caches in 128-token steps) and the previous
-  prompt was itself cacheable; everything else of a cacheable prompt is ``cache_write``;
-  a prompt under ``min_cacheable`` is all ``uncached`` input;
+  prompt was itself cacheable; with explicit caching (Anthropic) everything else of a
+  cacheable prompt is ``cache_write``, with automatic caching (OpenAI, no write charge) it
+  is ``uncached``, as is all of a prompt under ``min_cacheable``;
 - ``cost = uncached * input + cache_write * cache_write_price + cache_read * cache_read_price
-  + output * output_price`` (prices per million tokens). Automatic caching (OpenAI) has no
-  write premium: its ``cache_write`` price equals its input price.
+  + output * output_price`` (prices per million tokens).
 
 This is the cache a provider keeps when each call marks its end as a breakpoint (Anthropic's
 automatic mode, or an explicit breakpoint on the last message) and no entry expires: calls of
@@ -34,6 +34,7 @@ stack over a range of one knob and returns the cost curve a user picks a setting
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import tomllib
@@ -68,6 +69,9 @@ __all__ = [
     "sweep",
     "cost_at",
     "DEFAULT_PRICE",
+    "call_fields",
+    "summary_fields",
+    "add_to_payload",
 ]
 
 Caching = Literal["explicit", "automatic", "none"]
@@ -197,7 +201,9 @@ def parse_price(name: str, values: Mapping[str, Any], *, where: str = "price") -
         raise ConfigError(unknown[0], values[unknown[0]], f"one of the keys {_FIELDS}", owner=owner)
     for required in ("input", "output"):
         if required not in values:
-            raise ConfigError(required, None, "a price in USD per 1M tokens (required)", owner=owner)
+            raise ConfigError(
+                required, None, "a price in USD per 1M tokens (required)", owner=owner
+            )
     input_ = _number(owner, "input", values["input"])
     output = _number(owner, "output", values["output"])
     caching = values.get("caching", "explicit")
@@ -228,7 +234,9 @@ def load_price_table(path: str | os.PathLike[str]) -> dict[str, ModelPrice]:
     try:
         document = tomllib.loads(source.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError("path", str(source), f"a readable TOML file ({exc})", owner="prices")
+        raise ConfigError(
+            "path", str(source), f"a readable TOML file ({exc})", owner="prices"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("path", str(source), f"valid TOML ({exc})", owner="prices") from None
     unknown = sorted(set(document) - {"models"})
@@ -398,7 +406,9 @@ def price_calls(prompts: Iterable[PromptShape], price: ModelPrice) -> CostReport
         if cacheable and previous_cached and shared_tokens >= price.min_cacheable:
             step = price.cache_granularity
             read = min(shared_tokens - shared_tokens % step, total)
-        write = total - read if cacheable else 0
+        # explicit caching writes the new part at a premium; automatic caching stores it
+        # for free, so it is billed as plain input
+        write = total - read if cacheable and price.caching == "explicit" else 0
         uncached = total - read - write
         cost = per_token * (
             uncached * price.input
@@ -427,7 +437,7 @@ def price_calls(prompts: Iterable[PromptShape], price: ModelPrice) -> CostReport
 def price_replay(report: ReplayReport, price: ModelPrice | str = DEFAULT_PRICE) -> CostReport:
     """The cost of every call of a replay (see :func:`price_calls` for the model)."""
     chosen = price_for(price) if isinstance(price, str) else price
-    return price_calls((row.shape for row in report.rows), chosen)
+    return price_calls((row.shape for row in report.rows if row.shape is not None), chosen)
 
 
 # ---------------------------------------------------------------------------------------
@@ -503,10 +513,47 @@ def cost_at(points: Sequence[SweepPoint], average_prompt_tokens: float) -> float
         return None
     if average_prompt_tokens < curve[0][0] or average_prompt_tokens > curve[-1][0]:
         return None
-    for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False):
+    for (x0, y0), (x1, y1) in itertools.pairwise(curve):
         if x0 <= average_prompt_tokens <= x1:
             if x1 == x0:
                 return min(y0, y1)
             t = (average_prompt_tokens - x0) / (x1 - x0)
             return y0 + t * (y1 - y0)
     return curve[0][1]
+
+
+def call_fields(call: CallCost) -> dict[str, Any]:
+    """The keys a priced call adds to a replay's per-call JSON (``tinyctx replay --json``)."""
+    return {
+        "cost_usd": call.cost,
+        "cache_read_tokens": call.cache_read,
+        "cache_write_tokens": call.cache_write,
+        "uncached_tokens": call.uncached,
+        "output_tokens": call.output_tokens,
+        "prefix_broke": call.broke,
+        "break_at": call.break_at,
+    }
+
+
+def summary_fields(report: CostReport) -> dict[str, Any]:
+    """The keys a priced replay adds to its JSON summary."""
+    return {
+        "price_model": report.price.name,
+        "total_cost_usd": report.total,
+        "cache_read_tokens": report.cache_read,
+        "cache_write_tokens": report.cache_write,
+        "uncached_tokens": report.uncached,
+        "output_tokens": report.output_tokens,
+        "cache_hit_rate": report.cache_hit_rate,
+        "prefix_breaks": report.breaks,
+        "average_prompt_tokens": report.average_prompt_tokens,
+    }
+
+
+def add_to_payload(payload: dict[str, Any], report: CostReport) -> dict[str, Any]:
+    """Put ``report`` into a replay's JSON ``payload`` (its calls and summary), in place."""
+    for entry, call in zip(payload["calls"], report.calls, strict=True):
+        entry.update(call_fields(call))
+    payload["summary"].update(summary_fields(report))
+    payload["price"] = report.price.to_json()
+    return payload

@@ -24,14 +24,13 @@ from .agent import Agent, Session
 from .chain import Layer, LayerLike, ModelCall, ToolCallHandler
 from .context import RunConfig, RunContext
 from .control import Interrupt
+from .cost import PromptShape
 from .errors import ContextLimitExceeded, Interrupted
 from .events import Event, EventSink
 from .messages import AssistantMessage, Message, ToolCall, ToolResult, check_pairing
 from .model import ModelRequest, ModelResponse
 from .tokens import TokenCounter, default_counter
 from .tools import Tool
-
-from .cost import PromptShape
 
 if TYPE_CHECKING:
     from .cost import CostReport, ModelPrice
