@@ -353,7 +353,12 @@ def curve_below(ours: Sequence[SweepPoint], theirs: Sequence[SweepPoint]) -> tup
 # ---------------------------------------------------------------------------------------
 
 
-def run(quick: bool = False, price_name: str = DEFAULT_PRICE, verbose: bool = False) -> list[Row]:
+def run(
+    quick: bool = False,
+    price_name: str = DEFAULT_PRICE,
+    verbose: bool = False,
+    sweeps: bool = True,
+) -> list[Row]:
     data = shared_data()
     if data is None:
         print("shared data not found (set TINYCTX_SHARED_DATA): bench_cost skipped")
@@ -371,6 +376,7 @@ def run(quick: bool = False, price_name: str = DEFAULT_PRICE, verbose: bool = Fa
     fits_ok = breaks_ok = curve_ok = True
     curve_table: list[str] = []
     for window in WINDOWS:
+        totals: dict[str, list[float]] = {}
         if verbose:
             print(f"\n== window {window} (usable {window - RESERVE}), {price.name} prices")
             print(
@@ -401,6 +407,13 @@ def run(quick: bool = False, price_name: str = DEFAULT_PRICE, verbose: bool = Fa
                         f"{results[policy][4]:>5}"
                     )
             none_cost, _, _, _, none_over, none_seconds = results["none"]
+            if none_over:  # the transcripts where management is needed
+                for policy, (c, b, n, _, over, _) in results.items():
+                    entry = totals.setdefault(policy, [0.0, 0, 0, 0])
+                    entry[0] += c
+                    entry[1] += b
+                    entry[2] += n
+                    entry[3] += over
             label = f"{name[:24]} {window // 1000}K"
             if none_over == 0:  # no management fits: nothing may cost more
                 worse = [p for p, r in results.items() if not p.startswith("langchain")]
@@ -434,7 +447,7 @@ def run(quick: bool = False, price_name: str = DEFAULT_PRICE, verbose: bool = Fa
                         extra={"cost": total, "none_cost": none_cost, "average": average},
                     )
                 )
-            if with_langchain and not quick and none_over > 0:
+            if with_langchain and not quick and none_over > 0 and sweeps:
                 ours = sweep_points(messages, named["default_stack"], window, counter, price)
                 theirs = sweep_points(
                     messages, named["langchain summarization+editing"], window, counter, price
@@ -456,6 +469,17 @@ def run(quick: bool = False, price_name: str = DEFAULT_PRICE, verbose: bool = Fa
                             "langchain": [p.to_json() for p in theirs],
                         },
                     )
+                )
+        if verbose and totals:
+            count = sum(1 for _, m in transcripts if m)
+            print(
+                f"\n-- totals at {window // 1000}K over the transcripts no management does "
+                f"not fit (of {count}):"
+            )
+            for policy, (c, b, n, over) in totals.items():
+                print(
+                    f"   {policy:<32} ${c:>8.2f}  {int(b):>4} breaks  {int(n):>5} calls  "
+                    f"{int(over):>4} calls over the window"
                 )
     if curve_table and verbose:
         print("\n== sweep of the low-water mark: (avg prompt tokens, cost) per setting")
