@@ -4,9 +4,9 @@ and the heuristic's error against a real tokenizer on real transcripts (prose, c
 raw and calibrated by reported usage.
 
 Targets: a cold count of 2000 messages no slower than LangChain; a warm re-check <= 0.3 ms;
-the calibrated estimate within 3 % of
-the real tokenizer. Real data comes from ``../shared/data`` (or ``TINYCTX_SHARED_DATA``);
-without it the timing runs on synthetic messages and the accuracy part is skipped.
+the calibrated estimate within 3 % of the real tokenizer. Real data comes from
+``../shared/data`` (or ``TINYCTX_SHARED_DATA``); without it the timing runs on synthetic
+messages and the accuracy part is skipped.
 """
 
 from __future__ import annotations
