@@ -402,6 +402,8 @@ class Microcompact(Layer):
     and leaves committing to the guard.
     """
 
+    idempotent = True  # cleared results are skipped: its own output passes unchanged
+
     role = "compact"  # its place in a BudgetGuard's policy order
     breaker_group: str | None = None
 

@@ -29,6 +29,7 @@ from tinyctx import (
     RunContext,
     ToolCall,
     ToolCallHandler,
+    ToolError,
     ToolResult,
     default_counter,
 )
@@ -281,18 +282,31 @@ class ToolResultBudget(Layer):
         if budget == 0 or self.window_fraction is None or not usable:
             return budget
         limit = max(1, int(self.window_fraction * usable))
-        tokens = default_counter().count_text(result.content)
+        tokens = default_counter().count_text(result.text)
         if tokens <= limit:
             return budget
-        size = utf8_len(result.content)
+        size = utf8_len(result.text)
         return max(1, min(budget, size * limit // tokens))
 
     async def wrap_tool(
         self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
     ) -> ToolResult:
-        result = await call_next(call, ctx)
+        try:
+            result = await call_next(call, ctx)
+        except ToolError as failure:
+            # the failure stays an exception for the layers outside; its text is budgeted
+            if self.budget_bytes == 0:
+                raise
+            probe = ToolResult.for_call(call, failure.content, is_error=True)
+            budgeted = self._budget(call, probe, ctx)
+            if budgeted is probe:
+                raise
+            raise failure.with_content(budgeted.content) from failure.error
         if self.budget_bytes == 0:
             return result
+        return self._budget(call, result, ctx)
+
+    def _budget(self, call: ToolCall, result: ToolResult, ctx: RunContext[Any]) -> ToolResult:
         budget = self.budget_for(result, ctx)
         new, stats = _budgeted(result, budget, self.hint)
         if new is not result:

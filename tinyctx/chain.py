@@ -9,7 +9,7 @@ onion, and each frame is one plain function call plus the layer's own coroutine.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
 from .errors import ConfigError
@@ -17,8 +17,10 @@ from .messages import ToolCall, ToolResult
 from .model import ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
-    from .agent import RunResult
+    from .agent import Checkpoint, RunResult
     from .context import RunContext
+    from .decisions import Decision
+    from .ordering import Constraint
 
 __all__ = [
     "Layer",
@@ -54,6 +56,14 @@ class Layer:
     """
 
     name: str = ""
+    constraints: tuple[Constraint, ...] = ()
+    """Where this layer must sit relative to others (:mod:`tinyctx.ordering`); ``Agent``
+    checks them when it is built."""
+    ordering_neutral: bool = False
+    """True for observers that change nothing (tracing, probes): others' rules ignore them."""
+    idempotent: bool = False
+    """True when applying the layer to its own output changes nothing more (the conformance
+    kit checks it)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -77,12 +87,35 @@ class Layer:
         """Called when a run starts or resumes, before its first model request, in layer
         order. Register request-scoped tools here (``ctx.tools.register``)."""
 
+    async def on_resume(
+        self, ctx: RunContext[Any], checkpoint: Checkpoint, decisions: Mapping[str, Decision]
+    ) -> bool:
+        """Called when ``Session.resume`` continues an interrupted run, in layer order, before
+        anything of the run happens (before ``on_run_start``, before any tool runs), with the
+        decisions given to ``resume`` (empty when none) and the run's context.
+
+        Check the resume input here and keep what the run needs (``ctx.state_for``); raise
+        (``ResumeError``) to refuse it: nothing runs and the session stays paused on the
+        same checkpoint, so a hook must not change the conversation. Return True when this
+        layer took the decisions; decisions no layer takes are refused. The default takes
+        nothing."""
+        return False
+
     async def on_run_end(
         self, ctx: RunContext[Any], result: RunResult | None, error: BaseException | None
     ) -> None:
         """Called when a run ends however it ends, in reverse layer order: ``result`` on a
         final answer or a stop, ``error`` on cancellation, an interrupt, a limit or a failure.
         Start background work here with ``ctx.spawn``; an error raised here propagates."""
+
+    def on_checkpoint(self, checkpoint: Checkpoint, ctx: RunContext[Any]) -> Checkpoint:
+        """Called in layer order when a run pauses: return what the checkpoint may keep.
+
+        A checkpoint outlives the run (it is stored, sent to another worker), so a layer
+        that hides data from the model redacts it here, e.g. fields its context-view policy
+        excluded. Return ``checkpoint`` itself (the default) or ``checkpoint.evolve(...)``.
+        """
+        return checkpoint
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -103,10 +136,15 @@ _HOOK_METHODS = {
     "event": "on_event",
     "run_start": "on_run_start",
     "run_end": "on_run_end",
+    "resume": "on_resume",
+    "checkpoint": "on_checkpoint",
 }
 
 
-def has_hook(layer: LayerLike, hook: Hook | Literal["event", "run_start", "run_end"]) -> bool:
+def has_hook(
+    layer: LayerLike,
+    hook: Hook | Literal["event", "run_start", "run_end", "resume", "checkpoint"],
+) -> bool:
     """Whether ``layer`` implements ``hook`` (an onion, published events, run lifecycle)."""
     if isinstance(layer, Layer):
         attr = _HOOK_METHODS[hook]

@@ -107,11 +107,55 @@ class Tool:
         assert handler is not None
         return await handler(arguments, ctx)
 
+    def check_arguments(self, arguments: Mapping[str, Any]) -> None:
+        """Raise :class:`ToolArgumentError` when ``arguments`` do not fit ``parameters``.
+
+        A plain tool checks the schema's top level: required properties present, no
+        unknown property when ``additionalProperties`` is false, and each property's JSON
+        ``type`` (a :class:`FunctionTool` checks everything its signature says).
+        """
+        problems = _top_level_problems(self.parameters, arguments)
+        if problems:
+            raise ToolArgumentError(self.name, problems)
+
     def check_context(self, ctx: RunContext[Any]) -> None:
         """Raise :class:`InjectionError` if this tool cannot run in ``ctx``.
 
         A plain tool needs nothing; a :class:`FunctionTool` checks its injections.
         """
+
+
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "array": lambda v: isinstance(v, (list, tuple)),
+    "object": lambda v: isinstance(v, Mapping),
+}
+
+
+def _top_level_problems(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> list[str]:
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, Mapping) else {}
+    problems: list[str] = []
+    for name in schema.get("required", ()):
+        if name not in arguments:
+            problems.append(f"missing required argument {name!r}")
+    for name, value in arguments.items():
+        prop = properties.get(name)
+        if prop is None:
+            if schema.get("additionalProperties", True) is False:
+                takes = ", ".join(properties) or "no arguments"
+                problems.append(f"unexpected argument {name!r} (this tool takes: {takes})")
+            continue
+        wanted = prop.get("type") if isinstance(prop, Mapping) else None
+        kinds = (wanted,) if isinstance(wanted, str) else tuple(wanted or ())
+        checks = [_JSON_TYPES[k] for k in kinds if k in _JSON_TYPES]
+        if checks and not any(check(value) for check in checks):
+            problems.append(f"{name!r}: expected {' or '.join(kinds)}, got {value!r}")
+    return problems
 
 
 @frozen
@@ -500,6 +544,10 @@ class FunctionTool(Tool):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+    def check_arguments(self, arguments: Mapping[str, Any]) -> None:
+        """Raise :class:`ToolArgumentError` unless the signature accepts ``arguments``."""
+        self.arguments.validate(arguments, tool=self.name)
 
     def check_context(self, ctx: RunContext[Any]) -> None:
         for injection in self.injections:
