@@ -397,8 +397,9 @@ class _Kit:
 
     async def drive(
         self, history: tuple[Message, ...], calls: tuple[ToolCall, ...]
-    ) -> tuple[_Scenario, tuple[Message, ...], list[Event], float]:
-        """One run through the layer; returns what the probes saw and the longest stall."""
+    ) -> tuple[_Scenario, tuple[Message, ...], list[Event], float, bool]:
+        """One run through the layer; returns what the probes saw, the longest stall, and
+        whether a layer paused the run."""
         scenario = _Scenario(fault_hook="none")
         agent = self.agent(scenario, _script(calls, control=False))
         worst = 0.0
@@ -428,12 +429,12 @@ class _Kit:
                         left = session.conversation_messages
                 finally:
                     done.set()
-        return scenario, left, list(events), worst
+        return scenario, left, list(events), worst, paused
 
     async def normal_run(
         self, history: tuple[Message, ...], calls: tuple[ToolCall, ...], backend: str, ex: str
     ) -> list[Event]:
-        scenario, left, events, worst = await self.drive(history, calls)
+        scenario, left, events, worst, paused = await self.drive(history, calls)
         # a busy machine can stall any loop once; a blocking layer stalls it every time
         retries = 2
         while worst > self.o.block_threshold and retries:
