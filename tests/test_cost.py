@@ -213,18 +213,19 @@ class TestReplayCost:
 
     def test_table_shows_cost_and_breaks(self) -> None:
         """The text output prints cost columns and the totals when a price is given."""
-        code, out, _ = run_cli("--price", "gpt-4o")
+        code, out, _ = run_cli("replay", "--price", "gpt-4o")
         assert code == 0
-        assert "cost at gpt-4o prices" in out and "prefix breaks:" in out
+        assert "total cost in USD" in out and "calls that broke the cached prefix" in out
+        assert "written" in out and "read" in out
 
     def test_bad_price_flags_exit_2_naming_the_problem(self, tmp_path: Path) -> None:
         """An unknown model or a bad table is a usage error naming it."""
-        code, _, err = run_cli("--price", "nope")
+        code, _, err = run_cli("replay", "--price", "nope")
         assert code == 2 and "--price nope" in err
         bad = tmp_path / "p.toml"
         bad.write_text("[models.x]\ninput = 1\n")
-        code, _, err = run_cli("--prices", str(bad))
-        assert code == 2 and "models.x.output" in err
+        code, _, err = run_cli("replay", "--prices", str(bad))
+        assert code == 3 and "models.x.output" in err
 
 
 class TestSweep:
@@ -248,19 +249,19 @@ class TestSweep:
 
     def test_cli_sweep_prints_the_curve_json_and_chart(self, tmp_path: Path) -> None:
         """--sweep prints a table, puts the points in --json, and a panel in the chart."""
-        code, out, _ = run_cli("--sweep", "0.3,0.6")
+        code, out, _ = run_cli("replay", "--sweep", "0.3,0.6")
         assert code == 0 and "sweep of low_water" in out
         svg = tmp_path / "c.svg"
-        code, out, _ = run_cli("--json", "--sweep", "0.3,0.6", "--plot", str(svg))
+        code, out, _ = run_cli("replay", "--json", "--sweep", "0.3,0.6", "--plot", str(svg))
         points = json.loads(out)["sweep"]["points"]
         assert [p["value"] for p in points] == [0.3, 0.6]
-        assert "sweep: cost" in svg.read_text()
+        assert "sweep of low_water: cost against average prompt tokens" in svg.read_text()
 
     def test_bad_sweep_values_exit_2(self) -> None:
         """A value that is no fraction is a usage error naming it."""
-        code, _, err = run_cli("--sweep", "0.3,abc")
+        code, _, err = run_cli("replay", "--sweep", "0.3,abc")
         assert code == 2 and "'abc'" in err
-        code, _, err = run_cli("--sweep", "1.5")
+        code, _, err = run_cli("replay", "--sweep", "1.5")
         assert code == 2 and "1.5" in err
 
 
