@@ -129,6 +129,14 @@ from .ordering import (
     Outside,
     check_ordering,
 )
+from .parts import (
+    Content,
+    DocumentPart,
+    ImagePart,
+    Part,
+    TextPart,
+    describe_content,
+)
 from .state import (
     DurableState,
     LayerStates,
@@ -180,6 +188,12 @@ from .usage import (
 
 __version__ = "0.1.0.dev0"
 __all__ = [
+    "Content",
+    "DocumentPart",
+    "ImagePart",
+    "Part",
+    "TextPart",
+    "describe_content",
     "RunConfig",
     "RunContext",
     "new_run_id",

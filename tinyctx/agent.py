@@ -73,6 +73,7 @@ from .messages import (
 )
 from .model import ModelHandler, ModelRequest, ModelResponse, Usage
 from .ordering import check_ordering
+from .parts import PART_TYPES
 from .tasks import BackgroundTasks
 from .tools import ServerTool, Tool, ToolArgumentError, ToolRegistry
 
@@ -134,6 +135,8 @@ async def invoke_tool(call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
         if output.tool_call_id != call.id or output.name != call.name:
             output = attrs.evolve(output, tool_call_id=call.id, name=call.name)
         return output
+    if isinstance(output, tuple) and output and all(isinstance(p, PART_TYPES) for p in output):
+        return ToolResult.for_call(call, output)
     if not isinstance(output, str):
         output = json.dumps(thaw(output), default=str, ensure_ascii=False)
     return ToolResult.for_call(call, output)

@@ -19,7 +19,7 @@ import json
 import types
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar, overload
 
 import anyio.to_thread
 from attrs import field, frozen
@@ -31,6 +31,7 @@ from .errors import TinyCtxError
 from .events import EventSink
 from .frozen import EMPTY, FrozenDict, frozen_mapping
 from .messages import ToolResult
+from .parts import PART_TYPES, Part
 from .schema import (
     ArgumentsSchema,
     Param,
@@ -64,7 +65,9 @@ __all__ = [
 
 T = TypeVar("T")
 
-ToolHandler = Callable[[Mapping[str, Any], "RunContext[Any]"], Awaitable["str | ToolResult"]]
+ToolOutput: TypeAlias = "str | ToolResult | tuple[Part, ...]"
+"""What a tool returns: text, a full result, or content parts (images, documents)."""
+ToolHandler = Callable[[Mapping[str, Any], "RunContext[Any]"], Awaitable[ToolOutput]]
 
 _EMPTY_OBJECT_SCHEMA: FrozenDict[str, Any] = frozen_mapping(
     {"type": "object", "properties": {}, "additionalProperties": False}
@@ -102,7 +105,7 @@ class Tool:
             raise ValueError(f"Tool {self.name!r}: handler is required")
         object.__setattr__(self, "spec", ToolSpec(self.name, self.description, self.parameters))
 
-    async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str | ToolResult:
+    async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> ToolOutput:
         handler = self.handler
         assert handler is not None
         return await handler(arguments, ctx)
@@ -510,6 +513,19 @@ def _is_async_callable(fn: Any) -> bool:
     )
 
 
+def _as_parts(value: Any) -> tuple[Part, ...] | None:
+    """A tool's return value as content parts: a part, or a non-empty list/tuple of parts."""
+    if isinstance(value, PART_TYPES):
+        return (value,)
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(item, PART_TYPES) for item in value)
+    ):
+        return tuple(value)
+    return None
+
+
 def _result_text(value: Any) -> str:
     return json.dumps(to_json_value(value, fallback=str), ensure_ascii=False)
 
@@ -560,7 +576,7 @@ class FunctionTool(Tool):
                     parameter=injection.parameter,
                 )
 
-    async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str | ToolResult:
+    async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> ToolOutput:
         values = self.arguments.validate(arguments, tool=self.name)
         for injection in self.injections:
             value = injection.fetch(ctx)
@@ -585,6 +601,9 @@ class FunctionTool(Tool):
                 result = await result
         if isinstance(result, (str, ToolResult)):
             return result
+        parts = _as_parts(result)
+        if parts is not None:
+            return parts
         return _result_text(result)
 
 
