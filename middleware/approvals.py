@@ -102,7 +102,10 @@ REJECTED_WITH_MESSAGE = REJECTED + " The reviewer said: {message}"
 
 
 def _allowed(value: Any) -> tuple[DecisionKind, ...]:
-    kinds = (value,) if isinstance(value, str) else tuple(value)
+    try:
+        kinds = (value,) if isinstance(value, str) else tuple(value)
+    except TypeError:
+        kinds = ()
     if not kinds or any(k not in DECISION_KINDS for k in kinds) or len(set(kinds)) != len(kinds):
         raise ConfigError(
             "allowed",

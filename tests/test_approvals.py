@@ -135,6 +135,7 @@ class TestConfiguration:
         ("kwargs", "field"),
         [
             ({"allowed": ()}, "allowed"),
+            ({"allowed": 3}, "allowed"),
             ({"allowed": ("approve", "veto")}, "allowed"),
             ({"allowed": ("approve", "approve")}, "allowed"),
             ({"description": 3}, "description"),
