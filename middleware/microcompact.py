@@ -51,6 +51,7 @@ from ._compaction import (
     mark,
     utf8_len,
 )
+from .images import clear_images_history
 from .policy import Relief
 
 __all__ = [
@@ -72,10 +73,12 @@ class MicrocompactStats:
     results_cleared: int = 0
     bytes_freed: int = 0
     tokens_freed: int = 0
+    images_cleared: int = 0
+    """Images replaced by placeholders (``keep_images``), in any message."""
 
     @property
     def changed(self) -> bool:
-        return self.results_cleared > 0
+        return self.results_cleared > 0 or self.images_cleared > 0
 
 
 _NOTHING = MicrocompactStats()
@@ -176,6 +179,8 @@ def microcompact_history(
     *,
     counter: TokenCounter | None = None,
     memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None = None,
+    keep_images: int | None = None,
+    image_memo: MutableMapping[int, tuple[Message, Message, int]] | None = None,
 ) -> tuple[tuple[Message, ...], MicrocompactStats]:
     """Clear the content of every tool result older than the newest ``keep_recent`` turns.
 
@@ -189,7 +194,45 @@ def microcompact_history(
     ``memo`` is a dict the caller keeps between calls with the same settings: a result
     cleared before is reused from it, so compacting an uncompacted history again and again
     (a transient layer) costs lookups, not new messages.
+
+    ``keep_images=N`` then also replaces every image but the newest ``N`` — in tool
+    results and user messages — with a text placeholder naming it (see
+    :func:`~tinyctx.middleware.images.clear_images_history`; ``image_memo`` is its memo).
     """
+    out, stats = _clear_results(history, keep_recent, placeholder, exclude_tools, counter, memo)
+    return _clear_images(out, stats, keep_images, counter, image_memo)
+
+
+def _clear_images(
+    history: tuple[Message, ...],
+    stats: MicrocompactStats,
+    keep_images: int | None,
+    counter: TokenCounter | None,
+    memo: MutableMapping[int, tuple[Message, Message, int]] | None,
+) -> tuple[tuple[Message, ...], MicrocompactStats]:
+    """``history`` with images past the newest ``keep_images`` cleared, stats merged."""
+    if keep_images is None:
+        return history, stats
+    out, images = clear_images_history(history, keep_images, counter=counter, memo=memo)
+    if not images.changed:
+        return history, stats
+    merged = attrs.evolve(
+        stats,
+        images_cleared=images.images_cleared,
+        bytes_freed=stats.bytes_freed + images.bytes_freed,
+        tokens_freed=stats.tokens_freed + images.tokens_freed,
+    )
+    return out, merged
+
+
+def _clear_results(
+    history: Sequence[Message],
+    keep_recent: int,
+    placeholder: str,
+    exclude_tools: Iterable[str],
+    counter: TokenCounter | None,
+    memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None,
+) -> tuple[tuple[Message, ...], MicrocompactStats]:
     history = as_history(history)
     check_int(keep_recent, "keep_recent", "microcompact")
     _check_placeholder(placeholder, "microcompact")
@@ -256,6 +299,7 @@ class MicrocompactApplied(Event):
     tokens_freed: int = 0
     persisted: bool = False
     source: str = "layer"
+    images_cleared: int = 0
 
     @classmethod
     def of(
@@ -268,6 +312,7 @@ class MicrocompactApplied(Event):
             tokens_freed=stats.tokens_freed,
             persisted=persisted,
             source=source,
+            images_cleared=stats.images_cleared,
         )
 
     def describe(self) -> str | None:
@@ -300,10 +345,11 @@ class _Session:
     ``microcompact_history(memo=...)``), so a transient layer re-clears the same results for free.
     """
 
-    __slots__ = ("cleared", "out", "start")
+    __slots__ = ("cleared", "images", "out", "start")
 
     def __init__(self) -> None:
         self.cleared: dict[int, tuple[ToolResult, ToolResult, int]] = {}
+        self.images: dict[int, tuple[Message, Message, int]] = {}
         self.out: tuple[Message, ...] = ()
         self.start = 0
 
@@ -328,6 +374,9 @@ class _Session:
         if len(self.cleared) > 2 * len(passed) + 64:  # forget results that left the history
             live = {id(m) for m in passed}
             self.cleared = {k: v for k, v in self.cleared.items() if k in live}
+        if len(self.images) > 2 * len(passed) + 64:
+            live = {id(m) for m in passed}
+            self.images = {k: v for k, v in self.images.items() if k in live}
 
 
 class Microcompact(Layer):
@@ -339,6 +388,10 @@ class Microcompact(Layer):
     from the compacted history and the cached prefix stays stable; ``persist=False``
     rewrites only the request of this call. As a pressure policy (``relieve``) it clears
     everything it may, ignoring ``min_tokens``, and leaves committing to the guard.
+
+    ``keep_images=N`` (default None: off) also keeps only the newest ``N`` images of the
+    history — in tool results and user messages, whatever their turn — and replaces each
+    older one with a placeholder such as ``[image cleared: screenshot 1280×800]``.
     """
 
     idempotent = True  # cleared results are skipped: its own output passes unchanged
@@ -355,10 +408,14 @@ class Microcompact(Layer):
         persist: bool = True,
         counter: TokenCounter | None = None,
         *,
+        keep_images: int | None = None,
         name: str | None = None,
     ) -> None:
         owner = type(self).__name__
         self.keep_recent = check_int(keep_recent, "keep_recent", owner)
+        self.keep_images = (
+            None if keep_images is None else check_int(keep_images, "keep_images", owner)
+        )
         self.placeholder = _check_placeholder(placeholder, owner)
         self.exclude_tools = check_tool_names(exclude_tools, "exclude_tools", owner)
         self.min_tokens = check_int(min_tokens, "min_tokens", owner)
@@ -372,6 +429,7 @@ class Microcompact(Layer):
         messages: tuple[Message, ...],
         counter: TokenCounter,
         memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None = None,
+        image_memo: MutableMapping[int, tuple[Message, Message, int]] | None = None,
     ) -> tuple[tuple[Message, ...], MicrocompactStats]:
         return microcompact_history(
             messages,
@@ -380,6 +438,8 @@ class Microcompact(Layer):
             self.exclude_tools,
             counter=counter,
             memo=memo,
+            keep_images=self.keep_images,
+            image_memo=image_memo,
         )
 
     def _compact(
@@ -396,9 +456,18 @@ class Microcompact(Layer):
         if start:
             window = messages[start:]
             if _protected_from(window, self.keep_recent) is not None:
-                out, stats = self._run(window, counter, session.cleared)
-                return (messages, stats) if out is window else (messages[:start] + out, stats)
-        return self._run(messages, counter, session.cleared)
+                out, stats = _clear_results(
+                    window,
+                    self.keep_recent,
+                    self.placeholder,
+                    self.exclude_tools,
+                    counter,
+                    session.cleared,
+                )
+                full = messages if out is window else messages[:start] + out
+                # images are counted over the whole history: the newest N may be anywhere
+                return _clear_images(full, stats, self.keep_images, counter, session.images)
+        return self._run(messages, counter, session.cleared, session.images)
 
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall

@@ -26,7 +26,8 @@ SUMMARIZERS = ("extractive",)
 
 def default_stack(*, counter: TokenCounter | None = None) -> list[LayerLike]:
     """Budget every tool result (16 KiB), then guard the window with the default policy
-    order — drop non-essential context → microcompact old tool results → summarize → trim —
+    order — drop non-essential context → clear old images → microcompact old tool results →
+    summarize → trim —
     and, last, shrink tool results (the newest turn's too) before giving up."""
     policies = [*default_policies(), ShrinkToolResults()]
     return [ToolResultBudget(), BudgetGuard(policies=policies, counter=counter)]

@@ -205,16 +205,20 @@ def _print_replay(report: Any, out: TextIO, source: str) -> None:
         f"window {report.window} - reserved {report.reserved} = usable {usable} tokens\n",
         file=out,
     )
+    # an images column (sent / in the recording) only when the transcript has images
+    images = any(row.raw_images for row in report.rows)
+    head = f" {'imgs':>7}" if images else ""
     print(
-        f"{'call':>4} {'msgs':>5} {'tokens':>8} {'util':>7} {'raw':>8} {'saved':>7}  actions",
+        f"{'call':>4} {'msgs':>5} {'tokens':>8} {'util':>7} {'raw':>8} {'saved':>7}{head}  actions",
         file=out,
     )
     for row in report.rows:
         actions = "; ".join(row.actions) if row.actions else ""
         flag = " !" if row.would_overflow else "  "
+        cell = f" {f'{row.images}/{row.raw_images}':>7}" if images else ""
         print(
             f"{row.index:>4} {row.messages:>5} {row.tokens:>8} {_pct(row.utilisation):>7} "
-            f"{row.raw_tokens:>8}{flag}{row.saved:>6}  {actions}",
+            f"{row.raw_tokens:>8}{flag}{row.saved:>6}{cell}  {actions}",
             file=out,
         )
     s = report.to_json()["summary"]
@@ -329,8 +333,13 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     tool_calls: Counter[str] = Counter()
     names: dict[str, str] = {}
     results: list[tuple[int, str, str]] = []
+    media: Counter[str] = Counter()
     for message in transcript:
         tokens = heuristic.count_message(message)
+        for part in message.parts:
+            if part.kind != "text":
+                media[f"{part.kind}s"] += 1
+                media["media_tokens"] += heuristic.count_media((part,))
         by_role[message.role] += tokens
         if real is not None:
             by_role_real[message.role] += real.count_message(message)
@@ -357,6 +366,9 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         "largest_tool_results": [
             {"tokens": t, "tool": n, "tool_call_id": i} for t, n, i in largest
         ],
+        "images": media["images"],
+        "documents": media["documents"],
+        "media_tokens": media["media_tokens"],
     }
     if args.json:
         json.dump(payload, out, indent=2)
@@ -367,6 +379,12 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         f"{payload['model_turns']} model turns, {payload['tool_calls']} tool calls",
         file=out,
     )
+    if media:
+        print(
+            f"{media['images']} images, {media['documents']} documents: "
+            f"{media['media_tokens']} tokens (heuristic)",
+            file=out,
+        )
     print("\ntokens by role (heuristic" + (" / tokenizer)" if real else ")"), file=out)
     for role, tokens in by_role.most_common():
         extra = f" / {by_role_real[role]:>8}" if real is not None else ""

@@ -27,10 +27,11 @@ from .errors import ContextLimitExceeded, Interrupted
 from .events import Event, EventSink
 from .messages import AssistantMessage, Message, ToolCall, ToolResult, check_pairing
 from .model import ModelRequest, ModelResponse
+from .parts import ImagePart
 from .tokens import TokenCounter, default_counter
 from .tools import Tool
 
-__all__ = ["CallRow", "ReplayReport", "replay", "replay_sync", "ReplayModel"]
+__all__ = ["CallRow", "ReplayReport", "replay", "replay_sync", "ReplayModel", "count_images"]
 
 _NO_RESULT = "[replay: the recording has no result for this tool call]"
 _END = "replay.end"
@@ -47,6 +48,10 @@ class CallRow:
     usable: int | None
     actions: tuple[str, ...] = ()
     events: tuple[Event, ...] = field(default=(), repr=False, eq=False)
+    images: int = 0
+    """Images the model was sent in this call (after the stack)."""
+    raw_images: int = 0
+    """Images the uncompacted recording up to this call holds."""
 
     @property
     def utilisation(self) -> float | None:
@@ -120,6 +125,8 @@ class ReplayReport:
                     "saved": r.saved,
                     "would_overflow": r.would_overflow,
                     "actions": list(r.actions),
+                    "images": r.images,
+                    "raw_images": r.raw_images,
                 }
                 for r in self.rows
             ],
@@ -131,9 +138,20 @@ class ReplayReport:
                 "overflows_remaining": self.overflows_remaining,
                 "total_tokens_saved": self.total_saved,
                 "final_messages": len(self.final_messages),
+                "max_images_per_call": max((r.images for r in self.rows), default=0),
                 "error": self.error,
             },
         }
+
+
+def count_images(messages: Sequence[Message]) -> int:
+    """Image parts in ``messages`` (user messages and tool results)."""
+    total = 0
+    for message in messages:
+        content = getattr(message, "content", "")
+        if not isinstance(content, str):
+            total += sum(1 for p in content if isinstance(p, ImagePart))
+    return total
 
 
 class ReplayModel:
@@ -243,26 +261,29 @@ async def replay(
     model = ReplayModel(transcript)
     rows: list[CallRow] = []
     seen: list[Event] = []
-    pending_raw: list[int] = []
+    pending_raw: list[tuple[int, int]] = []
 
     def outer(request: ModelRequest, ctx: RunContext[Any]) -> None:
         # what the uncompacted recording up to here would cost
         raw = request.evolve(messages=transcript[: model.position])
-        pending_raw.append(counter.count_request(raw))
+        pending_raw.append((counter.count_request(raw), count_images(raw.messages)))
 
     def inner(request: ModelRequest, ctx: RunContext[Any]) -> None:
         events = tuple(e for e in seen if e.kind not in _QUIET)
         seen.clear()
         usable = window - reserved if window is not None else None
+        raw_tokens, raw_images = pending_raw.pop() if pending_raw else (0, 0)
         rows.append(
             CallRow(
                 index=len(rows) + 1,
                 messages=len(request.messages),
                 tokens=counter.count_request(request),
-                raw_tokens=pending_raw.pop() if pending_raw else 0,
+                raw_tokens=raw_tokens,
                 usable=usable,
                 actions=tuple(d for e in events if (d := e.describe())),
                 events=events,
+                images=count_images(request.messages),
+                raw_images=raw_images,
             )
         )
         if progress is not None:

@@ -5,6 +5,10 @@
 - SWE-agent ``.traj``: :func:`to_swe_agent` / :func:`from_swe_agent`
 - mini-swe-agent ``.traj.json``: :func:`to_mini_swe_agent` / :func:`from_mini_swe_agent`
 - Claude Code session logs (read only): :func:`from_claude_code`
+- Agent TARS run logs, session dumps and event streams (read only): :func:`from_agent_tars`
+
+Content parts (images, documents) are read and written in each format's own shape
+(OpenAI ``image_url``/``file`` parts, Anthropic ``image``/``document`` blocks).
 - files: :func:`load_transcript` / :func:`read_transcript` (format detected),
   :func:`write_transcript`
 
@@ -20,6 +24,7 @@ writes what a provider accepts and leaves local bookkeeping out.
 from __future__ import annotations
 
 from ._common import EXTENSION_KEY, FormatError
+from .agent_tars import from_agent_tars
 from .anthropic import from_anthropic, to_anthropic
 from .claude_code import from_claude_code
 from .files import (
@@ -51,6 +56,7 @@ __all__ = [
     "to_mini_swe_agent",
     "from_mini_swe_agent",
     "from_claude_code",
+    "from_agent_tars",
     "detect_format",
     "parse_transcript",
     "read_transcript",
