@@ -168,7 +168,8 @@ def _compare_rows(media: Sequence[Message], text: Sequence[Message], repeat: int
         lambda: plain == plain_twin and hash(plain_twin), number=20_000, repeat=repeat
     )
     image = shot.parts[-1]
-    assert isinstance(image, ImagePart) and image.data is not None
+    assert isinstance(image, ImagePart)
+    assert image.data is not None
     return [
         Row(
             "compare",
