@@ -691,6 +691,7 @@ class TestValidation:
         assert guard.persist and guard.calibrate and guard.breaker_threshold == 3
         assert [p.name for p in guard.policies] == [
             "DropNonessential",
+            "ClearOldImages",
             "Microcompact",
             "Summarize",
             "TrimOldest",

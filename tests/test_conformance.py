@@ -38,6 +38,9 @@ from tinyctx.middleware import (
 from tinyctx.testing.conformance import RULES, LayerContractError, check_layer
 
 SMALL_WINDOW = RunConfig(model="kit", max_tokens=1200, reserved_output_tokens=200)
+# generated histories hold screenshots and PDFs (up to ~18K tokens in one tool turn): the
+# guard's window must fit the newest turn, or refusing the prompt is the right answer
+MEDIA_WINDOW = RunConfig(model="kit", max_tokens=32_000, reserved_output_tokens=200)
 
 
 async def spare_model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
@@ -167,7 +170,7 @@ class TestBrokenLayersAreCaught:
 
 def builtin_layers() -> list[tuple[Layer, RunConfig | None]]:
     return [
-        (BudgetGuard(), SMALL_WINDOW),
+        (BudgetGuard(), MEDIA_WINDOW),
         (Microcompact(), None),
         (Microcompact(keep_recent=1), SMALL_WINDOW),
         (Microcompact(keep_recent=1, keep_images=1), None),

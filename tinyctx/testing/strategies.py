@@ -127,7 +127,7 @@ _MEDIA: tuple[ImagePart | DocumentPart, ...] = (
     image_part(300, 200, "image/gif", label="chart"),
     image_part(8, 8, "image/png"),
     ImagePart(url="https://example.com/photo.jpg", detail="low"),
-    pdf_part(2, title="report.pdf"),
+    pdf_part(1, title="report.pdf"),
     DocumentPart.from_text("Quarterly notes: revenue up 4 %.", title="notes.txt"),
 )
 _MEDIA_PART: st.SearchStrategy[ImagePart | DocumentPart] = st.sampled_from(_MEDIA)
