@@ -5,12 +5,14 @@
 - SWE-agent ``.traj``: :func:`to_swe_agent` / :func:`from_swe_agent`
 - mini-swe-agent ``.traj.json``: :func:`to_mini_swe_agent` / :func:`from_mini_swe_agent`
 - Claude Code session logs (read only): :func:`from_claude_code`
+- OpenHands evaluation ``output.jsonl`` and tau-bench results (read only):
+  :func:`from_openhands`, :func:`from_tau_bench`
 - Agent TARS run logs, session dumps and event streams (read only): :func:`from_agent_tars`
+- files: :func:`load_transcript` / :func:`read_transcript` (format detected),
+  :func:`write_transcript`
 
 Content parts (images, documents) are read and written in each format's own shape
 (OpenAI ``image_url``/``file`` parts, Anthropic ``image``/``document`` blocks).
-- files: :func:`load_transcript` / :func:`read_transcript` (format detected),
-  :func:`write_transcript`
 
 ``from_x(to_x(m)) == m`` for every history a format can express, ``essential`` and
 ``metadata`` included (carried in a ``"tinyctx"`` key where the format has no field). What a
@@ -24,6 +26,7 @@ writes what a provider accepts and leaves local bookkeeping out.
 from __future__ import annotations
 
 from ._common import EXTENSION_KEY, FormatError
+from .agent_logs import from_openhands, from_tau_bench
 from .agent_tars import from_agent_tars
 from .anthropic import from_anthropic, to_anthropic
 from .claude_code import from_claude_code
@@ -56,6 +59,8 @@ __all__ = [
     "to_mini_swe_agent",
     "from_mini_swe_agent",
     "from_claude_code",
+    "from_openhands",
+    "from_tau_bench",
     "from_agent_tars",
     "detect_format",
     "parse_transcript",
