@@ -83,6 +83,7 @@ FORMAT_HELP: dict[str, str] = {
     "mini_swe_agent": "mini-swe-agent trajectories (.traj.json)",
     "openhands": "OpenHands evaluation output.jsonl (one instance per line, 'history' events)",
     "tau_bench": "tau-bench results JSON (a list of tasks, each with a 'traj' of messages)",
+    "agent_tars": "Agent TARS run logs: session dumps ('history' of requests) or event streams",
 }
 
 
