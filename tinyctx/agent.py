@@ -218,6 +218,8 @@ class Checkpoint:
     model_calls: int = 0
     tool_calls: int = 0
     usage: Usage = field(factory=Usage)
+    state: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping, repr=False)
+    """Per-run layer state at the pause, keyed by layer name (JSON-compatible values)."""
 
     @property
     def run_id(self) -> str:

@@ -24,6 +24,19 @@ from attrs import field, frozen
 
 from .errors import ConfigError, TinyCtxError
 from .frozen import EMPTY, FrozenDict, frozen_mapping, thaw
+from .threads import (
+    ArchivedRange,
+    FencedOut,
+    Lease,
+    LeaseHeld,
+    StaleThreadVersion,
+    ThreadRecord,
+    ThreadWrite,
+    Unchanged,
+    check_write_range,
+    validate_lease_request,
+    validate_write,
+)
 
 __all__ = [
     "Store",
@@ -104,13 +117,56 @@ async def append_notes(
     return [await store.append_note(namespace, text, metadata=metadata) for text in texts]
 
 
-class MemoryStore:
-    """A process-local store; values are deep-copied in and out, as a real store would."""
+def _retention(value: float | None, owner: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ConfigError(
+            "archive_retention", value, "None (keep forever) or seconds >= 0", owner=owner
+        )
+    return float(value)
+
+
+def _check_thread_id(thread_id: str) -> None:
+    if not isinstance(thread_id, str) or not thread_id:
+        raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
+
+
+def _check_list_args(prefix: str, limit: int | None) -> None:
+    if not isinstance(prefix, str):
+        raise TypeError(f"list_threads(prefix=...) must be a str, got {type(prefix).__name__}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"list_threads(limit={limit!r}): limit must be None or an integer >= 0")
+
+
+class _MemoryThread:
+    __slots__ = ("archive", "checkpoint", "lease", "messages", "state", "version")
 
     def __init__(self) -> None:
+        self.version = 0
+        self.messages: list[str] = []
+        self.checkpoint: str | None = None
+        self.state: str | None = None
+        self.lease: Lease | None = None
+        self.archive: list[ArchivedRange] = []
+
+
+class MemoryStore:
+    """A process-local :class:`Store` and :class:`~tinyctx.threads.ThreadStore`.
+
+    Values are deep-copied in and out, as a real store would; thread documents are
+    strings (immutable). Every thread operation is one synchronous step after a
+    checkpoint, so it is atomic for every task of the event loop. ``archive_retention``
+    (seconds, None: forever) bounds how long compacted originals stay readable.
+    """
+
+    def __init__(self, *, archive_retention: float | None = None) -> None:
         self._data: dict[str, dict[str, Any]] = {}
         self._notes: dict[str, list[Note]] = {}
         self._lock = anyio.Lock()
+        self._threads: dict[str, _MemoryThread] = {}
+        self._last_token = 0
+        self.archive_retention = _retention(archive_retention, "MemoryStore")
 
     async def get(self, namespace: str, key: str) -> Any | None:
         await anyio.lowlevel.checkpoint()
@@ -163,6 +219,141 @@ class MemoryStore:
         await anyio.lowlevel.checkpoint()
         notes = self._notes.get(namespace, [])
         return list(notes[-limit:] if limit else notes)
+
+    # -- threads -------------------------------------------------------------------------
+
+    async def load_thread(self, thread_id: str) -> ThreadRecord:
+        """The thread now; an unknown thread is an empty record at version 0."""
+        _check_thread_id(thread_id)
+        await anyio.lowlevel.checkpoint()
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return ThreadRecord(thread_id, 0, ())
+        return ThreadRecord(
+            thread_id,
+            thread.version,
+            tuple(thread.messages),
+            thread.checkpoint,
+            thread.state,
+            thread.lease,
+        )
+
+    async def write(
+        self,
+        thread_id: str,
+        change: ThreadWrite,
+        *,
+        expected_version: int,
+        lease: Lease | None = None,
+    ) -> int:
+        """Apply ``change`` atomically; see :meth:`tinyctx.threads.ThreadStore.write`."""
+        validate_write(thread_id, change, expected_version, lease)
+        await anyio.lowlevel.checkpoint()
+        # from here to the end nothing awaits: the write is one step for the event loop
+        thread = self._threads.get(thread_id)
+        current = thread.lease if thread is not None else None
+        if lease is not None and (current is None or current.token != lease.token):
+            raise FencedOut(thread_id, lease.token, None if current is None else current.token)
+        version = thread.version if thread is not None else 0
+        if version != expected_version:
+            raise StaleThreadVersion(thread_id, expected_version, version)
+        check_write_range(thread_id, change, len(thread.messages) if thread is not None else 0)
+        if thread is None:
+            thread = self._threads[thread_id] = _MemoryThread()
+        now = time.time()
+        new_version = version + 1
+        compaction = change.compaction
+        if compaction is not None:
+            start, end = compaction.start, compaction.end
+            if end > start:
+                replaced = tuple(thread.messages[start:end])
+                thread.archive.append(
+                    ArchivedRange(thread_id, new_version, start, end, replaced, now)
+                )
+            thread.messages[start:end] = compaction.replacement
+        thread.messages.extend(change.append)
+        if not isinstance(change.checkpoint, Unchanged):
+            thread.checkpoint = change.checkpoint
+        if not isinstance(change.state, Unchanged):
+            thread.state = change.state
+        thread.version = new_version
+        self._purge_archive(thread, now)
+        return new_version
+
+    def _purge_archive(self, thread: _MemoryThread, now: float) -> None:
+        retention = self.archive_retention
+        if retention is not None and thread.archive:
+            cutoff = now - retention
+            thread.archive = [a for a in thread.archive if a.archived_at >= cutoff]
+
+    async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
+        """A new lease with a fresh token; :class:`LeaseHeld` while another owner's is live."""
+        validate_lease_request(thread_id, owner, ttl)
+        await anyio.lowlevel.checkpoint()
+        thread = self._threads.get(thread_id)
+        now = time.time()
+        current = thread.lease if thread is not None else None
+        if current is not None and current.owner != owner and current.expires_at > now:
+            raise LeaseHeld(thread_id, current.owner, current.expires_at)
+        if thread is None:
+            thread = self._threads[thread_id] = _MemoryThread()
+        self._last_token += 1
+        lease = thread.lease = Lease(thread_id, owner, self._last_token, now + ttl)
+        return lease
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend ``lease`` (same token); :class:`FencedOut` if another lease replaced it."""
+        if not isinstance(lease, Lease):
+            raise TypeError(f"renew_lease needs a Lease, got {type(lease).__name__}")
+        validate_lease_request(lease.thread_id, lease.owner, ttl)
+        await anyio.lowlevel.checkpoint()
+        thread = self._threads.get(lease.thread_id)
+        current = thread.lease if thread is not None else None
+        if thread is None or current is None or current.token != lease.token:
+            raise FencedOut(
+                lease.thread_id, lease.token, None if current is None else current.token
+            )
+        renewed = thread.lease = Lease(
+            lease.thread_id, current.owner, lease.token, time.time() + ttl
+        )
+        return renewed
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the thread up; a no-op when ``lease`` was already replaced or released."""
+        if not isinstance(lease, Lease):
+            raise TypeError(f"release_lease needs a Lease, got {type(lease).__name__}")
+        await anyio.lowlevel.checkpoint()
+        thread = self._threads.get(lease.thread_id)
+        if thread is None or thread.lease is None or thread.lease.token != lease.token:
+            return
+        thread.lease = None
+        if thread.version == 0:
+            del self._threads[lease.thread_id]  # a lease alone leaves nothing behind
+
+    async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
+        """Ids of the threads written at least once, sorted, optionally by ``prefix``."""
+        _check_list_args(prefix, limit)
+        await anyio.lowlevel.checkpoint()
+        ids = sorted(
+            tid for tid, t in self._threads.items() if t.version > 0 and tid.startswith(prefix)
+        )
+        return ids if limit is None else ids[:limit]
+
+    async def archived(self, thread_id: str) -> list[ArchivedRange]:
+        """What compactions replaced on ``thread_id``, oldest first, within retention."""
+        _check_thread_id(thread_id)
+        await anyio.lowlevel.checkpoint()
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return []
+        self._purge_archive(thread, time.time())
+        return list(thread.archive)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Remove the thread, its archive, checkpoint, state and lease; False if unknown."""
+        _check_thread_id(thread_id)
+        await anyio.lowlevel.checkpoint()
+        return self._threads.pop(thread_id, None) is not None
 
     async def aclose(self) -> None:
         await anyio.lowlevel.checkpoint()
@@ -389,13 +580,20 @@ class SqliteStore:
     ``async with store:``); ``aclose()`` closes it for good.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = 30.0,
+        archive_retention: float | None = None,
+    ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise ConfigError("path", path, "a file path (str or os.PathLike)", owner="SqliteStore")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ConfigError("timeout", timeout, "a number of seconds > 0", owner="SqliteStore")
         self.path: str = os.fspath(path)
         self.timeout = float(timeout)
+        self.archive_retention = _retention(archive_retention, "SqliteStore")
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._closed = False
