@@ -23,7 +23,10 @@ from tinyctx import (
     Store,
     StoreClosed,
     StoreSchemaError,
+    ThreadWrite,
+    UserMessage,
     append_notes,
+    encode_messages,
 )
 from tinyctx.stores import SCHEMA_VERSION
 from tinyctx.testing.store_conformance import StoreConformance, StoreFactory
@@ -214,7 +217,7 @@ class TestSchemaMigration:
         path = tmp_path / "v1.db"
         _write_v1_file(path)
         async with SqliteStore(path) as store:
-            assert await store.schema_version() == SCHEMA_VERSION == 2
+            assert await store.schema_version() == SCHEMA_VERSION == 3
             assert await store.get("ns", "k") == {"old": True}
             old = await store.notes("ns")
             assert [(n.seq, n.text, n.created_at, n.metadata) for n in old] == [
@@ -223,11 +226,15 @@ class TestSchemaMigration:
             ]
             new = await store.append_note("ns", "after migration", metadata={"v": 2})
             assert (new.seq, new.metadata) == (3, {"v": 2})
+            # version 3 added durable threads to the same file
+            change = ThreadWrite(encode_messages([UserMessage("hi")]), state="{}")
+            assert await store.write("t", change, expected_version=0) == 1
+            assert (await store.load_thread("t")).messages == change.append
         with sqlite3.connect(path) as raw:
             columns = {row[1] for row in raw.execute("PRAGMA table_info(tinyctx_notes)")}
             version = raw.execute("SELECT version FROM tinyctx_schema").fetchone()[0]
         assert "metadata" in columns
-        assert version == 2
+        assert version == 3
 
     async def test_two_stores_opening_an_old_file_migrate_it_once(self, tmp_path: Path) -> None:
         # concurrent first opens race for the exclusive lock the switch to WAL needs; SQLite

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from tinyctx import ConfigError, MemoryStore
+from tinyctx import ConfigError, MemoryStore, SqliteStore
 from tinyctx.testing.store_conformance import StoreFactory, ThreadStoreConformance
 
 
@@ -28,3 +31,17 @@ class TestConfiguration:
         """archive_retention is None or seconds >= 0."""
         with pytest.raises(ConfigError, match="archive_retention"):
             MemoryStore(archive_retention=retention)  # type: ignore[arg-type]
+
+
+class TestSqliteThreadStore(ThreadStoreConformance):
+    """SqliteStore keeps the whole ThreadStore contract, across two connections too."""
+
+    @pytest.fixture
+    def make_store(self, tmp_path: Path) -> StoreFactory:
+        async def make(*, archive_retention: float | None = None) -> SqliteStore:
+            return SqliteStore(tmp_path / "threads.db", archive_retention=archive_retention)
+
+        return make
+
+    async def open_peer(self, store: Any) -> Any:
+        return SqliteStore(store.path)
