@@ -36,7 +36,6 @@ from attrs import field, frozen
 from tinyctx import (
     ConfigError,
     ContextLimitExceeded,
-    Conversation,
     Event,
     FrozenDict,
     Interrupted,
@@ -334,9 +333,37 @@ class _Breaker:
         self.open = False
         self.skipped = 0
 
+    def to_json(self) -> dict[str, Any]:
+        return {"failures": self.failures, "open": self.open, "skipped": self.skipped}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> _Breaker:
+        breaker = cls()
+        breaker.failures = _state_int(data, "failures")
+        breaker.skipped = _state_int(data, "skipped")
+        is_open = data.get("open", False)
+        if not isinstance(is_open, bool):
+            raise TypeError(f"breaker 'open' must be true or false, got {is_open!r}")
+        breaker.open = is_open
+        return breaker
+
+
+def _state_int(data: Mapping[str, Any], key: str, *, optional: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key} must be an integer >= 0, got {value!r}")
+    return value
+
 
 class _GuardState:
-    """One conversation's guard state (the agent, and so the guard, is shared)."""
+    """One conversation's guard state (the agent, and so the guard, is shared).
+
+    Durable per-thread state (``ctx.thread_state``): the calibration, the reported window,
+    the breakers and the action counts survive into a later session of the thread; the
+    numbers of the last check are recomputed by the next one.
+    """
 
     __slots__ = (
         "actions",
@@ -352,8 +379,8 @@ class _GuardState:
         "window_source",
     )
 
-    def __init__(self, calibration: Calibration) -> None:
-        self.calibration = calibration
+    def __init__(self, calibration: Calibration | None = None) -> None:
+        self.calibration = calibration if calibration is not None else Calibration()
         self.reported_window: int | None = None
         self.estimate: int | None = None
         self.utilisation: float | None = None
@@ -365,14 +392,33 @@ class _GuardState:
         self.breakers: dict[str, _Breaker] = {}
         self.actions: Counter[str] = Counter()
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "calibration": self.calibration.to_json(),
+            "reported_window": self.reported_window,
+            "last_input_tokens": self.last_input_tokens,
+            "last_output_tokens": self.last_output_tokens,
+            "breakers": {group: b.to_json() for group, b in sorted(self.breakers.items())},
+            "actions": dict(sorted(self.actions.items())),
+        }
 
-class _States:
-    """Guard state per conversation of a session tree (a sub-agent has its own)."""
-
-    __slots__ = ("by_conversation",)
-
-    def __init__(self) -> None:
-        self.by_conversation: dict[int, tuple[Conversation, _GuardState]] = {}
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> _GuardState:
+        state = cls()
+        calibration = data.get("calibration")
+        if not isinstance(calibration, Mapping):
+            raise TypeError("calibration must be an object")
+        state.calibration.load_json(calibration)
+        state.reported_window = _state_int(data, "reported_window", optional=True)
+        state.last_input_tokens = _state_int(data, "last_input_tokens", optional=True)
+        state.last_output_tokens = _state_int(data, "last_output_tokens", optional=True)
+        breakers = data.get("breakers", {})
+        actions = data.get("actions", {})
+        if not isinstance(breakers, Mapping) or not isinstance(actions, Mapping):
+            raise TypeError("breakers and actions must be objects")
+        state.breakers = {str(g): _Breaker.from_json(b) for g, b in breakers.items()}
+        state.actions = Counter({str(k): _state_int(actions, k) for k in actions})
+        return state
 
 
 # ---------------------------------------------------------------------------------------
@@ -499,8 +545,9 @@ class BudgetGuard(Layer):
     ``provider_retry_factor`` of the smaller of the target and the rejected estimate — and
     retries; a second rejection propagates.
 
-    State (calibration, breakers, stats) is per conversation of a session: read it with
-    :meth:`stats`.
+    State (calibration, breakers, stats) is per thread (its conversation; a sub-agent has
+    its own), durable: a Session with a store keeps it with the thread, so a later session
+    continues the calibration and the breakers. Read it with :meth:`stats`.
     """
 
     def __init__(
@@ -663,13 +710,7 @@ class BudgetGuard(Layer):
     # -- state ---------------------------------------------------------------------------
 
     def _state(self, ctx: RunContext[Any]) -> _GuardState:
-        states = ctx.state_for(self, _States).by_conversation
-        conversation = ctx.conversation
-        entry = states.get(id(conversation))
-        if entry is None or entry[0] is not conversation:
-            entry = (conversation, _GuardState(Calibration()))
-            states[id(conversation)] = entry
-        return entry[1]
+        return ctx.thread_state(self, _GuardState)
 
     def stats(self, ctx: RunContext[Any]) -> BudgetStats:
         """This guard's stats for the conversation of ``ctx`` (a session's, by default)."""

@@ -423,6 +423,41 @@ class ViewSpec:
         view = view_type(**values)
         return view, len(excluded)
 
+    # -- what outlives the call ---------------------------------------------------------------
+
+    def redact_tier(self, tier: Mapping[str, Any]) -> FrozenDict[str, Any]:
+        """``tier`` without the paths the policy excludes (what a checkpoint may keep)."""
+        policy = self.policy
+        if policy.passes_all:
+            return tier if isinstance(tier, FrozenDict) else FrozenDict(tier)
+        names = self.view_type.field_names()
+        mappings = self.view_type.mapping_fields()
+        kept: dict[str, Any] = {}
+        for key, value in tier.items():
+            if key in mappings and isinstance(value, Mapping):
+                entries = {e: v for e, v in value.items() if policy.allows(f"{key}.{e}")}
+                if entries:
+                    kept[key] = FrozenDict(entries)
+            elif policy.allows(key if key in names else f"extra.{key}"):
+                kept[key] = value
+        return FrozenDict(kept)
+
+    def redact_configurable(self, configurable: Mapping[str, Any]) -> FrozenDict[str, Any]:
+        """A run's ``configurable`` as a checkpoint may keep it: the raw view tiers without
+        the excluded paths, and a materialized view (a nested run's) as a plain, filtered
+        global tier, so the resumed run rebuilds the same view and nothing hidden is kept."""
+        out = dict(configurable)
+        for key in (VIEW_GLOBAL_KEY, VIEW_STEP_KEY):
+            tier = out.get(key)
+            if isinstance(tier, Mapping) and tier:
+                out[key] = self.redact_tier(tier)
+        view = out.pop(VIEW_KEY, None)
+        if isinstance(view, ContextView):
+            out[VIEW_GLOBAL_KEY] = self.redact_tier(freeze(view.to_dict()))
+        elif view is not None:
+            out[VIEW_KEY] = view
+        return FrozenDict(out)
+
     # -- the carriers ------------------------------------------------------------------------
 
     def to_request(

@@ -156,6 +156,21 @@ class Inherit(Layer):
         child, _ = self._child(ctx, None)
         return await call_next(call, child)
 
+    def on_checkpoint(self, checkpoint: Checkpoint, ctx: RunContext[Any]) -> Checkpoint:
+        """A paused run's checkpoint keeps no path this layer's policy excludes.
+
+        The run's raw view tiers are redacted (the resumed run rebuilds the same view from
+        what is left), so a stored or transferred checkpoint never carries a hidden field.
+        """
+        spec = self.view
+        if spec is None:
+            return checkpoint
+        config = checkpoint.run_config
+        configurable = spec.redact_configurable(config.configurable)
+        if configurable == config.configurable:
+            return checkpoint
+        return checkpoint.evolve(run_config=config.evolve(configurable=configurable))
+
 
 # ---------------------------------------------------------------------------------------
 # sub-agents

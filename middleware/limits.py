@@ -3,9 +3,11 @@
 :class:`CallLimits` counts model calls, tool calls and calls of named tools. ``scope="run"``
 counts within one agent run (``RunConfig.agent_run_id``: a resumed run keeps its counts, a
 nested sub-agent run has its own);
-``scope="thread"`` counts across every run of the thread in this session (the counters
-live in the session's cache; pass the same ``ctx`` to a new Session to keep them). Stack
-two instances (with distinct names) for both a run and a thread limit.
+``scope="thread"`` counts across every run of the thread. The counts are durable layer
+state: a run's counts travel with its checkpoint (``ctx.run_state``), so a resume in a new
+Session or another process continues them; a thread's counts are kept with the thread
+(``ctx.thread_state``) and written by a Session with a store. Stack two instances (with
+distinct names) for both a run and a thread limit.
 
 When a limit is reached a :class:`~tinyctx.LimitHit` event is emitted, then:
 
@@ -25,7 +27,6 @@ from typing import Any, Literal
 
 from tinyctx import (
     ConfigError,
-    Interrupted,
     Layer,
     LimitExceeded,
     LimitHit,
@@ -33,7 +34,6 @@ from tinyctx import (
     ModelRequest,
     ModelResponse,
     RunContext,
-    RunResult,
     StopWithFinal,
     ToolCall,
     ToolCallHandler,
@@ -49,22 +49,35 @@ DEFAULT_END_MESSAGE = "Stopped: the {what} limit of {value} per {scope} was reac
 
 
 class _Counts:
-    __slots__ = ("model", "paused", "per_tool", "thread_id", "tools")
+    """Calls counted in one run or one thread (durable: ``to_json`` / ``from_json``)."""
 
-    def __init__(self, thread_id: str) -> None:
-        self.thread_id = thread_id
+    __slots__ = ("model", "per_tool", "tools")
+
+    def __init__(self) -> None:
         self.model = 0
         self.tools = 0
         self.per_tool: dict[str, int] = {}
-        self.paused = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "tools": self.tools, "per_tool": dict(self.per_tool)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> _Counts:
+        counts = cls()
+        counts.model = _count(data, "model")
+        counts.tools = _count(data, "tools")
+        per_tool = data.get("per_tool", {})
+        if not isinstance(per_tool, dict):
+            raise TypeError(f"per_tool must be an object, got {per_tool!r}")
+        counts.per_tool = {str(name): _count(per_tool, name) for name in per_tool}
+        return counts
 
 
-class _State:
-    __slots__ = ("runs", "threads")
-
-    def __init__(self) -> None:
-        self.runs: dict[str, _Counts] = {}
-        self.threads: dict[str, _Counts] = {}
+def _count(data: Any, key: str) -> int:
+    value = data.get(key, 0) if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key} must be an integer >= 0, got {value!r}")
+    return value
 
 
 def _limit(name: str, value: Any) -> int | None:
@@ -139,46 +152,12 @@ class CallLimits(Layer):
 
     # -- counters ----------------------------------------------------------------------------
 
-    def _state(self, ctx: RunContext[Any]) -> _State:
-        return ctx.state_for(self, _State)
-
     def _counts(self, ctx: RunContext[Any]) -> _Counts:
-        state = self._state(ctx)
+        # run scope: the agent run the call belongs to (layers inside may see a context
+        # derived per call; a resumed run gets its counts back from the checkpoint)
         if self.scope == "thread":
-            counts = state.threads.get(ctx.thread_id)
-            if counts is None:
-                counts = state.threads[ctx.thread_id] = _Counts(ctx.thread_id)
-            return counts
-        # the agent run the call belongs to: layers inside may see a context derived per call
-        key = ctx.config.agent_run_id or ctx.run_id
-        counts = state.runs.get(key)
-        if counts is None:
-            counts = state.runs[key] = _Counts(ctx.thread_id)
-        return counts
-
-    async def on_run_start(self, ctx: RunContext[Any]) -> None:
-        if self.scope != "run":
-            return
-        runs = self._state(ctx).runs
-        existing = runs.get(ctx.run_id)
-        if existing is not None:  # a resumed run keeps its counts
-            existing.paused = False
-            return
-        # a new run of the thread abandons the runs paused in it (Session.run does)
-        for run_id, counts in list(runs.items()):
-            if counts.paused and counts.thread_id == ctx.thread_id:
-                del runs[run_id]
-
-    async def on_run_end(
-        self, ctx: RunContext[Any], result: RunResult | None, error: BaseException | None
-    ) -> None:
-        if self.scope != "run":
-            return
-        runs = self._state(ctx).runs
-        if isinstance(error, Interrupted) and ctx.run_id in runs:
-            runs[ctx.run_id].paused = True  # kept for Session.resume
-        else:
-            runs.pop(ctx.run_id, None)
+            return ctx.thread_state(self, _Counts)
+        return ctx.run_state(self, _Counts)
 
     # -- the hooks ---------------------------------------------------------------------------
 

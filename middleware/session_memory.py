@@ -57,6 +57,7 @@ thresholds were not met, or why else), ``.loaded`` (notes offered), ``.load_fail
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
@@ -354,6 +355,52 @@ class MemoryCounters:
             self._enabled = True
             self._baseline = None
 
+    # -- durable form ----------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """Totals, marks, the baseline and the tallies as plain JSON. An extraction in
+        progress is not part of it: it did not complete, so its deltas are still counted
+        (the layer records it as pending work)."""
+        return {
+            "enabled": self._enabled,
+            "totals": [self._tokens, self._tool_calls, self._turns],
+            "marks": [self._marks.tokens, self._marks.tool_calls, self._marks.turns],
+            "baseline": self._baseline,
+            "started": self._started,
+            "extractions": self._extractions,
+            "failures": self._failures,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, thresholds: MemoryThresholds | None = None) -> MemoryCounters:
+        """Counters that continue from :meth:`to_json`'s document (ValueError names the key)."""
+        if not isinstance(data, dict):
+            raise TypeError(f"MemoryCounters state must be an object, got {data!r}")
+        enabled = data.get("enabled")
+        if not isinstance(enabled, bool):
+            raise TypeError(f"MemoryCounters state: enabled must be true or false, got {enabled!r}")
+        counters = cls(thresholds, enabled=enabled)
+        totals = _three_counts(data, "totals")
+        marks = _three_counts(data, "marks")
+        if any(m > t for m, t in zip(marks, totals, strict=True)):
+            raise ValueError(f"MemoryCounters state: marks {marks} exceed totals {totals}")
+        counters._tokens, counters._tool_calls, counters._turns = totals
+        counters._marks = Counts(*marks)
+        baseline = data.get("baseline")
+        counters._baseline = None if baseline is None else _non_negative_count("baseline", baseline)
+        counters._started = _non_negative_count("started", data.get("started"))
+        counters._extractions = _non_negative_count("extractions", data.get("extractions"))
+        counters._failures = _non_negative_count("failures", data.get("failures"))
+        return counters
+
+
+def _three_counts(data: dict[str, Any], key: str) -> tuple[int, int, int]:
+    value = data.get(key)
+    if not isinstance(value, list) or len(value) != 3:
+        raise ValueError(f"MemoryCounters state: {key} must be [tokens, tool_calls, turns]")
+    tokens, tool_calls, turns = (_non_negative_count(f"{key}[{i}]", v) for i, v in enumerate(value))
+    return tokens, tool_calls, turns
+
 
 # ---------------------------------------------------------------------------------------
 # events
@@ -462,26 +509,73 @@ SECTION_HEADER = (
 
 
 class _MemoryState:
-    """What one session keeps for the layer."""
+    """What one thread keeps for the layer (durable: ``ctx.thread_state``).
 
-    __slots__ = ("counters", "section", "seen_last", "seen_upto")
+    ``pending`` marks an extraction that was due but did not complete: it was in progress
+    when the state was written (the process may stop) or was cancelled when its session
+    ended. A later session of the thread starts it at its next run end, thresholds or not.
+    """
+
+    __slots__ = ("counters", "pending", "section", "seen_fingerprint", "seen_last", "seen_upto")
 
     def __init__(self, counters: MemoryCounters) -> None:
         self.counters = counters
         self.section: MemorySection | None = None
-        # how far successful extractions of this session read the conversation
+        # how far successful extractions of this thread read the conversation
         self.seen_upto = 0
         self.seen_last: Message | None = None
+        # a restored mark knows its last message by fingerprint until it is matched again
+        self.seen_fingerprint: str | None = None
+        self.pending = False
 
     def since(self, messages: tuple[Message, ...]) -> int:
         upto = self.seen_upto
-        if 0 < upto <= len(messages) and messages[upto - 1] is self.seen_last:
-            return upto
+        if 0 < upto <= len(messages):
+            last = messages[upto - 1]
+            if last is self.seen_last:
+                return upto
+            if self.seen_fingerprint is not None and _fingerprint(last) == self.seen_fingerprint:
+                self.seen_last, self.seen_fingerprint = last, None
+                return upto
         return 0  # nothing read yet, or the history was rewritten since
 
     def advance(self, messages: tuple[Message, ...]) -> None:
         self.seen_upto = len(messages)
         self.seen_last = messages[-1] if messages else None
+        self.seen_fingerprint = None
+
+    def to_json(self) -> dict[str, Any]:
+        last = self.seen_last
+        return {
+            "counters": self.counters.to_json(),
+            "seen_upto": self.seen_upto,
+            "seen": _fingerprint(last) if last is not None else self.seen_fingerprint,
+            "pending": self.pending or self.counters.in_progress,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, thresholds: MemoryThresholds) -> _MemoryState:
+        if not isinstance(data, dict):
+            raise TypeError(f"SessionMemory state must be an object, got {data!r}")
+        state = cls(MemoryCounters.from_json(data.get("counters"), thresholds))
+        state.seen_upto = _non_negative_count("seen_upto", data.get("seen_upto", 0))
+        seen = data.get("seen")
+        if seen is not None and not isinstance(seen, str):
+            raise TypeError(f"SessionMemory state: seen must be a string, got {seen!r}")
+        state.seen_fingerprint = seen
+        pending = data.get("pending", False)
+        if not isinstance(pending, bool):
+            raise TypeError(f"SessionMemory state: pending must be true or false, got {pending!r}")
+        state.pending = pending
+        return state
+
+
+def _fingerprint(message: Message) -> str:
+    """A stable short digest of a message (kind, text, tool-call ids) across processes."""
+    ids = ",".join(c.id for c in getattr(message, "tool_calls", ()))
+    call_id = getattr(message, "tool_call_id", "")
+    raw = f"{type(message).__name__}\0{message.text}\0{ids}\0{call_id}"
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 def _error_text(exc: BaseException | None) -> str:
@@ -581,8 +675,11 @@ class SessionMemory(Layer):
     def _new_state(self) -> _MemoryState:
         return _MemoryState(MemoryCounters(self.thresholds, enabled=self.enabled))
 
+    def _restore_state(self, data: Any) -> _MemoryState:
+        return _MemoryState.from_json(data, self.thresholds)
+
     def _state(self, ctx: RunContext[Any]) -> _MemoryState:
-        return ctx.state_for(self, self._new_state)
+        return ctx.thread_state(self, self._new_state, self._restore_state)
 
     def counters(self, ctx: RunContext[Any]) -> MemoryCounters:
         """This session's counters (``ctx`` is the session's or any of its runs')."""
@@ -715,7 +812,7 @@ class SessionMemory(Layer):
             ctx.emit(MemoryExtractionSkipped(reason="in_progress", detail=counters.describe()))
             return
         unmet = counters.unmet()
-        if unmet:
+        if unmet and not state.pending:  # pending work of an earlier session runs anyway
             ctx.emit(
                 MemoryExtractionSkipped(
                     reason="thresholds", unmet=unmet, detail=counters.describe()
@@ -739,6 +836,7 @@ class SessionMemory(Layer):
             return
         deltas = counters.deltas()
         ticket = counters.begin()
+        state.pending = False  # in progress now; written as pending until it completes
         child.emit(
             MemoryExtractionStarted(
                 namespace=namespace,
@@ -794,6 +892,8 @@ class SessionMemory(Layer):
         except BaseException as exc:
             counters.fail(ticket)
             cancelled = isinstance(exc, (RunCancelled, anyio.get_cancelled_exc_class()))
+            if cancelled:
+                state.pending = True  # the session ended first: the next one extracts it
             ctx.emit(
                 MemoryExtractionFailed(
                     namespace=job.namespace,

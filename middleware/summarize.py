@@ -589,10 +589,24 @@ class SummaryFailed(Event):
 
 
 class _Breaker:
+    """Consecutive failures of the layer in one thread (durable per-thread state)."""
+
     __slots__ = ("failures",)
 
     def __init__(self) -> None:
         self.failures = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"failures": self.failures}
+
+    @classmethod
+    def from_json(cls, data: Any) -> _Breaker:
+        failures = data.get("failures") if isinstance(data, dict) else None
+        if isinstance(failures, bool) or not isinstance(failures, int) or failures < 0:
+            raise ValueError(f"failures must be an integer >= 0, got {failures!r}")
+        breaker = cls()
+        breaker.failures = failures
+        return breaker
 
 
 def _remap(
@@ -632,8 +646,9 @@ class Summarize(Layer):
     default) commits the summary to the conversation, so later calls start from it and the
     summary is paid for once; ``persist=False`` rewrites only this call's request. A failed
     summary is reported (``SummaryFailed``) and the call goes on with the history as it was;
-    after ``max_failures`` consecutive failures the layer stops trying for the session (0:
-    never stops), and a success resets the count. As a pressure policy (``relieve``) it
+    after ``max_failures`` consecutive failures the layer stops trying for the thread (0:
+    never stops; the count is durable thread state, so a later session of a thread with a
+    store continues it), and a success resets the count. As a pressure policy (``relieve``) it
     summarizes whatever the trigger says, reports failure in ``Relief.detail["failed"]``,
     and leaves the history as it was when the summary would not make it smaller.
     """
@@ -691,7 +706,7 @@ class Summarize(Layer):
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
     ) -> ModelResponse:
         trigger = self.trigger_for(ctx)
-        breaker = ctx.state_for(self, _Breaker)
+        breaker = ctx.thread_state(self, _Breaker)
         if self.max_failures and breaker.failures >= self.max_failures:
             return await call_next(request, ctx)
         counter = self.counter or default_counter()

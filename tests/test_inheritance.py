@@ -530,3 +530,64 @@ class TestEventTree:
         assert len(conversation) == 0
         assert outcome.result is not None
         assert [m.text for m in outcome.result.messages] == ["child question", "child answer"]
+
+
+class TestCheckpointKeepsNoExcludedField:
+    """#15 D11: a checkpoint never carries a view field the run's policy excluded."""
+
+    async def test_excluded_global_field_is_not_in_the_checkpoint(self) -> None:
+        """The paused run's config lacks the excluded entry; the resumed view is unchanged."""
+        from tinyctx.middleware import VIEW_GLOBAL_KEY, ContextPolicy
+
+        seen: list[str | None] = []
+
+        async def model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+            seen.append(request.system_prompt)
+            if len(seen) == 1:
+                ctx.request_control(Interrupt("approval"))
+                return reply("", call("t"))
+            return reply("done")
+
+        config = RunConfig(
+            thread_id="d11",
+            configurable={VIEW_GLOBAL_KEY: {"project_root": "/srv/app", "api_key": "sk-secret-1"}},
+        )
+        agent = Agent(
+            model=model,
+            tools=[FakeTool("t").tool],
+            middleware=[Inherit(view=ContextPolicy(exclude=("extra.api_key",)))],
+        )
+        async with Session(agent, config=config) as session:
+            with pytest.raises(Interrupted) as info:
+                await session.run("go")
+            paused = info.value.checkpoint
+            assert "sk-secret" not in repr(paused.run_config)
+            assert dict(paused.run_config.configurable[VIEW_GLOBAL_KEY]) == {
+                "project_root": "/srv/app"
+            }
+            assert session.paused is paused
+        async with Session(agent, thread_id="d11") as later:
+            result = await later.resume(paused)
+        assert result.final_text == "done"
+        assert seen[0] == seen[1]  # the resumed run's view is the one the run had
+        assert "project_root: /srv/app" in (seen[1] or "")
+
+    async def test_a_nested_runs_materialized_view_becomes_a_filtered_tier(self) -> None:
+        """A sub-agent's checkpoint keeps its inherited view as plain, filtered data."""
+        from tinyctx.middleware import VIEW_GLOBAL_KEY, VIEW_KEY, ContextPolicy, ContextView
+
+        policy = ContextPolicy(exclude=("extra.token",))
+        view = ContextView(project_root="/p", extra={"token": "t0k", "team": "ops"})
+        config = RunConfig(configurable={VIEW_KEY: view})
+        pause = FakeTool("pause", control=Interrupt("n"))
+        sub = Agent(
+            model=ScriptedModel([reply("", call("pause"))]),
+            tools=[pause.tool],
+            middleware=[Inherit(view=policy)],
+        )
+        async with Session(sub, config=config) as session:
+            with pytest.raises(Interrupted) as info:
+                await session.run("go")
+        configurable = info.value.checkpoint.run_config.configurable
+        assert VIEW_KEY not in configurable
+        assert configurable[VIEW_GLOBAL_KEY] == {"project_root": "/p", "extra": {"team": "ops"}}

@@ -519,6 +519,7 @@ class TestSummarizeLayer:
 
         flaky = Flaky()
         layer = Summarize(flaky, trigger_tokens=100, keep_recent=6, persist=False)
+        ctx = RunContext.new()  # layer state is keyed by name: a fresh thread for this one
         for _ in range(6):
             await run_layer(layer, request, ctx)
         assert flaky.calls == 6  # the success at call 3 reset the count

@@ -61,12 +61,14 @@ from .control import (
 )
 from .conversation import (
     Conversation,
+    ConversationChange,
 )
 from .errors import (
     ConfigError,
     ContextLimitExceeded,
     DepthLimitExceeded,
     Interrupted,
+    InvalidCheckpoint,
     LimitExceeded,
     PairingError,
     ProviderError,
@@ -116,6 +118,12 @@ from .model import (
     ModelRequest,
     ModelResponse,
     Usage,
+)
+from .state import (
+    DurableState,
+    LayerStates,
+    RunStates,
+    StateError,
 )
 from .stores import (
     MemoryStore,
@@ -202,6 +210,12 @@ __all__ = [
     "snap_boundary",
     "tool_turns",
     "Conversation",
+    "ConversationChange",
+    "DurableState",
+    "LayerStates",
+    "RunStates",
+    "StateError",
+    "InvalidCheckpoint",
     "FrozenDict",
     "freeze",
     "thaw",

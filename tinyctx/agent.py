@@ -37,7 +37,9 @@ from .control import Control, Interrupt, StopWithFinal, stronger
 from .errors import (
     ConfigError,
     Interrupted,
+    InvalidCheckpoint,
     LimitExceeded,
+    PairingError,
     RunCancelled,
     SessionBusy,
     TinyCtxError,
@@ -51,6 +53,7 @@ from .events import (
     PendingCallsAnswered,
     RunFinished,
     RunStarted,
+    SubscriberFailed,
     ToolCallFinished,
     ToolFailed,
 )
@@ -62,6 +65,7 @@ from .messages import (
     ToolResult,
     UserMessage,
     answer_pending,
+    check_pairing,
     pending_tool_calls,
 )
 from .model import ModelHandler, ModelRequest, ModelResponse, Usage
@@ -151,6 +155,7 @@ class Agent:
     name: str = "agent"
     run_start_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     run_end_hooks: tuple[Layer, ...] = field(init=False, repr=False)
+    checkpoint_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     model_onion: ModelCall = field(init=False, repr=False)
     tool_onion: ToolCallHandler = field(init=False, repr=False)
     bus: LayerBus = field(init=False, repr=False)
@@ -169,6 +174,8 @@ class Agent:
         ends = tuple(m for m in reversed(layers) if has_hook(m, "run_end"))
         object.__setattr__(self, "run_start_hooks", starts)
         object.__setattr__(self, "run_end_hooks", ends)
+        hooks = tuple(m for m in layers if has_hook(m, "checkpoint"))
+        object.__setattr__(self, "checkpoint_hooks", hooks)
 
     def evolve(self, **changes: Any) -> Agent:
         return attrs.evolve(self, **changes)
@@ -229,6 +236,39 @@ class Checkpoint:
     def thread_id(self) -> str:
         return self.run_config.thread_id
 
+    def evolve(self, **changes: Any) -> Checkpoint:
+        return attrs.evolve(self, **changes)
+
+    def check(self) -> None:
+        """Refuse a checkpoint that cannot be resumed as it is (hand-edited, corrupted).
+
+        Its history must keep pairing, and its pending calls must be exactly the open
+        calls of that history (phase ``tools``), or there must be none (``before_model``).
+        Raises :class:`InvalidCheckpoint` naming what is wrong.
+        """
+        where = f"checkpoint of run {self.run_id!r}"
+        if self.phase not in ("before_model", "tools"):
+            raise InvalidCheckpoint(
+                f"{where}: phase {self.phase!r} is not 'before_model' or 'tools'"
+            )
+        try:
+            check_pairing(self.messages)
+        except PairingError as exc:
+            raise InvalidCheckpoint(
+                f"{where}: its history breaks tool-call pairing: {exc}"
+            ) from exc
+        open_calls = pending_tool_calls(self.messages)
+        if self.phase == "before_model" and (self.pending or open_calls):
+            ids = [c.id for c in self.pending or open_calls]
+            raise InvalidCheckpoint(
+                f"{where}: phase 'before_model' with open tool calls {ids}; expected none"
+            )
+        if self.phase == "tools" and self.pending != open_calls:
+            raise InvalidCheckpoint(
+                f"{where}: pending calls {[c.id for c in self.pending]} are not the open calls "
+                f"of its history {[c.id for c in open_calls]}"
+            )
+
 
 _NO_USAGE = Usage()
 
@@ -240,12 +280,15 @@ class _RunState:
         "ctx",
         "events",
         "model_calls",
+        "resuming",
         "tool_calls",
         "usage_start",
     )
 
     def __init__(self, ctx: RunContext[Any], *, usage_before: Usage) -> None:
         self.ctx = ctx
+        # the checkpoint a resume starts from, until the run goes past its start hooks
+        self.resuming: Checkpoint | None = None
         self.cancel_reported = False
         self.added: list[Message] = []
         self.model_calls = 0
@@ -355,10 +398,12 @@ class Session(Generic[Data]):
         assert background is not None
         self._closed = True
         try:
+            # message events still queued (a failed run's synthetic results, messages added
+            # between runs) reach persistence exactly once, however the block is left
             if exc_info[0] is None:
-                # left normally: message events still queued (a failed run's synthetic
-                # results, messages added between runs) reach persistence, exactly once
                 await self._base.conversation.flush()
+            else:
+                await self._flush_on_error()
             if background.running:
                 # bounded and shielded: leaving is deterministic even when the host is cancelled
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self._grace):
@@ -369,6 +414,26 @@ class Session(Generic[Data]):
             # our children never raise (BackgroundTasks reports their errors), so the host's
             # own exception keeps propagating as itself, never wrapped in an ExceptionGroup
             await group.__aexit__(None, None, None)
+
+    async def _flush_on_error(self) -> None:
+        """Deliver queued message events while an exception leaves the session.
+
+        Shielded (the host may be cancelled, e.g. a caller's timeout) and bounded by the
+        grace period; a subscriber's failure is reported as an event, never raised over
+        the exception already in flight.
+        """
+        conversation = self._base.conversation
+        with anyio.CancelScope(shield=True), anyio.move_on_after(max(self._grace, 1.0)):
+            while conversation.queued_events:
+                try:
+                    await conversation.flush()
+                except Exception as exc:  # the run's own error stays the one raised
+                    self._base.emit(
+                        SubscriberFailed,
+                        subscriber="conversation.subscribe",
+                        error=f"{type(exc).__name__}: {exc}",
+                        event_kind="message",
+                    )
 
     def cancel(self, reason: str | None = None) -> None:
         """Cancel the session for good: the current run stops at its next checkpoint and no
@@ -405,26 +470,41 @@ class Session(Generic[Data]):
         finally:
             self._busy = False
 
-    async def resume(self, checkpoint: Checkpoint) -> RunResult:
-        """Continue an interrupted run from its checkpoint (same run id, same counters)."""
-        if not isinstance(checkpoint, Checkpoint):
+    async def resume(self, checkpoint: Checkpoint | None = None) -> RunResult:
+        """Continue an interrupted run from its checkpoint (same run id, same counters).
+
+        Without ``checkpoint`` the session's paused run is resumed (the one a store loaded,
+        or this session's own last interrupt). The checkpoint is checked first
+        (:meth:`Checkpoint.check`); a resume that fails before the run goes on (a run-start
+        hook raised, the caller cancelled) leaves the session paused on the same checkpoint.
+        """
+        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
             raise TypeError(f"resume needs a Checkpoint, got {type(checkpoint).__name__}")
         self._enter_run()
         try:
+            if checkpoint is None:
+                checkpoint = self._paused
+                if checkpoint is None:
+                    raise InvalidCheckpoint(
+                        f"thread {self._base.thread_id!r} has no paused run to resume"
+                    )
             if checkpoint.thread_id != self._base.thread_id:
                 raise ValueError(
                     f"checkpoint belongs to thread {checkpoint.thread_id!r}, this session is "
                     f"thread {self._base.thread_id!r}"
                 )
+            checkpoint.check()
             if self._paused is not checkpoint:
                 # a checkpoint from elsewhere (persisted, another session): restore its history
                 self._base.conversation.replace(checkpoint.messages, emit_new=False)
-            self._paused = None
+                self._paused = checkpoint
             ctx = self._base._for_run(checkpoint.run_config)
+            ctx.run_states.load(ctx.run_id, checkpoint.state)
             state = _RunState(ctx, usage_before=checkpoint.usage)
             state.added.extend(checkpoint.added)
             state.model_calls = checkpoint.model_calls
             state.tool_calls = checkpoint.tool_calls
+            state.resuming = checkpoint
             return await self._drive(
                 state, checkpoint.phase, checkpoint.pending, input=None, resumed=True
             )
@@ -471,6 +551,10 @@ class Session(Generic[Data]):
                 await self._append(state, message)
             for layer in self.agent.run_start_hooks:
                 await layer.on_run_start(ctx)
+            if state.resuming is not None:
+                # the resume goes on: from here a failure answers the pending calls instead
+                state.resuming = None
+                self._paused = None
             if phase == "tools":
                 await self._run_tools(state, pending)
             while True:
@@ -487,6 +571,14 @@ class Session(Generic[Data]):
             try:
                 for layer in self.agent.run_end_hooks:
                     await layer.on_run_end(ctx, result, error)
+                if isinstance(error, Interrupted) and error.checkpoint is self._paused:
+                    # the run's durable layer state travels with its checkpoint
+                    states = ctx.run_states.pop(ctx.run_id)
+                    if states:
+                        paused = error.checkpoint.evolve(state=states.dump())
+                        error.checkpoint = self._paused = paused
+                else:
+                    ctx.run_states.pop(ctx.run_id)
                 if result is not None:
                     # a run that ended with an answer leaves no message event queued
                     await ctx.conversation.flush()
@@ -647,6 +739,14 @@ class Session(Generic[Data]):
                 tool_calls=state.tool_calls,
                 usage=ctx.usage.total() - state.usage_start,
             )
+            for layer in self.agent.checkpoint_hooks:
+                redacted = layer.on_checkpoint(paused, ctx)
+                if not isinstance(redacted, Checkpoint):
+                    raise TypeError(
+                        f"{layer!r}.on_checkpoint returned {type(redacted).__name__}, "
+                        "expected a Checkpoint"
+                    )
+                paused = redacted
             self._paused = paused
             ctx.emit(
                 RunFinished,

@@ -17,7 +17,7 @@ from .messages import ToolCall, ToolResult
 from .model import ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
-    from .agent import RunResult
+    from .agent import Checkpoint, RunResult
     from .context import RunContext
 
 __all__ = [
@@ -84,6 +84,15 @@ class Layer:
         final answer or a stop, ``error`` on cancellation, an interrupt, a limit or a failure.
         Start background work here with ``ctx.spawn``; an error raised here propagates."""
 
+    def on_checkpoint(self, checkpoint: Checkpoint, ctx: RunContext[Any]) -> Checkpoint:
+        """Called in layer order when a run pauses: return what the checkpoint may keep.
+
+        A checkpoint outlives the run (it is stored, sent to another worker), so a layer
+        that hides data from the model redacts it here, e.g. fields its context-view policy
+        excluded. Return ``checkpoint`` itself (the default) or ``checkpoint.evolve(...)``.
+        """
+        return checkpoint
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
@@ -103,10 +112,13 @@ _HOOK_METHODS = {
     "event": "on_event",
     "run_start": "on_run_start",
     "run_end": "on_run_end",
+    "checkpoint": "on_checkpoint",
 }
 
 
-def has_hook(layer: LayerLike, hook: Hook | Literal["event", "run_start", "run_end"]) -> bool:
+def has_hook(
+    layer: LayerLike, hook: Hook | Literal["event", "run_start", "run_end", "checkpoint"]
+) -> bool:
     """Whether ``layer`` implements ``hook`` (an onion, published events, run lifecycle)."""
     if isinstance(layer, Layer):
         attr = _HOOK_METHODS[hook]

@@ -23,6 +23,7 @@ from .conversation import Conversation
 from .errors import ConfigError, DepthLimitExceeded
 from .events import Event, EventSink
 from .frozen import EMPTY, FrozenDict, clone_with, frozen_mapping
+from .state import RunStates
 from .stores import Store, StoreRegistry
 from .tasks import BackgroundTasks
 from .tools import Tool, ToolRegistry
@@ -185,6 +186,8 @@ class RunContext(Generic[Data]):
     conversation: Conversation = field(factory=Conversation)
     background: BackgroundTasks | None = field(default=None, eq=False)
     bus: LayerBus | None = field(default=None, eq=False, repr=False)
+    run_states: RunStates = field(factory=RunStates, eq=False, repr=False)
+    """Per-run durable layer state of this session tree (see :meth:`run_state`)."""
 
     @costs.default
     def _costs_from_usage(self) -> CostTracker:
@@ -392,8 +395,42 @@ class RunContext(Generic[Data]):
     # -- per-tree state and background work ---------------------------------------------
 
     def state_for(self, owner: object, factory: Callable[[], T]) -> T:
-        """Per-tree state of ``owner`` (usually a layer), created on first use."""
+        """Per-tree in-process state of ``owner`` (usually a layer), created on first use.
+
+        A cache: it dies with the process. State that must survive (counters, pending
+        work) goes in :meth:`thread_state` or :meth:`run_state`.
+        """
         return self.cache.state_for(owner, factory)
+
+    def thread_state(
+        self,
+        owner: object,
+        factory: Callable[[], T],
+        restore: Callable[[Any], T] | None = None,
+    ) -> T:
+        """The durable per-thread state of layer ``owner``, made or restored on first use.
+
+        Kept with the thread's conversation and written with the thread by a Session with
+        a store (see :mod:`tinyctx.state`): ``factory()`` makes it, the object's
+        ``to_json()`` dumps it, ``restore(json)`` (default ``factory.from_json``) rebuilds
+        it in a later session or process. Keyed by the layer's name.
+        """
+        return self.conversation.layer_state.get(owner, factory, restore)
+
+    def run_state(
+        self,
+        owner: object,
+        factory: Callable[[], T],
+        restore: Callable[[Any], T] | None = None,
+    ) -> T:
+        """The durable state of layer ``owner`` for the agent run this context belongs to.
+
+        Like :meth:`thread_state`, but per run: it travels in the checkpoint when the run
+        pauses (so a resume, in any process, continues with it) and is dropped when the
+        run ends any other way.
+        """
+        run = self.config.agent_run_id or self.config.run_id
+        return self.run_states.of(run).get(owner, factory, restore)
 
     def spawn(self, fn: Callable[..., Any], *args: Any, name: str | None = None) -> None:
         """Start ``fn(*args)`` in the owning session's task group (never fire-and-forget)."""

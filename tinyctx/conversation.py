@@ -11,18 +11,73 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
+from attrs import frozen
+
 from .messages import Message
 from .model import Usage
+from .state import LayerStates
 
-__all__ = ["Conversation", "MessageSubscriber"]
+__all__ = ["Conversation", "ConversationChange", "MessageSubscriber"]
 
 MessageSubscriber = Callable[[Message, "Usage | None"], Awaitable[None]]
 
 
-class Conversation:
-    """An ordered log of messages with exactly-once message events."""
+@frozen
+class ConversationChange:
+    """What changed since the last :meth:`Conversation.mark_synced`, as storage applies it.
 
-    __slots__ = ("_messages", "_queued", "_snapshot", "_subscribers", "_version")
+    First the synced messages ``[start, end)`` are replaced by ``replacement`` (a
+    compaction; ``start == end`` and no replacement when there was none), then ``appended``
+    is added at the end. Applied to the synced log it gives the conversation now.
+    """
+
+    start: int
+    end: int
+    replacement: tuple[Message, ...]
+    appended: tuple[Message, ...]
+
+    @property
+    def compaction(self) -> bool:
+        return self.start != self.end or bool(self.replacement)
+
+    def __bool__(self) -> bool:
+        return self.compaction or bool(self.appended)
+
+
+_NO_CHANGE = ConversationChange(0, 0, (), ())
+
+
+def _common_prefix(old: list[Message], new: list[Message]) -> int:
+    """How many leading messages the two logs share (by identity)."""
+    same = 0
+    for a, b in zip(old, new, strict=False):
+        if a is not b:
+            break
+        same += 1
+    return same
+
+
+class Conversation:
+    """An ordered log of messages with exactly-once message events.
+
+    It also tracks, for a store, what changed since the log was last written
+    (:meth:`changes` / :meth:`mark_synced`) at O(new messages) per step: appends are
+    counted, and a rewrite (``replace``, ``add`` at an index) lowers the index of the
+    first message that may differ. ``layer_state`` holds the layers' per-thread durable
+    state (``ctx.thread_state``), which travels with the thread.
+    """
+
+    __slots__ = (
+        "_appended",
+        "_dirty_from",
+        "_messages",
+        "_queued",
+        "_snapshot",
+        "_subscribers",
+        "_synced",
+        "_version",
+        "layer_state",
+    )
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self._messages: list[Message] = list(messages)
@@ -30,6 +85,13 @@ class Conversation:
         self._queued: list[tuple[Message, Usage | None]] = []
         self._subscribers: list[MessageSubscriber] = []
         self._version = 0
+        # change tracking (for stores): the log as last synced, the lowest index that may
+        # differ from it (None: nothing rewritten), and how many messages were appended at
+        # the end since the last rewrite
+        self._synced: tuple[Message, ...] = ()
+        self._dirty_from: int | None = None
+        self._appended = 0
+        self.layer_state = LayerStates()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -90,6 +152,7 @@ class Conversation:
             raise TypeError(f"expected a Message, got {type(message).__name__}")
         self._messages.append(message)
         self._changed()
+        self._appended += 1
         for fn in tuple(self._subscribers):
             await fn(message, usage)
 
@@ -99,10 +162,14 @@ class Conversation:
         """Insert a layer-owned message (at ``index``, default the end); its event is queued."""
         if not isinstance(message, Message):
             raise TypeError(f"expected a Message, got {type(message).__name__}")
-        if index is None:
-            self._messages.append(message)
+        messages = self._messages
+        if index is None or index >= len(messages):
+            messages.append(message)
+            self._appended += 1
         else:
-            self._messages.insert(index, message)
+            position = max(0, len(messages) + index) if index < 0 else index
+            messages.insert(index, message)
+            self._rewritten(position)
         self._changed()
         self._queued.append((message, usage))
 
@@ -119,11 +186,67 @@ class Conversation:
                 raise TypeError(
                     f"messages[{index}] must be a Message, got {type(message).__name__}"
                 )
+        old = self._messages
         if emit_new:
-            before = set(self._messages)
+            before = set(old)
             self._queued.extend((m, None) for m in new if m not in before)
+        # the first index where the logs differ (identity: equal-but-new objects count as
+        # changed, which only makes the recorded range wider, never wrong)
+        same = _common_prefix(old, new)
+        if same < len(old) or same < len(new):
+            if same == len(old):
+                self._appended += len(new) - same  # only appended at the end
+            else:
+                self._rewritten(same)
         self._messages = new
         self._changed()
+
+    # -- change tracking (for stores) --------------------------------------------------
+
+    def _rewritten(self, index: int) -> None:
+        dirty = self._dirty_from
+        if dirty is None or index < dirty:
+            self._dirty_from = index
+        self._appended = 0
+
+    def mark_synced(self) -> None:
+        """The log as it is now is what storage holds: :meth:`changes` starts from here."""
+        self._synced = self.messages
+        self._dirty_from = None
+        self._appended = 0
+
+    @property
+    def synced_length(self) -> int:
+        """How many messages storage held at the last :meth:`mark_synced`."""
+        return len(self._synced)
+
+    def changes(self) -> ConversationChange:
+        """What changed since :meth:`mark_synced` (falsy when nothing did).
+
+        Appends cost O(appended). A rewrite is narrowed to the smallest range: from the
+        first index that may differ to the last synced message that is not again at the
+        same distance before the appended tail.
+        """
+        messages = self._messages
+        synced = self._synced
+        base = len(synced)
+        dirty = self._dirty_from
+        if dirty is None or dirty >= base:
+            if dirty is None and len(messages) == base:
+                return _NO_CHANGE
+            return ConversationChange(base, base, (), tuple(messages[base:]))
+        tail = len(messages) - self._appended  # messages[tail:] were appended after the rewrite
+        # the longest common suffix of synced[dirty:] and messages[dirty:tail]
+        keep = 0
+        limit = min(base - dirty, tail - dirty)
+        while keep < limit and synced[base - 1 - keep] is messages[tail - 1 - keep]:
+            keep += 1
+        return ConversationChange(
+            dirty,
+            base - keep,
+            tuple(messages[dirty : tail - keep]),
+            tuple(messages[tail:]),
+        )
 
     def add_message_event(self, message: Message, usage: Usage | None = None) -> None:
         """Queue an event for a message already in the log."""

@@ -19,6 +19,7 @@ __all__ = [
     "PairingError",
     "RunCancelled",
     "Interrupted",
+    "InvalidCheckpoint",
     "ContextLimitExceeded",
     "LimitExceeded",
     "DepthLimitExceeded",
@@ -78,6 +79,10 @@ class Interrupted(TinyCtxError):
         self.message = message
         self.checkpoint = checkpoint
         super().__init__(f"interrupted at node {node!r}: {message}")
+
+
+class InvalidCheckpoint(TinyCtxError, ValueError):
+    """A checkpoint that cannot be resumed as it is (corrupted or hand-edited); nothing ran."""
 
 
 class ContextLimitExceeded(TinyCtxError):

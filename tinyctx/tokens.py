@@ -587,6 +587,43 @@ class Calibration:
         """How many raw (counter) tokens ``tokens`` calibrated tokens correspond to."""
         return math.ceil(tokens / self.ratio)
 
+    def to_json(self) -> dict[str, Any]:
+        """What it learned, as plain JSON (the bounds are configuration, not state)."""
+        return {
+            "ratio": self.ratio,
+            "observations": self.observations,
+            "sum_estimate": self._sum_estimate,
+            "sum_reported": self._sum_reported,
+            "anchor_estimate": self._anchor_estimate,
+            "anchor_reported": self._anchor_reported,
+        }
+
+    def load_json(self, data: Mapping[str, Any]) -> Calibration:
+        """Continue from what :meth:`to_json` dumped (ratio clamped to this one's bounds);
+        returns self. A malformed document raises ValueError naming the key."""
+
+        def number(key: str, *, optional: bool = False) -> Any:
+            value = data.get(key)
+            if value is None and optional:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"Calibration state: {key} must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"Calibration state: {key} must be finite and >= 0")
+            return value
+
+        ratio = float(number("ratio"))
+        observations = int(number("observations"))
+        sums = float(number("sum_estimate")), float(number("sum_reported"))
+        anchor_estimate = number("anchor_estimate", optional=True)
+        anchor_reported = number("anchor_reported", optional=True)
+        self.ratio = min(self.max_ratio, max(self.min_ratio, ratio))
+        self.observations = observations
+        self._sum_estimate, self._sum_reported = sums
+        self._anchor_estimate = None if anchor_estimate is None else int(anchor_estimate)
+        self._anchor_reported = None if anchor_reported is None else int(anchor_reported)
+        return self
+
     def reset(self) -> None:
         """Forget every observation (ratio back to 1.0)."""
         self.ratio = 1.0
