@@ -44,6 +44,8 @@ from tinyctx import (
     ModelCall,
     ModelRequest,
     ModelResponse,
+    Once,
+    Outside,
     PairingError,
     RunCancelled,
     RunContext,
@@ -62,6 +64,7 @@ from tinyctx.tokens import (
 )
 
 from .drop_nonessential import DropNonessential
+from .fallback import Fallback
 from .microcompact import Microcompact
 from .policy import PressurePolicy, Relief
 from .summarize import ExtractiveSummarizer, Summarize
@@ -549,6 +552,15 @@ class BudgetGuard(Layer):
     its own), durable: a Session with a store keeps it with the thread, so a later session
     continues the calibration and the breakers. Read it with :meth:`stats`.
     """
+
+    constraints = (
+        Once(reason="two guards would each compact the same history for one window"),
+        Outside(
+            Fallback,
+            reason="Fallback sends the request to its alternatives directly: a guard inside "
+            "it would leave their requests unbudgeted",
+        ),
+    )
 
     def __init__(
         self,

@@ -45,6 +45,7 @@ from tinyctx import (
     ModelCall,
     ModelRequest,
     ModelResponse,
+    Once,
     RunContext,
     StopWithFinal,
     ToolCall,
@@ -134,6 +135,8 @@ def _honour(value: Iterable[str]) -> frozenset[str]:
 
 class ControlOutcomes(Layer):
     """Surface control outcomes as values inside the onion (see the module doc)."""
+
+    constraints = (Once(reason="one layer drains the control slot; a second would see nothing"),)
 
     def __init__(
         self,

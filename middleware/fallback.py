@@ -29,12 +29,13 @@ from tinyctx import (
     ModelHandler,
     ModelRequest,
     ModelResponse,
+    Outside,
     ProviderError,
     RunContext,
 )
 from tinyctx.events import EventLevel
 
-from .retry import NEVER_RETRIED, RetryOn, check_attempt, error_matcher, error_text, refusal
+from .retry import NEVER_RETRIED, Retry, RetryOn, check_attempt, error_matcher, error_text, refusal
 
 __all__ = ["Fallback", "Alternative", "FallbackAttempt", "FallbackFailed", "DEFAULT_FALLBACK_ON"]
 
@@ -96,6 +97,14 @@ class FallbackFailed(FallbackAttempt):
 
 class Fallback(Layer):
     """Call alternative models in order when the primary fails (see the module doc)."""
+
+    constraints = (
+        Outside(
+            Retry,
+            reason="Fallback calls its alternatives directly, so a Retry outside it would "
+            "never retry the primary before falling back, and would re-walk the whole chain",
+        ),
+    )
 
     def __init__(
         self,

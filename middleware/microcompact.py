@@ -336,6 +336,8 @@ class Microcompact(Layer):
     everything it may, ignoring ``min_tokens``, and leaves committing to the guard.
     """
 
+    idempotent = True  # cleared results are skipped: its own output passes unchanged
+
     role = "compact"  # its place in a BudgetGuard's policy order
     breaker_group: str | None = None
 

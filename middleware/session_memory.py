@@ -76,6 +76,7 @@ from tinyctx import (
     ModelCall,
     ModelRequest,
     ModelResponse,
+    Once,
     RunCancelled,
     RunConfig,
     RunContext,
@@ -605,6 +606,8 @@ class SessionMemory(Layer):
     business: an application can offer notes written elsewhere). See the module docstring
     for counters, namespaces and injection.
     """
+
+    constraints = (Once(reason="two would extract the same conversation twice into one store"),)
 
     def __init__(
         self,

@@ -47,5 +47,15 @@ class TestTestingYourLayerPage:
         pytester.makeconftest(CONFTEST)
         pytester.makepyfile(test_testing_your_layer=code)
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error")
-        # two backends for each async example, one run for the sync ones and the machine
-        result.assert_outcomes(passed=9)
+        # two backends for each async example, one run for the sync ones (three conformance
+        # checks among them) and the machine
+        result.assert_outcomes(passed=12)
+
+    def test_the_page_starts_with_the_one_line_check(self) -> None:
+        """A new layer is conformance-checked in at most ten lines, the first thing shown."""
+        code = page_code()
+        assert code.index("check_layer(Shout())") < code.index("@given")
+        start = code.index("class Shout(Layer):")
+        end = code.index("check_layer(Shout())") + len("check_layer(Shout())")
+        lines = [line for line in code[start:end].splitlines() if line.strip()]
+        assert len(lines) <= 10

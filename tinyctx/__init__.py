@@ -119,6 +119,15 @@ from .model import (
     ModelResponse,
     Usage,
 )
+from .ordering import (
+    Innermost,
+    Inside,
+    Once,
+    OrderingError,
+    Outermost,
+    Outside,
+    check_ordering,
+)
 from .state import (
     DurableState,
     LayerStates,
@@ -235,6 +244,13 @@ __all__ = [
     "layer_name",
     "has_hook",
     "check_layer_names",
+    "Outside",
+    "Inside",
+    "Outermost",
+    "Innermost",
+    "Once",
+    "OrderingError",
+    "check_ordering",
     "TokenCounter",
     "HeuristicCounter",
     "default_counter",

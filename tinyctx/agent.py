@@ -69,6 +69,7 @@ from .messages import (
     pending_tool_calls,
 )
 from .model import ModelHandler, ModelRequest, ModelResponse, Usage
+from .ordering import check_ordering
 from .tasks import BackgroundTasks
 from .tools import ServerTool, Tool, ToolArgumentError, ToolRegistry
 
@@ -165,6 +166,7 @@ class Agent:
         if not callable(self.model):
             raise TypeError("Agent.model must be an async callable (request, ctx) -> ModelResponse")
         check_layer_names(self.middleware)
+        check_ordering(self.middleware)
         object.__setattr__(self, "registry", ToolRegistry(self.tools, self.server_tools))
         object.__setattr__(self, "model_onion", compose(self.middleware, self.model))
         object.__setattr__(self, "tool_onion", compose(self.middleware, execute_tool, hook="tool"))

@@ -19,6 +19,7 @@ from .model import ModelRequest, ModelResponse
 if TYPE_CHECKING:
     from .agent import Checkpoint, RunResult
     from .context import RunContext
+    from .ordering import Constraint
 
 __all__ = [
     "Layer",
@@ -54,6 +55,14 @@ class Layer:
     """
 
     name: str = ""
+    constraints: tuple[Constraint, ...] = ()
+    """Where this layer must sit relative to others (:mod:`tinyctx.ordering`); ``Agent``
+    checks them when it is built."""
+    ordering_neutral: bool = False
+    """True for observers that change nothing (tracing, probes): others' rules ignore them."""
+    idempotent: bool = False
+    """True when applying the layer to its own output changes nothing more (the conformance
+    kit checks it)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -28,6 +28,7 @@ from typing import Any, NoReturn, TextIO
 from .chain import LayerLike
 from .errors import ConfigError, TinyCtxError
 from .messages import AssistantMessage, Message, ToolResult
+from .ordering import OrderingError, check_ordering
 from .tokens import TokenCounter, default_counter
 
 __all__ = ["main", "load_stack", "StackError", "bundled_transcript"]
@@ -106,7 +107,9 @@ def load_stack(spec: str, *, counter: TokenCounter | None = None) -> list[LayerL
     stacks = _entry_points("tinyctx.stacks")
     if spec in stacks:
         factory: StackFactory = stacks[spec].load()
-        return list(factory(counter=counter))
+        named = list(factory(counter=counter))
+        _check_order(named, f"--stack {spec}")
+        return named
     path = Path(spec)
     if not path.is_file():
         known = ", ".join(sorted(stacks)) or "none installed"
@@ -121,10 +124,20 @@ def load_stack(spec: str, *, counter: TokenCounter | None = None) -> list[LayerL
     tables = document.get("layers")
     if not isinstance(tables, list) or not tables:
         raise StackError(f"{path}: expected one or more [[layers]] tables")
-    return [
+    stack = [
         _build(_use(t, f"{path}: layers[{i}]"), _args(t), f"{path}: layers[{i}]", counter)
         for i, t in enumerate(tables)
     ]
+    _check_order(stack, str(path))
+    return stack
+
+
+def _check_order(stack: Sequence[LayerLike], where: str) -> None:
+    """Declared ordering rules are checked before anything replays (never reordered)."""
+    try:
+        check_ordering(stack)
+    except OrderingError as exc:
+        raise StackError(f"{where}: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------

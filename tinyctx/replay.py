@@ -200,6 +200,8 @@ class _ReplayTools(Layer):
 class _Recorder(Layer):
     """Outermost and innermost model layers: measure before and after the stack."""
 
+    ordering_neutral = True  # observers: the stack's own ordering rules ignore them
+
     def __init__(self, name: str, sink: Callable[[ModelRequest, RunContext[Any]], None]) -> None:
         self.name = name
         self._sink = sink

@@ -1,0 +1,698 @@
+"""The layer conformance kit: one call checks a layer against every framework rule.
+
+``check_layer(MyLayer())`` drives the layer through real sessions on generated
+conversations, on trio and on asyncio, and raises :class:`LayerContractError` naming the
+first rule it breaks, with the shrunk example and the doc section that explains the rule.
+Call it from a plain (sync) test function; it runs its own event loops.
+
+The rules (names as used in ``skip=``):
+
+``pairing``
+    every request that reaches the model keeps each tool call with its results, and the
+    conversation the run leaves behind has no orphan;
+``no-mutation``
+    the request the layer is handed, the messages in it and the parent context are never
+    changed in place (a layer builds a new request with ``request.evolve``);
+``control-passthrough``
+    ``RunCancelled``, ``Interrupted`` and ``LimitExceeded`` raised inside the layer reach
+    the caller as the same object, and a response's control outcome is never dropped;
+``cancellation``
+    cancelling the run while the layer awaits ends the call promptly, and once the run's
+    token is cancelled the layer calls the rest of the onion no more;
+``state-leak``
+    nothing of a session is kept on the layer object (an agent is shared by sessions);
+``backends``
+    every other rule holds on trio and on asyncio (the report names the backend);
+``idempotence``
+    for a layer declaring ``idempotent = True``: its own output passes through unchanged;
+``event-tree``
+    the events a run emits form one tree (every parent run exists);
+``blocking``
+    the layer never blocks the event loop longer than ``block_threshold`` seconds;
+``ordering``
+    its declared ordering rules are consistent and a stack of it alone is accepted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import anyio
+import attrs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ..agent import Agent, Checkpoint, Session
+from ..chain import Layer, LayerLike, ModelCall, ToolCallHandler, has_hook, layer_name
+from ..context import RunConfig, RunContext
+from ..control import StopWithFinal
+from ..errors import ConfigError, Interrupted, LimitExceeded, PairingError, RunCancelled
+from ..events import Event, EventSink
+from ..messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    check_pairing,
+)
+from ..model import ModelHandler, ModelRequest, ModelResponse
+from ..ordering import check_constraints_consistent, check_ordering
+from ..stores import MemoryStore
+from ._fakes import FakeTool, capture_events
+from .invariants import assert_events_form_tree, context_snapshot
+from .strategies import histories
+
+__all__ = ["check_layer", "LayerContractError", "ConformanceReport", "RULES"]
+
+RULES: tuple[str, ...] = (
+    "pairing",
+    "no-mutation",
+    "control-passthrough",
+    "cancellation",
+    "state-leak",
+    "backends",
+    "idempotence",
+    "event-tree",
+    "blocking",
+    "ordering",
+)
+
+DOC = "docs/testing-your-layer.md"
+
+_WHY = {
+    "pairing": "a tool call and its results are one unit: no layer may leave half of one",
+    "no-mutation": "values are immutable: change a request with request.evolve(...), and "
+    "a message with message.evolve(...), never in place",
+    "control-passthrough": "control outcomes and cancellation are the loop's to apply: a "
+    "layer must let RunCancelled, Interrupted and LimitExceeded through untouched",
+    "cancellation": "cancellation is cooperative: a layer must not shield or swallow it, "
+    "and must not call the onion again once the run's token is cancelled",
+    "state-leak": "an agent is shared by sessions: per-session state belongs in "
+    "ctx.state_for(self, factory), never on self",
+    "idempotence": "the layer declares idempotent = True, so its own output must pass "
+    "through it unchanged",
+    "event-tree": "every event's parent run must exist (derive contexts with ctx.derive)",
+    "blocking": "an async layer must not block the event loop: use anyio.to_thread for "
+    "blocking work, anyio.sleep instead of time.sleep",
+    "ordering": "a layer's declared ordering rules must be satisfiable",
+}
+
+_TOOL_NAMES = ("lookup", "fetch_page")
+_HOOKS: tuple[Literal["model"], Literal["tool"]] = ("model", "tool")
+
+
+class LayerContractError(AssertionError):
+    """A layer broke a framework rule; ``rule`` names it, ``doc`` links its explanation."""
+
+    def __init__(
+        self, layer: str, rule: str, detail: str, *, example: str = "", backend: str = ""
+    ) -> None:
+        self.layer = layer
+        self.rule = rule
+        self.detail = detail
+        self.example = example
+        self.backend = backend
+        self.doc = f"{DOC}#rule-{rule}"
+        on = f" on {backend}" if backend else ""
+        lines = [f"layer {layer!r} breaks rule {rule!r}{on}: {detail}", f"why: {_WHY[rule]}"]
+        if example:
+            lines.append(f"example: {example}")
+        lines.append(f"see: {self.doc}")
+        super().__init__("\n".join(lines))
+
+
+@attrs.frozen
+class ConformanceReport:
+    """What :func:`check_layer` checked: rules, skipped rules with reasons, examples, hooks."""
+
+    layer: str
+    checked: tuple[str, ...]
+    skipped: Mapping[str, str]
+    examples: int
+    hooks: tuple[str, ...]
+
+
+# ---------------------------------------------------------------------------------------
+# probes around the layer under test
+
+
+@attrs.define
+class _Scenario:
+    """What one drive of the layer sees; filled by the probes."""
+
+    fault: BaseException | None = None
+    fault_hook: str = "model"
+    hang: bool = False
+    cancel_token: bool = False
+    inner_calls: int = 0
+    escaped: list[BaseException] = attrs.Factory(list)
+    returned_control: list[Any] = attrs.Factory(list)
+    mutation: str | None = None
+    sent: list[ModelRequest] = attrs.Factory(list)
+
+
+def _message_state(message: Message) -> tuple[Any, ...]:
+    return tuple(getattr(message, f.name) for f in attrs.fields(type(message)))
+
+
+def _request_state(request: ModelRequest) -> tuple[Any, ...]:
+    fields = tuple(getattr(request, f.name) for f in attrs.fields(ModelRequest))
+    return (tuple(map(id, fields)), tuple(_message_state(m) for m in request.messages))
+
+
+class _OuterProbe(Layer):
+    """Outside the layer: snapshots what the layer is handed and sees what comes out."""
+
+    name = "conformance.outer"
+    ordering_neutral = True
+
+    def __init__(self, scenario: _Scenario) -> None:
+        self.scenario = scenario
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        before_request = _request_state(request)
+        before_ctx = context_snapshot(ctx)
+        try:
+            response = await call_next(request, ctx)
+        except BaseException as exc:
+            self.scenario.escaped.append(exc)
+            raise
+        finally:
+            self._compare(before_request, _request_state(request), before_ctx, ctx)
+        self.scenario.returned_control.append(response.control)
+        return response
+
+    async def wrap_tool(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+    ) -> ToolResult:
+        before_call = tuple(getattr(call, f.name) for f in attrs.fields(ToolCall))
+        try:
+            return await call_next(call, ctx)
+        except BaseException as exc:
+            self.scenario.escaped.append(exc)
+            raise
+        finally:
+            after = tuple(getattr(call, f.name) for f in attrs.fields(ToolCall))
+            if after != before_call and self.scenario.mutation is None:
+                self.scenario.mutation = f"the tool call it was handed changed: {call!r}"
+
+    def _compare(
+        self,
+        before: tuple[Any, ...],
+        after: tuple[Any, ...],
+        before_ctx: dict[str, Any],
+        ctx: RunContext[Any],
+    ) -> None:
+        if self.scenario.mutation is not None:
+            return
+        if before[0] != after[0]:
+            self.scenario.mutation = "a field of the request it was handed was replaced in place"
+        elif before[1] != after[1]:
+            changed = next(
+                i for i, (a, b) in enumerate(zip(before[1], after[1], strict=False)) if a != b
+            )
+            self.scenario.mutation = f"request.messages[{changed}] was changed in place"
+        else:
+            try:
+                after_ctx = context_snapshot(ctx)
+            except Exception:  # pragma: no cover - a broken context is reported below
+                after_ctx = {}
+            for key, value in before_ctx.items():
+                if key == "fields":
+                    continue
+                if after_ctx.get(key) != value and key != "cancelled":
+                    self.scenario.mutation = f"the parent context's {key} changed"
+                    return
+
+
+class _InnerProbe(Layer):
+    """Inside the layer: records what reaches the model and injects faults."""
+
+    name = "conformance.inner"
+    ordering_neutral = True
+
+    def __init__(self, scenario: _Scenario) -> None:
+        self.scenario = scenario
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        response: ModelResponse = await self._inner(
+            "model", ctx, lambda: call_next(request, ctx), request
+        )
+        return response
+
+    async def wrap_tool(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+    ) -> ToolResult:
+        result: ToolResult = await self._inner("tool", ctx, lambda: call_next(call, ctx), None)
+        return result
+
+    async def _inner(
+        self,
+        hook: str,
+        ctx: RunContext[Any],
+        proceed: Callable[[], Awaitable[Any]],
+        request: ModelRequest | None,
+    ) -> Any:
+        scenario = self.scenario
+        if request is not None:
+            scenario.sent.append(request)
+        if hook != scenario.fault_hook:
+            return await proceed()
+        scenario.inner_calls += 1
+        if scenario.cancel_token:
+            ctx.cancellation.cancel("conformance kit")
+            raise RunCancelled("conformance", "conformance kit")
+        if scenario.hang:
+            await anyio.sleep_forever()
+        if scenario.fault is not None:
+            raise scenario.fault
+        return await proceed()
+
+
+# ---------------------------------------------------------------------------------------
+# driving a layer
+
+
+def _script(calls: Sequence[ToolCall], control: bool) -> ModelHandler:
+    """First response: the drawn tool calls; then a final answer (with a stop if asked)."""
+    state = {"n": 0}
+
+    async def model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+        await anyio.lowlevel.checkpoint()
+        state["n"] += 1
+        if state["n"] == 1 and calls:
+            return ModelResponse(AssistantMessage("", tool_calls=tuple(calls)))
+        response = ModelResponse(AssistantMessage("done"))
+        if control:
+            return response.evolve(control=StopWithFinal("conformance stop"))
+        return response
+
+    return model
+
+
+@attrs.frozen
+class _Options:
+    layer: LayerLike
+    name: str
+    config: RunConfig
+    session_options: Mapping[str, Any]
+    hooks: tuple[str, ...]
+    skip: Mapping[str, str]
+    block_threshold: float
+
+
+_VALUE_TYPES = (int, float, str, bytes, bool, type(None), tuple, list, dict, set, frozenset)
+
+
+def _is_value(value: Any) -> bool:
+    """Values compared by content: scalars, containers and types that define equality."""
+    if isinstance(value, _VALUE_TYPES):
+        return True
+    eq: object = type(value).__eq__
+    return eq is not object.__eq__
+
+
+def _vars_snapshot(layer: LayerLike) -> dict[str, tuple[int, Any, bool]]:
+    """Per attribute: its identity, a deep copy, and whether the copy compares by content.
+
+    A rebound attribute is a change; a value (a counter, a list, an attrs value) is also
+    compared by content, so ``self.n += 1`` and ``self.seen.append(x)`` are both caught.
+    Helper objects without equality (a token counter, a summarizer) are compared by
+    identity only: their internal caches are not session state.
+    """
+    try:
+        state = dict(vars(layer))
+    except TypeError:
+        return {}
+    snapshot: dict[str, tuple[int, Any, bool]] = {}
+    for key, value in state.items():
+        copied: Any = None
+        comparable = False
+        if _is_value(value):
+            try:
+                copied = copy.deepcopy(value)
+                comparable = bool(copied == value)
+            except Exception:
+                comparable = False
+        snapshot[key] = (id(value), copied, comparable)
+    return snapshot
+
+
+def _changed_attributes(before: Mapping[str, tuple[int, Any, bool]], layer: LayerLike) -> list[str]:
+    try:
+        now = dict(vars(layer))
+    except TypeError:
+        return []
+    changed = []
+    for key in sorted(set(before) | set(now)):
+        if key not in before:
+            changed.append(f"{key}: <absent> -> {now[key]!r}")
+            continue
+        if key not in now:
+            changed.append(f"{key}: deleted")
+            continue
+        identity, copied, comparable = before[key]
+        value = now[key]
+        if id(value) != identity:
+            shown = copied if comparable else "<another object>"
+            changed.append(f"{key}: {shown!r} -> {value!r}")
+        elif comparable:
+            try:
+                same = bool(copied == value)
+            except Exception:
+                same = True
+            if not same:
+                changed.append(f"{key}: {copied!r} -> {value!r}")
+    return changed
+
+
+class _Kit:
+    def __init__(self, options: _Options) -> None:
+        self.o = options
+
+    def fail(self, rule: str, detail: str, example: str = "", backend: str = "") -> None:
+        if rule in self.o.skip:
+            return
+        raise LayerContractError(self.o.name, rule, detail, example=example, backend=backend)
+
+    def agent(self, scenario: _Scenario, model: ModelHandler) -> Agent:
+        tools = [FakeTool(name, returns=f"{name} result").tool for name in _TOOL_NAMES]
+        stack = [_OuterProbe(scenario), self.o.layer, _InnerProbe(scenario)]
+        return Agent(model, tools=tools, middleware=stack)
+
+    def session(self, agent: Agent) -> Session[Any]:
+        options = dict(self.o.session_options)
+        options.setdefault("stores", {"memory": MemoryStore()})
+        options.setdefault("events", EventSink(logger=None))
+        return Session(agent, config=self.o.config, **options)
+
+    async def normal_run(
+        self, history: tuple[Message, ...], calls: tuple[ToolCall, ...], backend: str, ex: str
+    ) -> list[Event]:
+        scenario = _Scenario(fault_hook="none")
+        agent = self.agent(scenario, _script(calls, control=False))
+        worst = 0.0
+        done = anyio.Event()
+
+        async def heartbeat() -> None:
+            nonlocal worst
+            last = time.perf_counter()
+            while not done.is_set():
+                await anyio.sleep(0.005)
+                now = time.perf_counter()
+                worst = max(worst, now - last)
+                last = now
+
+        with capture_events() as events:
+            async with anyio.create_task_group() as group:
+                group.start_soon(heartbeat)
+                try:
+                    async with self.session(agent) as session:
+                        await session.run(history)
+                        left = session.conversation_messages
+                finally:
+                    done.set()
+        if scenario.mutation is not None:
+            self.fail("no-mutation", scenario.mutation, ex, backend)
+        for i, request in enumerate(scenario.sent):
+            try:
+                check_pairing(request.messages, allow_pending=False)
+            except PairingError as exc:
+                self.fail("pairing", f"model request {i}: {exc}", ex, backend)
+        try:
+            check_pairing(left, allow_pending=False)
+        except PairingError as exc:
+            self.fail("pairing", f"the conversation after the run: {exc}", ex, backend)
+        if worst > self.o.block_threshold:
+            self.fail(
+                "blocking",
+                f"the event loop was blocked for {worst:.3f} s "
+                f"(threshold {self.o.block_threshold:.3f} s)",
+                ex,
+                backend,
+            )
+        return list(events)
+
+    async def fault_run(self, scenario: _Scenario, calls: tuple[ToolCall, ...]) -> None:
+        agent = self.agent(scenario, _script(calls, control=False))
+        with anyio.fail_after(5):
+            async with self.session(agent) as session:
+                with contextlib.suppress(Exception):  # the kit inspects what escaped the layer
+                    await session.run("conformance")
+
+    async def check_passthrough(
+        self, calls: tuple[ToolCall, ...], history: tuple[Message, ...], backend: str, ex: str
+    ) -> None:
+        checkpoint = Checkpoint(
+            run_config=self.o.config,
+            phase="before_model",
+            pending=(),
+            node="conformance",
+            message="paused by the conformance kit",
+            messages=history,
+            added=(),
+        )
+        faults: list[BaseException] = [
+            RunCancelled("conformance", "kit"),
+            Interrupted("conformance", "kit", checkpoint),
+            LimitExceeded("model_calls", 1),
+        ]
+        for hook in self.o.hooks:
+            if hook == "tool" and not calls:
+                continue
+            for fault in faults:
+                scenario = _Scenario(fault=fault, fault_hook=hook)
+                await self.fault_run(scenario, calls)
+                if not scenario.inner_calls:
+                    continue  # the layer answered without calling on: nothing to pass
+                if not any(e is fault for e in scenario.escaped):
+                    what = [type(e).__name__ for e in scenario.escaped] or ["a normal result"]
+                    self.fail(
+                        "control-passthrough",
+                        f"{type(fault).__name__} raised inside its {hook} hook came out as "
+                        f"{', '.join(what)}",
+                        ex,
+                        backend,
+                    )
+        # a response's control outcome is never dropped on the way out
+        scenario = _Scenario(fault_hook="none")
+        agent = self.agent(scenario, _script((), control=True))
+        async with self.session(agent) as session:
+            await session.run("conformance")
+        if scenario.sent and not any(c is not None for c in scenario.returned_control):
+            self.fail(
+                "control-passthrough",
+                "a response carrying StopWithFinal came out with control=None",
+                ex,
+                backend,
+            )
+
+    async def check_cancellation(self, calls: tuple[ToolCall, ...], backend: str, ex: str) -> None:
+        for hook in self.o.hooks:
+            if hook == "tool" and not calls:
+                continue
+            # the caller's cancel scope fires while the layer awaits the rest of the onion
+            scenario = _Scenario(fault_hook=hook, hang=True)
+            agent = self.agent(scenario, _script(calls, control=False))
+            escaped = False
+            with anyio.move_on_after(3) as guard:
+                async with self.session(agent) as session:
+                    with anyio.move_on_after(0.05):
+                        with contextlib.suppress(RunCancelled):
+                            await session.run("conformance")
+                    escaped = True
+            if guard.cancelled_caught or not escaped:
+                self.fail(
+                    "cancellation",
+                    f"a cancelled run did not end within 3 s while the {hook} hook awaited",
+                    ex,
+                    backend,
+                )
+            if any(
+                not isinstance(e, anyio.get_cancelled_exc_class() | RunCancelled)
+                for e in scenario.escaped
+            ):
+                self.fail(
+                    "cancellation",
+                    f"cancellation inside its {hook} hook came out as "
+                    f"{[type(e).__name__ for e in scenario.escaped]}",
+                    ex,
+                    backend,
+                )
+            # the run's token cancelled: no further attempt
+            scenario = _Scenario(fault_hook=hook, cancel_token=True)
+            await self.fault_run(scenario, calls)
+            if scenario.inner_calls > 1:
+                self.fail(
+                    "cancellation",
+                    f"it called the rest of the {hook} onion {scenario.inner_calls} times after "
+                    "the run's token was cancelled",
+                    ex,
+                    backend,
+                )
+
+    async def check_idempotence(self, history: tuple[Message, ...], backend: str, ex: str) -> None:
+        first = _Scenario(fault_hook="none")
+        async with self.session(self.agent(first, _script((), control=False))) as session:
+            await session.run(history)
+        if not first.sent:
+            return
+        once = first.sent[0].messages
+        again = _Scenario(fault_hook="none")
+        async with self.session(self.agent(again, _script((), control=False))) as session:
+            await session.run(once)
+        twice = again.sent[0].messages if again.sent else ()
+        if tuple(twice) != tuple(once):
+            self.fail(
+                "idempotence",
+                f"its output of {len(once)} messages became {len(twice)} different messages "
+                "when passed through it again",
+                ex,
+                backend,
+            )
+
+    async def fixed(
+        self, history: tuple[Message, ...], calls: tuple[ToolCall, ...], backend: str
+    ) -> None:
+        """The rules that need no generated data, on one small conversation (fast to fail)."""
+        ex = f"history={list(history)!r}, tool_calls={list(calls)!r}"
+        before = _vars_snapshot(self.o.layer)
+        events = await self.normal_run(history, calls, backend, ex)
+        self.check_tree(events, backend, ex)
+        await self.check_passthrough(calls, history, backend, ex)
+        await self.check_cancellation(calls, backend, ex)
+        self.check_leak(before, backend, ex)
+
+    async def generated(
+        self, history: tuple[Message, ...], calls: tuple[ToolCall, ...], backend: str
+    ) -> None:
+        """The rules whose failures depend on the conversation: shrunk by hypothesis."""
+        ex = f"history={list(history)!r}, tool_calls={list(calls)!r}"
+        before = _vars_snapshot(self.o.layer)
+        events = await self.normal_run(history, calls, backend, ex)
+        self.check_tree(events, backend, ex)
+        if getattr(self.o.layer, "idempotent", False):
+            await self.check_idempotence(history, backend, ex)
+        self.check_leak(before, backend, ex)
+
+    def check_tree(self, events: list[Event], backend: str, ex: str) -> None:
+        try:
+            assert_events_form_tree(events)
+        except AssertionError as exc:
+            self.fail("event-tree", str(exc), ex, backend)
+
+    def check_leak(self, before: Mapping[str, Any], backend: str, ex: str) -> None:
+        changed = _changed_attributes(before, self.o.layer)
+        if changed:
+            self.fail(
+                "state-leak",
+                "attributes of the layer changed during runs: " + "; ".join(changed),
+                ex,
+                backend,
+            )
+
+
+def _check_ordering(kit: _Kit) -> None:
+    layer = kit.o.layer
+    problems = check_constraints_consistent(layer)
+    if problems:
+        kit.fail("ordering", "; ".join(problems))
+    try:
+        check_ordering([layer])
+    except ConfigError as exc:
+        kit.fail("ordering", f"a stack of the layer alone is refused: {exc}")
+
+
+_CALL_LISTS = st.lists(
+    st.tuples(st.sampled_from(_TOOL_NAMES), st.sampled_from([{}, {"q": "x"}, {"n": 2}])),
+    max_size=3,
+)
+
+
+def check_layer(
+    layer: LayerLike,
+    *,
+    hooks: Sequence[str] | None = None,
+    skip: Mapping[str, str] | None = None,
+    max_examples: int = 20,
+    backends: Sequence[str] = ("trio", "asyncio"),
+    config: RunConfig | None = None,
+    session_options: Mapping[str, Any] | None = None,
+    block_threshold: float = 0.1,
+) -> ConformanceReport:
+    """Check ``layer`` against every framework rule; raise :class:`LayerContractError`.
+
+    ``hooks`` limits the onions checked (default: those the layer implements). ``skip``
+    maps a rule name to the reason it does not apply. ``config`` is the run config of every
+    session (default: a 200,000-token window); ``session_options`` go to ``Session``.
+    Call it from a sync test: it runs its own event loops.
+    """
+    name = layer_name(layer)
+    skip = dict(skip or {})
+    for rule, reason in skip.items():
+        if rule not in RULES:
+            raise ConfigError("skip", rule, f"one of {', '.join(RULES)}", owner="check_layer")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError(f"skip[{rule!r}]", reason, "a non-empty reason", owner="check_layer")
+    own_hooks = tuple(h for h in _HOOKS if has_hook(layer, h))
+    chosen = tuple(hooks) if hooks is not None else own_hooks
+    for hook in chosen:
+        if hook not in ("model", "tool"):
+            raise ConfigError("hooks", hook, "'model' and/or 'tool'", owner="check_layer")
+    if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
+        raise ConfigError("max_examples", max_examples, "an integer >= 1", owner="check_layer")
+    for backend in backends:
+        if backend not in ("trio", "asyncio"):
+            raise ConfigError("backends", backend, "'trio' and/or 'asyncio'", owner="check_layer")
+    if "backends" in skip:
+        backends = tuple(backends)[:1]
+    options = _Options(
+        layer=layer,
+        name=name,
+        config=config or RunConfig(model="conformance-model", max_tokens=200_000),
+        session_options=dict(session_options or {}),
+        hooks=chosen,
+        skip=skip,
+        block_threshold=block_threshold,
+    )
+    kit = _Kit(options)
+    _check_ordering(kit)
+    small = (
+        UserMessage("find the release notes"),
+        AssistantMessage("", tool_calls=(ToolCall("kit_h1", "lookup", {"q": "notes"}),)),
+        ToolResult("kit_h1", "notes: v1.2 fixes pairing", "lookup"),
+        AssistantMessage("v1.2 fixes pairing."),
+        UserMessage("and the one before?"),
+    )
+    small_calls = (ToolCall("kit_0", "lookup", {"q": "v1.1"}), ToolCall("kit_1", "fetch_page"))
+    for backend in backends:
+        anyio.run(kit.fixed, small, small_calls, backend, backend=backend)
+    counter = {"n": 0}
+
+    @settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(history=histories(max_turns=6), drawn=_CALL_LISTS)
+    def run_example(history: tuple[Message, ...], drawn: list[tuple[str, dict[str, Any]]]) -> None:
+        counter["n"] += 1
+        calls = tuple(ToolCall(f"kit_{i}", n, a) for i, (n, a) in enumerate(drawn))
+        for backend in backends:
+            anyio.run(kit.generated, history, calls, backend, backend=backend)
+
+    run_example()
+    checked = tuple(r for r in RULES if r not in skip)
+    if not getattr(layer, "idempotent", False):
+        checked = tuple(r for r in checked if r != "idempotence")
+    return ConformanceReport(name, checked, skip, counter["n"], chosen)
