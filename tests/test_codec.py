@@ -36,6 +36,8 @@ from tinyctx import (
     encode_messages,
     encode_state,
 )
+from tinyctx.parts import DocumentPart, ImagePart, Part, TextPart
+from tinyctx.testing.images import image_part, pdf_part
 from tinyctx.testing.strategies import (
     checkpoints,
     histories,
@@ -92,6 +94,30 @@ def _walk(value: Any, path: str = "") -> list[tuple[str, Any]]:
     return out
 
 
+_PARTS: st.SearchStrategy[Part] = st.one_of(
+    texts(30).filter(bool).map(TextPart),
+    st.builds(
+        image_part,
+        st.integers(1, 40),
+        st.integers(1, 40),
+        st.sampled_from(["image/png", "image/jpeg", "image/gif", "image/webp"]),
+        label=st.sampled_from(["", "screenshot"]),
+    ),
+    st.builds(pdf_part, st.integers(1, 3), title=st.sampled_from(["doc.pdf", "a b.pdf"])),
+    st.builds(
+        lambda w, detail: ImagePart(
+            url="https://example.com/x.png", width=w, height=w, detail=detail
+        ),
+        st.integers(1, 4000),
+        st.sampled_from([None, "low", "high", "auto"]),
+    ),
+    st.builds(
+        lambda pages: DocumentPart(url="https://example.com/a.pdf", pages=pages),
+        st.none() | st.integers(1, 9),
+    ),
+)
+
+
 class TestRoundTrip:
     """decode(encode(x)) == x for every value type, and re-encoding gives the same bytes."""
 
@@ -112,6 +138,32 @@ class TestRoundTrip:
         assert len(docs) == len(history)
         assert decode_messages(docs) == history
         assert all(json.loads(doc)["v"] == CODEC_VERSION for doc in docs)
+
+    @given(parts=st.lists(_PARTS, min_size=1, max_size=4), is_result=st.booleans())
+    def test_content_parts_round_trip(self, parts: list[Part], is_result: bool) -> None:
+        """Text, images and documents (base64 or URL) in user and tool content come back."""
+        message: Message = (
+            ToolResult("c1", tuple(parts), "screenshot") if is_result else UserMessage(parts)
+        )
+        doc = encode_message(message)
+        assert decode_message(doc) == message
+        assert decode_message(doc).parts == message.parts
+        assert encode_message(decode_message(doc)) == doc
+
+    def test_a_bad_part_is_named(self) -> None:
+        """A part that does not validate names its index and field under content."""
+        doc = json.loads(encode_message(UserMessage((TextPart("a"), image_part(4, 4)))))
+        doc["content"][1]["data"] = "not base64!"
+        with pytest.raises(CodecError) as info:
+            decode_message(json.dumps(doc))
+        assert info.value.path == "content[1].data"
+        doc["content"] = [{"type": "video"}]
+        with pytest.raises(CodecError, match="'text', 'image' or 'document'") as info:
+            decode_message(json.dumps(doc))
+        assert info.value.path == "content[0].type"
+        doc["content"] = []
+        with pytest.raises(CodecError, match="non-empty array of parts"):
+            decode_message(json.dumps(doc))
 
     @given(call=tool_calls(), invalid=st.none() | texts(30))
     def test_tool_calls_keep_invalid_arguments(self, call: ToolCall, invalid: str | None) -> None:

@@ -130,7 +130,11 @@ class TestLayerStates:
 
     @given(
         st.recursive(
-            st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+            st.none()
+            | st.booleans()
+            | st.integers()
+            | st.floats(allow_nan=False, allow_infinity=False)
+            | st.text(),
             lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner),
             max_leaves=10,
         )
@@ -139,6 +143,12 @@ class TestLayerStates:
         """Whatever check_json accepts, json.dumps encodes and reads back equal."""
         check_json(value, "v")
         assert json.loads(json.dumps(value, allow_nan=False)) == value
+
+    @given(st.sampled_from([float("inf"), float("-inf"), float("nan")]), st.text(max_size=5))
+    def test_check_json_refuses_non_finite_numbers(self, number: float, key: str) -> None:
+        """NaN and infinities have no JSON form: refused, naming the key."""
+        with pytest.raises(StateError, match="not a finite number"):
+            check_json({"outer": {key: [number]}}, "v")
 
 
 class TestRunAndThreadState:

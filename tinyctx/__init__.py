@@ -12,6 +12,8 @@ from .agent import (
     RunStatus,
     Session,
     execute_tool,
+    invoke_tool,
+    tool_error_result,
 )
 from .cache import (
     CacheRegistry,
@@ -63,6 +65,17 @@ from .conversation import (
     Conversation,
     ConversationChange,
 )
+from .decisions import (
+    DECISION_KINDS,
+    Approve,
+    Decision,
+    DecisionKind,
+    Edit,
+    Reject,
+    Respond,
+    decision_from_json,
+    decisions_from_json,
+)
 from .errors import (
     ConfigError,
     ContextLimitExceeded,
@@ -72,10 +85,12 @@ from .errors import (
     LimitExceeded,
     PairingError,
     ProviderError,
+    ResumeError,
     RetryableProviderError,
     RunCancelled,
     SessionBusy,
     TinyCtxError,
+    ToolError,
 )
 from .events import (
     BackgroundTaskFailed,
@@ -127,6 +142,14 @@ from .ordering import (
     Outermost,
     Outside,
     check_ordering,
+)
+from .parts import (
+    Content,
+    DocumentPart,
+    ImagePart,
+    Part,
+    TextPart,
+    describe_content,
 )
 from .state import (
     DurableState,
@@ -191,6 +214,12 @@ from .usage import (
 
 __version__ = "0.1.0.dev0"
 __all__ = [
+    "Content",
+    "DocumentPart",
+    "ImagePart",
+    "Part",
+    "TextPart",
+    "describe_content",
     "RunConfig",
     "RunContext",
     "new_run_id",
@@ -259,6 +288,8 @@ __all__ = [
     "ServerTool",
     "ToolRegistry",
     "execute_tool",
+    "invoke_tool",
+    "tool_error_result",
     "tool",
     "FunctionTool",
     "Inject",
@@ -269,6 +300,15 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "Checkpoint",
+    "Decision",
+    "DecisionKind",
+    "DECISION_KINDS",
+    "Approve",
+    "Edit",
+    "Reject",
+    "Respond",
+    "decision_from_json",
+    "decisions_from_json",
     "Store",
     "StoreRegistry",
     "MemoryStore",
@@ -301,6 +341,8 @@ __all__ = [
     "LimitExceeded",
     "DepthLimitExceeded",
     "SessionBusy",
+    "ResumeError",
+    "ToolError",
     "ProviderError",
     "RetryableProviderError",
     "InjectionError",

@@ -40,6 +40,7 @@ from .errors import ConfigError, TinyCtxError
 from .frozen import EMPTY, FrozenDict
 from .messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult, UserMessage
 from .model import Usage
+from .parts import Part, part_from_json
 
 __all__ = [
     "CODEC_VERSION",
@@ -217,7 +218,11 @@ def _message_obj(message: Message) -> dict[str, Any]:
     t = type(message)
     obj: dict[str, Any]
     if t is UserMessage or t is SystemMessage:
-        obj = {"role": message.role, "content": cast("UserMessage", message).content}
+        content = cast("UserMessage", message).content
+        obj = {
+            "role": message.role,
+            "content": content if isinstance(content, str) else _parts_obj(content),
+        }
     elif t is AssistantMessage:
         assistant = cast("AssistantMessage", message)
         obj = {"role": "assistant"}
@@ -227,7 +232,12 @@ def _message_obj(message: Message) -> dict[str, Any]:
             obj["tool_calls"] = _calls_obj(assistant.tool_calls, "tool_calls")
     elif t is ToolResult:
         result = cast("ToolResult", message)
-        obj = {"role": "tool", "tool_call_id": result.tool_call_id, "content": result.content}
+        content = result.content
+        obj = {
+            "role": "tool",
+            "tool_call_id": result.tool_call_id,
+            "content": content if isinstance(content, str) else _parts_obj(content),
+        }
         if result.name:
             obj["name"] = result.name
         if result.is_error:
@@ -246,6 +256,24 @@ def _message_obj(message: Message) -> dict[str, Any]:
             bad.parts.append("metadata")
             raise
     return obj
+
+
+def _parts_obj(parts: tuple[Part, ...]) -> list[Any]:
+    """Content parts as their canonical JSON objects (:meth:`TextPart.to_json` and co.)."""
+    out = []
+    for index, part in enumerate(parts):
+        try:
+            out.append(_plain(part.to_json()))
+        except _Bad as bad:
+            bad.parts += (index, "content")
+            raise
+        except AttributeError:
+            wrong = _Bad(
+                f"a {_kind(part)} is not a content part (TextPart, ImagePart, DocumentPart)"
+            )
+            wrong.parts += (index, "content")
+            raise wrong from None
+    return out
 
 
 def _messages_obj(messages: Iterable[Message], key: str) -> list[dict[str, Any]]:
@@ -567,6 +595,28 @@ def _call_from(value: Any) -> ToolCall:
     )
 
 
+def _part_from(value: Any) -> Part:
+    try:
+        return part_from_json(_object(value, "a content part"), path="")
+    except ConfigError as exc:
+        where = exc.field.lstrip(".")
+        raise CodecError(where, f"{exc.value!r} is invalid: allowed {exc.allowed}") from None
+
+
+def _content(obj: dict[str, Any]) -> Any:
+    """A message's content: a string, or a non-empty array of part objects."""
+    value = obj.get("content")
+    if type(value) is str:
+        return value
+    if type(value) is list and value:
+        return _each(obj, "content", _part_from)
+    if "content" not in obj:
+        raise CodecError("content", "missing (a string or an array of parts is required)")
+    raise CodecError(
+        "content", f"expected a string or a non-empty array of parts, got {_json_kind(value)}"
+    )
+
+
 _BASE_KEYS: Final = frozenset({"v", "role", "essential", "metadata"})
 _TEXT_KEYS: Final = _BASE_KEYS | {"content"}
 _ASSISTANT_KEYS: Final = _BASE_KEYS | {"content", "tool_calls"}
@@ -586,14 +636,15 @@ def _message_from(value: Any) -> Message:
         if role == "user" or role == "system":
             if not keys <= _TEXT_KEYS:
                 raise _unexpected(obj, _TEXT_KEYS)
-            cls = UserMessage if role == "user" else SystemMessage
-            return cls(_str(obj, "content"), essential=essential, metadata=metadata)
+            if role == "system":
+                return SystemMessage(_str(obj, "content"), essential=essential, metadata=metadata)
+            return UserMessage(_content(obj), essential=essential, metadata=metadata)
         if role == "tool":
             if not keys <= _TOOL_KEYS:
                 raise _unexpected(obj, _TOOL_KEYS)
             return ToolResult(
                 _str(obj, "tool_call_id", nonempty=True),
-                _str(obj, "content"),
+                _content(obj),
                 _str(obj, "name") if "name" in obj else "",
                 _bool(obj, "is_error", False),
                 essential=essential,

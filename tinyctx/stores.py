@@ -667,10 +667,12 @@ def _compact(
     end: int,
     replacement: tuple[str, ...],
     length: int,
+    last_pos: int,
     version: int,
     now: float,
 ) -> int:
-    """Apply one compaction; returns the highest position it placed (or -1 for none)."""
+    """Apply one compaction; returns the position appends now follow (``last_pos`` moved
+    up when the tail had to make room, or a replacement placed after it)."""
     removed = end - start
     first = max(start - 1, 0)
     wanted = (end + 1) - first  # the neighbours on both sides and the replaced rows
@@ -706,7 +708,7 @@ def _compact(
             (thread_id, low_pos, high_pos),
         )
     if not replacement:
-        return -1
+        return last_pos
     spread = _spread(before, after, len(replacement))
     if spread is None:
         # no room between the neighbours (many inserts at one spot): move the tail up,
@@ -723,16 +725,13 @@ def _compact(
         )
         spread = _spread(before, after + shift, len(replacement))
         assert spread is not None
-        conn.execute(
-            "UPDATE tinyctx_threads SET last_pos = last_pos + ? WHERE thread_id = ?",
-            (shift, thread_id),
-        )
+        last_pos += shift
     placed = spread[1]
     conn.executemany(
         "INSERT INTO tinyctx_messages (thread_id, pos, doc) VALUES (?, ?, ?)",
         [(thread_id, p, d) for p, d in zip(placed, replacement, strict=True)],
     )
-    return placed[-1]
+    return max(last_pos, placed[-1])
 
 
 def _write_thread(
@@ -765,22 +764,17 @@ def _write_thread(
             )
         compaction = change.compaction
         if compaction is not None:
-            placed = _compact(
+            last_pos = _compact(
                 conn,
                 thread_id,
                 compaction.start,
                 compaction.end,
                 compaction.replacement,
                 length,
+                last_pos,
                 new_version,
                 now,
             )
-            # the tail may have moved up to make room: read last_pos again only then
-            if placed > last_pos:
-                (last_pos,) = conn.execute(
-                    "SELECT last_pos FROM tinyctx_threads WHERE thread_id = ?", (thread_id,)
-                ).fetchone()
-                last_pos = max(last_pos, placed)
             length += len(compaction.replacement) - (compaction.end - compaction.start)
             _purge_archive(conn, retention, now)
         append = change.append
