@@ -23,6 +23,7 @@ __all__ = [
     "EventSink",
     "EventLevel",
     "add_tap",
+    "freed_tokens",
     "RunStarted",
     "RunFinished",
     "ModelCallFinished",
@@ -99,6 +100,20 @@ class Event:
                 "lineage": lineage,
             },
         )
+
+
+def freed_tokens(event: Event) -> int | None:
+    """The tokens a context action freed, when its event says (``freed_tokens``,
+    ``tokens_freed``, or ``tokens_before - tokens_after``); None for any other event."""
+    payload = event.payload()
+    for key in ("freed_tokens", "tokens_freed"):
+        value = payload.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    before, after = payload.get("tokens_before"), payload.get("tokens_after")
+    if isinstance(before, int) and isinstance(after, int):
+        return before - after
+    return None
 
 
 # global taps: how tinyctx.testing.capture_events sees every sink, like structlog.capture_logs
@@ -201,6 +216,8 @@ class RunStarted(Event):
     kind: ClassVar[str] = "run.started"
     level: ClassVar[EventLevel] = "debug"
     resumed: bool = False
+    agent: str = ""
+    """The agent's ``name``."""
 
 
 @frozen
@@ -210,6 +227,8 @@ class RunFinished(Event):
     status: str = "completed"
     model_calls: int = 0
     tool_calls: int = 0
+    error: str = ""
+    """For a failed or cancelled run: ``"<ExceptionType>: <message>"``."""
 
 
 @frozen
