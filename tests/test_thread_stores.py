@@ -147,11 +147,16 @@ class TestSqliteThreads:
             assert _rows(path)[:-1] == after
 
     async def test_many_insertions_at_one_spot_keep_the_order(self, tmp_path: Path) -> None:
-        """Inserting again and again between two messages (past the room between their
-        positions) keeps every message in order, appends included."""
+        """Prepending, then inserting again and again between two messages (past the room
+        between their positions) keeps every message in order, appends included."""
         async with SqliteStore(tmp_path / "t.db") as store:
             model = list(encode_messages([UserMessage("first"), UserMessage("last")]))
             version = await store.write("t", ThreadWrite(tuple(model)), expected_version=0)
+            for i in range(5):  # prepends: positions below the first (negative ones too)
+                doc = encode_messages([UserMessage(f"prepend {i}")])
+                change = ThreadWrite(compaction=Compaction(0, 0, doc))
+                version = await store.write("t", change, expected_version=version)
+                model[0:0] = doc
             for i in range(45):
                 doc = encode_messages([UserMessage(f"insert {i}")])
                 change = ThreadWrite(compaction=Compaction(1, 1, doc))

@@ -16,7 +16,8 @@ back, with no pickle anywhere:
   different JSON and give different documents (and decode back to their own type).
 - **Small.** A message document holds that message only, so the bytes a step adds do not
   depend on the length of the history.
-- **JSON values only** in metadata, tool arguments, run-config mappings and layer state:
+- **JSON values only** in metadata, tool arguments, run-config mappings, layer state and
+  an interrupt's payload:
   ``str``, ``int``, finite ``float``, ``bool``, ``None``, mappings with string keys and
   sequences. Anything else is refused at encoding time, naming its path.
 
@@ -368,6 +369,8 @@ def _checkpoint_obj(checkpoint: Checkpoint) -> dict[str, Any]:
     }
     if checkpoint.state:
         obj["state"] = _nested("state", _state_obj, checkpoint.state)
+    if checkpoint.payload is not None:
+        obj["payload"] = _nested("payload", _plain, checkpoint.payload)
     return obj
 
 
@@ -896,6 +899,7 @@ _CHECKPOINT_KEYS: Final = frozenset(
         "tool_calls",
         "usage",
         "state",
+        "payload",
     }
 )
 _PHASES: Final = ("before_model", "tools")
@@ -929,6 +933,7 @@ def _checkpoint_from(value: Any) -> Checkpoint:
         tool_calls=_count(obj, "tool_calls"),
         usage=_field(obj, "usage", _usage_from, required=False),
         state=_frozen_object(obj, "state"),
+        payload=_freeze_json(obj.get("payload")),
     )
 
 

@@ -711,17 +711,19 @@ def _compact(
         return last_pos
     spread = _spread(before, after, len(replacement))
     if spread is None:
-        # no room between the neighbours (many inserts at one spot): move the tail up,
-        # through negative positions so no two rows ever share one
+        # no room between the neighbours (many inserts at one spot): move the tail up by
+        # `shift`, in two steps through positions above every row (last_pos is the
+        # highest), so no two rows ever share a position while SQLite updates them
         assert after is not None
         shift = _GAP * (len(replacement) + 1)
+        lift = last_pos - after + 1 + shift
         conn.execute(
-            "UPDATE tinyctx_messages SET pos = -(pos + ?) WHERE thread_id = ? AND pos >= ?",
-            (shift, thread_id, after),
+            "UPDATE tinyctx_messages SET pos = pos + ? WHERE thread_id = ? AND pos >= ?",
+            (lift, thread_id, after),
         )
         conn.execute(
-            "UPDATE tinyctx_messages SET pos = -pos WHERE thread_id = ? AND pos < 0",
-            (thread_id,),
+            "UPDATE tinyctx_messages SET pos = pos - ? WHERE thread_id = ? AND pos > ?",
+            (lift - shift, thread_id, last_pos),
         )
         spread = _spread(before, after + shift, len(replacement))
         assert spread is not None

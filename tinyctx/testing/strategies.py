@@ -29,6 +29,7 @@ from ..control import Interrupt, StopWithFinal
 from ..conversation import Conversation
 from ..errors import ConfigError
 from ..events import EventSink
+from ..frozen import freeze
 from ..messages import (
     AssistantMessage,
     Message,
@@ -555,7 +556,7 @@ _PENDING_HISTORIES = histories(max_turns=6, pending=True)
 def checkpoints(draw: st.DrawFn) -> Checkpoint:
     """The checkpoint of an interrupted run: its config, the history at the pause (the
     pending calls are the open calls of its last tool turn), what the run added, counters,
-    usage and per-run layer state."""
+    usage, per-run layer state and the interrupt's payload."""
     history = draw(_PENDING_HISTORIES)
     pending = pending_tool_calls(history)
     added = history[draw(st.integers(0, len(history))) :]
@@ -571,6 +572,7 @@ def checkpoints(draw: st.DrawFn) -> Checkpoint:
         tool_calls=draw(st.integers(0, 50)),
         usage=draw(usages()),
         state=draw(_LAYER_STATES),
+        payload=freeze(draw(st.none() | _STATE_VALUES)),
     )
 
 
