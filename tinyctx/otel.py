@@ -317,6 +317,7 @@ class _ContentLayer(Layer):
     result, for the exporter's next chat / tool span."""
 
     name = "otel-content"
+    ordering_neutral = True  # an observer: it changes nothing and may sit anywhere
 
     def __init__(self, exporter: OtelExporter) -> None:
         self.exporter = exporter
