@@ -427,6 +427,8 @@ class PostgresStore(NetworkedStore):
         """Notes in ``seq`` order; with ``limit``, only the newest ``limit`` of them."""
         _check_limit(limit)
         _check_text("namespace", namespace)
+        if limit == 0:
+            return []
         if limit:
             rows = await self._fetchall(self._sql.notes_newest, (namespace, limit))
             rows.reverse()

@@ -362,6 +362,8 @@ class RedisStore(NetworkedStore):
         """Notes in ``seq`` order; with ``limit``, only the newest ``limit`` of them."""
         _check_limit(limit)
         name = self._key("n", _check_str("namespace", namespace))
+        if limit == 0:
+            return []
 
         def read(client: _Client) -> tuple[int, list[str]]:
             with client.redis.pipeline(transaction=True) as pipe:
