@@ -467,16 +467,10 @@ class TestEncodingRefusals:
         assert info.value.path == f"messages[1].{path}"
 
     def test_checkpoint_paths_name_the_nested_field(self) -> None:
-        """A bad tool argument deep in a checkpoint's history is named from the top."""
-        call = ToolCall("c1", "run", {"cmd": object()})
-        checkpoint = _checkpoint(
-            messages=(UserMessage("hi"), AssistantMessage("", (call,))),
-            pending=(call,),
-            phase="tools",
-        )
-        with pytest.raises(CodecError) as info:
-            encode_checkpoint(checkpoint)
-        assert info.value.path == "pending[0].arguments.cmd"
+        """A bad value deep in a checkpoint is named from the top (a bad tool argument
+        cannot get that far: a ToolCall refuses it when built)."""
+        with pytest.raises(TypeError, match="ToolCall 'c1' \\(run\\): argument 'cmd'"):
+            ToolCall("c1", "run", {"cmd": object()})
         bad_config = _checkpoint(
             run_config=RunConfig(run_id="r", thread_id="t", configurable={"view": object()})
         )
