@@ -662,8 +662,9 @@ class Summarize(Layer):
     with the history as it was; after ``max_failures`` consecutive failures the layer stops
     trying for the thread (0: never stops; the count is durable thread state, so a later
     session of a thread with a store continues it), and a success resets the count. As a
-    pressure policy (``relieve``) it
-    summarizes whatever the trigger says, reports failure in ``Relief.detail["failed"]``,
+    pressure policy (``relieve``) it summarizes the least of the head that frees what the
+    guard needs (the kept tail is the newest messages that fit once the summary is in),
+    whatever the trigger says, reports failure in ``Relief.detail["failed"]``,
     and leaves the history as it was when the summary would not make it smaller.
     """
 
@@ -748,6 +749,27 @@ class Summarize(Layer):
             kept += 1
         return kept
 
+    def _keep_for_need(
+        self, messages: tuple[Message, ...], ctx: RunContext[Any], counter: TokenCounter, need: int
+    ) -> int:
+        """As a guard's policy: keep the newest messages that leave the history ``need``
+        tokens smaller once the summary (``summary_tokens`` of the summarizer, else 1024) is
+        in; at least one message. ``need <= 0``: the layer's own ``keep``."""
+        if need <= 0:
+            return self.keep_for(messages, ctx, counter)
+        allowance = getattr(self.summarizer, "max_tokens", None)
+        if not isinstance(allowance, int) or isinstance(allowance, bool) or allowance <= 0:
+            allowance = 1024
+        room = counter.count_messages(messages) - need - allowance
+        count = counter.count_message
+        total = kept = 0
+        for message in reversed(messages):
+            total += count(message)
+            if total > room and kept:
+                break
+            kept += 1
+        return kept
+
     def trigger_for(self, ctx: RunContext[Any]) -> int:
         """The token estimate at which this layer summarizes, for ``ctx``'s window."""
         if self.trigger_tokens is not None:
@@ -818,7 +840,7 @@ class Summarize(Layer):
                 messages,
                 self.summarizer,
                 ctx,
-                self.keep_for(messages, ctx, counter),
+                self._keep_for_need(messages, ctx, counter, need),
                 counter=counter,
             )
         except SummarizationError as exc:
