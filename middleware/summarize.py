@@ -645,6 +645,18 @@ def _remap(
     return remap
 
 
+def _tail_within(messages: tuple[Message, ...], budget: int, counter: TokenCounter) -> int:
+    """How many of the newest messages fit in ``budget`` tokens (at least one)."""
+    count = counter.count_message
+    total = kept = 0
+    for message in reversed(messages):
+        total += count(message)
+        if total > budget and kept:
+            break
+        kept += 1
+    return kept
+
+
 class Summarize(Layer):
     """Summarizes the older history once a request's estimate reaches ``trigger_tokens``.
 
@@ -740,14 +752,7 @@ class Summarize(Layer):
         budget = self.keep.tail_tokens(ctx.config.usable_tokens, type(self).__name__)
         if budget is None:
             return self.keep_recent
-        count = counter.count_message
-        total = kept = 0
-        for message in reversed(messages):
-            total += count(message)
-            if total > budget and kept:
-                break
-            kept += 1
-        return kept
+        return _tail_within(messages, budget, counter)
 
     def _keep_for_need(
         self, messages: tuple[Message, ...], ctx: RunContext[Any], counter: TokenCounter, need: int
@@ -761,14 +766,7 @@ class Summarize(Layer):
         if not isinstance(allowance, int) or isinstance(allowance, bool) or allowance <= 0:
             allowance = 1024
         room = counter.count_messages(messages) - need - allowance
-        count = counter.count_message
-        total = kept = 0
-        for message in reversed(messages):
-            total += count(message)
-            if total > room and kept:
-                break
-            kept += 1
-        return kept
+        return _tail_within(messages, room, counter)
 
     def trigger_for(self, ctx: RunContext[Any]) -> int:
         """The token estimate at which this layer summarizes, for ``ctx``'s window."""
