@@ -1,5 +1,13 @@
 """The tinyctx layer library: one concern per file, built on the public tinyctx API only."""
 
+from .approvals import (
+    REVIEW_PAYLOAD_TYPE,
+    Approvals,
+    Review,
+    ReviewDecided,
+    ReviewRequested,
+    review_calls,
+)
 from .budget import (
     ORDERS,
     BreakerChanged,
@@ -109,12 +117,23 @@ from .tool_result_budget import (
     budget_history,
     budget_tool_result,
 )
+from .tool_retry import (
+    ToolRetry,
+    ToolRetryAttempt,
+    ToolRetryFailed,
+)
 from .trim import (
     TrimOldest,
     trim_oldest,
 )
 
 __all__ = [
+    "Approvals",
+    "Review",
+    "ReviewRequested",
+    "ReviewDecided",
+    "REVIEW_PAYLOAD_TYPE",
+    "review_calls",
     "PressurePolicy",
     "Relief",
     "Inherit",
@@ -142,6 +161,9 @@ __all__ = [
     "Backoff",
     "RetryAttempt",
     "RetryFailed",
+    "ToolRetry",
+    "ToolRetryAttempt",
+    "ToolRetryFailed",
     "Fallback",
     "Alternative",
     "FallbackAttempt",

@@ -201,15 +201,17 @@ class ControlOutcomes(Layer):
                 is_error=True,
                 metadata={"tinyctx": {"synthetic": "control"}},
             )
-        result = await call_next(call, ctx)
-        requested = self._keep_pending(ctx, "after_tool")
-        if requested is not None:
-            ctx.emit(
-                ControlSurfaced(
-                    control=requested.kind, detail=requested.detail, where=f"tool {call.name}"
+        try:
+            return await call_next(call, ctx)
+        finally:
+            # a tool that asked to stop or pause, whether it then returned or failed
+            requested = self._keep_pending(ctx, "after_tool")
+            if requested is not None:
+                ctx.emit(
+                    ControlSurfaced(
+                        control=requested.kind, detail=requested.detail, where=f"tool {call.name}"
+                    )
                 )
-            )
-        return result
 
     def _keep_pending(self, ctx: RunContext[Any], where: str) -> Control | None:
         """The slot's honoured outcome, left in place; an ignored one is taken off."""

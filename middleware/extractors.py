@@ -233,7 +233,7 @@ class RuleExtractor:
                 own = message.metadata.get("tinyctx")
                 if message.is_error or (isinstance(own, Mapping) and "synthetic" in own):
                     continue
-                line = _first_line(message.content)
+                line = _first_line(message.describe())
                 if line:
                     facts.append(f"From {message.name or 'a tool'}: {line}")
                 continue
@@ -293,10 +293,10 @@ def render_transcript(
             ]
             body, label = " ".join(parts), "assistant"
         elif isinstance(message, ToolResult):
-            body = message.content
+            body = message.describe()
             label = f"tool {message.name}" + (" error" if message.is_error else "")
         else:
-            body, label = message.text, message.role
+            body, label = message.describe(), message.role
         entries.append(f"[{label}] {_clip(body, max_message_chars)}")
     kept: list[str] = []
     size = 0

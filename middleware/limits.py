@@ -1,19 +1,24 @@
 """Call limits per run or per thread, ending with an error or with a clear final answer.
 
-:class:`CallLimits` counts model calls, tool calls and calls of named tools. ``scope="run"``
-counts within one agent run (``RunConfig.agent_run_id``: a resumed run keeps its counts, a
-nested sub-agent run has its own);
-``scope="thread"`` counts across every run of the thread. The counts are durable layer
-state: a run's counts travel with its checkpoint (``ctx.run_state``), so a resume in a new
-Session or another process continues them; a thread's counts are kept with the thread
-(``ctx.thread_state``) and written by a Session with a store. Stack two instances (with
-distinct names) for both a run and a thread limit.
+:class:`CallLimits` counts model calls, tool calls and calls of named tools. Each limit is
+an integer (counted in the layer's ``scope``) or a mapping of scope to integer, for both at
+once: ``CallLimits(model_calls={"run": 10, "thread": 50})``. ``"run"`` counts within one
+agent run (``RunConfig.agent_run_id``: a resumed run keeps its counts, a nested sub-agent
+run has its own); ``"thread"`` counts across every run of the thread. The counts are
+durable layer state: a run's counts travel with its checkpoint (``ctx.run_state``), so a
+resume in a new Session or another process continues them; a thread's counts are kept with
+the thread (``ctx.thread_state``) and written by a Session with a store.
+When one call reaches a run and a thread limit together, the one error and the one
+:class:`~tinyctx.LimitHit` event name both (``hits``).
 
 When a limit is reached a :class:`~tinyctx.LimitHit` event is emitted, then:
 
 * ``exit="error"``: :class:`~tinyctx.LimitExceeded` is raised, naming the limit, the value
   and the scope. On the tool onion the loop answers the refused call and any remaining
   ones, so pairing holds.
+* ``exit="continue"`` (tool limits only): the refused call is answered with an error
+  result telling the model the limit was reached; the run goes on, and the other calls of
+  the batch still run (each is counted and refused on its own).
 * ``exit="end"``: the run ends as *stopped* with ``end_message`` as its final answer. A
   refused model call is not made (the layer answers with a control-only response); a
   refused tool call gets an error result saying why it did not run, and the stop is
@@ -42,9 +47,13 @@ from tinyctx import (
 
 __all__ = ["CallLimits", "LimitExit", "LimitScope"]
 
-LimitExit = Literal["error", "end"]
+LimitExit = Literal["error", "end", "continue"]
 LimitScope = Literal["run", "thread"]
 
+CONTINUE_MESSAGE = (
+    "Error (LimitExceeded): the {what} limit of {value} per {scope} was reached, so this "
+    "call of {tool!r} was not run. Do not call it again; continue with what you have."
+)
 DEFAULT_END_MESSAGE = "Stopped: the {what} limit of {value} per {scope} was reached."
 
 
@@ -88,51 +97,89 @@ def _limit(name: str, value: Any) -> int | None:
     return value
 
 
-def _per_tool(value: Mapping[str, int] | None) -> dict[str, int]:
+_SCOPES: tuple[LimitScope, ...] = ("run", "thread")
+
+
+def _scoped(name: str, value: Any, scope: LimitScope) -> dict[LimitScope, int]:
+    """``{scope: limit}`` from an int (the layer's scope) or a mapping of scope to int."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        if not value or any(k not in _SCOPES for k in value):
+            raise ConfigError(
+                name,
+                value,
+                "an integer >= 1, or a mapping of 'run' and/or 'thread' to integers >= 1",
+                owner="CallLimits",
+            )
+        out: dict[LimitScope, int] = {}
+        for key in _SCOPES:
+            if key in value:
+                checked = _limit(f"{name}[{key!r}]", value[key])
+                assert checked is not None
+                out[key] = checked
+        return out
+    checked = _limit(name, value)
+    return {} if checked is None else {scope: checked}
+
+
+def _per_tool(value: Any, scope: LimitScope) -> dict[str, dict[LimitScope, int]]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError("per_tool", value, "a mapping of tool name to an integer >= 1")
-    out: dict[str, int] = {}
+        raise ConfigError(
+            "per_tool", value, "a mapping of tool name to an integer >= 1", owner="CallLimits"
+        )
+    out: dict[str, dict[LimitScope, int]] = {}
     for tool, limit in value.items():
         if not isinstance(tool, str) or not tool:
             raise ConfigError(
                 "per_tool", value, "tool names that are non-empty strings", owner="CallLimits"
             )
-        checked = _limit(f"per_tool[{tool!r}]", limit)
-        assert checked is not None
-        out[tool] = checked
+        out[tool] = _scoped(f"per_tool[{tool!r}]", limit, scope)
     return out
 
 
+# (limit name, value, scope, what) of one limit a call reached
+_Hit = tuple[str, int, LimitScope, str]
+
+
 class CallLimits(Layer):
-    """Limit model and tool calls per run or per thread (see the module doc)."""
+    """Limit model and tool calls per run, per thread, or both (see the module doc)."""
 
     def __init__(
         self,
-        model_calls: int | None = None,
-        tool_calls: int | None = None,
-        per_tool: Mapping[str, int] | None = None,
+        model_calls: int | Mapping[str, int] | None = None,
+        tool_calls: int | Mapping[str, int] | None = None,
+        per_tool: Mapping[str, int | Mapping[str, int]] | None = None,
         exit: LimitExit = "error",
         scope: LimitScope = "run",
         *,
         end_message: str = DEFAULT_END_MESSAGE,
         name: str | None = None,
     ) -> None:
-        self.model_calls = _limit("model_calls", model_calls)
-        self.tool_calls = _limit("tool_calls", tool_calls)
-        self.per_tool = _per_tool(per_tool)
-        if self.model_calls is None and self.tool_calls is None and not self.per_tool:
+        if scope not in _SCOPES:
+            raise ConfigError("scope", scope, "'run' or 'thread'", owner="CallLimits")
+        self.model_limits = _scoped("model_calls", model_calls, scope)
+        self.tool_limits = _scoped("tool_calls", tool_calls, scope)
+        self.per_tool_limits = _per_tool(per_tool, scope)
+        if not self.model_limits and not self.tool_limits and not self.per_tool_limits:
             raise ConfigError(
                 "model_calls",
                 None,
                 "at least one of model_calls, tool_calls or per_tool to be set",
                 owner="CallLimits",
             )
-        if exit not in ("error", "end"):
-            raise ConfigError("exit", exit, "'error' or 'end'", owner="CallLimits")
-        if scope not in ("run", "thread"):
-            raise ConfigError("scope", scope, "'run' or 'thread'", owner="CallLimits")
+        if exit not in ("error", "end", "continue"):
+            raise ConfigError("exit", exit, "'error', 'end' or 'continue'", owner="CallLimits")
+        if exit == "continue" and self.model_limits:
+            raise ConfigError(
+                "exit",
+                exit,
+                "'error' or 'end' when model_calls is set ('continue' answers refused tool "
+                "calls; a refused model call cannot be answered)",
+                owner="CallLimits",
+            )
         if not isinstance(end_message, str) or not end_message:
             raise ConfigError("end_message", end_message, "a non-empty string", owner="CallLimits")
         try:
@@ -146,64 +193,89 @@ class CallLimits(Layer):
             ) from exc
         self.exit: LimitExit = exit
         self.scope: LimitScope = scope
+        used = {*self.model_limits, *self.tool_limits}
+        for limits in self.per_tool_limits.values():
+            used.update(limits)
+        self.scopes: tuple[LimitScope, ...] = tuple(s for s in _SCOPES if s in used)
         self.end_message = end_message
         if name is not None:
             self.name = name
 
     # -- counters ----------------------------------------------------------------------------
 
-    def _counts(self, ctx: RunContext[Any]) -> _Counts:
+    def _counts(self, ctx: RunContext[Any], scope: LimitScope) -> _Counts:
+        if scope == "thread":
+            return ctx.thread_state(self, _Counts)
         # run scope: the agent run the call belongs to (layers inside may see a context
         # derived per call; a resumed run gets its counts back from the checkpoint)
-        if self.scope == "thread":
-            return ctx.thread_state(self, _Counts)
         return ctx.run_state(self, _Counts)
 
     # -- the hooks ---------------------------------------------------------------------------
 
-    def _reached(self, ctx: RunContext[Any], limit: str, value: int, what: str) -> str:
-        """Report the hit; raise for ``exit="error"``, else return the final message."""
-        ctx.emit(LimitHit(limit=limit, value=value, scope=self.scope))
+    def _reached(self, ctx: RunContext[Any], hits: list[_Hit]) -> str:
+        """Report the hit (one event naming every limit reached); raise for ``exit="error"``,
+        else return the final message."""
+        named = tuple((limit, value, scope) for limit, value, scope, _ in hits)
+        limit, value, scope, what = hits[0]
+        ctx.emit(LimitHit(limit=limit, value=value, scope=scope, hits=named))
         if self.exit == "error":
-            raise LimitExceeded(limit, value, scope=self.scope)
-        return self.end_message.format(what=what, value=value, scope=self.scope)
+            raise LimitExceeded(limit, value, scope=scope, hits=named)
+        return self.end_message.format(what=what, value=value, scope=scope)
 
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
     ) -> ModelResponse:
-        limit = self.model_calls
-        if limit is not None:
-            counts = self._counts(ctx)
-            if counts.model >= limit:
-                final = self._reached(ctx, "model_calls", limit, "model call")
+        limits = self.model_limits
+        if limits:
+            counted = [(scope, self._counts(ctx, scope)) for scope in limits]
+            hits: list[_Hit] = [
+                ("model_calls", limits[scope], scope, "model call")
+                for scope, counts in counted
+                if counts.model >= limits[scope]
+            ]
+            if hits:
+                final = self._reached(ctx, hits)
                 return ModelResponse.from_control(StopWithFinal(final))
-            counts.model += 1
+            for _, counts in counted:
+                counts.model += 1
         return await call_next(request, ctx)
 
     async def wrap_tool(
         self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
     ) -> ToolResult:
-        if self.tool_calls is None and call.name not in self.per_tool:
-            return await call_next(call, ctx)
-        counts = self._counts(ctx)
         name = call.name
-        refused: tuple[str, int, str] | None = None
-        if self.tool_calls is not None and counts.tools >= self.tool_calls:
-            refused = ("tool_calls", self.tool_calls, "tool call")
-        else:
-            per = self.per_tool.get(name)
-            if per is not None and counts.per_tool.get(name, 0) >= per:
-                refused = (f"tool_calls[{name}]", per, f"{name!r} call")
-        if refused is not None:
-            limit, value, what = refused
-            final = self._reached(ctx, limit, value, what)
+        per = self.per_tool_limits.get(name)
+        if not self.tool_limits and per is None:
+            return await call_next(call, ctx)
+        counted = [(scope, self._counts(ctx, scope)) for scope in self.scopes]
+        hits: list[_Hit] = []
+        for scope, counts in counted:
+            limit = self.tool_limits.get(scope)
+            if limit is not None and counts.tools >= limit:
+                hits.append(("tool_calls", limit, scope, "tool call"))
+            elif per is not None:
+                limit = per.get(scope)
+                if limit is not None and counts.per_tool.get(name, 0) >= limit:
+                    hits.append((f"tool_calls[{name}]", limit, scope, f"{name!r} call"))
+        if hits:
+            final = self._reached(ctx, hits)
+            _, value, scope, what = hits[0]
+            if self.exit == "continue":
+                # the run goes on: the model reads why this call did not run
+                return ToolResult.for_call(
+                    call,
+                    CONTINUE_MESSAGE.format(what=what, value=value, scope=scope, tool=name),
+                    is_error=True,
+                    metadata={"tinyctx": {"synthetic": "limit"}},
+                )
             ctx.request_control(StopWithFinal(final))
             return ToolResult.for_call(
                 call,
-                f"[not run: the {what} limit of {value} per {self.scope} was reached]",
+                f"[not run: the {what} limit of {value} per {scope} was reached]",
                 is_error=True,
                 metadata={"tinyctx": {"synthetic": "limit"}},
             )
-        counts.tools += 1
-        counts.per_tool[name] = counts.per_tool.get(name, 0) + 1
+        for _, counts in counted:
+            counts.tools += 1
+            counts.per_tool[name] = counts.per_tool.get(name, 0) + 1
         return await call_next(call, ctx)

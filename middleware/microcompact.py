@@ -38,6 +38,7 @@ from tinyctx import (
     default_counter,
 )
 from tinyctx.events import EventLevel
+from tinyctx.parts import content_bytes
 from tinyctx.tokens import TokenCounter
 
 from ._compaction import (
@@ -132,6 +133,10 @@ def _candidates(
         results = [m for m in prefix if type(m) is ToolResult]
     for message in results:
         content = message.content
+        if type(content) is not str:  # parts: an image or document always outweighs it
+            if not (excluded and message.name in excluded):
+                found.append(message)
+            continue
         if len(content) <= size:
             continue  # already cleared (it is the placeholder's size) or too short to matter
         if excluded and message.name in excluded:
@@ -223,7 +228,7 @@ def microcompact_history(
         if known is not None and known[0] is result:
             _, new, original_bytes = known
         else:
-            original_bytes = utf8_len(result.content)
+            original_bytes = content_bytes(result.content)
             new = _cleared(result, placeholder, original_bytes)
             if memo is not None:
                 memo[id(result)] = (result, new, original_bytes)

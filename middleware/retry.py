@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import anyio
 from attrs import field, frozen
@@ -41,6 +41,7 @@ from tinyctx import (
     RetryableProviderError,
     RunCancelled,
     RunContext,
+    StopWithFinal,
 )
 from tinyctx.events import EventLevel
 
@@ -70,6 +71,13 @@ DEFAULT_RETRY_ON: tuple[type[Exception], ...] = (
     RetryableProviderError,
     ConnectionError,
     TimeoutError,
+)
+
+RetryFailurePolicy: TypeAlias = "Literal['raise', 'continue'] | Callable[[Exception, int], str]"
+
+GAVE_UP = (
+    "I could not get an answer: the model call failed after {attempts} attempt{plural} "
+    "({error_type}: {error})."
 )
 
 RetryOn: TypeAlias = "type[Exception] | tuple[type[Exception], ...] | Callable[[Exception], bool]"
@@ -145,12 +153,15 @@ class Backoff:
         return max(0.0, delay)
 
 
-def _backoff(value: Any) -> Callable[[int], float]:
+def backoff_schedule(value: Any, owner: str = "Retry") -> Callable[[int], float]:
+    """The wait schedule from a Backoff, constant seconds, or a function (None: Backoff())."""
+    if value is None:
+        return Backoff()
     if isinstance(value, Backoff):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if value < 0:
-            raise ConfigError("backoff", value, "seconds >= 0", owner="Retry")
+            raise ConfigError("backoff", value, "seconds >= 0", owner=owner)
         return Backoff(initial=value, multiplier=1, maximum=value, jitter=0)
     if callable(value):
         return value  # type: ignore[no-any-return]
@@ -158,7 +169,7 @@ def _backoff(value: Any) -> Callable[[int], float]:
         "backoff",
         value,
         "a Backoff, constant seconds, or a function (retry number) -> seconds",
-        owner="Retry",
+        owner=owner,
     )
 
 
@@ -216,14 +227,25 @@ class Retry(Layer):
         retry_on: RetryOn = DEFAULT_RETRY_ON,
         *,
         max_delay: float = 60.0,
+        on_failure: RetryFailurePolicy = "raise",
         name: str | None = None,
     ) -> None:
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise ConfigError("attempts", attempts, "an integer >= 1", owner="Retry")
+        if on_failure not in ("raise", "continue") and (
+            isinstance(on_failure, str) or not callable(on_failure)
+        ):
+            raise ConfigError(
+                "on_failure",
+                on_failure,
+                "'raise', 'continue' or a function (error, attempts) -> str",
+                owner="Retry",
+            )
+        self.on_failure: RetryFailurePolicy = on_failure
         if isinstance(max_delay, bool) or not isinstance(max_delay, (int, float)) or max_delay < 0:
             raise ConfigError("max_delay", max_delay, "seconds >= 0", owner="Retry")
         self.attempts = attempts
-        self.backoff = _backoff(Backoff() if backoff is None else backoff)
+        self.backoff = backoff_schedule(backoff)
         self.retryable = error_matcher(retry_on, "retry_on", "Retry")
         self.max_delay = float(max_delay)
         if name is not None:
@@ -270,7 +292,9 @@ class Retry(Layer):
                         )
                     )
                     return ModelResponse.from_control(_taken(ctx))
-                outcome = "raise" if why else "retry"
+                gave_up = delay is None or (bool(exhausted) and why == exhausted)
+                ends = gave_up and self.on_failure != "raise"
+                outcome = ("continue" if ends else "raise") if why else "retry"
                 ctx.emit(
                     RetryFailed(
                         attempt=attempt,
@@ -282,14 +306,33 @@ class Retry(Layer):
                         error=error_text(exc),
                     )
                 )
+                if ends:
+                    return self._give_up(exc, attempt)
                 if why:
                     raise
-                await _sleep(ctx, delay or 0.0)
+                await backoff_sleep(ctx, delay or 0.0, "retry.backoff")
                 attempt += 1
                 continue
             outcome_name = "ok" if response.control is None else "control"
             ctx.emit(RetryAttempt(attempt=attempt, attempts=attempts, outcome=outcome_name))
             return response
+
+    def _give_up(self, exc: Exception, attempts: int) -> ModelResponse:
+        """End the run with an assistant message about ``exc`` (``on_failure`` not "raise")."""
+        policy = self.on_failure
+        if callable(policy):
+            text = policy(exc, attempts)
+            if not isinstance(text, str):
+                raise TypeError(f"Retry.on_failure returned {type(text).__name__}, expected str")
+        else:
+            plural = "s" if attempts != 1 else ""
+            text = GAVE_UP.format(
+                attempts=attempts,
+                plural=plural,
+                error_type=type(exc).__name__,
+                error=error_text(exc),
+            )
+        return ModelResponse.from_control(StopWithFinal(text))
 
 
 def _taken(ctx: RunContext[Any]) -> Control:
@@ -298,7 +341,7 @@ def _taken(ctx: RunContext[Any]) -> Control:
     return control
 
 
-async def _sleep(ctx: RunContext[Any], delay: float) -> None:
+async def backoff_sleep(ctx: RunContext[Any], delay: float, checkpoint: str) -> None:
     """Wait ``delay`` seconds unless the token is cancelled first (then RunCancelled)."""
-    with ctx.cancellation.linked_scope("retry.backoff"):
+    with ctx.cancellation.linked_scope(checkpoint):
         await anyio.sleep(delay)

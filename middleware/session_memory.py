@@ -85,6 +85,7 @@ from tinyctx import (
     TinyCtxError,
     ToolCall,
     ToolCallHandler,
+    ToolError,
     ToolResult,
     default_counter,
 )
@@ -789,7 +790,13 @@ class SessionMemory(Layer):
     async def wrap_tool(
         self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
     ) -> ToolResult:
-        result = await call_next(call, ctx)
+        try:
+            result = await call_next(call, ctx)
+        except ToolError:
+            # a failed call is a tool call too (the model reads its error)
+            if EXTRACTION_TAG not in ctx.tags:
+                self._state(ctx).counters.record_tool_calls(1)
+            raise
         if EXTRACTION_TAG not in ctx.tags:
             self._state(ctx).counters.record_tool_calls(1)
         return result

@@ -265,14 +265,14 @@ def _render(message: Message, limit: int) -> str:
         label = f"tool result {message.name}".rstrip() + (" (error)" if message.is_error else "")
         if "cleared" in tinyctx_meta(message):
             return f"[{label}] (content cleared earlier)"
-        return f"[{label}] {_middle_cut(message.content, limit)}"
+        return f"[{label}] {_middle_cut(message.describe(), limit)}"
     if isinstance(message, AssistantMessage):
         lines = [f"[assistant] {_middle_cut(message.content, limit)}"] if message.content else []
         for call in message.tool_calls:
             args = _middle_cut(_arguments(call.arguments), limit)
             lines.append(f"[assistant calls {call.name}] {args}")
         return "\n".join(lines) or "[assistant] (no text)"
-    return f"[{message.role}] {_middle_cut(message.text, limit)}"
+    return f"[{message.role}] {_middle_cut(message.describe(), limit)}"
 
 
 def render_transcript(
@@ -455,15 +455,19 @@ class ExtractiveSummarizer:
                 if "cleared" in tinyctx_meta(message):
                     line = "(result cleared earlier)"
                 else:
-                    line = self._first_lines(message.content)
+                    line = self._first_lines(message.describe())
                 results[message.tool_call_id] = ("error: " if message.is_error else "") + line
         for message in messages:
             if is_summary(message):
                 body = message.text.split("\n", 1)[1] if "\n" in message.text else ""
                 earlier.append(_middle_cut(_squash(body), self.line_chars * 4))
-            elif isinstance(message, UserMessage) and message.essential and message.text.strip():
+            elif (
+                isinstance(message, UserMessage)
+                and message.essential
+                and message.describe().strip()
+            ):
                 # the first request usually states the task: give it more room
-                goals.append(self._line(message.text, 1 if goals else 3))
+                goals.append(self._line(message.describe(), 1 if goals else 3))
             elif isinstance(message, AssistantMessage):
                 if message.content.strip():
                     statements.append(self._line(message.content))

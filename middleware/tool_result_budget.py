@@ -23,12 +23,16 @@ from attrs import frozen
 
 from tinyctx import (
     ConfigError,
+    Content,
     Event,
     Layer,
     Message,
+    Part,
     RunContext,
+    TextPart,
     ToolCall,
     ToolCallHandler,
+    ToolError,
     ToolResult,
 )
 from tinyctx.events import EventLevel
@@ -158,10 +162,25 @@ class HistoryBudgetStats:
 def _budgeted(
     result: ToolResult, budget_bytes: int, hint: str
 ) -> tuple[ToolResult, TruncationStats]:
-    """``result`` with its content budgeted and marked, or ``result`` itself when untouched."""
-    text, stats = budget_tool_result(result.content, budget_bytes, hint=hint)
+    """``result`` with its content budgeted and marked, or ``result`` itself when untouched.
+
+    Content parts: images and documents are whole units that no byte cut may split (a cut
+    base64 string is no image), so they pass as they are and in place; the text parts are
+    budgeted together as one text (joined by newlines) that takes the first text part's
+    place. The budget and the stats then speak of the text's bytes.
+    """
+    content = result.content
+    if not isinstance(content, str):
+        return _budgeted_parts(result, content, budget_bytes, hint)
+    text, stats = budget_tool_result(content, budget_bytes, hint=hint)
     if not stats.truncated:
         return result, stats
+    return _marked(result, text, stats, budget_bytes), stats
+
+
+def _marked(
+    result: ToolResult, content: Content, stats: TruncationStats, budget_bytes: int
+) -> ToolResult:
     meta = mark(
         result.metadata,
         "truncated",
@@ -171,7 +190,25 @@ def _budgeted(
             "budget_bytes": budget_bytes,
         },
     )
-    return attrs.evolve(result, content=text, metadata=meta), stats
+    return attrs.evolve(result, content=content, metadata=meta)
+
+
+def _budgeted_parts(
+    result: ToolResult, parts: tuple[Part, ...], budget_bytes: int, hint: str
+) -> tuple[ToolResult, TruncationStats]:
+    text, stats = budget_tool_result(result.text, budget_bytes, hint=hint)
+    if not stats.truncated:
+        return result, stats
+    out: list[Part] = []
+    placed = False
+    for part in parts:
+        if not isinstance(part, TextPart):
+            out.append(part)
+        elif not placed:
+            placed = True
+            if text:
+                out.append(TextPart(text))
+    return _marked(result, tuple(out) if out else "", stats, budget_bytes), stats
 
 
 def budget_history(
@@ -256,9 +293,22 @@ class ToolResultBudget(Layer):
     async def wrap_tool(
         self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
     ) -> ToolResult:
-        result = await call_next(call, ctx)
+        try:
+            result = await call_next(call, ctx)
+        except ToolError as failure:
+            # the failure stays an exception for the layers outside; its text is budgeted
+            if self.budget_bytes == 0:
+                raise
+            probe = ToolResult.for_call(call, failure.content, is_error=True)
+            budgeted = self._budget(call, probe, ctx)
+            if budgeted is probe:
+                raise
+            raise failure.with_content(budgeted.text) from failure.error
         if self.budget_bytes == 0:
             return result
+        return self._budget(call, result, ctx)
+
+    def _budget(self, call: ToolCall, result: ToolResult, ctx: RunContext[Any]) -> ToolResult:
         new, stats = _budgeted(result, self.budget_bytes, self.hint)
         if new is not result:
             ctx.emit(
@@ -332,7 +382,7 @@ class ShrinkToolResults:
         *,
         need: int,
     ) -> Relief:
-        sizes = [utf8_len(m.content) for m in messages if isinstance(m, ToolResult)]
+        sizes = [utf8_len(m.text) for m in messages if isinstance(m, ToolResult)]
         largest = max(sizes, default=0)
         if need <= 0 or largest <= self.floor_bytes:
             return Relief(messages)

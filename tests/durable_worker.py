@@ -22,6 +22,7 @@ processes of the approval test.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -36,8 +37,8 @@ import anyio
 from tinyctx import (
     Agent,
     AssistantMessage,
-    Interrupt,
     Injected,
+    Interrupt,
     Interrupted,
     Layer,
     Message,
@@ -111,9 +112,11 @@ def build_agent(directory: Path, store: SqliteStore, thread: str) -> Agent:
         await anyio.sleep(random.random() * 0.01)
         n = len(messages)
         if model_calls_this_run(messages) >= 2:
-            return ModelResponse(AssistantMessage(f"{thread} done at {n}"), usage=Usage(n * 40, 5))
+            answer = AssistantMessage(f"{thread} done at {n}")
+            return ModelResponse(answer, usage=Usage(n * 40, 5))
         calls = (ToolCall(f"{thread}-{n}-ask", "ask"), ToolCall(f"{thread}-{n}-work", "work"))
-        return ModelResponse(AssistantMessage(f"{thread} step at {n}", calls), usage=Usage(n * 40, 9))
+        step = AssistantMessage(f"{thread} step at {n}", calls)
+        return ModelResponse(step, usage=Usage(n * 40, 9))
 
     @tool
     async def ask(ctx: Injected[RunContext[Any]]) -> str:
@@ -200,7 +203,10 @@ async def check_thread(directory: Path, store: SqliteStore, thread: str) -> dict
         if name != thread:
             continue
         count = int(n)
-        check(len(messages) >= count, f"{thread}: a model saw {count} messages, {len(messages)} stored")
+        check(
+            len(messages) >= count,
+            f"{thread}: a model saw {count} messages, {len(messages)} are stored",
+        )
         check(
             texts_digest(messages[:count]) == digest,
             f"{thread}: the stored history differs from what a model saw at {count}",
@@ -213,9 +219,8 @@ async def check_thread(directory: Path, store: SqliteStore, thread: str) -> dict
     ran = effects.read_text().split() if effects.exists() else []
     check(len(ran) == len(set(ran)), "an approved tool ran twice")
     for message in messages:
-        if isinstance(message, ToolResult) and message.name == "ask":
-            if message.text.startswith("asked "):
-                check(message.tool_call_id in ran, f"{thread}: ask result without its run")
+        if isinstance(message, ToolResult) and message.text.startswith("asked "):
+            check(message.tool_call_id in ran, f"{thread}: ask result without its run")
     # per-run limits: at most 2 model calls and one ask run between user messages
     run_model = run_ask = 0
     for message in messages:
@@ -332,10 +337,8 @@ def zygote(db: str, directory: Path) -> None:
         children.append(pid)
         print(f"pid {pid}", flush=True)
     for pid in children:  # the test is over: whatever still works is stopped
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         os.waitpid(pid, 0)
 
 

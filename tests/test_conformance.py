@@ -20,6 +20,7 @@ from tinyctx import (
     ToolResult,
 )
 from tinyctx.middleware import (
+    Approvals,
     BudgetGuard,
     CallLimits,
     ControlOutcomes,
@@ -31,6 +32,7 @@ from tinyctx.middleware import (
     SessionMemory,
     Summarize,
     ToolResultBudget,
+    ToolRetry,
 )
 from tinyctx.testing.conformance import RULES, LayerContractError, check_layer
 
@@ -175,6 +177,10 @@ def builtin_layers() -> list[tuple[Layer, RunConfig | None]]:
         (Fallback(spare_model), None),
         (SessionMemory(), None),
         (Inherit(), None),
+        (Approvals(["lookup"]), None),
+        (Approvals(lambda call: call.arguments.get("n") == 2, name="ApprovalsByCall"), None),
+        (ToolRetry(attempts=2, backoff=0), None),
+        (CallLimits(per_tool={"lookup": 1}, exit="continue", name="ContinueLimits"), None),
     ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -46,10 +47,8 @@ class Zygote:
         """Stop every worker still alive (a failed test leaves some), then the zygote."""
         assert self.proc.stdin is not None
         for pid in self.pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         try:
             self.proc.stdin.write("quit\n")
             self.proc.stdin.close()

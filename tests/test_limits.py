@@ -49,6 +49,11 @@ class TestConfiguration:
             ({"per_tool": {"search": 0}}, "per_tool['search']"),
             ({"per_tool": {"": 1}}, "per_tool"),
             ({"model_calls": 1, "exit": "continue"}, "exit"),
+            ({"tool_calls": 1, "exit": "stop"}, "exit"),
+            ({"model_calls": {"session": 2}}, "model_calls"),
+            ({"model_calls": {}}, "model_calls"),
+            ({"model_calls": {"run": 0}}, "model_calls['run']"),
+            ({"per_tool": {"search": {"thread": -1}}}, "per_tool['search']['thread']"),
             ({"model_calls": 1, "scope": "session"}, "scope"),
             ({"model_calls": 1, "end_message": "{nope}"}, "end_message"),
             ({"model_calls": 1, "end_message": ""}, "end_message"),
@@ -58,6 +63,100 @@ class TestConfiguration:
         with pytest.raises(ConfigError) as info:
             CallLimits(**kwargs)
         assert info.value.field == field
+
+
+class TestContinue:
+    """exit="continue": a refused tool call is answered and the run goes on."""
+
+    async def test_parallel_calls_of_one_limited_tool(self) -> None:
+        """Calls past the limit get an error result; the others run; the model answers."""
+        search = FakeTool("search", returns=lambda a: f"found {a['q']}")
+        other = FakeTool("other")
+        model = ScriptedModel(
+            [
+                reply(
+                    "",
+                    call("search", id="s1", q="a"),
+                    call("search", id="s2", q="b"),
+                    call("other", id="o1"),
+                    call("search", id="s3", q="c"),
+                    call("search", id="s4", q="d"),
+                ),
+                "summary of a and b",
+            ]
+        )
+        limits = CallLimits(per_tool={"search": 2}, exit="continue")
+        agent = Agent(model=model, tools=[search.tool, other.tool], middleware=[limits])
+        async with Session(agent) as session:
+            with capture_events() as events:
+                result = await session.run("go")
+            history = session.conversation_messages
+        check_pairing(history, allow_pending=False)
+        assert result.status == "completed"
+        assert result.final_text == "summary of a and b"
+        assert [c["q"] for c in search.calls] == ["a", "b"]
+        assert len(other.calls) == 1
+        results = [m for m in history if isinstance(m, ToolResult)]
+        assert [r.tool_call_id for r in results] == ["s1", "s2", "o1", "s3", "s4"]
+        assert [r.is_error for r in results] == [False, False, False, True, True]
+        assert results[3].content == (
+            "Error (LimitExceeded): the 'search' call limit of 2 per run was reached, so this "
+            "call of 'search' was not run. Do not call it again; continue with what you have."
+        )
+        # the model read the refusals before its final answer
+        assert results[4] in model.requests[-1].messages
+        assert hits(events) == [("tool_calls[search]", 2, "run")] * 2
+        assert not [e for e in events if isinstance(e, ControlApplied)]
+
+
+class TestBothScopes:
+    """One layer counts a run and a thread limit; a call reaching both names both."""
+
+    async def test_the_same_call_reaches_both_limits(self) -> None:
+        """The error and the single LimitHit event name the run and the thread limit."""
+        model = ScriptedModel(["one", reply("", call("t")), reply("", call("t")), "never"])
+        limits = CallLimits(model_calls={"run": 2, "thread": 3})
+        agent = Agent(model=model, tools=[FakeTool("t").tool], middleware=[limits])
+        async with Session(agent) as session:
+            assert (await session.run("a")).final_text == "one"  # thread 1
+            with capture_events() as events:
+                # run: call 1 (thread 2), call 2 (thread 3), call 3 refused by both
+                with pytest.raises(LimitExceeded) as info:
+                    await session.run("b")
+            check_pairing(session.conversation_messages, allow_pending=False)
+        error = info.value
+        assert str(error) == (
+            "model_calls limit of 2 per run and model_calls limit of 3 per thread reached"
+        )
+        assert error.hits == (("model_calls", 2, "run"), ("model_calls", 3, "thread"))
+        (hit,) = [e for e in events if isinstance(e, LimitHit)]
+        assert hit.hits == (("model_calls", 2, "run"), ("model_calls", 3, "thread"))
+        assert model.calls == 3
+
+    async def test_only_the_limit_reached_is_named(self) -> None:
+        """A call past the thread limit alone names the thread limit only."""
+        model = ScriptedModel(["one", "two"])
+        limits = CallLimits(model_calls={"run": 5, "thread": 1})
+        async with Session(Agent(model=model, middleware=[limits])) as session:
+            await session.run("a")
+            with pytest.raises(LimitExceeded) as info:
+                await session.run("b")
+        assert str(info.value) == "model_calls limit of 1 per thread reached"
+        assert info.value.hits == (("model_calls", 1, "thread"),)
+
+    async def test_tool_limits_in_both_scopes_end_the_run(self) -> None:
+        """per_tool with both scopes: the refusal's event names both when both are reached."""
+        search = FakeTool("search")
+        model = ScriptedModel([reply("", call("search"), call("search")), "unused"])
+        limits = CallLimits(per_tool={"search": {"run": 1, "thread": 1}}, exit="end")
+        agent = Agent(model=model, tools=[search.tool], middleware=[limits])
+        async with Session(agent) as session:
+            with capture_events() as events:
+                result = await session.run("go")
+        assert len(search.calls) == 1
+        assert result.final_text == "Stopped: the 'search' call limit of 1 per run was reached."
+        (hit,) = [e for e in events if isinstance(e, LimitHit)]
+        assert hit.hits == (("tool_calls[search]", 1, "run"), ("tool_calls[search]", 1, "thread"))
 
 
 class TestRunLimits:

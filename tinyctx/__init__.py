@@ -12,6 +12,8 @@ from .agent import (
     RunStatus,
     Session,
     execute_tool,
+    invoke_tool,
+    tool_error_result,
 )
 from .cache import (
     CacheRegistry,
@@ -49,6 +51,17 @@ from .conversation import (
     Conversation,
     ConversationChange,
 )
+from .decisions import (
+    DECISION_KINDS,
+    Approve,
+    Decision,
+    DecisionKind,
+    Edit,
+    Reject,
+    Respond,
+    decision_from_json,
+    decisions_from_json,
+)
 from .errors import (
     ConfigError,
     ContextLimitExceeded,
@@ -58,10 +71,12 @@ from .errors import (
     LimitExceeded,
     PairingError,
     ProviderError,
+    ResumeError,
     RetryableProviderError,
     RunCancelled,
     SessionBusy,
     TinyCtxError,
+    ToolError,
 )
 from .events import (
     BackgroundTaskFailed,
@@ -114,6 +129,14 @@ from .ordering import (
     Outside,
     check_ordering,
 )
+from .parts import (
+    Content,
+    DocumentPart,
+    ImagePart,
+    Part,
+    TextPart,
+    describe_content,
+)
 from .state import (
     DurableState,
     LayerStates,
@@ -165,6 +188,12 @@ from .usage import (
 
 __version__ = "0.1.0.dev0"
 __all__ = [
+    "Content",
+    "DocumentPart",
+    "ImagePart",
+    "Part",
+    "TextPart",
+    "describe_content",
     "RunConfig",
     "RunContext",
     "new_run_id",
@@ -233,6 +262,8 @@ __all__ = [
     "ServerTool",
     "ToolRegistry",
     "execute_tool",
+    "invoke_tool",
+    "tool_error_result",
     "tool",
     "FunctionTool",
     "Inject",
@@ -243,6 +274,15 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "Checkpoint",
+    "Decision",
+    "DecisionKind",
+    "DECISION_KINDS",
+    "Approve",
+    "Edit",
+    "Reject",
+    "Respond",
+    "decision_from_json",
+    "decisions_from_json",
     "Store",
     "StoreRegistry",
     "MemoryStore",
@@ -275,6 +315,8 @@ __all__ = [
     "LimitExceeded",
     "DepthLimitExceeded",
     "SessionBusy",
+    "ResumeError",
+    "ToolError",
     "ProviderError",
     "RetryableProviderError",
     "InjectionError",

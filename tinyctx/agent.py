@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import anyio
@@ -34,15 +34,18 @@ from .chain import (
 )
 from .context import RunConfig, RunContext
 from .control import Control, Interrupt, StopWithFinal, stronger
+from .decisions import DECISION_TYPES, Decision
 from .errors import (
     ConfigError,
     Interrupted,
     InvalidCheckpoint,
     LimitExceeded,
     PairingError,
+    ResumeError,
     RunCancelled,
     SessionBusy,
     TinyCtxError,
+    ToolError,
 )
 from .events import (
     Cancelled,
@@ -70,6 +73,7 @@ from .messages import (
 )
 from .model import ModelHandler, ModelRequest, ModelResponse, Usage
 from .ordering import check_ordering
+from .parts import PART_TYPES
 from .tasks import BackgroundTasks
 from .threads import ThreadStore
 from .tools import ServerTool, Tool, ToolArgumentError, ToolRegistry
@@ -77,7 +81,16 @@ from .tools import ServerTool, Tool, ToolArgumentError, ToolRegistry
 if TYPE_CHECKING:
     from .durable import ThreadLink
 
-__all__ = ["Agent", "Session", "RunResult", "Checkpoint", "RunStatus", "execute_tool"]
+__all__ = [
+    "Agent",
+    "Session",
+    "RunResult",
+    "Checkpoint",
+    "RunStatus",
+    "execute_tool",
+    "invoke_tool",
+    "tool_error_result",
+]
 
 Data = TypeVar("Data")
 RunStatus = Literal["completed", "stopped"]
@@ -96,23 +109,24 @@ SKIPPED_ON_CRASH = (
 # the core tool handler
 
 
-async def execute_tool(call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
-    """The innermost tool handler: resolve, run, and turn any failure into an error result.
+async def invoke_tool(call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
+    """The innermost tool handler: resolve and run the tool; a failure raises ToolError.
 
-    The model always gets a result it can read: an unknown tool, arguments that were not
-    JSON or do not match the tool's signature, or a tool that raised become
-    ``is_error=True`` results and a ToolFailed event.
-    Cancellation and interrupts propagate; they are not the tool's failure.
+    An unknown tool, arguments that were not JSON or do not match the tool's signature,
+    and an exception the tool raised all become a :class:`~tinyctx.ToolError` (the
+    original exception is its ``error``), so tool layers see the failure and may retry
+    or answer it. The loop turns a ToolError that reaches the onion's outer edge into an
+    ``is_error`` result the model can read (:func:`tool_error_result`).
+    Cancellation and interrupts propagate unwrapped; they are not the tool's failure.
     """
     tool = ctx.tools.get(call.name)
     if tool is None:
         known = ", ".join(ctx.tools.names) or "none"
-        return _tool_error(
-            ctx, call, "UnknownTool", f"unknown tool {call.name!r}; available tools: {known}"
+        raise ToolError(
+            call, "UnknownTool", f"unknown tool {call.name!r}; available tools: {known}"
         )
     if call.invalid_arguments is not None:
-        return _tool_error(
-            ctx,
+        raise ToolError(
             call,
             "InvalidArguments",
             f"arguments for {call.name!r} are not a JSON object: {call.invalid_arguments[:200]!r}",
@@ -122,21 +136,48 @@ async def execute_tool(call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
     except (RunCancelled, Interrupted):
         raise
     except ToolArgumentError as exc:
-        return _tool_error(ctx, call, "InvalidArguments", str(exc))
+        raise ToolError(call, "InvalidArguments", str(exc), exc) from exc
     except Exception as exc:
-        return _tool_error(ctx, call, type(exc).__name__, str(exc) or type(exc).__name__)
+        raise ToolError(call, type(exc).__name__, str(exc) or type(exc).__name__, exc) from exc
     if isinstance(output, ToolResult):
         if output.tool_call_id != call.id or output.name != call.name:
             output = attrs.evolve(output, tool_call_id=call.id, name=call.name)
         return output
+    if isinstance(output, tuple) and output and all(isinstance(p, PART_TYPES) for p in output):
+        return ToolResult.for_call(call, output)
     if not isinstance(output, str):
         output = json.dumps(thaw(output), default=str, ensure_ascii=False)
     return ToolResult.for_call(call, output)
 
 
-def _tool_error(ctx: RunContext[Any], call: ToolCall, error_type: str, text: str) -> ToolResult:
-    ctx.emit(ToolFailed, tool=call.name, tool_call_id=call.id, error_type=error_type, error=text)
-    return ToolResult.for_call(call, f"Error ({error_type}): {text}", is_error=True)
+def tool_error_result(
+    ctx: RunContext[Any], call: ToolCall, error: ToolError, text: str | None = None
+) -> ToolResult:
+    """The ``is_error`` result the model reads for a failed call, and its ToolFailed event.
+
+    The content is the error's ``content`` (``Error (<error_type>): <text>`` unless a layer
+    set it) or ``text`` when given.
+    """
+    ctx.emit(
+        ToolFailed,
+        tool=call.name,
+        tool_call_id=call.id,
+        error_type=error.error_type,
+        error=error.text,
+    )
+    content = error.content if text is None else text
+    return ToolResult.for_call(call, content, is_error=True)
+
+
+async def execute_tool(call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
+    """Run one call outside any onion: :func:`invoke_tool`, a failure as an error result.
+
+    The model always gets a result it can read, exactly as the loop gives it.
+    """
+    try:
+        return await invoke_tool(call, ctx)
+    except ToolError as exc:
+        return tool_error_result(ctx, call, exc)
 
 
 # ---------------------------------------------------------------------------------------
@@ -164,6 +205,7 @@ class Agent:
     name: str = "agent"
     run_start_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     run_end_hooks: tuple[Layer, ...] = field(init=False, repr=False)
+    resume_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     checkpoint_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     model_onion: ModelCall = field(init=False, repr=False)
     tool_onion: ToolCallHandler = field(init=False, repr=False)
@@ -177,13 +219,15 @@ class Agent:
         check_ordering(self.middleware)
         object.__setattr__(self, "registry", ToolRegistry(self.tools, self.server_tools))
         object.__setattr__(self, "model_onion", compose(self.middleware, self.model))
-        object.__setattr__(self, "tool_onion", compose(self.middleware, execute_tool, hook="tool"))
+        object.__setattr__(self, "tool_onion", compose(self.middleware, invoke_tool, hook="tool"))
         object.__setattr__(self, "bus", LayerBus(self.middleware))
         layers = [m for m in self.middleware if isinstance(m, Layer)]
         starts = tuple(m for m in layers if has_hook(m, "run_start"))
         ends = tuple(m for m in reversed(layers) if has_hook(m, "run_end"))
         object.__setattr__(self, "run_start_hooks", starts)
         object.__setattr__(self, "run_end_hooks", ends)
+        resumes = tuple(m for m in layers if has_hook(m, "resume"))
+        object.__setattr__(self, "resume_hooks", resumes)
         hooks = tuple(m for m in layers if has_hook(m, "checkpoint"))
         object.__setattr__(self, "checkpoint_hooks", hooks)
 
@@ -237,6 +281,8 @@ class Checkpoint:
     usage: Usage = field(factory=Usage)
     state: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping, repr=False)
     """Per-run layer state at the pause, keyed by layer name (JSON-compatible values)."""
+    payload: Any = None
+    """The Interrupt's structured payload (JSON data, deep-frozen), or None."""
 
     @property
     def run_id(self) -> str:
@@ -632,16 +678,25 @@ class Session(Generic[Data]):
         ctx.emit(AbandonedStepClosed, mode="close", tool_call_ids=ids)
         self._abandoned = ()
 
-    async def resume(self, checkpoint: Checkpoint | None = None) -> RunResult:
+    async def resume(
+        self,
+        checkpoint: Checkpoint | None = None,
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+    ) -> RunResult:
         """Continue an interrupted run from its checkpoint (same run id, same counters).
 
         Without ``checkpoint`` the session's paused run is resumed (the one a store loaded,
         or this session's own last interrupt). The checkpoint is checked first
-        (:meth:`Checkpoint.check`); a resume that fails before the run goes on (a run-start
-        hook raised, the caller cancelled) leaves the session paused on the same checkpoint.
+        (:meth:`Checkpoint.check`). ``decisions`` (one per call id, e.g.
+        ``{"call_1": Approve()}``) reach the layers' ``on_resume`` hooks before anything
+        runs; a refused input raises :class:`~tinyctx.ResumeError`. A resume that fails
+        before the run goes on (refused decisions, a run-start hook raised, the caller
+        cancelled) leaves the session paused on the same checkpoint.
         """
         if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
             raise TypeError(f"resume needs a Checkpoint, got {type(checkpoint).__name__}")
+        given = _checked_decisions(decisions)
         self._enter_run()
         try:
             if checkpoint is None:
@@ -656,12 +711,26 @@ class Session(Generic[Data]):
                     f"thread {self._base.thread_id!r}"
                 )
             checkpoint.check()
+            ctx = self._base._for_run(checkpoint.run_config)
+            ctx.run_states.load(ctx.run_id, checkpoint.state)
+            taken = False
+            try:
+                for layer in self.agent.resume_hooks:
+                    taken = bool(await layer.on_resume(ctx, checkpoint, given)) or taken
+                if given and not taken:
+                    raise ResumeError(
+                        [
+                            f"decisions were given for {sorted(given)}, but no layer takes "
+                            f"decisions for the pause at node {checkpoint.node!r}"
+                        ]
+                    )
+            except BaseException:
+                ctx.run_states.pop(ctx.run_id)  # the checkpoint still holds the run's state
+                raise
             if self._paused is not checkpoint:
                 # a checkpoint from elsewhere (persisted, another session): restore its history
                 self._base.conversation.replace(checkpoint.messages, emit_new=False)
                 self._paused = checkpoint
-            ctx = self._base._for_run(checkpoint.run_config)
-            ctx.run_states.load(ctx.run_id, checkpoint.state)
             state = _RunState(ctx, usage_before=checkpoint.usage)
             state.added.extend(checkpoint.added)
             state.model_calls = checkpoint.model_calls
@@ -723,6 +792,8 @@ class Session(Generic[Data]):
                     self._link.unpause()  # cleared with the step's first write
             self._abandoned = ()
             if phase == "tools":
+                if resumed:
+                    pending = _as_in_history(state, pending)
                 await self._run_tools(state, pending)
             while True:
                 await self._model_step(state)
@@ -828,7 +899,11 @@ class Session(Generic[Data]):
                     ctx.emit(LimitHit, limit="max_tool_calls", value=limit, scope="run")
                     raise LimitExceeded("max_tool_calls", limit)
                 started = time.perf_counter()
-                result = await self.agent.tool_onion(call, ctx)
+                try:
+                    result = await self.agent.tool_onion(call, ctx)
+                except ToolError as exc:
+                    # the onion's outer edge: a failure no layer answered reaches the model
+                    result = tool_error_result(ctx, call, exc)
                 state.tool_calls += 1
                 if not isinstance(result, ToolResult) or result.tool_call_id != call.id:
                     raise TinyCtxError(
@@ -914,6 +989,7 @@ class Session(Generic[Data]):
                 model_calls=state.model_calls,
                 tool_calls=state.tool_calls,
                 usage=ctx.usage.total() - state.usage_start,
+                payload=control.payload,
             )
             for layer in self.agent.checkpoint_hooks:
                 redacted = layer.on_checkpoint(paused, ctx)
@@ -973,6 +1049,60 @@ class Session(Generic[Data]):
                 events=tuple(state.events),
             )
         )
+
+
+def _as_in_history(state: _RunState, pending: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """The pending calls as the history shows them now.
+
+    A resume hook may rewrite the paused calls' arguments in history before they run (an
+    approval layer applying a reviewer's edit); the run then runs, and reports in
+    ``RunResult.messages``, exactly what the history shows.
+    """
+    if not pending:
+        return pending
+    first = pending[0].id
+    message = _holder(state.ctx.conversation.messages, first)
+    if message is None:
+        return pending
+    current = {c.id: c for c in message.tool_calls}
+    updated = tuple(current.get(c.id, c) for c in pending)
+    if updated != pending:
+        added = state.added
+        for at in range(len(added) - 1, -1, -1):
+            old = added[at]
+            if isinstance(old, AssistantMessage) and any(c.id == first for c in old.tool_calls):
+                added[at] = message
+                break
+    return updated
+
+
+def _holder(messages: Sequence[Message], call_id: str) -> AssistantMessage | None:
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AssistantMessage) and any(
+            c.id == call_id for c in message.tool_calls
+        ):
+            return message
+    return None
+
+
+def _checked_decisions(decisions: Mapping[str, Decision] | None) -> FrozenDict[str, Decision]:
+    if decisions is None:
+        return EMPTY
+    if not isinstance(decisions, Mapping):
+        raise TypeError(
+            f"resume: decisions must be a mapping of call id to decision, got "
+            f"{type(decisions).__name__}"
+        )
+    for call_id, decision in decisions.items():
+        if not isinstance(call_id, str):
+            raise TypeError(f"resume: decision keys must be call ids (str), got {call_id!r}")
+        if not isinstance(decision, DECISION_TYPES):
+            raise TypeError(
+                f"resume: decisions[{call_id!r}] must be Approve, Edit, Reject or Respond, got "
+                f"{type(decision).__name__}"
+            )
+    return FrozenDict._wrap(dict(decisions))
 
 
 def _input_messages(input: str | Message | Sequence[Message] | None) -> tuple[Message, ...]:

@@ -9,7 +9,7 @@ onion, and each frame is one plain function call plus the layer's own coroutine.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
 from .errors import ConfigError
@@ -19,6 +19,7 @@ from .model import ModelRequest, ModelResponse
 if TYPE_CHECKING:
     from .agent import Checkpoint, RunResult
     from .context import RunContext
+    from .decisions import Decision
     from .ordering import Constraint
 
 __all__ = [
@@ -86,6 +87,20 @@ class Layer:
         """Called when a run starts or resumes, before its first model request, in layer
         order. Register request-scoped tools here (``ctx.tools.register``)."""
 
+    async def on_resume(
+        self, ctx: RunContext[Any], checkpoint: Checkpoint, decisions: Mapping[str, Decision]
+    ) -> bool:
+        """Called when ``Session.resume`` continues an interrupted run, in layer order, before
+        anything of the run happens (before ``on_run_start``, before any tool runs), with the
+        decisions given to ``resume`` (empty when none) and the run's context.
+
+        Check the resume input here and keep what the run needs (``ctx.state_for``); raise
+        (``ResumeError``) to refuse it: nothing runs and the session stays paused on the
+        same checkpoint, so a hook must not change the conversation. Return True when this
+        layer took the decisions; decisions no layer takes are refused. The default takes
+        nothing."""
+        return False
+
     async def on_run_end(
         self, ctx: RunContext[Any], result: RunResult | None, error: BaseException | None
     ) -> None:
@@ -121,12 +136,14 @@ _HOOK_METHODS = {
     "event": "on_event",
     "run_start": "on_run_start",
     "run_end": "on_run_end",
+    "resume": "on_resume",
     "checkpoint": "on_checkpoint",
 }
 
 
 def has_hook(
-    layer: LayerLike, hook: Hook | Literal["event", "run_start", "run_end", "checkpoint"]
+    layer: LayerLike,
+    hook: Hook | Literal["event", "run_start", "run_end", "resume", "checkpoint"],
 ) -> bool:
     """Whether ``layer`` implements ``hook`` (an onion, published events, run lifecycle)."""
     if isinstance(layer, Layer):

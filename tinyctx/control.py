@@ -7,9 +7,12 @@ outside every layer, so no layer's ``except Exception`` can swallow it.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import math
+from typing import Any, ClassVar, Literal
 
-from attrs import frozen
+from attrs import field, frozen
+
+from .frozen import FrozenDict, freeze
 
 __all__ = ["Control", "StopWithFinal", "Interrupt", "ControlSlot", "stronger"]
 
@@ -27,12 +30,52 @@ class StopWithFinal:
         return self.text
 
 
+def _json_payload(value: Any) -> Any:
+    """Deep-freeze ``value`` and check it is JSON data (so a store can keep the checkpoint)."""
+    frozen_value = freeze(value)
+    problem = _json_problem(frozen_value, "payload")
+    if problem is not None:
+        raise TypeError(f"Interrupt.{problem}")
+    return frozen_value
+
+
+def _json_problem(value: Any, path: str) -> str | None:
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{path} must be a finite number, got {value!r}"
+    if isinstance(value, FrozenDict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path} keys must be strings, got {key!r}"
+            problem = _json_problem(item, f"{path}[{key!r}]")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, tuple):
+        for index, item in enumerate(value):
+            problem = _json_problem(item, f"{path}[{index}]")
+            if problem is not None:
+                return problem
+        return None
+    return (
+        f"{path} must be JSON data (objects, arrays, strings, numbers, booleans, null), "
+        f"got {type(value).__name__}"
+    )
+
+
 @frozen
 class Interrupt:
-    """Pause at the next safe checkpoint so the caller can persist and resume later."""
+    """Pause at the next safe checkpoint so the caller can persist and resume later.
+
+    ``payload`` is optional structured data for whoever handles the pause (a review UI:
+    the calls to review); it must be JSON data and is stored deep-frozen, so it travels
+    with the checkpoint through any store.
+    """
 
     node: str
     message: str = ""
+    payload: Any = field(default=None, converter=_json_payload)
     kind: ClassVar[Literal["interrupt"]] = "interrupt"
     precedence: ClassVar[int] = 2
 

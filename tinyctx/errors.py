@@ -7,11 +7,12 @@ also :class:`ValueError` so generic validation code keeps working.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .agent import Checkpoint
+    from .messages import ToolCall
 
 __all__ = [
     "TinyCtxError",
@@ -24,6 +25,8 @@ __all__ = [
     "LimitExceeded",
     "DepthLimitExceeded",
     "SessionBusy",
+    "ToolError",
+    "ResumeError",
     "ProviderError",
     "RetryableProviderError",
 ]
@@ -80,6 +83,52 @@ class Interrupted(TinyCtxError):
         self.checkpoint = checkpoint
         super().__init__(f"interrupted at node {node!r}: {message}")
 
+    @property
+    def payload(self) -> Any:
+        """The Interrupt's structured payload (JSON data, deep-frozen), or None."""
+        return self.checkpoint.payload
+
+
+class ResumeError(TinyCtxError, ValueError):
+    """``Session.resume`` refused its input (decisions missing, not allowed, unknown, or
+    edited arguments that fail the tool's schema). Nothing ran; the session is still
+    paused on the same checkpoint. ``problems`` lists every problem found."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("cannot resume: " + "; ".join(self.problems))
+
+
+class ToolError(TinyCtxError):
+    """A tool failed: it raised ``error``, is unknown, or got arguments it cannot take.
+
+    Raised by the core tool handler so tool layers can see (and retry) the failure; the
+    loop turns it into an ``is_error`` result the model can read at the onion's outer
+    edge. ``error_type`` names the failure for the model (``UnknownTool``,
+    ``InvalidArguments`` or the exception's type name) and ``text`` describes it.
+    """
+
+    def __init__(
+        self,
+        call: ToolCall,
+        error_type: str,
+        text: str,
+        error: BaseException | None = None,
+        *,
+        content: str | None = None,
+    ) -> None:
+        self.call = call
+        self.error_type = error_type
+        self.text = text
+        self.error = error
+        self.content = f"Error ({error_type}): {text}" if content is None else content
+        """What the model reads when this failure becomes a result."""
+        super().__init__(f"tool {call.name!r} (call {call.id!r}) failed: {error_type}: {text}")
+
+    def with_content(self, content: str) -> ToolError:
+        """The same failure, answered with ``content`` (a layer shortening the text)."""
+        return ToolError(self.call, self.error_type, self.text, self.error, content=content)
+
 
 class InvalidCheckpoint(TinyCtxError, ValueError):
     """A checkpoint that cannot be resumed as it is (corrupted or hand-edited); nothing ran."""
@@ -127,11 +176,23 @@ class ContextLimitExceeded(TinyCtxError):
 class LimitExceeded(TinyCtxError):
     """A call limit (model calls, tool calls) was reached."""
 
-    def __init__(self, limit: str, value: int, *, scope: str = "run") -> None:
+    def __init__(
+        self,
+        limit: str,
+        value: int,
+        *,
+        scope: str = "run",
+        hits: Sequence[tuple[str, int, str]] = (),
+    ) -> None:
         self.limit = limit
         self.value = value
         self.scope = scope
-        super().__init__(f"{limit} limit of {value} per {scope} reached")
+        self.hits: tuple[tuple[str, int, str], ...] = tuple(hits) or ((limit, value, scope),)
+        """Every limit the same call reached, ``(limit, value, scope)``, this one first."""
+        super().__init__(
+            " and ".join(f"{name} limit of {n} per {where}" for name, n, where in self.hits)
+            + " reached"
+        )
 
 
 class DepthLimitExceeded(LimitExceeded):

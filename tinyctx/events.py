@@ -269,6 +269,9 @@ class LimitHit(Event):
     limit: str = ""
     value: int = 0
     scope: str = "run"
+    hits: tuple[tuple[str, int, str], ...] = ()
+    """Every limit the same call reached, ``(limit, value, scope)``, when a layer counts
+    several scopes (the fields above name the first)."""
 
 
 @frozen

@@ -9,7 +9,7 @@ separating a call from its result.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 import attrs
 from attrs import field, frozen
@@ -17,6 +17,7 @@ from attrs.validators import instance_of
 
 from .errors import PairingError
 from .frozen import EMPTY, FrozenDict, frozen_mapping
+from .parts import Content, Part, content_parts, content_text, describe_content, to_content
 
 __all__ = [
     "Message",
@@ -76,8 +77,21 @@ class Message:
 
     @property
     def text(self) -> str:
-        """The message's text content ("" for none)."""
+        """The message's text content ("" for none): a ``str`` content itself, or the text
+        of its text parts joined by newlines (images and documents are not text: see
+        :attr:`parts` and :func:`tinyctx.parts.describe_content`)."""
         return ""
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """The content as parts (a ``str`` is one text part; none when empty)."""
+        return ()
+
+    def describe(self) -> str:
+        """The content as plain text with each image or document named in brackets
+        (``[image: screenshot image/png 1280×800]``), never its base64: what summaries,
+        notes and transcripts read."""
+        return self.text
 
     def evolve(self, **changes: Any) -> Self:
         """A copy with ``changes``; every converter and validator runs again."""
@@ -93,15 +107,46 @@ class SystemMessage(Message):
     def text(self) -> str:
         return self.content
 
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        return content_parts(self.content)
 
-@frozen(cache_hash=True)
-class UserMessage(Message):
-    content: str = field(validator=instance_of(str))
-    role: ClassVar[Role] = "user"
+
+def _user_content(value: object) -> Content:
+    return value if type(value) is str else to_content(value, owner="UserMessage")
+
+
+def _result_content(value: object) -> Content:
+    return value if type(value) is str else to_content(value, owner="ToolResult")
+
+
+class _PartsContent:
+    """``text``, ``parts`` and ``describe`` for messages whose content may hold parts."""
+
+    __slots__ = ()
+    if TYPE_CHECKING:
+        content: Content
 
     @property
     def text(self) -> str:
-        return self.content
+        content = self.content
+        return content if type(content) is str else content_text(content)
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        return content_parts(self.content)
+
+    def describe(self) -> str:
+        content = self.content
+        return content if type(content) is str else describe_content(content)
+
+
+@frozen(cache_hash=True)
+class UserMessage(_PartsContent, Message):
+    """A user turn; ``content`` is a ``str`` or a tuple of parts (text, images, documents)."""
+
+    content: Content = field(converter=_user_content)
+    role: ClassVar[Role] = "user"
 
 
 @frozen(cache_hash=True)
@@ -114,24 +159,26 @@ class AssistantMessage(Message):
     def text(self) -> str:
         return self.content
 
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        return content_parts(self.content)
+
 
 @frozen(cache_hash=True)
-class ToolResult(Message):
+class ToolResult(_PartsContent, Message):
+    """A tool's answer to one call; ``content`` is a ``str`` or a tuple of parts."""
+
     tool_call_id: str = field(validator=_nonempty_str)
-    content: str = field(validator=instance_of(str))
+    content: Content = field(converter=_result_content)
     name: str = field(default="", validator=instance_of(str))
     is_error: bool = field(default=False, validator=instance_of(bool))
     role: ClassVar[Role] = "tool"
-
-    @property
-    def text(self) -> str:
-        return self.content
 
     @classmethod
     def for_call(
         cls,
         call: ToolCall,
-        content: str,
+        content: Content | Iterable[Part],
         *,
         is_error: bool = False,
         metadata: Mapping[str, Any] | None = None,

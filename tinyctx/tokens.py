@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .errors import ConfigError
 from .frozen import FrozenDict
+from .media_tokens import IMAGE_FORMULAS, ImageFormula, media_tokens
 from .messages import AssistantMessage, Message, ToolCall, ToolResult
 from .model import ModelRequest
+from .parts import Content
 from .tools import ToolSpec
 
 if TYPE_CHECKING:
@@ -139,6 +141,10 @@ class MemoCounter:
       message, so a history that only grew costs a prefix comparison plus the new messages
       (the 64 most recent histories are remembered);
     - per tool list (by identity) and per system prompt (by value).
+
+    Images and documents in a message's content parts are counted by the ``images``
+    formula ("anthropic", the default, or "openai"; see :mod:`tinyctx.media_tokens`) and
+    memoized with the message.
     """
 
     message_overhead: int
@@ -154,8 +160,12 @@ class MemoCounter:
         tool_overhead: int = 8,
         request_overhead: int = 3,
         max_memo: int = 200_000,
+        images: ImageFormula = "anthropic",
     ) -> None:
         owner = type(self).__name__
+        if images not in IMAGE_FORMULAS:
+            raise ConfigError("images", images, f"one of {IMAGE_FORMULAS}", owner=owner)
+        self.images: ImageFormula = images
         self.message_overhead = _non_negative_int(owner, "message_overhead", message_overhead)
         self.tool_call_overhead = _non_negative_int(owner, "tool_call_overhead", tool_call_overhead)
         self.tool_overhead = _non_negative_int(owner, "tool_overhead", tool_overhead)
@@ -204,8 +214,11 @@ class MemoCounter:
         base, per_call = self.message_overhead, self.tool_call_overhead
         for index, message in enumerate(messages):
             counts[index] += base
-            if isinstance(message, AssistantMessage) and message.tool_calls:
-                counts[index] += per_call * len(message.tool_calls)
+            if isinstance(message, AssistantMessage):
+                if message.tool_calls:
+                    counts[index] += per_call * len(message.tool_calls)
+            elif type(getattr(message, "content", "")) is not str:
+                counts[index] += self.count_media(message.content)  # type: ignore[attr-defined]
         memo, alive, limit = self._counts, self._alive, self._max_memo
         overflow = len(memo) + len(messages) - limit
         if overflow > 0:
@@ -222,6 +235,11 @@ class MemoCounter:
             key = id(message)
             alive[key] = _KeyedRef(message, self._forget, key)
         return counts
+
+    def count_media(self, content: Content) -> int:
+        """Tokens of the images and documents in ``content`` by the ``images`` formula
+        (see :mod:`tinyctx.media_tokens`); a message's count includes them."""
+        return media_tokens(content, self.count_text, self.images)
 
     def _forget(self, ref: _KeyedRef) -> None:
         """Weak-reference callback: the message is gone, so is its count."""
@@ -342,7 +360,7 @@ class HeuristicCounter(MemoCounter):
         nonascii_bytes_per_token: float = 2.3,
         astral_extra: float = 0.5,
         hangul_extra: float = 0.5,
-        **options: int,
+        **options: Any,
     ) -> None:
         for name, value, positive in (
             ("chars_per_token", chars_per_token, True),
@@ -414,7 +432,7 @@ class TokenizersCounter(MemoCounter):
     def __init__(
         self,
         tokenizer: tokenizers.Tokenizer,
-        **options: int,
+        **options: Any,
     ) -> None:
         import tokenizers
 

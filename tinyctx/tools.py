@@ -19,7 +19,7 @@ import json
 import types
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar, overload
 
 import anyio.to_thread
 from attrs import field, frozen
@@ -31,6 +31,7 @@ from .errors import TinyCtxError
 from .events import EventSink
 from .frozen import EMPTY, FrozenDict, frozen_mapping
 from .messages import ToolResult
+from .parts import PART_TYPES, Part
 from .schema import (
     ArgumentsSchema,
     Param,
@@ -64,7 +65,9 @@ __all__ = [
 
 T = TypeVar("T")
 
-ToolHandler = Callable[[Mapping[str, Any], "RunContext[Any]"], Awaitable["str | ToolResult"]]
+ToolOutput: TypeAlias = "str | ToolResult | tuple[Part, ...]"
+"""What a tool returns: text, a full result, or content parts (images, documents)."""
+ToolHandler = Callable[[Mapping[str, Any], "RunContext[Any]"], Awaitable[ToolOutput]]
 
 _EMPTY_OBJECT_SCHEMA: FrozenDict[str, Any] = frozen_mapping(
     {"type": "object", "properties": {}, "additionalProperties": False}
@@ -102,16 +105,60 @@ class Tool:
             raise ValueError(f"Tool {self.name!r}: handler is required")
         object.__setattr__(self, "spec", ToolSpec(self.name, self.description, self.parameters))
 
-    async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str | ToolResult:
+    async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> ToolOutput:
         handler = self.handler
         assert handler is not None
         return await handler(arguments, ctx)
+
+    def check_arguments(self, arguments: Mapping[str, Any]) -> None:
+        """Raise :class:`ToolArgumentError` when ``arguments`` do not fit ``parameters``.
+
+        A plain tool checks the schema's top level: required properties present, no
+        unknown property when ``additionalProperties`` is false, and each property's JSON
+        ``type`` (a :class:`FunctionTool` checks everything its signature says).
+        """
+        problems = _top_level_problems(self.parameters, arguments)
+        if problems:
+            raise ToolArgumentError(self.name, problems)
 
     def check_context(self, ctx: RunContext[Any]) -> None:
         """Raise :class:`InjectionError` if this tool cannot run in ``ctx``.
 
         A plain tool needs nothing; a :class:`FunctionTool` checks its injections.
         """
+
+
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "array": lambda v: isinstance(v, (list, tuple)),
+    "object": lambda v: isinstance(v, Mapping),
+}
+
+
+def _top_level_problems(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> list[str]:
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, Mapping) else {}
+    problems: list[str] = []
+    for name in schema.get("required", ()):
+        if name not in arguments:
+            problems.append(f"missing required argument {name!r}")
+    for name, value in arguments.items():
+        prop = properties.get(name)
+        if prop is None:
+            if schema.get("additionalProperties", True) is False:
+                takes = ", ".join(properties) or "no arguments"
+                problems.append(f"unexpected argument {name!r} (this tool takes: {takes})")
+            continue
+        wanted = prop.get("type") if isinstance(prop, Mapping) else None
+        kinds = (wanted,) if isinstance(wanted, str) else tuple(wanted or ())
+        checks = [_JSON_TYPES[k] for k in kinds if k in _JSON_TYPES]
+        if checks and not any(check(value) for check in checks):
+            problems.append(f"{name!r}: expected {' or '.join(kinds)}, got {value!r}")
+    return problems
 
 
 @frozen
@@ -466,6 +513,19 @@ def _is_async_callable(fn: Any) -> bool:
     )
 
 
+def _as_parts(value: Any) -> tuple[Part, ...] | None:
+    """A tool's return value as content parts: a part, or a non-empty list/tuple of parts."""
+    if isinstance(value, PART_TYPES):
+        return (value,)
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(item, PART_TYPES) for item in value)
+    ):
+        return tuple(value)
+    return None
+
+
 def _result_text(value: Any) -> str:
     return json.dumps(to_json_value(value, fallback=str), ensure_ascii=False)
 
@@ -501,6 +561,10 @@ class FunctionTool(Tool):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
+    def check_arguments(self, arguments: Mapping[str, Any]) -> None:
+        """Raise :class:`ToolArgumentError` unless the signature accepts ``arguments``."""
+        self.arguments.validate(arguments, tool=self.name)
+
     def check_context(self, ctx: RunContext[Any]) -> None:
         for injection in self.injections:
             problem = injection.problem(ctx)
@@ -512,7 +576,7 @@ class FunctionTool(Tool):
                     parameter=injection.parameter,
                 )
 
-    async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str | ToolResult:
+    async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> ToolOutput:
         values = self.arguments.validate(arguments, tool=self.name)
         for injection in self.injections:
             value = injection.fetch(ctx)
@@ -537,6 +601,9 @@ class FunctionTool(Tool):
                 result = await result
         if isinstance(result, (str, ToolResult)):
             return result
+        parts = _as_parts(result)
+        if parts is not None:
+            return parts
         return _result_text(result)
 
 

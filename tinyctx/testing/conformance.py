@@ -395,9 +395,11 @@ class _Kit:
         options.setdefault("events", EventSink(logger=None))
         return Session(agent, config=self.o.config, **options)
 
-    async def normal_run(
-        self, history: tuple[Message, ...], calls: tuple[ToolCall, ...], backend: str, ex: str
-    ) -> list[Event]:
+    async def drive(
+        self, history: tuple[Message, ...], calls: tuple[ToolCall, ...]
+    ) -> tuple[_Scenario, tuple[Message, ...], list[Event], float, bool]:
+        """One run through the layer; returns what the probes saw, the longest stall, and
+        whether a layer paused the run."""
         scenario = _Scenario(fault_hook="none")
         agent = self.agent(scenario, _script(calls, control=False))
         worst = 0.0
@@ -412,15 +414,32 @@ class _Kit:
                 worst = max(worst, now - last)
                 last = now
 
+        paused = False
         with capture_events() as events:
             async with anyio.create_task_group() as group:
                 group.start_soon(heartbeat)
                 try:
                     async with self.session(agent) as session:
-                        await session.run(history)
+                        try:
+                            await session.run(history)
+                        except Interrupted:
+                            # a layer may pause a run on purpose (human review): the paused
+                            # calls wait for the resume, the rest must still pair
+                            paused = True
                         left = session.conversation_messages
                 finally:
                     done.set()
+        return scenario, left, list(events), worst, paused
+
+    async def normal_run(
+        self, history: tuple[Message, ...], calls: tuple[ToolCall, ...], backend: str, ex: str
+    ) -> list[Event]:
+        scenario, left, events, worst, paused = await self.drive(history, calls)
+        # a busy machine can stall any loop once; a blocking layer stalls it every time
+        retries = 2
+        while worst > self.o.block_threshold and retries:
+            retries -= 1
+            worst = min(worst, (await self.drive(history, calls))[3])
         if scenario.mutation is not None:
             self.fail("no-mutation", scenario.mutation, ex, backend)
         for i, request in enumerate(scenario.sent):
@@ -429,7 +448,7 @@ class _Kit:
             except PairingError as exc:
                 self.fail("pairing", f"model request {i}: {exc}", ex, backend)
         try:
-            check_pairing(left, allow_pending=False)
+            check_pairing(left, allow_pending=paused)
         except PairingError as exc:
             self.fail("pairing", f"the conversation after the run: {exc}", ex, backend)
         if worst > self.o.block_threshold:
@@ -440,7 +459,7 @@ class _Kit:
                 ex,
                 backend,
             )
-        return list(events)
+        return events
 
     async def fault_run(self, scenario: _Scenario, calls: tuple[ToolCall, ...]) -> None:
         agent = self.agent(scenario, _script(calls, control=False))
@@ -507,7 +526,8 @@ class _Kit:
             with anyio.move_on_after(3) as guard:
                 async with self.session(agent) as session:
                     with anyio.move_on_after(0.05):
-                        with contextlib.suppress(RunCancelled):
+                        # a layer that pauses the run on purpose never reaches a later hook
+                        with contextlib.suppress(RunCancelled, Interrupted):
                             await session.run("conformance")
                     escaped = True
             if guard.cancelled_caught or not escaped:

@@ -1,0 +1,476 @@
+"""Human review of tool calls: pause before they run, resume with a decision per call.
+
+:class:`Approvals` watches the model's responses. When one holds calls that need review,
+the run pauses with **one** :class:`~tinyctx.Interrupt` (node = the layer's name) whose
+payload lists every call under review::
+
+    {"type": "tool_review",
+     "calls": [{"id": "call_1", "name": "delete_file", "arguments": {"path": "/tmp/x"},
+                "description": "...", "allowed": ["approve", "edit", "reject"]}, ...]}
+
+Nothing of that batch runs before the review: calls that need no review run on resume,
+together with the reviewed ones, in the order the model asked for them, so the history
+keeps the call order and every call gets exactly one result.
+
+The review UI answers with ``session.resume(checkpoint, decisions={call_id: decision})``:
+
+* :class:`~tinyctx.Approve`: the call runs as is;
+* :class:`~tinyctx.Edit`: the call runs with the new arguments, checked against the tool's
+  schema first; the assistant message in history is rewritten to show them (the original
+  arguments are kept in its ``metadata["tinyctx"]["review"]["edited"]``), so the model sees
+  what actually ran;
+* :class:`~tinyctx.Reject`: the call does not run; its error result tells the model that the
+  reviewer rejected it (with the reviewer's message, if any);
+* :class:`~tinyctx.Respond`: the call does not run; the reviewer's text is its result.
+
+A missing decision, a decision of a kind the tool does not allow, a decision for a call
+that is not under review, or edited arguments that fail the schema raise
+:class:`~tinyctx.ResumeError` listing every problem, before anything runs; the session is
+still paused on the same checkpoint and can be resumed with corrected decisions.
+
+Which calls need review:
+
+* a tool name, or several: ``Approvals("delete_file")``, ``Approvals(["a", "b"])``;
+* a mapping of tool name to ``True`` / ``False`` / a :class:`Review` (the decisions allowed,
+  the description shown to the reviewer, and a predicate ``when(call)`` so only some calls
+  of that tool are reviewed);
+* a function deciding per call, ``review(call) -> Review | bool | None``.
+
+The decisions are durable run state (``ctx.run_state``): when a resumed run pauses again
+before its reviewed calls ran (a tool asked for another pause), they travel in that
+checkpoint, so a resume in another process still runs what the reviewer approved. A call
+that needs review but reaches the tool onion without a decision (another layer's pause won
+the response) is never run: it gets an error result saying it was not reviewed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, TypeAlias
+
+import attrs
+from attrs import field, frozen
+
+from tinyctx import (
+    DECISION_KINDS,
+    AssistantMessage,
+    Checkpoint,
+    ConfigError,
+    Decision,
+    DecisionKind,
+    Edit,
+    Event,
+    Interrupt,
+    Layer,
+    Message,
+    ModelCall,
+    ModelRequest,
+    ModelResponse,
+    Once,
+    Reject,
+    Respond,
+    ResumeError,
+    RunContext,
+    ToolArgumentError,
+    ToolCall,
+    ToolCallHandler,
+    ToolResult,
+    decisions_from_json,
+    stronger,
+    thaw,
+)
+from tinyctx.events import EventLevel
+
+__all__ = [
+    "Approvals",
+    "Review",
+    "ReviewRequested",
+    "ReviewDecided",
+    "REVIEW_PAYLOAD_TYPE",
+    "review_calls",
+]
+
+REVIEW_PAYLOAD_TYPE = "tool_review"
+NOT_REVIEWED = "[not run: this call of {name!r} needs human review and no decision was given]"
+REJECTED = "Rejected by the reviewer: this call of {name!r} was not run."
+REJECTED_WITH_MESSAGE = REJECTED + " The reviewer said: {message}"
+
+
+def _allowed(value: Any) -> tuple[DecisionKind, ...]:
+    kinds = (value,) if isinstance(value, str) else tuple(value)
+    if not kinds or any(k not in DECISION_KINDS for k in kinds) or len(set(kinds)) != len(kinds):
+        raise ConfigError(
+            "allowed",
+            value,
+            f"a non-empty collection of distinct decision kinds from {list(DECISION_KINDS)}",
+            owner="Review",
+        )
+    return kinds
+
+
+def _description(instance: Any, attribute: Any, value: Any) -> None:
+    if value is not None and not isinstance(value, str) and not callable(value):
+        raise ConfigError(
+            "description", value, "a string, a function (call) -> str, or None", owner="Review"
+        )
+
+
+def _predicate(instance: Any, attribute: Any, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise ConfigError("when", value, "a function (call) -> bool, or None", owner="Review")
+
+
+@frozen
+class Review:
+    """How the calls of one tool are reviewed.
+
+    ``allowed``: the decisions the reviewer may give (default: all four). ``description``:
+    what the reviewer is shown, a string or a function of the call (default: the tool's
+    name and arguments). ``when``: a predicate on the call; only calls it accepts are
+    reviewed (default: every call).
+    """
+
+    allowed: tuple[DecisionKind, ...] = field(default=DECISION_KINDS, converter=_allowed)
+    description: str | Callable[[ToolCall], str] | None = field(
+        default=None, validator=_description
+    )
+    when: Callable[[ToolCall], bool] | None = field(default=None, validator=_predicate)
+
+    def describe(self, call: ToolCall) -> str:
+        description = self.description
+        if description is None:
+            arguments = json.dumps(thaw(call.arguments), ensure_ascii=False, sort_keys=True)
+            return f"Review the call to {call.name!r} before it runs; arguments: {arguments}"
+        if isinstance(description, str):
+            return description
+        text = description(call)
+        if not isinstance(text, str):
+            raise TypeError(
+                f"Review.description for {call.name!r} returned {type(text).__name__}, expected str"
+            )
+        return text
+
+
+ReviewConfig: TypeAlias = (
+    "str | Iterable[str] | Mapping[str, bool | Review] | Callable[[ToolCall], Review | bool | None]"
+)
+
+
+@frozen
+class ReviewRequested(Event):
+    """A run paused: the model asked for calls that need a human's review."""
+
+    kind: ClassVar[str] = "review.requested"
+    level: ClassVar[EventLevel] = "info"
+    node: str = ""
+    tool_call_ids: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+
+
+@frozen
+class ReviewDecided(Event):
+    """A reviewer's decision was applied to a call (``decision``: approve, edit, ...)."""
+
+    kind: ClassVar[str] = "review.decided"
+    level: ClassVar[EventLevel] = "info"
+    tool: str = ""
+    tool_call_id: str = ""
+    decision: str = ""
+
+
+def review_calls(payload: Any) -> tuple[Mapping[str, Any], ...] | None:
+    """The calls under review listed by an Approvals pause's payload (None for another)."""
+    if not isinstance(payload, Mapping) or payload.get("type") != REVIEW_PAYLOAD_TYPE:
+        return None
+    calls = payload.get("calls")
+    return tuple(calls) if isinstance(calls, tuple | list) else None
+
+
+class _Decided:
+    """The reviewer's decisions for one run (durable: they travel with a later checkpoint)."""
+
+    __slots__ = ("decisions", "unshown")
+
+    def __init__(self) -> None:
+        self.decisions: dict[str, Decision] = {}
+        self.unshown: list[str] = []  # edits not yet written into the history
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "decisions": {call_id: d.to_json() for call_id, d in self.decisions.items()},
+            "unshown": list(self.unshown),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> _Decided:
+        decided = cls()
+        decided.decisions = decisions_from_json(data.get("decisions", {}))
+        decided.unshown = [str(call_id) for call_id in data.get("unshown", ())]
+        return decided
+
+
+_DEFAULT = Review()
+
+
+class Approvals(Layer):
+    """Pause for a human's review of chosen tool calls (see the module doc)."""
+
+    constraints = (
+        Once(
+            reason="a response pauses with one Interrupt: a second review layer's pause would "
+            "lose to the first, and the calls only it reviews would go unreviewed"
+        ),
+    )
+
+    def __init__(self, review: ReviewConfig, *, name: str | None = None) -> None:
+        self._by_name: dict[str, Review] = {}
+        self._decide: Callable[[ToolCall], Review | bool | None] | None = None
+        if isinstance(review, str):
+            review = (review,)
+        if isinstance(review, Mapping):
+            for tool, value in review.items():
+                _check_tool_name(tool, review)
+                if value is True:
+                    self._by_name[tool] = _DEFAULT
+                elif isinstance(value, Review):
+                    self._by_name[tool] = value
+                elif value is not False:
+                    raise ConfigError(
+                        f"review[{tool!r}]", value, "True, False or a Review", owner="Approvals"
+                    )
+        elif callable(review):
+            self._decide = review
+        elif isinstance(review, Iterable):
+            names = tuple(review)
+            if not names:
+                raise ConfigError("review", review, "at least one tool name", owner="Approvals")
+            for tool in names:
+                _check_tool_name(tool, review)
+                self._by_name[tool] = _DEFAULT
+        else:
+            raise ConfigError(
+                "review",
+                review,
+                "a tool name, tool names, a mapping of tool name to True/False/Review, or a "
+                "function (call) -> Review | bool | None",
+                owner="Approvals",
+            )
+        if name is not None:
+            self.name = name
+
+    # -- which calls -------------------------------------------------------------------------
+
+    def review_for(self, call: ToolCall) -> Review | None:
+        """How ``call`` is reviewed, or None when it runs without review."""
+        review = self._by_name.get(call.name)
+        if review is not None:
+            when = review.when
+            return review if when is None or when(call) else None
+        decide = self._decide
+        if decide is None:
+            return None
+        verdict = decide(call)
+        if verdict is None or verdict is False:
+            return None
+        if verdict is True:
+            return _DEFAULT
+        if isinstance(verdict, Review):
+            return verdict
+        raise TypeError(
+            f"Approvals review function returned {type(verdict).__name__} for {call.name!r}; "
+            "expected a Review, a bool or None"
+        )
+
+    # -- the pause ---------------------------------------------------------------------------
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        response = await call_next(request, ctx)
+        calls = response.message.tool_calls
+        if not calls:
+            return response
+        if self._decide is None:
+            # the common case, kept cheap: no call of a named tool, nothing to decide
+            by_name = self._by_name
+            for call in calls:
+                if call.name in by_name:
+                    break
+            else:
+                return response
+        reviewed = []
+        for call in calls:
+            review = self.review_for(call)
+            if review is not None:
+                reviewed.append((call, review))
+        if not reviewed:
+            return response
+        payload = {
+            "type": REVIEW_PAYLOAD_TYPE,
+            "calls": [
+                {
+                    "id": call.id,
+                    "name": call.name,
+                    "arguments": thaw(call.arguments),
+                    "description": review.describe(call),
+                    "allowed": list(review.allowed),
+                }
+                for call, review in reviewed
+            ],
+        }
+        count = len(reviewed)
+        message = f"{count} tool call{'s' if count != 1 else ''} need{'' if count != 1 else 's'}"
+        pause = Interrupt(self.name, f"{message} review", payload)
+        ctx.emit(
+            ReviewRequested(
+                node=self.name,
+                tool_call_ids=tuple(c.id for c, _ in reviewed),
+                tools=tuple(c.name for c, _ in reviewed),
+            )
+        )
+        return response.evolve(control=stronger(response.control, pause))
+
+    # -- the resume --------------------------------------------------------------------------
+
+    async def on_resume(
+        self, ctx: RunContext[Any], checkpoint: Checkpoint, decisions: Mapping[str, Decision]
+    ) -> bool:
+        if checkpoint.node != self.name:
+            return False
+        under_review = review_calls(checkpoint.payload)
+        if under_review is None:
+            return False
+        problems: list[str] = []
+        ids = [str(c.get("id")) for c in under_review]
+        for call_id in decisions:
+            if call_id not in ids:
+                problems.append(
+                    f"decision for unknown call id {call_id!r} (calls under review: "
+                    f"{', '.join(map(repr, ids))})"
+                )
+        edits: dict[str, Edit] = {}
+        for entry in under_review:
+            call_id, tool_name = str(entry.get("id")), str(entry.get("name"))
+            allowed = tuple(entry.get("allowed") or ())
+            decision = decisions.get(call_id)
+            if decision is None:
+                problems.append(
+                    f"missing decision for call {call_id!r} ({tool_name}); allowed: "
+                    f"{', '.join(allowed)}"
+                )
+                continue
+            if decision.kind not in allowed:
+                problems.append(
+                    f"decision {decision.kind!r} is not allowed for call {call_id!r} "
+                    f"({tool_name}); allowed: {', '.join(allowed)}"
+                )
+                continue
+            if isinstance(decision, Edit):
+                problem = _edit_problem(ctx, tool_name, decision)
+                if problem is not None:
+                    problems.append(f"edited arguments for call {call_id!r} {problem}")
+                    continue
+                edits[call_id] = decision
+        if problems:
+            raise ResumeError(problems)
+        decided = ctx.run_state(self, _Decided)
+        decided.decisions = {call_id: decisions[call_id] for call_id in ids}
+        decided.unshown = list(edits)
+        return True
+
+    def _decided(self, ctx: RunContext[Any]) -> _Decided | None:
+        """This run's decisions, if it was resumed with some (never creates state)."""
+        states = ctx.run_states.of(ctx.config.agent_run_id or ctx.config.run_id)
+        return states.get(self, _Decided) if self.name in states else None
+
+    async def on_run_start(self, ctx: RunContext[Any]) -> None:
+        decided = self._decided(ctx)
+        if decided is not None and decided.unshown:
+            edits = {
+                call_id: decision
+                for call_id in decided.unshown
+                if isinstance(decision := decided.decisions.get(call_id), Edit)
+            }
+            decided.unshown = []
+            _show_edits(ctx, edits)
+
+    # -- applying the decisions --------------------------------------------------------------
+
+    async def wrap_tool(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+    ) -> ToolResult:
+        decided = self._decided(ctx)
+        decision = decided.decisions.get(call.id) if decided is not None else None
+        if decision is None:
+            if self.review_for(call) is None:
+                return await call_next(call, ctx)
+            return ToolResult.for_call(
+                call,
+                NOT_REVIEWED.format(name=call.name),
+                is_error=True,
+                metadata={"tinyctx": {"synthetic": "not_reviewed"}},
+            )
+        ctx.emit(ReviewDecided(tool=call.name, tool_call_id=call.id, decision=decision.kind))
+        if isinstance(decision, Reject):
+            text = (
+                REJECTED.format(name=call.name)
+                if decision.message is None
+                else REJECTED_WITH_MESSAGE.format(name=call.name, message=decision.message)
+            )
+            return ToolResult.for_call(
+                call, text, is_error=True, metadata={"tinyctx": {"review": "reject"}}
+            )
+        if isinstance(decision, Respond):
+            return ToolResult.for_call(
+                call, decision.text, metadata={"tinyctx": {"review": "respond"}}
+            )
+        if isinstance(decision, Edit) and call.arguments != decision.arguments:
+            # the history already shows the edit (on_run_start); this covers a call that
+            # reached the onion by another road
+            call = attrs.evolve(call, arguments=decision.arguments)
+        return await call_next(call, ctx)
+
+
+def _check_tool_name(tool: Any, review: Any) -> None:
+    if not isinstance(tool, str) or not tool:
+        raise ConfigError(
+            "review", review, "tool names that are non-empty strings", owner="Approvals"
+        )
+
+
+def _edit_problem(ctx: RunContext[Any], tool_name: str, decision: Edit) -> str | None:
+    tool = ctx.tools.get(tool_name)
+    if tool is None:
+        return f"cannot be checked: the tool {tool_name!r} is not available"
+    try:
+        tool.check_arguments(decision.arguments)
+    except ToolArgumentError as exc:
+        return f"fail the schema of {tool_name!r}: {'; '.join(exc.problems)}"
+    return None
+
+
+def _show_edits(ctx: RunContext[Any], edits: Mapping[str, Edit]) -> None:
+    """Rewrite the paused assistant message so history shows the arguments that will run."""
+    messages = list(ctx.conversation.messages)
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if not isinstance(message, AssistantMessage):
+            continue
+        if not any(c.id in edits for c in message.tool_calls):
+            continue
+        originals = {c.id: thaw(c.arguments) for c in message.tool_calls if c.id in edits}
+        calls = tuple(
+            attrs.evolve(c, arguments=edits[c.id].arguments) if c.id in edits else c
+            for c in message.tool_calls
+        )
+        meta = thaw(message.metadata)
+        tinyctx_meta = dict(meta.get("tinyctx") or {})
+        review_meta = dict(tinyctx_meta.get("review") or {})
+        review_meta["edited"] = {**review_meta.get("edited", {}), **originals}
+        tinyctx_meta["review"] = review_meta
+        meta["tinyctx"] = tinyctx_meta
+        rewritten: Message = message.evolve(tool_calls=calls, metadata=meta)
+        messages[index] = rewritten
+        ctx.conversation.replace(messages, emit_new=False)
+        return
