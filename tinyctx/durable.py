@@ -192,6 +192,7 @@ class ThreadLink:
     async def sync(self, conversation: Conversation) -> bool:
         """Write what changed since the last write; False when nothing had."""
         change = conversation.changes()
+        written = conversation.messages
         state = conversation.layer_state.dump()
         state_doc: str | Unchanged = UNCHANGED
         if state != self.state_json:
@@ -211,7 +212,7 @@ class ThreadLink:
         self.version = await self.store.write(
             self.thread_id, write, expected_version=self.version, lease=self.lease
         )
-        conversation.mark_synced()
+        conversation.mark_synced(written)  # what changed while writing stays pending
         self.checkpoint = UNCHANGED
         if state_doc is not UNCHANGED:
             self.state_json = state
