@@ -193,7 +193,7 @@ class ThreadLink:
         """Write what changed since the last write; False when nothing had."""
         change = conversation.changes()
         written = conversation.messages
-        state = conversation.layer_state.dump()
+        state = conversation.layer_state.dump(check=False)  # encode_state checks it
         state_doc: str | Unchanged = UNCHANGED
         if state != self.state_json:
             state_doc = encode_state(state)
