@@ -10,6 +10,15 @@ import pytest
 import structlog
 from hypothesis import HealthCheck, settings
 
+# real PostgreSQL and Redis for the backend tests (tests/servers.py says where they come from)
+from tests.servers import (  # noqa: F401
+    database_servers,
+    postgres_schema,
+    postgres_url,
+    redis_prefix,
+    redis_url,
+)
+
 settings.register_profile(
     "ci",
     max_examples=200,

@@ -24,7 +24,7 @@ from .chain import Layer, LayerLike, ModelCall, ToolCallHandler
 from .context import RunConfig, RunContext
 from .control import Interrupt
 from .errors import ContextLimitExceeded, Interrupted
-from .events import Event, EventSink
+from .events import Event, EventSink, freed_tokens
 from .messages import AssistantMessage, Message, ToolCall, ToolResult, check_pairing
 from .model import ModelRequest, ModelResponse
 from .tokens import TokenCounter, default_counter
@@ -47,14 +47,21 @@ class CallRow:
     usable: int | None
     actions: tuple[str, ...] = ()
     events: tuple[Event, ...] = field(default=(), repr=False, eq=False)
+    window: int | None = None
 
     @property
     def utilisation(self) -> float | None:
+        """Tokens sent over the usable window (the window minus the reserve)."""
         return self.tokens / self.usable if self.usable else None
 
     @property
     def raw_utilisation(self) -> float | None:
         return self.raw_tokens / self.usable if self.usable else None
+
+    @property
+    def window_utilisation(self) -> float | None:
+        """Tokens sent over the whole window."""
+        return self.tokens / self.window if self.window else None
 
     @property
     def saved(self) -> int:
@@ -74,6 +81,8 @@ class ReplayReport:
     reserved: int
     final_messages: tuple[Message, ...] = field(repr=False)
     error: str | None = None
+    recorded_calls: int | None = None
+    """Model calls in the recording (its assistant messages); ``len(rows)`` of them replayed."""
 
     @property
     def usable(self) -> int | None:
@@ -82,6 +91,11 @@ class ReplayReport:
     @property
     def peak_utilisation(self) -> float:
         values = [r.utilisation for r in self.rows if r.utilisation is not None]
+        return max(values, default=0.0)
+
+    @property
+    def peak_window_utilisation(self) -> float:
+        values = [r.window_utilisation for r in self.rows if r.window_utilisation is not None]
         return max(values, default=0.0)
 
     @property
@@ -116,16 +130,20 @@ class ReplayReport:
                     "tokens": r.tokens,
                     "raw_tokens": r.raw_tokens,
                     "utilisation": r.utilisation,
+                    "window_utilisation": r.window_utilisation,
                     "raw_utilisation": r.raw_utilisation,
                     "saved": r.saved,
                     "would_overflow": r.would_overflow,
                     "actions": list(r.actions),
+                    "events": [_event_json(e, label) for e in r.events if (label := e.describe())],
                 }
                 for r in self.rows
             ],
             "summary": {
                 "model_calls": len(self.rows),
+                "recorded_model_calls": self.recorded_calls,
                 "peak_utilisation": self.peak_utilisation,
+                "peak_window_utilisation": self.peak_window_utilisation,
                 "would_overflow_without_stack": self.would_overflow,
                 "overflows_avoided": self.overflows_avoided,
                 "overflows_remaining": self.overflows_remaining,
@@ -134,6 +152,17 @@ class ReplayReport:
                 "error": self.error,
             },
         }
+
+
+def _event_json(event: Event, label: str) -> dict[str, Any]:
+    """What a report keeps of a layer's event: its kind, the policy that acted (the kind
+    when the event names none), the tokens it freed when it says, and its label."""
+    return {
+        "kind": event.kind,
+        "name": str(event.payload().get("policy") or event.kind),
+        "freed_tokens": freed_tokens(event),
+        "label": label,
+    }
 
 
 class ReplayModel:
@@ -261,6 +290,7 @@ async def replay(
                 tokens=counter.count_request(request),
                 raw_tokens=pending_raw.pop() if pending_raw else 0,
                 usable=usable,
+                window=window,
                 actions=tuple(d for e in events if (d := e.describe())),
                 events=events,
             )
@@ -312,7 +342,8 @@ async def replay(
                 break
             position = max(model.position, position + 1)
         final = session.conversation_messages
-    return ReplayReport(tuple(rows), window, reserved, final, error)
+    recorded = sum(1 for m in transcript if isinstance(m, AssistantMessage))
+    return ReplayReport(tuple(rows), window, reserved, final, error, recorded)
 
 
 def replay_sync(

@@ -320,11 +320,11 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         )
 
 
-def _encode(value: Any, what: str) -> str:
+def _encode(value: Any, what: str, *, owner: str = "SqliteStore") -> str:
     try:
         return json.dumps(thaw(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"SqliteStore: {what} must be JSON-serializable ({exc})") from None
+        raise TypeError(f"{owner}: {what} must be JSON-serializable ({exc})") from None
 
 
 def _note_from_row(namespace: str, row: tuple[Any, ...]) -> Note:

@@ -21,7 +21,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from attrs import frozen
-from hypothesis import strategies as st
+
+from ._require import missing_hypothesis
+
+try:
+    from hypothesis import strategies as st
+except ModuleNotFoundError as exc:  # the testing extra is not installed
+    raise missing_hypothesis(__name__) from exc
 
 from ..context import RunConfig, RunContext
 from ..control import Interrupt, StopWithFinal

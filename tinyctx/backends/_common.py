@@ -1,0 +1,250 @@
+"""What the networked backends share: blocking driver calls in worker threads, lazy open
+and close, argument checks, and the install hint for a missing extra."""
+
+from __future__ import annotations
+
+import math
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, Self, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from ..errors import ConfigError
+from ..stores import Note, StoreClosed
+from ..threads import Compaction, Lease, ThreadWrite, Unchanged
+
+T = TypeVar("T")
+C = TypeVar("C")
+
+__all__ = [
+    "NetworkedStore",
+    "WorkerThreads",
+    "missing_extra",
+    "redact_url",
+    "check_positive",
+    "check_retention",
+    "check_lease_request",
+    "check_write",
+]
+
+
+def missing_extra(owner: str, packages: str, extra: str, cause: BaseException) -> ImportError:
+    """The error for a store whose driver is not installed: names the command that fixes it."""
+    error = ImportError(
+        f"{owner} needs {packages}, which are not installed: pip install 'tinyctx[{extra}]'"
+    )
+    error.__cause__ = cause
+    return error
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password, for reprs and error messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable url>"
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + host))
+
+
+def check_positive(owner: str, name: str, value: object, *, integer: bool = False) -> None:
+    """A ConfigError unless ``value`` is a number > 0 (an int when ``integer``)."""
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or not value > 0  # type: ignore[operator]
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):
+        allowed = "an integer >= 1" if integer else "a finite number of seconds > 0"
+        raise ConfigError(name, value, allowed, owner=owner)
+
+
+def check_retention(owner: str, value: object) -> float | None:
+    """``archive_retention``: None (keep forever) or seconds >= 0."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ConfigError(
+            "archive_retention", value, "None (keep forever) or seconds >= 0", owner=owner
+        )
+    return float(value)
+
+
+def check_lease_request(thread_id: object, owner: object, ttl: object) -> float:
+    """The arguments of ``acquire_lease`` / ``renew_lease``; the TTL in seconds."""
+    if not isinstance(thread_id, str) or not thread_id:
+        raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    if not isinstance(owner, str) or not owner:
+        raise ValueError(f"owner must be a non-empty string, got {owner!r}")
+    if (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, (int, float))
+        or not math.isfinite(ttl)
+        or ttl <= 0
+    ):
+        raise ValueError(f"ttl must be a finite number of seconds > 0, got {ttl!r}")
+    return float(ttl)
+
+
+def check_write(thread_id: object, change: object, expected_version: object, lease: object) -> None:
+    """The arguments of ``ThreadStore.write``: clear errors before anything is sent."""
+    if not isinstance(thread_id, str) or not thread_id:
+        raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    if not isinstance(change, ThreadWrite):
+        raise TypeError(f"change must be a ThreadWrite, got {type(change).__name__}")
+    if isinstance(expected_version, bool) or not isinstance(expected_version, int):
+        raise TypeError(f"expected_version must be an int, got {expected_version!r}")
+    if expected_version < 0:
+        raise ValueError(f"expected_version must be >= 0, got {expected_version}")
+    if lease is not None:
+        if not isinstance(lease, Lease):
+            raise TypeError(f"lease must be a Lease or None, got {type(lease).__name__}")
+        if lease.thread_id != thread_id:
+            raise ValueError(
+                f"the lease is for thread {lease.thread_id!r}, the write is for {thread_id!r}"
+            )
+    docs: list[tuple[str, object]] = [(f"append[{i}]", doc) for i, doc in enumerate(change.append)]
+    compaction = change.compaction
+    if compaction is not None:
+        if not isinstance(compaction, Compaction):
+            raise TypeError(f"compaction must be a Compaction, got {type(compaction).__name__}")
+        for name in ("start", "end"):
+            bound = getattr(compaction, name)
+            if isinstance(bound, bool) or not isinstance(bound, int):
+                raise TypeError(f"compaction.{name} must be an int, got {bound!r}")
+        docs += [
+            (f"compaction.replacement[{i}]", doc) for i, doc in enumerate(compaction.replacement)
+        ]
+    if not isinstance(change.checkpoint, Unchanged) and change.checkpoint is not None:
+        docs.append(("checkpoint", change.checkpoint))
+    if not isinstance(change.state, Unchanged):
+        docs.append(("state", change.state))
+    for where, doc in docs:
+        if type(doc) is not str:
+            raise TypeError(f"{where} must be an encoded document (str), got {type(doc).__name__}")
+
+
+class WorkerThreads(Generic[C]):
+    """Blocking driver calls in worker threads, at most ``capacity`` at once per event loop.
+
+    The drivers' async clients are asyncio-only (psycopg's ``AsyncConnection``, redis-py's
+    ``redis.asyncio``), so a store that must serve trio and asyncio alike uses their sync
+    clients here: waiting callers queue on the event loop (a ``CapacityLimiter`` per loop),
+    never in (nor exhausting) anyio's shared thread pool. A cancelled caller waits for its
+    call to finish (the database applies a statement whole or not at all, so there is no
+    half-done write to abandon) and then sees the cancellation.
+
+    ``connect`` builds the client on first use, in a worker thread; ``disconnect`` closes it
+    on :meth:`aclose`, after which every call raises :class:`StoreClosed`.
+    """
+
+    def __init__(
+        self,
+        describe: Callable[[], str],
+        capacity: int,
+        connect: Callable[[], C],
+        disconnect: Callable[[C], None],
+    ) -> None:
+        self._describe = describe
+        self._capacity = capacity
+        self._connect = connect
+        self._disconnect = disconnect
+        self._client: C | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._limiter: tuple[object, anyio.CapacityLimiter] | None = None
+
+    @property
+    def state(self) -> str:
+        return "closed" if self._closed else "open" if self._client is not None else "unopened"
+
+    def _loop_limiter(self) -> anyio.CapacityLimiter:
+        token = anyio.lowlevel.current_token()
+        cached = self._limiter
+        if cached is None or cached[0] != token:
+            cached = self._limiter = (token, anyio.CapacityLimiter(self._capacity))
+        return cached[1]
+
+    def client(self) -> C:
+        """The open client (connecting on first use); call from a worker thread."""
+        client = self._client
+        if client is not None and not self._closed:
+            return client
+        with self._lock:
+            if self._closed:
+                raise StoreClosed(f"{self._describe()} was closed")
+            if self._client is None:
+                self._client = self._connect()
+            return self._client
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(client, *args)`` in a worker thread."""
+
+        def call() -> T:
+            return fn(self.client(), *args)
+
+        return await anyio.to_thread.run_sync(call, limiter=self._loop_limiter())
+
+    async def aclose(self) -> None:
+        """Close the client; later calls raise :class:`StoreClosed`. Idempotent."""
+
+        def close() -> None:
+            with self._lock:
+                self._closed = True
+                client, self._client = self._client, None
+            if client is not None:
+                self._disconnect(client)
+
+        await anyio.to_thread.run_sync(close, limiter=self._loop_limiter())
+
+
+class NetworkedStore(ABC):
+    """What both networked stores share: lifecycle, and single notes as one-note batches."""
+
+    _threads: WorkerThreads[Any]
+
+    @abstractmethod
+    async def append_notes(
+        self,
+        namespace: str,
+        texts: Sequence[str],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> list[Note]: ...
+
+    async def append_note(
+        self, namespace: str, text: str, *, metadata: Mapping[str, Any] | None = None
+    ) -> Note:
+        (note,) = await self.append_notes(namespace, (text,), metadata=metadata)
+        return note
+
+    async def open(self) -> None:
+        """Connect (and create or check the schema) now, instead of on first use."""
+        await self._threads.run(lambda client: None)
+
+    async def aclose(self) -> None:
+        """Close the connections; later calls raise :class:`~tinyctx.stores.StoreClosed`."""
+        await self._threads.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

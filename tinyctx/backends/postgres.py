@@ -1,0 +1,619 @@
+"""PostgresStore: Store and ThreadStore on PostgreSQL, for many workers on many machines.
+
+Needs the ``postgres`` extra (psycopg 3 and psycopg_pool): ``pip install 'tinyctx[postgres]'``.
+
+Layout (all inside one schema, ``tinyctx`` unless ``schema=`` says otherwise; created and
+migrated on open under an advisory lock, so many workers may open it at once):
+
+- ``kv``, ``notes``, ``note_seq``: the :class:`~tinyctx.stores.Store` data;
+- ``threads`` (version, length, checkpoint, state), ``messages`` (one row per live message,
+  by position), ``archive`` (what compactions replaced), ``leases`` (one row per thread:
+  owner, fencing token, expiry) and the sequence ``fencing`` for tokens;
+- the functions ``write_thread``, ``acquire_lease`` and ``delete_thread``: each change is one
+  statement and so one transaction, and the fencing check, the version check and the write
+  happen in it together, under the thread's row lock.
+
+Lease expiry is judged by the database server's clock, so workers' clocks need not agree.
+Documents and note texts are stored as UTF-8 ``bytea`` (PostgreSQL ``text`` cannot hold
+NUL, which a Python string may); identifiers (namespaces, keys, thread ids, owners) are
+``text`` with the "C" collation, so they sort by code point as in SQLite and Python.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import ConfigError
+from ..stores import Note, StoreSchemaError, _check_limit, _encode, _note_texts
+from ..threads import (
+    ArchivedRange,
+    FencedOut,
+    Lease,
+    LeaseHeld,
+    StaleThreadVersion,
+    ThreadRecord,
+    ThreadWrite,
+    Unchanged,
+    check_write_range,
+)
+from ._common import (
+    NetworkedStore,
+    WorkerThreads,
+    check_lease_request,
+    check_positive,
+    check_retention,
+    check_write,
+    missing_extra,
+    redact_url,
+)
+
+try:
+    import psycopg
+    import psycopg_pool
+    from psycopg import conninfo as _conninfo
+except ImportError as _exc:  # pragma: no cover - exercised in a subprocess test
+    _MISSING: ImportError | None = _exc
+else:
+    _MISSING = None
+
+__all__ = ["PostgresStore", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+"""The schema version :class:`PostgresStore` writes; an older schema is migrated on open."""
+
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+# _MIGRATIONS[n] takes a schema from version n to n + 1, in one transaction; `{s}` is the
+# schema's name
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        'CREATE TABLE {s}.kv (namespace text COLLATE "C" NOT NULL, key text COLLATE "C" '
+        "NOT NULL, value text NOT NULL, updated_at float8 NOT NULL, "
+        "PRIMARY KEY (namespace, key))",
+        'CREATE TABLE {s}.note_seq (namespace text COLLATE "C" PRIMARY KEY, last bigint NOT NULL)',
+        'CREATE TABLE {s}.notes (namespace text COLLATE "C" NOT NULL, seq bigint NOT NULL, '
+        "text bytea NOT NULL, created_at float8 NOT NULL, metadata text NOT NULL, "
+        "PRIMARY KEY (namespace, seq))",
+        'CREATE TABLE {s}.threads (thread_id text COLLATE "C" PRIMARY KEY, '
+        "version bigint NOT NULL, length integer NOT NULL, checkpoint bytea, state bytea, "
+        "updated_at float8 NOT NULL)",
+        # deferred: a compaction shifts positions, which collide until the statement ends
+        'CREATE TABLE {s}.messages (thread_id text COLLATE "C" NOT NULL, '
+        "pos integer NOT NULL, doc bytea NOT NULL, "
+        "PRIMARY KEY (thread_id, pos) DEFERRABLE INITIALLY DEFERRED)",
+        "CREATE TABLE {s}.archive (id bigserial PRIMARY KEY, "
+        'thread_id text COLLATE "C" NOT NULL, version bigint NOT NULL, '
+        "start_pos integer NOT NULL, end_pos integer NOT NULL, messages bytea[] NOT NULL, "
+        "archived_at float8 NOT NULL)",
+        "CREATE INDEX ON {s}.archive (thread_id, id)",
+        'CREATE TABLE {s}.leases (thread_id text COLLATE "C" PRIMARY KEY, '
+        "owner text NOT NULL, token bigint NOT NULL, expires_at float8 NOT NULL)",
+        "CREATE SEQUENCE {s}.fencing",
+        # one write: fencing, then version, then range; then compaction (archived), append,
+        # checkpoint and state. Returns ('ok', new version) or the refusal and its figure.
+        """
+CREATE FUNCTION {s}.write_thread(
+    p_thread text, p_expected bigint, p_token bigint, p_start integer, p_end integer,
+    p_replacement bytea[], p_append bytea[], p_set_checkpoint boolean, p_checkpoint bytea,
+    p_set_state boolean, p_state bytea, p_now float8, p_keep_after float8
+) RETURNS TABLE (outcome text, figure bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    v_version bigint;
+    v_length integer;
+    v_current bigint;
+    v_found boolean;
+    v_shift integer;
+    v_new bigint;
+BEGIN
+    SELECT t.version, t.length INTO v_version, v_length
+        FROM {s}.threads t WHERE t.thread_id = p_thread FOR UPDATE;
+    v_found := FOUND;
+    IF NOT v_found THEN
+        v_version := 0;
+        v_length := 0;
+    END IF;
+    IF p_token IS NOT NULL THEN
+        SELECT l.token INTO v_current FROM {s}.leases l WHERE l.thread_id = p_thread FOR SHARE;
+        IF v_current IS DISTINCT FROM p_token THEN
+            RETURN QUERY SELECT 'fenced'::text, v_current;
+            RETURN;
+        END IF;
+    END IF;
+    IF v_version <> p_expected THEN
+        RETURN QUERY SELECT 'stale'::text, v_version;
+        RETURN;
+    END IF;
+    IF p_start IS NOT NULL AND NOT (0 <= p_start AND p_start <= p_end AND p_end <= v_length)
+    THEN
+        RETURN QUERY SELECT 'range'::text, v_length::bigint;
+        RETURN;
+    END IF;
+    IF NOT v_found THEN
+        INSERT INTO {s}.threads (thread_id, version, length, updated_at)
+            VALUES (p_thread, 0, 0, p_now) ON CONFLICT (thread_id) DO NOTHING;
+        IF NOT FOUND THEN
+            -- another first write committed meanwhile
+            SELECT t.version INTO v_version FROM {s}.threads t WHERE t.thread_id = p_thread;
+            RETURN QUERY SELECT 'stale'::text, v_version;
+            RETURN;
+        END IF;
+    END IF;
+    v_new := v_version + 1;
+    IF p_start IS NOT NULL THEN
+        v_shift := cardinality(p_replacement) - (p_end - p_start);
+        IF p_end > p_start THEN
+            INSERT INTO {s}.archive (thread_id, version, start_pos, end_pos, messages,
+                                     archived_at)
+                VALUES (p_thread, v_new, p_start, p_end, ARRAY(
+                    SELECT m.doc FROM {s}.messages m
+                    WHERE m.thread_id = p_thread AND m.pos >= p_start AND m.pos < p_end
+                    ORDER BY m.pos), p_now);
+        END IF;
+        DELETE FROM {s}.messages m
+            WHERE m.thread_id = p_thread AND m.pos >= p_start AND m.pos < p_end;
+        IF v_shift <> 0 THEN
+            UPDATE {s}.messages m SET pos = m.pos + v_shift
+                WHERE m.thread_id = p_thread AND m.pos >= p_end;
+        END IF;
+        INSERT INTO {s}.messages (thread_id, pos, doc)
+            SELECT p_thread, p_start + r.ord - 1, r.doc
+            FROM unnest(p_replacement) WITH ORDINALITY AS r(doc, ord);
+        v_length := v_length + v_shift;
+        IF p_keep_after IS NOT NULL THEN
+            DELETE FROM {s}.archive a
+                WHERE a.thread_id = p_thread AND a.archived_at < p_keep_after;
+        END IF;
+    END IF;
+    INSERT INTO {s}.messages (thread_id, pos, doc)
+        SELECT p_thread, v_length + a.ord - 1, a.doc
+        FROM unnest(p_append) WITH ORDINALITY AS a(doc, ord);
+    v_length := v_length + cardinality(p_append);
+    UPDATE {s}.threads t SET version = v_new, length = v_length,
+        checkpoint = CASE WHEN p_set_checkpoint THEN p_checkpoint ELSE t.checkpoint END,
+        state = CASE WHEN p_set_state THEN p_state ELSE t.state END,
+        updated_at = p_now
+        WHERE t.thread_id = p_thread;
+    RETURN QUERY SELECT 'ok'::text, v_new;
+END
+$$""",
+        # a new lease unless another owner's is live; the upsert's WHERE runs under the row
+        # lock, so two acquirers never both win
+        """
+CREATE FUNCTION {s}.acquire_lease(p_thread text, p_owner text, p_ttl float8)
+RETURNS TABLE (granted boolean, owner text, token bigint, expires_at float8)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now float8 := extract(epoch FROM clock_timestamp());
+    v_token bigint;
+    v_expires float8;
+BEGIN
+    INSERT INTO {s}.leases AS l (thread_id, owner, token, expires_at)
+        VALUES (p_thread, p_owner, nextval('{s}.fencing'), v_now + p_ttl)
+        ON CONFLICT (thread_id) DO UPDATE
+            SET owner = excluded.owner, token = excluded.token, expires_at = excluded.expires_at
+            WHERE l.owner = excluded.owner OR l.expires_at <= v_now
+        RETURNING l.token, l.expires_at INTO v_token, v_expires;
+    IF FOUND THEN
+        RETURN QUERY SELECT true, p_owner, v_token, v_expires;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT false, l.owner, l.token, l.expires_at
+        FROM {s}.leases l WHERE l.thread_id = p_thread;
+END
+$$""",
+        # the thread row first (waiting for a writer that holds it), then the rest, each
+        # statement with a fresh snapshot: rows that writer added are deleted too
+        """
+CREATE FUNCTION {s}.delete_thread(p_thread text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_found boolean;
+BEGIN
+    DELETE FROM {s}.threads t WHERE t.thread_id = p_thread;
+    v_found := FOUND;
+    DELETE FROM {s}.messages m WHERE m.thread_id = p_thread;
+    DELETE FROM {s}.archive a WHERE a.thread_id = p_thread;
+    DELETE FROM {s}.leases l WHERE l.thread_id = p_thread;
+    RETURN v_found OR FOUND;
+END
+$$""",
+    ),
+)
+assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+_UNSET = 0
+_SET = 1
+
+
+def _check_text(what: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    if "\x00" in value:
+        raise ValueError(f"{what} {value!r} contains NUL, which PostgreSQL text cannot hold")
+    return value
+
+
+def _docs(docs: Sequence[str]) -> list[bytes]:
+    return [doc.encode() for doc in docs]
+
+
+def _text(raw: bytes | memoryview | None) -> str | None:
+    return None if raw is None else bytes(raw).decode()
+
+
+class PostgresStore(NetworkedStore):
+    """:class:`~tinyctx.stores.Store` and :class:`~tinyctx.threads.ThreadStore` on PostgreSQL.
+
+    ``url`` is a libpq connection URL or string (``postgresql://user:pass@host:5432/db``).
+    Options:
+
+    - ``schema``: the schema holding tinyctx's tables (created on open); applications or
+      tenants that must not see each other use different schemas;
+    - ``pool_size``: connections in the pool, and calls in flight at once per event loop;
+    - ``timeout``: seconds to wait for a connection (:class:`psycopg_pool.PoolTimeout`);
+    - ``archive_retention``: seconds compacted-away originals stay readable through
+      :meth:`archived`; None keeps them until the thread is deleted.
+
+    Calls run on psycopg's sync driver in worker threads (its async one is asyncio-only), so
+    the store serves trio and asyncio alike. The pool opens (and the schema is migrated) on
+    first use, or with ``await store.open()`` / ``async with store:``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "tinyctx",
+        pool_size: int = 4,
+        timeout: float = 30.0,
+        archive_retention: float | None = None,
+    ) -> None:
+        owner = "PostgresStore"
+        if _MISSING is not None:
+            raise missing_extra(owner, "psycopg 3 and psycopg_pool", "postgres", _MISSING)
+        if not isinstance(url, str) or not url:
+            raise ConfigError("url", url, "a PostgreSQL connection URL (str)", owner=owner)
+        try:
+            _conninfo.conninfo_to_dict(url)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(
+                "url", redact_url(url), f"a valid PostgreSQL connection URL ({exc})", owner=owner
+            ) from None
+        if not isinstance(schema, str) or not _IDENTIFIER.fullmatch(schema):
+            raise ConfigError(
+                "schema", schema, "a lowercase SQL identifier ([a-z_][a-z0-9_]*)", owner=owner
+            )
+        check_positive(owner, "pool_size", pool_size, integer=True)
+        check_positive(owner, "timeout", timeout)
+        self.url = url
+        self.schema = schema
+        self.pool_size = pool_size
+        self.timeout = float(timeout)
+        self.archive_retention = check_retention(owner, archive_retention)
+        self._sql = _Statements(schema)
+        self._threads: WorkerThreads[psycopg_pool.ConnectionPool[Any]] = WorkerThreads(
+            self.__repr__, pool_size, self._connect, lambda pool: pool.close()
+        )
+
+    def __repr__(self) -> str:
+        state = self._threads.state
+        return f"<PostgresStore {redact_url(self.url)} schema={self.schema} {state}>"
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _connect(self) -> psycopg_pool.ConnectionPool[Any]:
+        pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=self.pool_size,
+            open=False,
+            timeout=self.timeout,
+            kwargs={"autocommit": True},
+            name=f"tinyctx-{self.schema}",
+        )
+        try:
+            pool.open(wait=True, timeout=self.timeout)
+            with pool.connection() as conn:
+                self._migrate(conn)
+        except BaseException:
+            pool.close()
+            raise
+        return pool
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        s = self.schema
+        with conn.transaction():
+            # one migrator per schema at a time, across every process
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(s),))
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {s}.schema_version (id integer PRIMARY KEY "
+                "CHECK (id = 1), version integer NOT NULL, updated_at float8 NOT NULL)"
+            )
+            row = conn.execute(f"SELECT version FROM {s}.schema_version").fetchone()
+            version = 0 if row is None else int(row[0])
+            if version > SCHEMA_VERSION:
+                raise StoreSchemaError(
+                    f"PostgreSQL schema {s!r}: version {version} was written by a newer "
+                    f"tinyctx (this one reads up to version {SCHEMA_VERSION})"
+                )
+            for number in range(version, SCHEMA_VERSION):
+                for statement in _MIGRATIONS[number]:
+                    conn.execute(statement.replace("{s}", s))
+            if version != SCHEMA_VERSION:
+                conn.execute(
+                    f"INSERT INTO {s}.schema_version (id, version, updated_at) "
+                    "VALUES (1, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+                    "version = excluded.version, updated_at = excluded.updated_at",
+                    (SCHEMA_VERSION, time.time()),
+                )
+
+    async def _fetchone(self, query: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        def run(pool: psycopg_pool.ConnectionPool[Any]) -> tuple[Any, ...] | None:
+            with pool.connection() as conn:
+                row: tuple[Any, ...] | None = conn.execute(query, params, binary=True).fetchone()
+                return row
+
+        return await self._threads.run(run)
+
+    async def _fetchall(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        def run(pool: psycopg_pool.ConnectionPool[Any]) -> list[tuple[Any, ...]]:
+            with pool.connection() as conn:
+                rows: list[tuple[Any, ...]] = conn.execute(query, params, binary=True).fetchall()
+                return rows
+
+        return await self._threads.run(run)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def schema_version(self) -> int:
+        """The schema version in the database (:data:`SCHEMA_VERSION` once open)."""
+        row = await self._fetchone(f"SELECT version FROM {self.schema}.schema_version", ())
+        return 0 if row is None else int(row[0])
+
+    # -- key/value -----------------------------------------------------------------------
+
+    async def get(self, namespace: str, key: str) -> Any | None:
+        row = await self._fetchone(
+            self._sql.get, (_check_text("namespace", namespace), _check_text("key", key))
+        )
+        return None if row is None else json.loads(row[0])
+
+    async def put(self, namespace: str, key: str, value: Any) -> None:
+        params = (_check_text("namespace", namespace), _check_text("key", key))
+        encoded = _encode(value, f"the value of {namespace!r}/{key!r}", owner="PostgresStore")
+        await self._fetchall(self._sql.put, (*params, encoded, time.time()))
+
+    async def delete(self, namespace: str, key: str) -> bool:
+        rows = await self._fetchall(
+            self._sql.delete, (_check_text("namespace", namespace), _check_text("key", key))
+        )
+        return bool(rows)
+
+    async def keys(self, namespace: str) -> list[str]:
+        rows = await self._fetchall(self._sql.keys, (_check_text("namespace", namespace),))
+        return [str(row[0]) for row in rows]
+
+    # -- notes ---------------------------------------------------------------------------
+
+    async def append_notes(
+        self,
+        namespace: str,
+        texts: Sequence[str],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> list[Note]:
+        """Append every text with consecutive ``seq`` values in one statement."""
+        items = _note_texts(texts)
+        _check_text("namespace", namespace)
+        if not items:
+            return []
+        meta = _encode(metadata or {}, "note metadata", owner="PostgresStore")
+        now = time.time()
+        rows = await self._fetchall(
+            self._sql.append_notes, (namespace, len(items), now, meta, _docs(items))
+        )
+        first = int(rows[0][0])
+        decoded = json.loads(meta)
+        return [
+            Note(namespace, first + index, text, now, decoded) for index, text in enumerate(items)
+        ]
+
+    async def notes(self, namespace: str, *, limit: int | None = None) -> list[Note]:
+        """Notes in ``seq`` order; with ``limit``, only the newest ``limit`` of them."""
+        _check_limit(limit)
+        _check_text("namespace", namespace)
+        if limit:
+            rows = await self._fetchall(self._sql.notes_newest, (namespace, limit))
+            rows.reverse()
+        else:
+            rows = await self._fetchall(self._sql.notes, (namespace,))
+        return [
+            Note(namespace, int(seq), bytes(text).decode(), float(at), json.loads(meta))
+            for seq, text, at, meta in rows
+        ]
+
+    # -- threads -------------------------------------------------------------------------
+
+    async def load_thread(self, thread_id: str) -> ThreadRecord:
+        """The thread now, read in one statement (one consistent snapshot)."""
+        row = await self._fetchone(self._sql.load, (_check_text("thread_id", thread_id),))
+        assert row is not None
+        version, checkpoint, state, owner, token, expires_at, docs = row
+        lease = None
+        if token is not None:
+            lease = Lease(thread_id, str(owner), int(token), float(expires_at))
+        return ThreadRecord(
+            thread_id,
+            0 if version is None else int(version),
+            tuple(bytes(doc).decode() for doc in docs),
+            _text(checkpoint),
+            _text(state),
+            lease,
+        )
+
+    async def write(
+        self,
+        thread_id: str,
+        change: ThreadWrite,
+        *,
+        expected_version: int,
+        lease: Lease | None = None,
+    ) -> int:
+        """Apply ``change`` in one transaction: fencing, version and range checks first."""
+        check_write(thread_id, change, expected_version, lease)
+        _check_text("thread_id", thread_id)
+        compaction = change.compaction
+        now = time.time()
+        keep_after = None if self.archive_retention is None else now - self.archive_retention
+        checkpoint = change.checkpoint
+        params = (
+            thread_id,
+            expected_version,
+            None if lease is None else lease.token,
+            None if compaction is None else compaction.start,
+            None if compaction is None else compaction.end,
+            [] if compaction is None else _docs(compaction.replacement),
+            _docs(change.append),
+            not isinstance(checkpoint, Unchanged),
+            checkpoint.encode() if isinstance(checkpoint, str) else None,
+            not isinstance(change.state, Unchanged),
+            None if isinstance(change.state, Unchanged) else change.state.encode(),
+            now,
+            keep_after,
+        )
+        row = await self._fetchone(self._sql.write, params)
+        assert row is not None
+        outcome, figure = row
+        if outcome == "ok":
+            return int(figure)
+        if outcome == "fenced":
+            assert lease is not None
+            raise FencedOut(thread_id, lease.token, None if figure is None else int(figure))
+        if outcome == "stale":
+            raise StaleThreadVersion(thread_id, expected_version, int(figure))
+        check_write_range(thread_id, change, int(figure))
+        raise AssertionError(f"write_thread returned {outcome!r}")  # pragma: no cover
+
+    async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
+        seconds = check_lease_request(thread_id, owner, ttl)
+        row = await self._fetchone(
+            self._sql.acquire,
+            (_check_text("thread_id", thread_id), _check_text("owner", owner), seconds),
+        )
+        if row is None:  # released between the upsert and the read: try again
+            return await self.acquire_lease(thread_id, owner, ttl)
+        granted, holder, token, expires_at = row
+        if not granted:
+            raise LeaseHeld(thread_id, str(holder), float(expires_at))
+        return Lease(thread_id, owner, int(token), float(expires_at))
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        seconds = check_lease_request(lease.thread_id, lease.owner, ttl)
+        rows = await self._fetchall(
+            self._sql.renew, (seconds, _check_text("thread_id", lease.thread_id), lease.token)
+        )
+        if not rows:
+            current = await self._fetchone(self._sql.lease_token, (lease.thread_id,))
+            raise FencedOut(lease.thread_id, lease.token, None if current is None else current[0])
+        return Lease(lease.thread_id, lease.owner, lease.token, float(rows[0][0]))
+
+    async def release_lease(self, lease: Lease) -> None:
+        await self._fetchall(
+            self._sql.release, (_check_text("thread_id", lease.thread_id), lease.token)
+        )
+
+    async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
+        _check_limit(limit)
+        rows = await self._fetchall(self._sql.list, (_check_text("prefix", prefix), limit))
+        return [str(row[0]) for row in rows]
+
+    async def archived(self, thread_id: str) -> list[ArchivedRange]:
+        keep_after = (
+            None if self.archive_retention is None else time.time() - self.archive_retention
+        )
+        rows = await self._fetchall(
+            self._sql.archived, (_check_text("thread_id", thread_id), keep_after, keep_after)
+        )
+        return [
+            ArchivedRange(
+                thread_id,
+                int(version),
+                int(start),
+                int(end),
+                tuple(bytes(doc).decode() for doc in docs),
+                float(at),
+            )
+            for version, start, end, docs, at in rows
+        ]
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        row = await self._fetchone(self._sql.delete_thread, (_check_text("thread_id", thread_id),))
+        return bool(row is not None and row[0])
+
+
+def _lock_key(schema: str) -> int:
+    """A stable advisory-lock key for migrating ``schema`` (a signed 64-bit integer)."""
+    return zlib.crc32(f"tinyctx-migrate:{schema}".encode()) - 2**31
+
+
+class _Statements:
+    """Every statement of one schema, formatted once."""
+
+    def __init__(self, s: str) -> None:
+        self.get = f"SELECT value FROM {s}.kv WHERE namespace = %s AND key = %s"
+        self.put = (
+            f"INSERT INTO {s}.kv (namespace, key, value, updated_at) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
+            "updated_at = excluded.updated_at RETURNING 1"
+        )
+        self.delete = f"DELETE FROM {s}.kv WHERE namespace = %s AND key = %s RETURNING 1"
+        self.keys = f"SELECT key FROM {s}.kv WHERE namespace = %s ORDER BY key"
+        # the counter row serializes appenders of one namespace; one statement, one commit
+        self.append_notes = (
+            f"WITH n AS (SELECT %s::text AS namespace, %s::bigint AS count, "
+            f"%s::float8 AS at, %s::text AS meta), "
+            f"s AS (INSERT INTO {s}.note_seq AS q (namespace, last) "
+            f"SELECT namespace, count FROM n ON CONFLICT (namespace) DO UPDATE "
+            f"SET last = q.last + excluded.last RETURNING q.last), "
+            f"i AS (INSERT INTO {s}.notes (namespace, seq, text, created_at, metadata) "
+            f"SELECT n.namespace, s.last - n.count + t.ord, t.text, n.at, n.meta "
+            f"FROM n, s, unnest(%s::bytea[]) WITH ORDINALITY AS t(text, ord)) "
+            f"SELECT s.last - n.count + 1 FROM n, s"
+        )
+        columns = f"SELECT seq, text, created_at, metadata FROM {s}.notes WHERE namespace = %s"
+        self.notes = f"{columns} ORDER BY seq"
+        self.notes_newest = f"{columns} ORDER BY seq DESC LIMIT %s"
+        self.load = (
+            f"SELECT t.version, t.checkpoint, t.state, l.owner, l.token, l.expires_at, "
+            f"ARRAY(SELECT m.doc FROM {s}.messages m WHERE m.thread_id = k.id ORDER BY m.pos) "
+            f"FROM (SELECT %s::text AS id) k "
+            f"LEFT JOIN {s}.threads t ON t.thread_id = k.id "
+            f"LEFT JOIN {s}.leases l ON l.thread_id = k.id"
+        )
+        self.write = (
+            f"SELECT outcome, figure FROM {s}.write_thread("
+            "%s, %s, %s, %s, %s, %s::bytea[], %s::bytea[], %s, %s, %s, %s, %s, %s)"
+        )
+        self.acquire = (
+            f"SELECT granted, owner, token, expires_at FROM {s}.acquire_lease(%s, %s, %s)"
+        )
+        self.renew = (
+            f"UPDATE {s}.leases SET expires_at = extract(epoch FROM clock_timestamp()) + %s "
+            "WHERE thread_id = %s AND token = %s RETURNING expires_at"
+        )
+        self.lease_token = f"SELECT token FROM {s}.leases WHERE thread_id = %s"
+        self.release = f"DELETE FROM {s}.leases WHERE thread_id = %s AND token = %s RETURNING 1"
+        self.list = (
+            f"SELECT thread_id FROM {s}.threads WHERE starts_with(thread_id, %s) "
+            "ORDER BY thread_id LIMIT %s"
+        )
+        self.archived = (
+            f"SELECT version, start_pos, end_pos, messages, archived_at FROM {s}.archive "
+            "WHERE thread_id = %s AND (%s::float8 IS NULL OR archived_at >= %s) ORDER BY id"
+        )
+        self.delete_thread = f"SELECT {s}.delete_thread(%s)"

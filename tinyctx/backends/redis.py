@@ -1,0 +1,523 @@
+"""RedisStore: Store and ThreadStore on Redis, for many workers sharing one Redis.
+
+Needs the ``redis`` extra (redis-py): ``pip install 'tinyctx[redis]'``.
+
+Keys (every one under ``prefix``, ``tinyctx:`` unless ``prefix=`` says otherwise):
+
+- ``kv:<namespace>`` a hash of JSON values; ``n:<namespace>`` a list of notes (a note's
+  ``seq`` is its position + 1: notes are append-only);
+- ``t:<thread>`` a hash: version, checkpoint, state, and the newest lease (token, owner,
+  expiry); ``m:<thread>`` the live messages (a list); ``a:<thread>`` the archive;
+  ``l:<thread>`` the live lease, ``SET ... PX ttl`` so Redis expires it; ``threads`` the
+  sorted index of thread ids; ``fencing`` the fencing-token counter; ``schema`` the layout
+  version.
+
+Every change to a thread is one Lua script, so the fencing check (the thread's newest lease
+token), the version check and the write are atomic: a worker whose lease another worker has
+taken over cannot write, and nothing it sent is half applied. Lease expiry is Redis's own
+(``PX``) and expiry times are Redis's clock (``TIME``). One Redis (or its primary) holds a
+store: the scripts touch a thread's keys and the global counter together, which a Redis
+Cluster would spread over slots.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import ConfigError
+from ..stores import Note, StoreSchemaError, _check_limit, _encode, _note_texts
+from ..threads import (
+    ArchivedRange,
+    FencedOut,
+    Lease,
+    LeaseHeld,
+    StaleThreadVersion,
+    ThreadRecord,
+    ThreadWrite,
+    Unchanged,
+    check_write_range,
+)
+from ._common import (
+    NetworkedStore,
+    WorkerThreads,
+    check_lease_request,
+    check_positive,
+    check_retention,
+    check_write,
+    missing_extra,
+    redact_url,
+)
+
+try:
+    import redis
+except ImportError as _exc:  # pragma: no cover - exercised in a subprocess test
+    _MISSING: ImportError | None = _exc
+else:
+    _MISSING = None
+
+__all__ = ["RedisStore", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+"""The key layout version :class:`RedisStore` writes; a newer one is refused on open."""
+
+_SCHEMES = ("redis://", "rediss://", "unix://")
+
+# pushes ARGV[from..to] (or a table's items) onto a list in chunks: unpack() has a limit
+_LUA_PUSH = """
+local function push_args(key, first, last)
+    local i = first
+    while i <= last do
+        local j = math.min(i + 999, last)
+        redis.call('RPUSH', key, unpack(ARGV, i, j))
+        i = j + 1
+    end
+end
+local function push_table(key, items)
+    local i = 1
+    while i <= #items do
+        local j = math.min(i + 999, #items)
+        redis.call('RPUSH', key, unpack(items, i, j))
+        i = j + 1
+    end
+end
+"""
+
+# KEYS: thread, messages, archive, index
+# ARGV: thread id, expected version, lease token or '', now, keep-after or '',
+#       checkpoint mode (u/s/c), checkpoint, state mode (u/s), state,
+#       compaction start or '', end, replacement count, replacement..., appended...
+_WRITE = (
+    _LUA_PUSH
+    + """
+local thread, messages, archive, index = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if ARGV[3] ~= '' then
+    local current = redis.call('HGET', thread, 'lt')
+    if current ~= ARGV[3] then return {'fenced', current or ''} end
+end
+local version = tonumber(redis.call('HGET', thread, 'v') or '0')
+if version ~= tonumber(ARGV[2]) then return {'stale', tostring(version)} end
+local length = redis.call('LLEN', messages)
+local new = version + 1
+local next_arg = 13
+if ARGV[10] ~= '' then
+    local s, e, n = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+    if not (0 <= s and s <= e and e <= length) then return {'range', tostring(length)} end
+    local originals = {}
+    if e > s then originals = redis.call('LRANGE', messages, s, e - 1) end
+    local tail = {}
+    if e < length then tail = redis.call('LRANGE', messages, e, -1) end
+    if s == 0 then redis.call('DEL', messages) else redis.call('LTRIM', messages, 0, s - 1) end
+    push_args(messages, 13, 12 + n)
+    push_table(messages, tail)
+    if e > s then
+        local header = table.concat({new, s, e, ARGV[4], #originals}, ' ')
+        redis.call('RPUSH', archive, header)
+        push_table(archive, originals)
+    end
+    if ARGV[5] ~= '' then
+        local keep_after = tonumber(ARGV[5])
+        while true do
+            local header = redis.call('LINDEX', archive, 0)
+            if not header then break end
+            local fields = {}
+            for field in string.gmatch(header, '%S+') do fields[#fields + 1] = field end
+            if tonumber(fields[4]) >= keep_after then break end
+            redis.call('LTRIM', archive, tonumber(fields[5]) + 1, -1)
+        end
+    end
+    next_arg = 13 + n
+end
+push_args(messages, next_arg, #ARGV)
+redis.call('HSET', thread, 'v', new)
+if ARGV[6] == 's' then redis.call('HSET', thread, 'cp', ARGV[7])
+elseif ARGV[6] == 'c' then redis.call('HDEL', thread, 'cp') end
+if ARGV[8] == 's' then redis.call('HSET', thread, 'st', ARGV[9]) end
+redis.call('ZADD', index, 0, ARGV[1])
+return {'ok', tostring(new)}
+"""
+)
+
+_NOW_MS = """
+local clock = redis.call('TIME')
+local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+"""
+
+# KEYS: thread, live lease, fencing counter; ARGV: owner, ttl ms
+_ACQUIRE = (
+    _NOW_MS
+    + """
+if redis.call('EXISTS', KEYS[2]) == 1 then
+    local holder = redis.call('HGET', KEYS[1], 'lo')
+    if holder ~= ARGV[1] then
+        return {0, holder or '', redis.call('HGET', KEYS[1], 'le') or '0', ''}
+    end
+end
+local token = redis.call('INCR', KEYS[3])
+local expires = now_ms + tonumber(ARGV[2])
+redis.call('SET', KEYS[2], token, 'PX', ARGV[2])
+redis.call('HSET', KEYS[1], 'lt', token, 'lo', ARGV[1], 'le', expires)
+return {1, ARGV[1], tostring(expires), tostring(token)}
+"""
+)
+
+# KEYS: thread, live lease; ARGV: token, ttl ms
+_RENEW = (
+    _NOW_MS
+    + """
+local current = redis.call('HGET', KEYS[1], 'lt')
+if current ~= ARGV[1] then return {0, current or ''} end
+local expires = now_ms + tonumber(ARGV[2])
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+redis.call('HSET', KEYS[1], 'le', expires)
+return {1, tostring(expires)}
+"""
+)
+
+# KEYS: thread, live lease; ARGV: token
+_RELEASE = """
+if redis.call('HGET', KEYS[1], 'lt') == ARGV[1] then
+    redis.call('DEL', KEYS[2])
+    redis.call('HDEL', KEYS[1], 'lt', 'lo', 'le')
+end
+return 0
+"""
+
+# KEYS: thread, messages, archive, live lease, index; ARGV: thread id
+_DELETE = """
+local existed = redis.call('EXISTS', KEYS[1])  -- written, or leased
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('ZREM', KEYS[5], ARGV[1])
+return existed
+"""
+
+
+def _ttl_ms(thread_id: str, owner: str, ttl: float) -> int:
+    return max(1, math.ceil(check_lease_request(thread_id, owner, ttl) * 1000))
+
+
+def _check_str(what: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    return value
+
+
+class _Client:
+    """The redis-py client and the registered scripts (one per store)."""
+
+    def __init__(self, url: str, max_connections: int, timeout: float) -> None:
+        self.redis: redis.Redis = redis.Redis.from_url(
+            url,
+            decode_responses=True,
+            max_connections=max_connections,
+            socket_connect_timeout=timeout,
+            health_check_interval=30,
+        )
+        self.write = self.redis.register_script(_WRITE)
+        self.acquire = self.redis.register_script(_ACQUIRE)
+        self.renew = self.redis.register_script(_RENEW)
+        self.release = self.redis.register_script(_RELEASE)
+        self.delete = self.redis.register_script(_DELETE)
+
+
+class RedisStore(NetworkedStore):
+    """:class:`~tinyctx.stores.Store` and :class:`~tinyctx.threads.ThreadStore` on Redis.
+
+    ``url`` is a redis-py URL: ``redis://[:password@]host:6379/0``, ``rediss://`` (TLS) or
+    ``unix:///path/redis.sock``. Options:
+
+    - ``prefix``: the start of every key this store uses; applications or tenants that must
+      not see each other use different prefixes;
+    - ``max_connections``: the client's connection pool, and calls in flight at once per
+      event loop;
+    - ``timeout``: seconds to wait when connecting;
+    - ``archive_retention``: seconds compacted-away originals stay readable through
+      :meth:`archived`; None keeps them until the thread is deleted.
+
+    Calls run on redis-py's sync client in worker threads (``redis.asyncio`` is asyncio-only),
+    so the store serves trio and asyncio alike. Use a Redis with persistence (AOF) for data
+    that must survive a restart of Redis itself.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "tinyctx:",
+        max_connections: int = 8,
+        timeout: float = 30.0,
+        archive_retention: float | None = None,
+    ) -> None:
+        owner = "RedisStore"
+        if _MISSING is not None:
+            raise missing_extra(owner, "redis-py", "redis", _MISSING)
+        if not isinstance(url, str) or not url.startswith(_SCHEMES):
+            shown = redact_url(url) if isinstance(url, str) else url
+            raise ConfigError(
+                "url", shown, "a Redis URL: redis://, rediss:// or unix://", owner=owner
+            )
+        if not isinstance(prefix, str) or not prefix:
+            raise ConfigError("prefix", prefix, "a non-empty str", owner=owner)
+        check_positive(owner, "max_connections", max_connections, integer=True)
+        check_positive(owner, "timeout", timeout)
+        self.url = url
+        self.prefix = prefix
+        self.max_connections = max_connections
+        self.timeout = float(timeout)
+        self.archive_retention = check_retention(owner, archive_retention)
+        self._threads: WorkerThreads[_Client] = WorkerThreads(
+            self.__repr__, max_connections, self._connect, lambda client: client.redis.close()
+        )
+
+    def __repr__(self) -> str:
+        state = self._threads.state
+        return f"<RedisStore {redact_url(self.url)} prefix={self.prefix!r} {state}>"
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _connect(self) -> _Client:
+        client = _Client(self.url, self.max_connections, self.timeout)
+        try:
+            key = self.prefix + "schema"
+            client.redis.set(key, SCHEMA_VERSION, nx=True)
+            stored = int(client.redis.get(key) or 0)
+            if stored > SCHEMA_VERSION:
+                raise StoreSchemaError(
+                    f"Redis prefix {self.prefix!r}: layout version {stored} was written by a "
+                    f"newer tinyctx (this one reads up to version {SCHEMA_VERSION})"
+                )
+        except BaseException:
+            client.redis.close()
+            raise
+        return client
+
+    def _key(self, kind: str, name: str) -> str:
+        return f"{self.prefix}{kind}:{name}"
+
+    def _thread_keys(self, thread_id: str) -> tuple[str, str, str, str]:
+        return (
+            self._key("t", thread_id),
+            self._key("m", thread_id),
+            self._key("a", thread_id),
+            self._key("l", thread_id),
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def schema_version(self) -> int:
+        """The key layout version stored under the prefix."""
+        raw = await self._threads.run(lambda client: client.redis.get(self.prefix + "schema"))
+        return int(raw or 0)
+
+    # -- key/value -----------------------------------------------------------------------
+
+    async def get(self, namespace: str, key: str) -> Any | None:
+        name = self._key("kv", _check_str("namespace", namespace))
+        field = _check_str("key", key)
+        raw = await self._threads.run(lambda client: client.redis.hget(name, field))
+        return None if raw is None else json.loads(raw)
+
+    async def put(self, namespace: str, key: str, value: Any) -> None:
+        name = self._key("kv", _check_str("namespace", namespace))
+        field = _check_str("key", key)
+        encoded = _encode(value, f"the value of {namespace!r}/{key!r}", owner="RedisStore")
+        await self._threads.run(lambda client: client.redis.hset(name, field, encoded))
+
+    async def delete(self, namespace: str, key: str) -> bool:
+        name = self._key("kv", _check_str("namespace", namespace))
+        field = _check_str("key", key)
+        return bool(await self._threads.run(lambda client: client.redis.hdel(name, field)))
+
+    async def keys(self, namespace: str) -> list[str]:
+        name = self._key("kv", _check_str("namespace", namespace))
+        fields = await self._threads.run(lambda client: client.redis.hkeys(name))
+        return sorted(fields)
+
+    # -- notes ---------------------------------------------------------------------------
+
+    async def append_notes(
+        self,
+        namespace: str,
+        texts: Sequence[str],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> list[Note]:
+        """Append every text with consecutive ``seq`` values: one ``RPUSH``, atomic."""
+        items = _note_texts(texts)
+        name = self._key("n", _check_str("namespace", namespace))
+        if not items:
+            return []
+        meta = _encode(metadata or {}, "note metadata", owner="RedisStore")
+        now = time.time()
+        entries = [_note_entry(now, meta, text) for text in items]
+        length = int(await self._threads.run(lambda client: client.redis.rpush(name, *entries)))
+        first = length - len(items) + 1
+        decoded = json.loads(meta)
+        return [Note(namespace, first + i, text, now, decoded) for i, text in enumerate(items)]
+
+    async def notes(self, namespace: str, *, limit: int | None = None) -> list[Note]:
+        """Notes in ``seq`` order; with ``limit``, only the newest ``limit`` of them."""
+        _check_limit(limit)
+        name = self._key("n", _check_str("namespace", namespace))
+
+        def read(client: _Client) -> tuple[int, list[str]]:
+            with client.redis.pipeline(transaction=True) as pipe:
+                pipe.llen(name)
+                pipe.lrange(name, -limit if limit else 0, -1)
+                length, entries = pipe.execute()
+            return int(length), entries
+
+        length, entries = await self._threads.run(read)
+        first = length - len(entries) + 1
+        return [_note_from_entry(namespace, first + i, raw) for i, raw in enumerate(entries)]
+
+    # -- threads -------------------------------------------------------------------------
+
+    async def load_thread(self, thread_id: str) -> ThreadRecord:
+        """The thread now, read in one ``MULTI`` (one consistent snapshot)."""
+        thread, messages, _, _ = self._thread_keys(_check_str("thread_id", thread_id))
+
+        def read(client: _Client) -> tuple[list[str | None], list[str]]:
+            with client.redis.pipeline(transaction=True) as pipe:
+                pipe.hmget(thread, ["v", "cp", "st", "lt", "lo", "le"])
+                pipe.lrange(messages, 0, -1)
+                fields, docs = pipe.execute()
+            return fields, docs
+
+        fields, docs = await self._threads.run(read)
+        version, checkpoint, state, token, owner, expires = fields
+        lease = None
+        if token is not None:
+            lease = Lease(thread_id, str(owner), int(token), int(expires or 0) / 1000)
+        return ThreadRecord(thread_id, int(version or 0), tuple(docs), checkpoint, state, lease)
+
+    async def write(
+        self,
+        thread_id: str,
+        change: ThreadWrite,
+        *,
+        expected_version: int,
+        lease: Lease | None = None,
+    ) -> int:
+        """Apply ``change`` in one Lua script: fencing, version and range checks first."""
+        check_write(thread_id, change, expected_version, lease)
+        thread, messages, archive, _ = self._thread_keys(thread_id)
+        now = time.time()
+        keep_after = "" if self.archive_retention is None else repr(now - self.archive_retention)
+        checkpoint, state, compaction = change.checkpoint, change.state, change.compaction
+        args: list[str | int] = [
+            thread_id,
+            expected_version,
+            "" if lease is None else lease.token,
+            repr(now),
+            keep_after,
+            "u" if isinstance(checkpoint, Unchanged) else "c" if checkpoint is None else "s",
+            checkpoint if isinstance(checkpoint, str) else "",
+            "u" if isinstance(state, Unchanged) else "s",
+            state if isinstance(state, str) else "",
+        ]
+        if compaction is None:
+            args += ["", "", 0]
+        else:
+            replacement = compaction.replacement
+            args += [compaction.start, compaction.end, len(replacement), *replacement]
+        args += change.append
+        keys = [thread, messages, archive, self.prefix + "threads"]
+        outcome, figure = await self._threads.run(lambda client: client.write(keys=keys, args=args))
+        if outcome == "ok":
+            return int(figure)
+        if outcome == "fenced":
+            assert lease is not None
+            raise FencedOut(thread_id, lease.token, int(figure) if figure else None)
+        if outcome == "stale":
+            raise StaleThreadVersion(thread_id, expected_version, int(figure))
+        check_write_range(thread_id, change, int(figure))
+        raise AssertionError(f"write script returned {outcome!r}")  # pragma: no cover
+
+    async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
+        ttl_ms = _ttl_ms(thread_id, owner, ttl)
+        thread, _, _, live = self._thread_keys(_check_str("thread_id", thread_id))
+        keys = [thread, live, self.prefix + "fencing"]
+        args = [_check_str("owner", owner), ttl_ms]
+        granted, holder, expires, token = await self._threads.run(
+            lambda client: client.acquire(keys=keys, args=args)
+        )
+        if not granted:
+            raise LeaseHeld(thread_id, holder, int(expires) / 1000)
+        return Lease(thread_id, owner, int(token), int(expires) / 1000)
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        ttl_ms = _ttl_ms(lease.thread_id, lease.owner, ttl)
+        thread, _, _, live = self._thread_keys(_check_str("thread_id", lease.thread_id))
+        renewed, figure = await self._threads.run(
+            lambda client: client.renew(keys=[thread, live], args=[lease.token, ttl_ms])
+        )
+        if not renewed:
+            raise FencedOut(lease.thread_id, lease.token, int(figure) if figure else None)
+        return Lease(lease.thread_id, lease.owner, lease.token, int(figure) / 1000)
+
+    async def release_lease(self, lease: Lease) -> None:
+        thread, _, _, live = self._thread_keys(_check_str("thread_id", lease.thread_id))
+        await self._threads.run(
+            lambda client: client.release(keys=[thread, live], args=[lease.token])
+        )
+
+    async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
+        _check_limit(limit)
+        _check_str("prefix", prefix)
+        if limit == 0:
+            return []
+        index = self.prefix + "threads"
+        low = "[" + prefix if prefix else "-"
+        # every id starting with `prefix` sorts below prefix + U+10FFFF... in bytes; 0xFF
+        # never occurs in UTF-8, so prefix bytes + 0xFF is a strict upper bound
+        high: str | bytes = ("(" + prefix).encode() + b"\xff" if prefix else "+"
+
+        def read(client: _Client) -> list[str]:
+            if limit is None:
+                return client.redis.zrangebylex(index, low, high)  # type: ignore[return-value]
+            return client.redis.zrangebylex(  # type: ignore[return-value]
+                index, low, high, start=0, num=limit
+            )
+
+        return await self._threads.run(read)
+
+    async def archived(self, thread_id: str) -> list[ArchivedRange]:
+        _, _, archive, _ = self._thread_keys(_check_str("thread_id", thread_id))
+        entries: list[str] = await self._threads.run(
+            lambda client: client.redis.lrange(archive, 0, -1)
+        )
+        keep_after = (
+            None if self.archive_retention is None else time.time() - self.archive_retention
+        )
+        ranges: list[ArchivedRange] = []
+        at = 0
+        while at < len(entries):
+            version, start, end, archived_at, count = entries[at].split(" ")
+            originals = tuple(entries[at + 1 : at + 1 + int(count)])
+            at += 1 + int(count)
+            if keep_after is not None and float(archived_at) < keep_after:
+                continue
+            ranges.append(
+                ArchivedRange(
+                    thread_id, int(version), int(start), int(end), originals, float(archived_at)
+                )
+            )
+        return ranges
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        keys = [*self._thread_keys(_check_str("thread_id", thread_id)), self.prefix + "threads"]
+        existed = await self._threads.run(lambda client: client.delete(keys=keys, args=[thread_id]))
+        return bool(existed)
+
+
+def _note_entry(created_at: float, metadata: str, text: str) -> str:
+    return f"[{created_at!r},{metadata},{json.dumps(text, ensure_ascii=False)}]"
+
+
+def _note_from_entry(namespace: str, seq: int, raw: str) -> Note:
+    created_at, metadata, text = json.loads(raw)
+    return Note(namespace, seq, text, float(created_at), metadata)
