@@ -284,9 +284,10 @@ policies = [
             assert summary["error"] is None and summary["overflows_remaining"] == 0, path.name
 
     def test_a_transcript_that_cannot_fit_stops_with_exit_1(self, shared_data: Path) -> None:
-        # nine parallel reads, each cut to the 1 KiB floor, are still more than 1000 tokens
+        # nine parallel reads, each cut to a tenth of the window as it arrives, then the
+        # history summarized and trimmed, are still more than 500 tokens
         path = shared_data / "transcripts" / "openai" / "marot__spotter__cc-subagent-a2898e3.jsonl"
-        code, out, err = run_cli("replay", str(path), "--window", "1500", "--reserve", "500")
+        code, out, err = run_cli("replay", str(path), "--window", "1000", "--reserve", "500")
         assert code == 1
         assert "stopped: prompt of ~" in err and "does not fit" in err
         assert "stopped" not in out.split("model calls replayed")[0]

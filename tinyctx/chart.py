@@ -34,6 +34,7 @@ class Series:
 CHART_SERIES: list[Series] = [
     Series("raw_tokens", "without the stack", "#8a8a8a", dash="5 4", width=1.5),
     Series("tokens", "sent (with the stack)", "#1f6fb2"),
+    Series("cache_read_tokens", "read from the prompt cache (--price)", "#2a9d8f", width=1.5),
 ]
 """Lines drawn per call, in order; a series is drawn when the calls have its key."""
 
@@ -107,11 +108,13 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
     def y(tokens: float) -> float:
         return _BOTTOM - (_BOTTOM - _TOP) * tokens / y_top
 
+    sweep = payload.get("sweep")
+    height = _H + (_SWEEP_H if sweep else 0)
     out: list[str] = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
-        f'viewBox="0 0 {_W} {_H}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" '
+        f'viewBox="0 0 {_W} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" '
         'font-size="12">',
-        f'<rect width="{_W}" height="{_H}" fill="white"/>',
+        f'<rect width="{_W}" height="{height}" fill="white"/>',
         f'<text x="{_LEFT}" y="28" font-size="16" font-weight="bold">'
         f"tinyctx replay: {escape(name)}</text>",
     ]
@@ -236,8 +239,63 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
         row = ly + 22 + n * 20
         out.append(f'<g transform="translate({lx},{row - 4})">{swatch}</g>')
         out.append(f'<text x="{lx + 30}" y="{row}">{escape(label)}</text>')
+    if sweep:
+        out += _sweep_panel(sweep["points"], sweep.get("knob", "low_water"), _H)
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+_SWEEP_H = 340
+
+
+def _sweep_panel(points: Sequence[Mapping[str, Any]], knob: str, top: float) -> list[str]:
+    """Under the main chart: cost against average prompt tokens, one point per value of the
+    swept knob (``tinyctx replay --sweep``): the curve a user picks a setting from."""
+    good = [p for p in points if p.get("error") is None] or list(points)
+    left, right, upper, lower = _LEFT, _RIGHT, top + 50, top + _SWEEP_H - 50
+    x_ticks = nice_ticks(max(p["average_prompt_tokens"] for p in good) * 1.04)
+    y_ticks = nice_ticks(max(max(p["cost"] for p in good), 1e-9) * 1.08)
+
+    def x(tokens: float) -> float:
+        return left + (right - left) * tokens / x_ticks[-1]
+
+    def y(cost: float) -> float:
+        return lower - (lower - upper) * cost / y_ticks[-1]
+
+    out = [
+        f'<text x="{left}" y="{top + 24}" font-size="14" font-weight="bold">sweep of {knob}: '
+        "cost against average prompt tokens</text>",
+        f'<line x1="{left}" y1="{lower}" x2="{right}" y2="{lower}" stroke="#333"/>',
+        f'<line x1="{left}" y1="{upper}" x2="{left}" y2="{lower}" stroke="#333"/>',
+    ]
+    for tick in x_ticks:
+        out.append(
+            f'<text x="{x(tick):.1f}" y="{lower + 16}" text-anchor="middle" fill="#444">'
+            f"{_label(tick)}</text>"
+        )
+    for tick in y_ticks:
+        out.append(
+            f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" text-anchor="end" fill="#444">'
+            f"${tick:.2f}</text>"
+        )
+    ordered = sorted(good, key=lambda p: p["average_prompt_tokens"])
+    line = " ".join(f"{x(p['average_prompt_tokens']):.1f},{y(p['cost']):.1f}" for p in ordered)
+    out.append(f'<polyline fill="none" stroke="#2a9d8f" stroke-width="2" points="{line}"/>')
+    for p in ordered:
+        px, py = x(p["average_prompt_tokens"]), y(p["cost"])
+        title = (
+            f"{knob} {p['value']:g}: ${p['cost']:.4f}, {p['average_prompt_tokens']:,.0f} "
+            f"tokens per call, {p['prefix_breaks']} prefix breaks"
+        )
+        out.append(_marker("circle", px, py, "#2a9d8f", title))
+        out.append(
+            f'<text x="{px:.1f}" y="{py - 10:.1f}" text-anchor="middle">{p["value"]:g}</text>'
+        )
+    out.append(
+        f'<text x="{(left + right) / 2}" y="{lower + 36}" text-anchor="middle">'
+        "average prompt tokens per call</text>"
+    )
+    return out
 
 
 def write_chart(

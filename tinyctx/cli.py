@@ -3,6 +3,7 @@
     tinyctx                      replay the bundled transcript through the default stack
     tinyctx replay [TRANSCRIPT|-] [--window N] [--reserve N] [--stack NAME|FILE]
                    [--tokenizer FILE|HUB-NAME] [--format NAME] [--json] [--plot FILE.svg]
+                   [--price MODEL] [--prices FILE.toml] [--sweep [0.2,0.4,...]]
     tinyctx stats TRANSCRIPT|- [--tokenizer FILE|HUB-NAME] [--json]
 
 Stacks and layers are found by name through entry points (``tinyctx.stacks`` and
@@ -38,6 +39,7 @@ from .tokens import TokenCounter, default_counter
 __all__ = [
     "main",
     "load_stack",
+    "load_stack_at",
     "StackError",
     "bundled_transcript",
     "default_reserve",
@@ -190,6 +192,33 @@ def load_stack(spec: str, *, counter: TokenCounter | None = None) -> list[LayerL
     return stack
 
 
+def load_stack_at(
+    spec: str, low_water: float, *, counter: TokenCounter | None = None
+) -> list[LayerLike]:
+    """``spec`` with its budget guard's low-water mark set to ``low_water`` (for sweeps): a
+    named stack whose factory takes ``low_water``, or a TOML file whose ``budget_guard``
+    layers get ``low_water`` (replacing any ``target``/``low_water`` they set)."""
+    stacks = _entry_points("tinyctx.stacks")
+    if spec in stacks:
+        factory: StackFactory = stacks[spec].load()
+        if not _accepts(factory, "low_water"):
+            raise StackError(f"--sweep: stack {spec!r} has no low_water knob to sweep")
+        return list(factory(counter=counter, low_water=low_water))
+    path = Path(spec)
+    load_stack(spec, counter=counter)  # the file, validated as it is
+    tables = tomllib.loads(path.read_text(encoding="utf-8"))["layers"]
+    if not any(t.get("use") == "budget_guard" for t in tables):
+        raise StackError(f"--sweep: {path} has no budget_guard layer whose low_water to sweep")
+    for t in tables:
+        if t.get("use") == "budget_guard":
+            t.pop("target", None)
+            t["low_water"] = low_water
+    return [
+        _build(_use(t, f"{path}: layers[{i}]"), _args(t), f"{path}: layers[{i}]", counter)
+        for i, t in enumerate(tables)
+    ]
+
+
 def _check_order(stack: Sequence[LayerLike], where: str) -> None:
     """Declared ordering rules are checked before anything replays (never reordered)."""
     try:
@@ -314,6 +343,49 @@ def _counter(spec: str | None) -> TokenCounter:
         _fail(f"{flag}: cannot load from the hub: {exc}", EXIT_TOKENIZER)
 
 
+def _price(args: argparse.Namespace) -> Any:
+    """The ModelPrice asked for with --price / --prices, or None (no cost shown)."""
+    from .cost import DEFAULT_PRICE, load_price_table, price_for
+
+    if args.price is None and args.prices is None and args.sweep is None:
+        return None
+    table = None
+    if args.prices is not None:
+        try:
+            table = load_price_table(args.prices)
+        except ConfigError as exc:
+            _fail(f"--prices {args.prices}: {exc}", EXIT_INPUT)
+    name = args.price
+    if name is None:
+        if table is not None and len(table) == 1:
+            return next(iter(table.values()))
+        if table is not None:
+            _fail(f"--prices {args.prices}: several models ({', '.join(table)}); choose --price")
+        name = DEFAULT_PRICE
+    try:
+        return price_for(name, table)
+    except ConfigError as exc:
+        _fail(f"--price {name}: {exc}")
+
+
+DEFAULT_SWEEP = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+
+
+def _sweep_values(text: str) -> tuple[float, ...]:
+    if text == "default":
+        return DEFAULT_SWEEP
+    values: list[float] = []
+    for item in text.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            _fail(f"--sweep {text!r}: {item!r} is not a number (e.g. 0.2,0.4,0.6)")
+        if not 0 < value <= 1:
+            _fail(f"--sweep {text!r}: {value} is not a low-water fraction in (0, 1]")
+        values.append(value)
+    return tuple(values)
+
+
 def _plot_path(spec: str) -> Path:
     """``--plot``'s file, checked before the replay so a long run never ends in an error."""
     path = Path(spec)
@@ -384,8 +456,11 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
     if not any(isinstance(m, AssistantMessage) for m in transcript):
         _fail(f"{source}: the transcript holds no model answer; nothing to replay", EXIT_EMPTY)
     counter = _counter(args.tokenizer)
+    price = _price(args)
+    values = _sweep_values(args.sweep) if args.sweep is not None else ()
     try:
         stack = load_stack(args.stack, counter=counter)
+        swept = [load_stack_at(args.stack, v, counter=counter) for v in values]
     except StackError as exc:
         _fail(str(exc))
     try:
@@ -404,6 +479,24 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
     payload["transcript"] = "-" if source == "-" else source
     payload["stack"] = args.stack
     # extra per-call data (cost, ...): enrich payload["calls"][i] / payload["summary"] here
+    if price is not None:
+        from .cost import add_to_payload
+
+        add_to_payload(payload, report.cost(price))
+    if values:
+        from .cost import sweep
+
+        stacks = iter(swept)
+        points = sweep(
+            transcript,
+            lambda _value: next(stacks),
+            values,
+            price=price,
+            window=args.window,
+            reserved=reserve,
+            counter=counter,
+        )
+        payload["sweep"] = {"knob": "low_water", "points": [p.to_json() for p in points]}
     if args.json:
         json.dump(payload, io.out, indent=2)
         io.out.write("\n")
@@ -597,6 +690,26 @@ def _replay_parser(io: _IO) -> _Parser:
     _add_input(parser)
     parser.add_argument(
         "--plot", metavar="FILE.svg", help="also write an SVG chart of the prompt size per call"
+    )
+    parser.add_argument(
+        "--price",
+        metavar="MODEL",
+        help="price every call with prompt caching at MODEL's prices (claude-sonnet-4-5, "
+        "gpt-4o, ...: tinyctx.cost.PRICES); adds cache and cost columns",
+    )
+    parser.add_argument(
+        "--prices",
+        metavar="FILE.toml",
+        help="your own price table: [models.NAME] input, output, cache_write, cache_read, "
+        "caching, min_cacheable, cache_granularity, window",
+    )
+    parser.add_argument(
+        "--sweep",
+        nargs="?",
+        const="default",
+        metavar="VALUES",
+        help="also replay at each low-water mark (default 0.1,...,0.8) and show average "
+        "prompt tokens against cost (a table, and a panel of --plot)",
     )
     return parser
 

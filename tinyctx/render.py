@@ -24,6 +24,7 @@ __all__ = [
     "SummaryItem",
     "CALL_COLUMNS",
     "SUMMARY_ITEMS",
+    "SWEEP_COLUMNS",
     "console",
     "number",
     "percent",
@@ -95,6 +96,17 @@ CALL_COLUMNS: list[Column] = [
         style=_over,
     ),
     Column("saved", "saved", "raw - sent: tokens the stack kept out"),
+    # with --price (tinyctx.cost)
+    Column("cache_read_tokens", "read", "tokens read from the provider's prompt cache"),
+    Column("cache_write_tokens", "written", "tokens written to the prompt cache"),
+    Column("cost_usd", "cost", "this call's cost in USD at --price", "${:.4f}".format),
+    Column(
+        "break_at",
+        "break",
+        "the cached prefix broke at this message index (a layer rewrote it)",
+        lambda v: "" if v is None else f"@{v}",
+        style=lambda call: "yellow" if call.get("prefix_broke") else "",
+    ),
     Column("actions", "actions", "what the layers did", "; ".join, "left", wrap=True),
 ]
 """The replay table's columns, in order. Append to show a key you added to each call."""
@@ -106,8 +118,26 @@ SUMMARY_ITEMS: list[SummaryItem] = [
     SummaryItem("overflows_avoided", "  kept inside it by the stack"),
     SummaryItem("overflows_remaining", "calls over it even with the stack"),
     SummaryItem("total_tokens_saved", "tokens saved over all calls"),
+    # with --price (tinyctx.cost)
+    SummaryItem("average_prompt_tokens", "average prompt tokens", lambda v: f"{v:,.0f}"),
+    SummaryItem("cache_read_tokens", "tokens read from the prompt cache"),
+    SummaryItem("cache_write_tokens", "tokens written to the prompt cache"),
+    SummaryItem("uncached_tokens", "tokens billed as plain input"),
+    SummaryItem("prefix_breaks", "calls that broke the cached prefix"),
+    SummaryItem("total_cost_usd", "total cost in USD", "${:.4f}".format),
 ]
 """The replay summary's lines, in order (after "N of M calls replayed")."""
+
+
+SWEEP_COLUMNS: list[Column] = [
+    Column("value", "low_water", "the knob's value", "{:g}".format),
+    Column("average_prompt_tokens", "avg prompt", "tokens sent per call", lambda v: f"{v:,.0f}"),
+    Column("cost", "cost", "USD for the replay", "${:.4f}".format),
+    Column("prefix_breaks", "breaks", "calls that broke the cached prefix"),
+    Column("calls", "calls", "model calls replayed"),
+    Column("error", "stopped", "why the replay stopped", str, "left", wrap=True),
+]
+"""The ``--sweep`` table's columns."""
 
 
 class _Console(Console):
@@ -176,6 +206,16 @@ def print_replay(payload: Mapping[str, Any], out: Console, name: str) -> None:
     out.print(_legend(CALL_COLUMNS, calls))
     out.print()
     out.print(_summary(summary))
+    sweep = payload.get("sweep")
+    if sweep:
+        out.print()
+        out.print(
+            table(
+                sweep["points"],
+                SWEEP_COLUMNS,
+                title=f"sweep of {sweep['knob']}: average prompt tokens against cost",
+            )
+        )
 
 
 def replayed(summary: Mapping[str, Any]) -> str:

@@ -14,21 +14,26 @@ the driver continues with a new run carrying that message, so the conversation i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import attrs
 from attrs import field, frozen
 
 from .agent import Agent, Session
 from .chain import Layer, LayerLike, ModelCall, ToolCallHandler
 from .context import RunConfig, RunContext
 from .control import Interrupt
+from .cost import PromptShape
 from .errors import ContextLimitExceeded, Interrupted
 from .events import Event, EventSink, freed_tokens
 from .messages import AssistantMessage, Message, ToolCall, ToolResult, check_pairing
 from .model import ModelRequest, ModelResponse
 from .tokens import TokenCounter, default_counter
 from .tools import Tool
+
+if TYPE_CHECKING:
+    from .cost import CostReport, ModelPrice
 
 __all__ = ["CallRow", "ReplayReport", "replay", "replay_sync", "ReplayModel"]
 
@@ -48,6 +53,8 @@ class CallRow:
     actions: tuple[str, ...] = ()
     events: tuple[Event, ...] = field(default=(), repr=False, eq=False)
     window: int | None = None
+    shape: PromptShape | None = field(default=None, repr=False, eq=False)
+    """The sent prompt as :mod:`tinyctx.cost` prices it (messages, per-message tokens)."""
 
     @property
     def utilisation(self) -> float | None:
@@ -83,6 +90,18 @@ class ReplayReport:
     error: str | None = None
     recorded_calls: int | None = None
     """Model calls in the recording (its assistant messages); ``len(rows)`` of them replayed."""
+
+    def cost(self, price: ModelPrice | str | None = None) -> CostReport:
+        """What the calls of this replay cost at ``price`` (a model name or a
+        :class:`~tinyctx.cost.ModelPrice`; default Claude Sonnet 4.5): see :mod:`tinyctx.cost`."""
+        from .cost import DEFAULT_PRICE, price_replay
+
+        return price_replay(self, DEFAULT_PRICE if price is None else price)
+
+    @property
+    def average_prompt_tokens(self) -> float:
+        """Tokens sent per model call, on average."""
+        return sum(r.tokens for r in self.rows) / len(self.rows) if self.rows else 0.0
 
     @property
     def usable(self) -> int | None:
@@ -231,15 +250,24 @@ class _Recorder(Layer):
 
     ordering_neutral = True  # observers: the stack's own ordering rules ignore them
 
-    def __init__(self, name: str, sink: Callable[[ModelRequest, RunContext[Any]], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        sink: Callable[[ModelRequest, RunContext[Any]], None],
+        after: Callable[[ModelResponse], None] | None = None,
+    ) -> None:
         self.name = name
         self._sink = sink
+        self._after = after
 
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
     ) -> ModelResponse:
         self._sink(request, ctx)
-        return await call_next(request, ctx)
+        response = await call_next(request, ctx)
+        if self._after is not None:
+            self._after(response)
+        return response
 
 
 _QUIET = frozenset(
@@ -283,20 +311,37 @@ async def replay(
         events = tuple(e for e in seen if e.kind not in _QUIET)
         seen.clear()
         usable = window - reserved if window is not None else None
+        tokens = counter.count_request(request)
+        message_tokens = tuple(map(counter.count_message, request.messages))
+        shape = PromptShape(
+            request.messages,
+            message_tokens,
+            tokens - sum(message_tokens),
+            0,
+            (request.system_prompt, request.tools),
+        )
         rows.append(
             CallRow(
                 index=len(rows) + 1,
                 messages=len(request.messages),
-                tokens=counter.count_request(request),
+                tokens=tokens,
                 raw_tokens=pending_raw.pop() if pending_raw else 0,
                 usable=usable,
                 window=window,
                 actions=tuple(d for e in events if (d := e.describe())),
                 events=events,
+                shape=shape,
             )
         )
         if progress is not None:
             progress(model.position, len(transcript))
+
+    def answered(response: ModelResponse) -> None:
+        # the reply's tokens are what the call's output costs
+        row = rows[-1]
+        if row.shape is not None:
+            output = counter.count_message(response.message)
+            rows[-1] = attrs.evolve(row, shape=attrs.evolve(row.shape, output_tokens=output))
 
     agent = Agent(
         model=model,
@@ -304,7 +349,7 @@ async def replay(
         middleware=[
             _Recorder("replay-measure-raw", outer),
             *stack,
-            _Recorder("replay-measure-sent", inner),
+            _Recorder("replay-measure-sent", inner, answered),
             _ReplayTools(model),
         ],
     )
