@@ -126,7 +126,29 @@ class TestChart:
         stopped = payload["summary"]["error"] is not None
         assert any(t.startswith("stopped:") for t in texts) == stopped
         drawn = len(root.findall(f"{SVG}polyline"))
-        assert drawn == (len(CHART_SERIES) if payload["calls"] else 0)
+        shown = [x for x in CHART_SERIES if any(c.get(x.key) is not None for c in payload["calls"])]
+        assert drawn == len(shown)  # a series is drawn when the calls carry its key
         names = {e["name"] for c in payload["calls"] for e in c["events"]}
         for name in names:
             assert any(t.startswith(f"{name} (") for t in texts)
+
+    def test_numbers_are_never_cut_when_columns_do_not_fit(self) -> None:
+        """With many extra columns the lines get wider; every number is printed whole."""
+        extra = [Column(f"x{i}", f"extra{i}", f"extra column {i}") for i in range(6)]
+        calls = [
+            {"index": i, "tokens": 1_234_567 * i, **{f"x{j}": 9_876_543 + j for j in range(6)}}
+            for i in range(1, 4)
+        ]
+        payload = {"window": 2_000_000, "reserved": 0, "usable": 2_000_000, "calls": calls}
+        payload["summary"] = {"model_calls": 3, "recorded_model_calls": 3, "error": None}
+        out = io.StringIO()
+        CALL_COLUMNS.extend(extra)
+        try:
+            print_replay(payload, console(out), "t.jsonl")
+        finally:
+            del CALL_COLUMNS[-len(extra) :]
+        text = out.getvalue()
+        for call in calls:
+            assert f"{call['tokens']:,}" in text
+            assert all(f"{call[f'x{j}']:,}" in text for j in range(6))
+        assert "…" not in text
