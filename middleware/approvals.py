@@ -362,7 +362,13 @@ class Approvals(Layer):
             return False
         under_review = review_calls(checkpoint.payload)
         if under_review is None:
-            return False
+            raise ResumeError(
+                [
+                    f"the checkpoint paused by {self.name!r} has no review payload (was it "
+                    "stored by a store that does not keep Checkpoint.payload?); nothing can "
+                    "be matched to the calls under review"
+                ]
+            )
         problems: list[str] = []
         ids = [str(c.get("id")) for c in under_review]
         for call_id in decisions:

@@ -465,6 +465,19 @@ class TestRefusedDecisions:
                 await session.resume(decisions={"c1": Approve()})
             assert session.paused is not None
 
+    async def test_a_checkpoint_that_lost_its_payload_is_refused_clearly(self) -> None:
+        """A review pause without its payload (a lossy store) is named as the problem."""
+        session, box, model, paused = await paused_session(
+            Approvals("deploy"), call("deploy", id="d1", service="web")
+        )
+        try:
+            stripped = paused.checkpoint.evolve(payload=None)
+            with pytest.raises(ResumeError, match="has no review payload"):
+                await session.resume(stripped, decisions={"d1": Approve()})
+            assert box.ran == []
+        finally:
+            await session.__aexit__(None, None, None)
+
     async def test_bad_decision_values_are_type_errors(self) -> None:
         """Something that is not a Decision is refused with its key named."""
         session, box, model, paused = await paused_session(
