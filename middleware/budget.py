@@ -18,10 +18,12 @@ else the window the provider last reported (``Usage.context_window``), else the 
 table (:func:`tinyctx.tokens.context_window`). An unknown window is a clear error, never a
 guard that silently never fires.
 
-Default policy order: drop non-essential context → microcompact tool outputs → summarize
-→ trim oldest (:func:`default_policies`); ``order="seed"`` gives the seed document's
-drop → trim → summarize → compact. Summarizing policies sit behind a circuit breaker:
-``breaker_threshold`` (3) consecutive failures skip them until a trial succeeds.
+Default policy order: drop non-essential context → clear old images (all but the newest 3)
+→ microcompact tool outputs → summarize → trim oldest (:func:`default_policies`): old
+images go before old text, as a screenshot costs much and says little once acted on.
+``order="seed"`` gives the seed document's drop → trim → summarize → compact.
+Summarizing policies sit behind a circuit breaker: ``breaker_threshold`` (3) consecutive
+failures skip them until a trial succeeds.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from tinyctx.tokens import (
 
 from .drop_nonessential import DropNonessential
 from .fallback import Fallback
+from .images import ClearOldImages
 from .microcompact import Microcompact
 from .policy import PressurePolicy, Relief
 from .summarize import ExtractiveSummarizer, Summarize
@@ -89,11 +92,11 @@ __all__ = [
     "ProviderContextLimit",
 ]
 
-Role = Literal["drop", "compact", "summarize", "trim"]
+Role = Literal["drop", "images", "compact", "summarize", "trim"]
 
 ORDERS: FrozenDict[str, tuple[Role, ...]] = FrozenDict(
     {
-        "default": ("drop", "compact", "summarize", "trim"),
+        "default": ("drop", "images", "compact", "summarize", "trim"),
         "seed": ("drop", "trim", "summarize", "compact"),
     }
 )
@@ -104,6 +107,7 @@ OrderSpec = str | Sequence[str]
 # role -> factory of the built-in policy for it; one place lists what default_policies builds
 _POLICY_FACTORIES: dict[str, Callable[[], PressurePolicy]] = {
     "drop": DropNonessential,
+    "images": ClearOldImages,
     "compact": Microcompact,
     # offline and deterministic; pass Summarize(ModelSummarizer(model)) for model summaries
     "summarize": lambda: Summarize(ExtractiveSummarizer()),
@@ -112,7 +116,7 @@ _POLICY_FACTORIES: dict[str, Callable[[], PressurePolicy]] = {
 
 
 def policy_role(policy: object) -> str | None:
-    """The role of ``policy`` ("drop", "compact", "summarize", "trim") or None.
+    """The role of ``policy`` ("drop", "images", "compact", "summarize", "trim") or None.
 
     Its ``role`` attribute when it has one, else guessed from its name (``Microcompact``
     → compact, ``Summarize`` → summarize, ...).
@@ -168,8 +172,9 @@ def order_policies(policies: Sequence[PressurePolicy], order: OrderSpec) -> list
 def default_policies(order: OrderSpec = "default") -> list[PressurePolicy]:
     """Fresh instances of the built-in policies, in ``order`` (``"default"`` or ``"seed"``).
 
-    The guard's default: drop non-essential context, compact tool outputs, summarize, trim
-    the oldest messages — each role filled by the built-in policy for it.
+    The guard's default: drop non-essential context, clear old images, compact tool
+    outputs, summarize, trim the oldest messages — each role filled by the built-in policy
+    for it.
     """
     roles = _order_roles(order, "default_policies")
     return [_POLICY_FACTORIES[role]() for role in roles if role in _POLICY_FACTORIES]

@@ -53,6 +53,7 @@ from ._compaction import (
     mark,
     utf8_len,
 )
+from .images import clear_images_history
 from .policy import Relief
 from .triggers import Trigger
 from .triggers import trigger as as_trigger
@@ -77,12 +78,14 @@ class MicrocompactStats:
     results_cleared: int = 0
     bytes_freed: int = 0
     tokens_freed: int = 0
+    images_cleared: int = 0
+    """Images replaced by placeholders (``keep_images``), in any message."""
     inputs_cleared: int = 0
     """Tool calls whose arguments were cleared (``clear_tool_inputs``)."""
 
     @property
     def changed(self) -> bool:
-        return self.results_cleared > 0 or self.inputs_cleared > 0
+        return self.results_cleared > 0 or self.inputs_cleared > 0 or self.images_cleared > 0
 
 
 _NOTHING = MicrocompactStats()
@@ -183,6 +186,8 @@ def microcompact_history(
     *,
     counter: TokenCounter | None = None,
     memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None = None,
+    keep_images: int | None = None,
+    image_memo: MutableMapping[int, tuple[Message, Message, int]] | None = None,
     clear_inputs: bool = False,
 ) -> tuple[tuple[Message, ...], MicrocompactStats]:
     """Clear the content of every tool result older than the newest ``keep_recent`` turns.
@@ -202,7 +207,48 @@ def microcompact_history(
     ``memo`` is a dict the caller keeps between calls with the same settings: a result
     cleared before is reused from it, so compacting an uncompacted history again and again
     (a transient layer) costs lookups, not new messages.
+
+    ``keep_images=N`` then also replaces every image but the newest ``N`` — in tool
+    results and user messages — with a text placeholder naming it (see
+    :func:`~tinyctx.middleware.images.clear_images_history`; ``image_memo`` is its memo).
     """
+    out, stats = _clear_results(
+        history, keep_recent, placeholder, exclude_tools, counter, memo, clear_inputs
+    )
+    return _clear_images(out, stats, keep_images, counter, image_memo)
+
+
+def _clear_images(
+    history: tuple[Message, ...],
+    stats: MicrocompactStats,
+    keep_images: int | None,
+    counter: TokenCounter | None,
+    memo: MutableMapping[int, tuple[Message, Message, int]] | None,
+) -> tuple[tuple[Message, ...], MicrocompactStats]:
+    """``history`` with images past the newest ``keep_images`` cleared, stats merged."""
+    if keep_images is None:
+        return history, stats
+    out, images = clear_images_history(history, keep_images, counter=counter, memo=memo)
+    if not images.changed:
+        return history, stats
+    merged = attrs.evolve(
+        stats,
+        images_cleared=images.images_cleared,
+        bytes_freed=stats.bytes_freed + images.bytes_freed,
+        tokens_freed=stats.tokens_freed + images.tokens_freed,
+    )
+    return out, merged
+
+
+def _clear_results(
+    history: Sequence[Message],
+    keep_recent: int,
+    placeholder: str,
+    exclude_tools: Iterable[str],
+    counter: TokenCounter | None,
+    memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None,
+    clear_inputs: bool = False,
+) -> tuple[tuple[Message, ...], MicrocompactStats]:
     history = as_history(history)
     check_int(keep_recent, "keep_recent", "microcompact")
     _check_placeholder(placeholder, "microcompact")
@@ -271,7 +317,9 @@ def microcompact_history(
                 freed_tokens += max(saved, 0)
     if not cleared:
         return history, _NOTHING
-    return tuple(out), MicrocompactStats(len(turns), cleared, freed_bytes, freed_tokens, inputs)
+    return tuple(out), MicrocompactStats(
+        len(turns), cleared, freed_bytes, freed_tokens, inputs_cleared=inputs
+    )
 
 
 CLEARED_ARGUMENTS: FrozenDict[str, Any] = FrozenDict()
@@ -307,6 +355,7 @@ class MicrocompactApplied(Event):
     inputs_cleared: int = 0
     persisted: bool = False
     source: str = "layer"
+    images_cleared: int = 0
 
     @classmethod
     def of(
@@ -320,6 +369,7 @@ class MicrocompactApplied(Event):
             inputs_cleared=stats.inputs_cleared,
             persisted=persisted,
             source=source,
+            images_cleared=stats.images_cleared,
         )
 
     def describe(self) -> str | None:
@@ -352,10 +402,11 @@ class _Session:
     ``microcompact_history(memo=...)``), so a transient layer re-clears the same results for free.
     """
 
-    __slots__ = ("cleared", "out", "start")
+    __slots__ = ("cleared", "images", "out", "start")
 
     def __init__(self) -> None:
         self.cleared: dict[int, tuple[ToolResult, ToolResult, int]] = {}
+        self.images: dict[int, tuple[Message, Message, int]] = {}
         self.out: tuple[Message, ...] = ()
         self.start = 0
 
@@ -380,6 +431,9 @@ class _Session:
         if len(self.cleared) > 2 * len(passed) + 64:  # forget results that left the history
             live = {id(m) for m in passed}
             self.cleared = {k: v for k, v in self.cleared.items() if k in live}
+        if len(self.images) > 2 * len(passed) + 64:
+            live = {id(m) for m in passed}
+            self.images = {k: v for k, v in self.images.items() if k in live}
 
 
 class Microcompact(Layer):
@@ -405,6 +459,10 @@ class Microcompact(Layer):
     ``persist=False`` rewrites only the request of this call. As a pressure policy
     (``relieve``) it clears everything it may, ignoring the trigger and ``clear_at_least``,
     and leaves committing to the guard.
+
+    ``keep_images=N`` (default None: off) also keeps only the newest ``N`` images of the
+    history — in tool results and user messages, whatever their turn — and replaces each
+    older one with a placeholder such as ``[image cleared: screenshot 1280×800]``.
     """
 
     idempotent = True  # cleared results are skipped: its own output passes unchanged
@@ -424,10 +482,14 @@ class Microcompact(Layer):
         trigger: Any = None,
         clear_at_least: int = 0,
         clear_tool_inputs: bool = False,
+        keep_images: int | None = None,
         name: str | None = None,
     ) -> None:
         owner = type(self).__name__
         self.keep_recent = check_int(keep_recent, "keep_recent", owner)
+        self.keep_images = (
+            None if keep_images is None else check_int(keep_images, "keep_images", owner)
+        )
         self.placeholder = _check_placeholder(placeholder, owner)
         self.exclude_tools = check_tool_names(exclude_tools, "exclude_tools", owner)
         if min_tokens is not None and trigger is not None:
@@ -464,6 +526,7 @@ class Microcompact(Layer):
         messages: tuple[Message, ...],
         counter: TokenCounter,
         memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None = None,
+        image_memo: MutableMapping[int, tuple[Message, Message, int]] | None = None,
     ) -> tuple[tuple[Message, ...], MicrocompactStats]:
         return microcompact_history(
             messages,
@@ -472,6 +535,8 @@ class Microcompact(Layer):
             self.exclude_tools,
             counter=counter,
             memo=memo,
+            keep_images=self.keep_images,
+            image_memo=image_memo,
             clear_inputs=self.clear_tool_inputs,
         )
 
@@ -489,9 +554,19 @@ class Microcompact(Layer):
         if start:
             window = messages[start:]
             if _protected_from(window, self.keep_recent) is not None:
-                out, stats = self._run(window, counter, session.cleared)
-                return (messages, stats) if out is window else (messages[:start] + out, stats)
-        return self._run(messages, counter, session.cleared)
+                out, stats = _clear_results(
+                    window,
+                    self.keep_recent,
+                    self.placeholder,
+                    self.exclude_tools,
+                    counter,
+                    session.cleared,
+                    self.clear_tool_inputs,
+                )
+                full = messages if out is window else messages[:start] + out
+                # images are counted over the whole history: the newest N may be anywhere
+                return _clear_images(full, stats, self.keep_images, counter, session.images)
+        return self._run(messages, counter, session.cleared, session.images)
 
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall

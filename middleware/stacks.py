@@ -43,9 +43,10 @@ def default_stack(
     *, counter: TokenCounter | None = None, low_water: float = DEFAULT_LOW_WATER
 ) -> list[LayerLike]:
     """Budget every tool result (16 KiB, and at most 10% of the usable window), then guard
-    the window with the default policy order — drop non-essential context → microcompact
-    old tool results → summarize → trim — relieving down to ``low_water`` (0.4 of the
-    usable window) so that rewrites, which break a provider's cached prefix, stay rare;
+    the window with the default policy order — drop non-essential context → clear old
+    images → microcompact old tool results → summarize → trim — relieving down to
+    ``low_water`` (0.4 of the usable window) so that rewrites, which break a provider's
+    cached prefix, stay rare;
     and, last, shrink tool results (the newest turn's too) before giving up."""
     policies = [*default_policies(), ShrinkToolResults()]
     return [

@@ -277,6 +277,7 @@ class TestPolicies:
     def test_default_and_seed_orders(self) -> None:
         assert [policy_role(p) for p in default_policies()] == [
             "drop",
+            "images",
             "compact",
             "summarize",
             "trim",
@@ -287,7 +288,7 @@ class TestPolicies:
             "Summarize",
             "Microcompact",
         ]
-        assert ORDERS["default"] == ("drop", "compact", "summarize", "trim")
+        assert ORDERS["default"] == ("drop", "images", "compact", "summarize", "trim")
         assert ORDERS["seed"] == ("drop", "trim", "summarize", "compact")
         mixed = [
             NamedNoop("Summarize"),
@@ -690,6 +691,7 @@ class TestValidation:
         assert guard.persist and guard.calibrate and guard.breaker_threshold == 3
         assert [p.name for p in guard.policies] == [
             "DropNonessential",
+            "ClearOldImages",
             "Microcompact",
             "Summarize",
             "TrimOldest",

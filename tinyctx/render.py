@@ -107,6 +107,7 @@ CALL_COLUMNS: list[Column] = [
         lambda v: "" if v is None else f"@{v}",
         style=lambda call: "yellow" if call.get("prefix_broke") else "",
     ),
+    Column("imgs", "imgs", "images sent / images in the recording so far", str),
     Column("actions", "actions", "what the layers did", "; ".join, "left", wrap=True),
 ]
 """The replay table's columns, in order. Append to show a key you added to each call."""
@@ -271,6 +272,11 @@ def print_stats(payload: Mapping[str, Any], out: Console, name: str) -> None:
             ),
         )
     )
+    if payload.get("images") or payload.get("documents"):
+        out.print(
+            f"{_plural(payload['images'], 'image')}, {_plural(payload['documents'], 'document')}:"
+            f" {number(payload['media_tokens'])} tokens (heuristic)"
+        )
     real: Mapping[str, int] | None = payload["tokens_by_role_tokenizer"]
     roles = _section("tokens by role")
     roles.add_column("role")
