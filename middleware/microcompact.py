@@ -18,7 +18,7 @@ nothing changes the input tuple itself is returned: no allocation, no token coun
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -51,6 +51,7 @@ from ._compaction import (
     check_tool_names,
     commit,
     mark,
+    remap_replaced,
     utf8_len,
 )
 from .images import clear_images_history
@@ -386,21 +387,6 @@ class MicrocompactApplied(Event):
         return f"microcompact -{self.tokens_freed} ({self.results_cleared} results)"
 
 
-def _remap(
-    before: tuple[Message, ...], after: tuple[Message, ...]
-) -> Callable[[tuple[Message, ...]], tuple[list[Message], bool] | None]:
-    """Replace, in the conversation, the very results cleared in the request, one for one."""
-
-    def remap(current: tuple[Message, ...]) -> tuple[list[Message], bool] | None:
-        changed = {id(old): new for old, new in zip(before, after, strict=True) if old is not new}
-        # ids are unique among live objects, and every changed one is alive (``before``)
-        updated = [changed.get(id(m), m) for m in current]
-        hits = sum(1 for old, new in zip(current, updated, strict=True) if old is not new)
-        return (updated, hits == len(changed)) if hits else None
-
-    return remap
-
-
 class _Session:
     """What a layer remembers within one session, so that its steady state costs little.
 
@@ -594,7 +580,7 @@ class Microcompact(Layer):
             return await call_next(request, ctx)
         persisted = False
         if self.persist:
-            persisted, new = commit(ctx, messages, new, _remap(messages, new))
+            persisted, new = commit(ctx, messages, new, remap_replaced(messages, new))
         session.remember(new, self.keep_recent)
         ctx.emit(MicrocompactApplied.of(stats, persisted=persisted))
         return await call_next(request.evolve(messages=new), ctx)
