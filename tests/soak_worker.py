@@ -269,9 +269,7 @@ async def work(
     backend: str, url: str, name: str, directory: Path, owner: str, seed: int, threads: int
 ) -> None:
     rng = random.Random(seed)
-    store = AuditedStore(
-        open_store(backend, url, name), directory / f"audit-{owner}.log", owner
-    )
+    store = AuditedStore(open_store(backend, url, name), directory / f"audit-{owner}.log", owner)
     agent = build_agent(directory, store, owner)
     ids = thread_ids(threads)
     complete: set[str] = set()
@@ -297,9 +295,7 @@ async def finish(
 ) -> None:
     """One pass of the last workers: each thread is served until it is complete or paused
     by this pass (another pass resumes that). Prints how many threads are left."""
-    store = AuditedStore(
-        open_store(backend, url, name), directory / f"audit-{owner}.log", owner
-    )
+    store = AuditedStore(open_store(backend, url, name), directory / f"audit-{owner}.log", owner)
     agent = build_agent(directory, store, owner)
     mine: set[str] = set()
     left = 0

@@ -18,7 +18,6 @@ the end, from the store and the workers' audit logs (tests/soak_worker.py):
 from __future__ import annotations
 
 import collections
-import os
 import random
 import signal
 import subprocess
@@ -57,8 +56,16 @@ class _Fleet:
         loop = "trio" if slot % 2 == 0 else "asyncio"
         log = open(self.directory / f"stderr-{owner}.txt", "wb")  # noqa: SIM115
         self.procs[slot] = subprocess.Popen(
-            [sys.executable, str(WORKER), "work", *self.args, owner, str(self.incarnations),
-             loop, str(THREADS)],
+            [
+                sys.executable,
+                str(WORKER),
+                "work",
+                *self.args,
+                owner,
+                str(self.incarnations),
+                loop,
+                str(THREADS),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -120,8 +127,19 @@ def _soak(backend: str, url: str, name: str, directory: Path) -> dict[str, int]:
     for number in range(1, 9):
         passes = [
             subprocess.Popen(
-                [sys.executable, str(WORKER), "finish", backend, url, name, str(directory),
-                 f"finisher-{number}-{part}", str(THREADS), str(part), str(WORKERS)],
+                [
+                    sys.executable,
+                    str(WORKER),
+                    "finish",
+                    backend,
+                    url,
+                    name,
+                    str(directory),
+                    f"finisher-{number}-{part}",
+                    str(THREADS),
+                    str(part),
+                    str(WORKERS),
+                ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
