@@ -38,9 +38,13 @@ Which calls need review:
 
 The decisions are durable run state (``ctx.run_state``): when a resumed run pauses again
 before its reviewed calls ran (a tool asked for another pause), they travel in that
-checkpoint, so a resume in another process still runs what the reviewer approved. A call
-that needs review but reaches the tool onion without a decision (another layer's pause won
-the response) is never run: it gets an error result saying it was not reviewed.
+checkpoint, so a resume in another process still runs what the reviewer approved.
+
+A response that already carries a control outcome is left as it is: a stop means its calls
+never run, and another pause wins the response; when that run resumes, this layer pauses it
+again (``on_run_start``) for the calls still waiting for a review, before any of them runs.
+A call that needs review and still reaches the tool onion without a decision is never run:
+it gets an error result saying it was not reviewed.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ from tinyctx import (
     ToolCallHandler,
     ToolResult,
     decisions_from_json,
-    stronger,
+    pending_tool_calls,
     thaw,
 )
 from tinyctx.events import EventLevel
@@ -98,7 +102,10 @@ REJECTED_WITH_MESSAGE = REJECTED + " The reviewer said: {message}"
 
 
 def _allowed(value: Any) -> tuple[DecisionKind, ...]:
-    kinds = (value,) if isinstance(value, str) else tuple(value)
+    try:
+        kinds = (value,) if isinstance(value, str) else tuple(value)
+    except TypeError:
+        kinds = ()
     if not kinds or any(k not in DECISION_KINDS for k in kinds) or len(set(kinds)) != len(kinds):
         raise ConfigError(
             "allowed",
@@ -299,13 +306,29 @@ class Approvals(Layer):
                     break
             else:
                 return response
-        reviewed = []
-        for call in calls:
-            review = self.review_for(call)
-            if review is not None:
-                reviewed.append((call, review))
+        if response.control is not None:
+            # a stop means the calls never run; another pause wins the response (ties keep
+            # the first) and this layer asks for the review when that run resumes
+            return response
+        reviewed = self._under_review(calls, {})
         if not reviewed:
             return response
+        return response.evolve(control=self._pause(ctx, reviewed))
+
+    def _under_review(
+        self, calls: Iterable[ToolCall], decided: Mapping[str, Decision]
+    ) -> list[tuple[ToolCall, Review]]:
+        out = []
+        for call in calls:
+            if call.id in decided:
+                continue
+            review = self.review_for(call)
+            if review is not None:
+                out.append((call, review))
+        return out
+
+    def _pause(self, ctx: RunContext[Any], reviewed: list[tuple[ToolCall, Review]]) -> Interrupt:
+        """The one Interrupt listing every call under review (and its event)."""
         payload = {
             "type": REVIEW_PAYLOAD_TYPE,
             "calls": [
@@ -321,7 +344,6 @@ class Approvals(Layer):
         }
         count = len(reviewed)
         message = f"{count} tool call{'s' if count != 1 else ''} need{'' if count != 1 else 's'}"
-        pause = Interrupt(self.name, f"{message} review", payload)
         ctx.emit(
             ReviewRequested(
                 node=self.name,
@@ -329,7 +351,7 @@ class Approvals(Layer):
                 tools=tuple(c.name for c, _ in reviewed),
             )
         )
-        return response.evolve(control=stronger(response.control, pause))
+        return Interrupt(self.name, f"{message} review", payload)
 
     # -- the resume --------------------------------------------------------------------------
 
@@ -340,7 +362,13 @@ class Approvals(Layer):
             return False
         under_review = review_calls(checkpoint.payload)
         if under_review is None:
-            return False
+            raise ResumeError(
+                [
+                    f"the checkpoint paused by {self.name!r} has no review payload (was it "
+                    "stored by a store that does not keep Checkpoint.payload?); nothing can "
+                    "be matched to the calls under review"
+                ]
+            )
         problems: list[str] = []
         ids = [str(c.get("id")) for c in under_review]
         for call_id in decisions:
@@ -375,8 +403,9 @@ class Approvals(Layer):
         if problems:
             raise ResumeError(problems)
         decided = ctx.run_state(self, _Decided)
-        decided.decisions = {call_id: decisions[call_id] for call_id in ids}
-        decided.unshown = list(edits)
+        # added to the run's earlier decisions: calls decided before a later pause keep theirs
+        decided.decisions.update((call_id, decisions[call_id]) for call_id in ids)
+        decided.unshown = [*decided.unshown, *edits]
         return True
 
     def _decided(self, ctx: RunContext[Any]) -> _Decided | None:
@@ -386,6 +415,13 @@ class Approvals(Layer):
 
     async def on_run_start(self, ctx: RunContext[Any]) -> None:
         decided = self._decided(ctx)
+        # a resumed run whose pending calls need a review nobody gave yet (another layer's
+        # pause won their response): pause again, before the first of them runs
+        pending = pending_tool_calls(ctx.conversation.messages)
+        if pending:
+            reviewed = self._under_review(pending, decided.decisions if decided else {})
+            if reviewed:
+                ctx.request_control(self._pause(ctx, reviewed))
         if decided is not None and decided.unshown:
             edits = {
                 call_id: decision

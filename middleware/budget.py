@@ -6,8 +6,9 @@ system prompt; calibrated by the provider's reported usage) against the usable w
 
 - below ``trigger`` (default 90 %) the request passes through untouched — the same object;
 - at or above it, a :class:`ContextPressure` event is emitted and the guard's policies run
-  in order, re-estimating after each, until the estimate is at or under ``target``; each
-  policy that changed something emits a :class:`ContextPolicyApplied` with the tokens freed;
+  in order, re-estimating after each, until the estimate is at or under the low-water
+  mark (``low_water``); each policy that changed something emits a
+  :class:`ContextPolicyApplied` with the tokens freed;
 - if the estimate is still above ``hard_limit`` (default 100 % of the usable window) the
   call fails with :class:`tinyctx.ContextLimitExceeded` naming the estimate, the window, the
   reserve and what each policy freed — and the conversation is left as it was.
@@ -513,6 +514,7 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "TRIGGER": ("trigger", _parse_fraction),
     "HARD_LIMIT": ("hard_limit", _parse_fraction),
     "TARGET": ("target", _parse_fraction),
+    "LOW_WATER": ("low_water", _parse_fraction),
     "PERSIST": ("persist", _parse_bool),
     "CALIBRATE": ("calibrate", _parse_bool),
     "ORDER": ("order", _parse_order),
@@ -531,9 +533,15 @@ _SETTINGS_OUTPUT_KEYS = ("max_output_tokens", "max_completion_tokens", "max_toke
 class BudgetGuard(Layer):
     """Keeps each model request inside the usable context window (see the module doc).
 
-    ``trigger``, ``hard_limit`` and ``target`` are fractions of the usable window
-    (``window - reserved_output_tokens``) with ``0 < target <= trigger < hard_limit <= 1``;
-    ``target`` defaults to ``0.8 * trigger`` so one relief buys room for several turns.
+    ``trigger``, ``hard_limit`` and ``low_water`` are fractions of the usable window
+    (``window - reserved_output_tokens``) with ``0 < low_water <= trigger < hard_limit <= 1``.
+    When the guard acts it relieves in one batch down to the low-water mark, so the calls
+    after it append to a stable prefix (a provider's prompt cache reads it) until the
+    trigger is reached again: the lower the mark, the rarer the rewrites that break the
+    cached prefix, and the less context is kept. ``low_water`` defaults to
+    ``0.8 * trigger``; :func:`~tinyctx.middleware.stacks.default_stack` uses 0.4, which
+    ``benchmarks/bench_cost.py`` shows is cheaper on real transcripts. ``target`` is its
+    older name (give one or the other).
     ``reserved_output_tokens`` defaults to ``RunConfig.reserved_output_tokens``, or to the
     request's ``max_tokens``-style output setting when the config reserves nothing.
 
@@ -570,6 +578,7 @@ class BudgetGuard(Layer):
         trigger: float = 0.9,
         hard_limit: float = 1.0,
         target: float | None = None,
+        low_water: float | None = None,
         policies: Sequence[PressurePolicy] | None = None,
         order: OrderSpec | None = None,
         counter: TokenCounter | None = None,
@@ -607,13 +616,24 @@ class BudgetGuard(Layer):
                 f"0 < trigger < hard_limit ({self.hard_limit:g}) <= 1",
                 owner=owner,
             )
-        if target is None:
-            self.target = 0.8 * self.trigger
+        if target is not None and low_water is not None and target != low_water:
+            raise ConfigError(
+                "target",
+                target,
+                f"the same as low_water ({low_water!r}) or None: target is its older name",
+                owner=owner,
+            )
+        mark, mark_name = (low_water, "low_water") if low_water is not None else (target, "target")
+        if mark is None:
+            self.low_water = 0.8 * self.trigger
         else:
-            self.target = _fraction("target", target, owner)
-            if self.target > self.trigger:
+            self.low_water = _fraction(mark_name, mark, owner)
+            if self.low_water > self.trigger:
                 raise ConfigError(
-                    "target", target, f"0 < target <= trigger ({self.trigger:g})", owner=owner
+                    mark_name,
+                    mark,
+                    f"0 < {mark_name} <= trigger ({self.trigger:g})",
+                    owner=owner,
                 )
         if counter is None:
             counter = default_counter()
@@ -673,6 +693,11 @@ class BudgetGuard(Layer):
         # model name -> table window; a pure function of the configuration, shared safely
         self._table_cache: dict[str | None, int | None] = {}
 
+    @property
+    def target(self) -> float:
+        """The low-water mark under its older name."""
+        return self.low_water
+
     # -- construction from the environment ------------------------------------------------
 
     @classmethod
@@ -686,7 +711,8 @@ class BudgetGuard(Layer):
         """A guard from ``options`` with overrides from ``{prefix}*`` environment variables.
 
         Variables: ``MAX_TOKENS``, ``RESERVED_OUTPUT_TOKENS``, ``TRIGGER``, ``HARD_LIMIT``,
-        ``TARGET`` (fractions like ``0.9`` or percentages like ``90%``), ``PERSIST``,
+        ``LOW_WATER`` (or its older name ``TARGET``; fractions like ``0.9`` or percentages
+        like ``90%``), ``PERSIST``,
         ``CALIBRATE``, ``RETRY_ON_PROVIDER_LIMIT`` (booleans), ``ORDER`` (``default`` or
         ``seed``), ``BREAKER_THRESHOLD``, ``BREAKER_COOLDOWN`` (an integer or ``none``).
         An invalid value — or an unknown variable with the prefix — raises ConfigError
@@ -836,7 +862,7 @@ class BudgetGuard(Layer):
                 window=window,
                 reserved=reserved,
                 source=source,
-                goal=math.floor(self.target * usable),
+                goal=math.floor(self.low_water * usable),
             )
         try:
             response = await call_next(sent, ctx)
@@ -889,7 +915,7 @@ class BudgetGuard(Layer):
             state.calibration.observe(sent_raw, told)
         estimate = state.calibration.estimate(sent_raw) if self.calibrate else sent_raw
         usable = window - reserved
-        goal = math.floor(min(self.target * usable, estimate) * self.provider_retry_factor)
+        goal = math.floor(min(self.low_water * usable, estimate) * self.provider_retry_factor)
         ctx.emit(
             ProviderContextLimit(
                 estimate=estimate, provider_estimate=told, error=str(exc), retrying=True

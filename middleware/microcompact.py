@@ -28,12 +28,14 @@ from tinyctx import (
     AssistantMessage,
     ConfigError,
     Event,
+    FrozenDict,
     Layer,
     Message,
     ModelCall,
     ModelRequest,
     ModelResponse,
     RunContext,
+    ToolCall,
     ToolResult,
     default_counter,
 )
@@ -52,8 +54,11 @@ from ._compaction import (
     utf8_len,
 )
 from .policy import Relief
+from .triggers import Trigger
+from .triggers import trigger as as_trigger
 
 __all__ = [
+    "CLEARED_ARGUMENTS",
     "DEFAULT_PLACEHOLDER",
     "MicrocompactStats",
     "microcompact_history",
@@ -72,10 +77,12 @@ class MicrocompactStats:
     results_cleared: int = 0
     bytes_freed: int = 0
     tokens_freed: int = 0
+    inputs_cleared: int = 0
+    """Tool calls whose arguments were cleared (``clear_tool_inputs``)."""
 
     @property
     def changed(self) -> bool:
-        return self.results_cleared > 0
+        return self.results_cleared > 0 or self.inputs_cleared > 0
 
 
 _NOTHING = MicrocompactStats()
@@ -176,8 +183,14 @@ def microcompact_history(
     *,
     counter: TokenCounter | None = None,
     memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None = None,
+    clear_inputs: bool = False,
 ) -> tuple[tuple[Message, ...], MicrocompactStats]:
     """Clear the content of every tool result older than the newest ``keep_recent`` turns.
+
+    With ``clear_inputs`` the arguments of the calls whose results it clears are cleared too:
+    each such call keeps its id and name (so pairing holds) and gets ``{}`` as arguments
+    (:data:`CLEARED_ARGUMENTS`, what LangChain's ``clear_tool_inputs`` sends); the assistant
+    message is marked ``metadata["tinyctx"]["cleared_inputs"]`` with the call ids.
 
     A turn is an assistant message with tool calls; its results keep their content while it
     is one of the newest ``keep_recent``. A cleared result gets ``placeholder`` as content
@@ -239,9 +252,46 @@ def microcompact_history(
             turns.add(owner)
             freed_bytes += original_bytes - placeholder_bytes
             freed_tokens += saved
+    inputs = 0
+    if clear_inputs and cleared:
+        done = {
+            m.tool_call_id
+            for m, n in zip(history, out, strict=True)
+            if m is not n and isinstance(m, ToolResult)
+        }
+        for index in sorted(t for t in turns if t >= 0):
+            message = out[index]
+            if not isinstance(message, AssistantMessage):
+                continue
+            new_message, count_cleared = _cleared_inputs(message, done)
+            if count_cleared:
+                saved = count(message) - count(new_message)
+                out[index] = new_message
+                inputs += count_cleared
+                freed_tokens += max(saved, 0)
     if not cleared:
         return history, _NOTHING
-    return tuple(out), MicrocompactStats(len(turns), cleared, freed_bytes, freed_tokens)
+    return tuple(out), MicrocompactStats(len(turns), cleared, freed_bytes, freed_tokens, inputs)
+
+
+CLEARED_ARGUMENTS: FrozenDict[str, Any] = FrozenDict()
+"""The arguments a cleared tool call is left with (``clear_tool_inputs``): ``{}``."""
+
+
+def _cleared_inputs(message: AssistantMessage, ids: set[str]) -> tuple[AssistantMessage, int]:
+    """``message`` with the arguments of its calls in ``ids`` cleared, and how many."""
+    calls = []
+    ids_cleared: list[str] = []
+    for call in message.tool_calls:
+        if call.id in ids and (call.arguments or call.invalid_arguments is not None):
+            calls.append(ToolCall(call.id, call.name, CLEARED_ARGUMENTS))
+            ids_cleared.append(call.id)
+        else:
+            calls.append(call)
+    if not ids_cleared:
+        return message, 0
+    meta = mark(message.metadata, "cleared_inputs", {"by": "microcompact", "ids": ids_cleared})
+    return attrs.evolve(message, tool_calls=tuple(calls), metadata=meta), len(ids_cleared)
 
 
 @frozen
@@ -254,6 +304,7 @@ class MicrocompactApplied(Event):
     results_cleared: int = 0
     bytes_freed: int = 0
     tokens_freed: int = 0
+    inputs_cleared: int = 0
     persisted: bool = False
     source: str = "layer"
 
@@ -266,6 +317,7 @@ class MicrocompactApplied(Event):
             results_cleared=stats.results_cleared,
             bytes_freed=stats.bytes_freed,
             tokens_freed=stats.tokens_freed,
+            inputs_cleared=stats.inputs_cleared,
             persisted=persisted,
             source=source,
         )
@@ -333,12 +385,26 @@ class _Session:
 class Microcompact(Layer):
     """Clears old tool results before each model call (see :func:`microcompact_history`).
 
-    ``min_tokens`` leaves the history alone while the request estimate is under it, so the
-    provider's cached prefix is not disturbed before there is a reason. ``persist=True``
-    (the default) commits the cleared results to the conversation, so the next call starts
-    from the compacted history and the cached prefix stays stable; ``persist=False``
-    rewrites only the request of this call. As a pressure policy (``relieve``) it clears
-    everything it may, ignoring ``min_tokens``, and leaves committing to the guard.
+    Clearing rewrites old messages, which breaks a provider's cached prompt prefix: the
+    next call pays a cache write of everything after the first cleared result. So the layer
+    acts only when it is worth it:
+
+    - ``trigger`` (tokens, a fraction of the usable window, a message count, or AND/OR
+      combinations: :mod:`tinyctx.middleware.triggers`) says when. The default fires only
+      when the request would not fit the run's usable window (``RunConfig.usable_tokens``),
+      so on a conversation that fits it never costs more than no management; with no window
+      known it clears on every call. ``min_tokens=N`` is the older spelling of
+      ``trigger=N``.
+    - ``clear_at_least`` (tokens, default 0) leaves the history alone when clearing would free
+      less: a small saving is not worth a broken prefix.
+    - ``clear_tool_inputs`` also clears the arguments of the calls whose results it clears
+      (they become ``{}``; ids, names and pairing are kept).
+
+    ``persist=True`` (the default) commits the cleared results to the conversation, so the
+    next call starts from the compacted history and the cached prefix stays stable;
+    ``persist=False`` rewrites only the request of this call. As a pressure policy
+    (``relieve``) it clears everything it may, ignoring the trigger and ``clear_at_least``,
+    and leaves committing to the guard.
     """
 
     idempotent = True  # cleared results are skipped: its own output passes unchanged
@@ -351,21 +417,47 @@ class Microcompact(Layer):
         keep_recent: int = 5,
         placeholder: str = DEFAULT_PLACEHOLDER,
         exclude_tools: Iterable[str] = (),
-        min_tokens: int = 0,
+        min_tokens: int | None = None,
         persist: bool = True,
         counter: TokenCounter | None = None,
         *,
+        trigger: Any = None,
+        clear_at_least: int = 0,
+        clear_tool_inputs: bool = False,
         name: str | None = None,
     ) -> None:
         owner = type(self).__name__
         self.keep_recent = check_int(keep_recent, "keep_recent", owner)
         self.placeholder = _check_placeholder(placeholder, owner)
         self.exclude_tools = check_tool_names(exclude_tools, "exclude_tools", owner)
-        self.min_tokens = check_int(min_tokens, "min_tokens", owner)
+        if min_tokens is not None and trigger is not None:
+            raise ConfigError(
+                "min_tokens", min_tokens, "None when trigger is given (its older name)", owner=owner
+            )
+        self.min_tokens = 0 if min_tokens is None else check_int(min_tokens, "min_tokens", owner)
+        self.trigger: Trigger | None = None
+        if trigger is not None:
+            self.trigger = as_trigger(trigger, owner=owner)
+        elif min_tokens is not None:
+            self.trigger = as_trigger(self.min_tokens, owner=owner) if self.min_tokens else None
+        self._always = min_tokens is not None and self.min_tokens == 0
+        self.clear_at_least = check_int(clear_at_least, "clear_at_least", owner)
+        self.clear_tool_inputs = check_bool(clear_tool_inputs, "clear_tool_inputs", owner)
         self.persist = check_bool(persist, "persist", owner)
         self.counter = check_counter(counter, owner)
         if name is not None:
             self.name = name
+
+    def fires(self, request: ModelRequest, ctx: RunContext[Any], counter: TokenCounter) -> bool:
+        """Whether the trigger says to clear before this request (see the class doc)."""
+        if self._always:
+            return True
+        usable = ctx.config.usable_tokens
+        if self.trigger is None:
+            return usable is None or counter.count_request(request) > usable
+        return self.trigger.fires(
+            counter.count_request(request), len(request.messages), usable, type(self).__name__
+        )
 
     def _run(
         self,
@@ -380,6 +472,7 @@ class Microcompact(Layer):
             self.exclude_tools,
             counter=counter,
             memo=memo,
+            clear_inputs=self.clear_tool_inputs,
         )
 
     def _compact(
@@ -404,11 +497,13 @@ class Microcompact(Layer):
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
     ) -> ModelResponse:
         counter = self.counter or default_counter()
-        if self.min_tokens and counter.count_request(request) < self.min_tokens:
+        if not self.fires(request, ctx, counter):
             return await call_next(request, ctx)
         messages = request.messages
         session = ctx.state_for(self, _Session)
         new, stats = self._compact(messages, counter, session)
+        if new is not messages and stats.tokens_freed < self.clear_at_least:
+            new = messages  # not worth breaking the cached prefix
         if new is messages:
             session.remember(messages, self.keep_recent)
             return await call_next(request, ctx)

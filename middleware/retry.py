@@ -17,6 +17,12 @@ Backoff sleeps race the cancellation token, so a cancel during a wait stops the 
 the next attempt. ``RetryableProviderError.retry_after`` is honoured: the wait is at least
 that long, and a server asking for more than ``max_delay`` ends the retrying. Every attempt
 emits a :class:`RetryAttempt` (a failed one a :class:`RetryFailed`, at warning level).
+
+When the attempts run out (or the server asks for a wait beyond ``max_delay``),
+``on_failure`` decides: ``"raise"`` (the default) lets the last error reach the caller;
+``"continue"`` ends the run, status *stopped*, with an assistant message naming the error;
+a function ``(error, attempts) -> str`` ends it with that text instead. Errors that are
+never retried, or that ``retry_on`` refuses, always raise.
 """
 
 from __future__ import annotations

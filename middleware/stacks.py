@@ -19,23 +19,50 @@ from .budget import BudgetGuard, default_policies
 from .summarize import ExtractiveSummarizer, Summarize
 from .tool_result_budget import ShrinkToolResults, ToolResultBudget
 
-__all__ = ["default_stack", "seed_order_stack", "summarize", "SUMMARIZERS"]
+__all__ = [
+    "default_stack",
+    "seed_order_stack",
+    "summarize",
+    "SUMMARIZERS",
+    "DEFAULT_LOW_WATER",
+    "DEFAULT_RESULT_SHARE",
+]
 
 SUMMARIZERS = ("extractive",)
 
 
-def default_stack(*, counter: TokenCounter | None = None) -> list[LayerLike]:
-    """Budget every tool result (16 KiB), then guard the window with the default policy
-    order — drop non-essential context → microcompact old tool results → summarize → trim —
+DEFAULT_LOW_WATER = 0.4
+"""default_stack's low-water mark: a relief goes down to 40% of the usable window, so the
+calls after it grow the cached prefix for a while (see docs/budget-and-compaction.md)."""
+
+DEFAULT_RESULT_SHARE = 0.1
+"""default_stack's cap on one tool result: 10% of the usable window (and 16 KiB)."""
+
+
+def default_stack(
+    *, counter: TokenCounter | None = None, low_water: float = DEFAULT_LOW_WATER
+) -> list[LayerLike]:
+    """Budget every tool result (16 KiB, and at most 10% of the usable window), then guard
+    the window with the default policy order — drop non-essential context → microcompact
+    old tool results → summarize → trim — relieving down to ``low_water`` (0.4 of the
+    usable window) so that rewrites, which break a provider's cached prefix, stay rare;
     and, last, shrink tool results (the newest turn's too) before giving up."""
     policies = [*default_policies(), ShrinkToolResults()]
-    return [ToolResultBudget(), BudgetGuard(policies=policies, counter=counter)]
+    return [
+        ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
+        BudgetGuard(policies=policies, counter=counter, low_water=low_water),
+    ]
 
 
-def seed_order_stack(*, counter: TokenCounter | None = None) -> list[LayerLike]:
+def seed_order_stack(
+    *, counter: TokenCounter | None = None, low_water: float = DEFAULT_LOW_WATER
+) -> list[LayerLike]:
     """The same with seed 000's order: drop → trim → summarize → compact (→ shrink)."""
     policies = [*default_policies("seed"), ShrinkToolResults()]
-    return [ToolResultBudget(), BudgetGuard(policies=policies, counter=counter)]
+    return [
+        ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
+        BudgetGuard(policies=policies, counter=counter, low_water=low_water),
+    ]
 
 
 def summarize(

@@ -60,6 +60,9 @@ from ._compaction import (
     tinyctx_meta,
 )
 from .policy import Relief
+from .triggers import Keep, Trigger
+from .triggers import keep as as_keep
+from .triggers import trigger as as_trigger
 
 __all__ = [
     "SUMMARY_PREFIX",
@@ -646,13 +649,20 @@ class Summarize(Layer):
     """Summarizes the older history once a request's estimate reaches ``trigger_tokens``.
 
     ``trigger_tokens=None`` means 80% of the run's usable window (``RunConfig.max_tokens``
-    minus reserved output; an error when the window is unknown). ``persist=True`` (the
-    default) commits the summary to the conversation, so later calls start from it and the
-    summary is paid for once; ``persist=False`` rewrites only this call's request. A failed
-    summary is reported (``SummaryFailed``) and the call goes on with the history as it was;
-    after ``max_failures`` consecutive failures the layer stops trying for the thread (0:
-    never stops; the count is durable thread state, so a later session of a thread with a
-    store continues it), and a success resets the count. As a pressure policy (``relieve``) it
+    minus reserved output; an error when the window is unknown). ``trigger`` says when in
+    any of the ways of :mod:`tinyctx.middleware.triggers` instead: tokens, a fraction of the
+    window, a message count, AND (a mapping) and OR (a list) of them — LangChain's spellings
+    such as ``[("fraction", 0.8), ("messages", 200)]`` work as they are. ``keep`` says how much
+    of the newest history stays verbatim: ``("messages", 20)``, ``("tokens", 4000)`` (the
+    newest messages that fit, at least one, grown back so no tool call loses its result) or
+    ``("fraction", 0.3)`` of the usable window; the default is ``keep_recent`` messages.
+    ``persist=True`` (the default) commits the summary to the conversation, so later calls
+    start from it and the summary is paid for once; ``persist=False`` rewrites only this
+    call's request. A failed summary is reported (``SummaryFailed``) and the call goes on
+    with the history as it was; after ``max_failures`` consecutive failures the layer stops
+    trying for the thread (0: never stops; the count is durable thread state, so a later
+    session of a thread with a store continues it), and a success resets the count. As a
+    pressure policy (``relieve``) it
     summarizes whatever the trigger says, reports failure in ``Relief.detail["failed"]``,
     and leaves the history as it was when the summary would not make it smaller.
     """
@@ -668,6 +678,8 @@ class Summarize(Layer):
         persist: bool = True,
         counter: TokenCounter | None = None,
         *,
+        trigger: Any = None,
+        keep: Any = None,
         max_failures: int = 3,
         name: str | None = None,
     ) -> None:
@@ -685,12 +697,56 @@ class Summarize(Layer):
             if trigger_tokens is None
             else check_int(trigger_tokens, "trigger_tokens", owner, minimum=1)
         )
+        if trigger is not None and trigger_tokens is not None:
+            raise ConfigError(
+                "trigger_tokens",
+                trigger_tokens,
+                "None when trigger is given (trigger_tokens=N is trigger=N)",
+                owner=owner,
+            )
+        self.trigger: Trigger | None = None if trigger is None else as_trigger(trigger, owner=owner)
         self.keep_recent = check_int(keep_recent, "keep_recent", owner)
+        if keep is not None and keep_recent != 10:
+            raise ConfigError(
+                "keep_recent", keep_recent, "10 (the default) when keep is given", owner=owner
+            )
+        self.keep: Keep = as_keep(keep_recent if keep is None else keep, owner=owner)
+        if self.keep.kind == "messages":
+            self.keep_recent = int(self.keep.value)
         self.persist = check_bool(persist, "persist", owner)
         self.counter = check_counter(counter, owner)
         self.max_failures = check_int(max_failures, "max_failures", owner)
         if name is not None:
             self.name = name
+
+    def fires(self, request: ModelRequest, ctx: RunContext[Any], counter: TokenCounter) -> bool:
+        """Whether this request reaches the trigger (``trigger``, else ``trigger_tokens``,
+        else 80% of the usable window)."""
+        if self.trigger is not None:
+            return self.trigger.fires(
+                counter.count_request(request),
+                len(request.messages),
+                ctx.config.usable_tokens,
+                type(self).__name__,
+            )
+        return counter.count_request(request) >= self.trigger_for(ctx)
+
+    def keep_for(
+        self, messages: tuple[Message, ...], ctx: RunContext[Any], counter: TokenCounter
+    ) -> int:
+        """How many of the newest messages stay verbatim: ``keep`` in messages, or as many
+        newest messages as fit its token budget (at least one)."""
+        budget = self.keep.tail_tokens(ctx.config.usable_tokens, type(self).__name__)
+        if budget is None:
+            return self.keep_recent
+        count = counter.count_message
+        total = kept = 0
+        for message in reversed(messages):
+            total += count(message)
+            if total > budget and kept:
+                break
+            kept += 1
+        return kept
 
     def trigger_for(self, ctx: RunContext[Any]) -> int:
         """The token estimate at which this layer summarizes, for ``ctx``'s window."""
@@ -709,17 +765,22 @@ class Summarize(Layer):
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
     ) -> ModelResponse:
-        trigger = self.trigger_for(ctx)
+        if self.trigger is None:
+            self.trigger_for(ctx)  # an unknown window is an error on every call, not just some
         breaker = ctx.thread_state(self, _Breaker)
         if self.max_failures and breaker.failures >= self.max_failures:
             return await call_next(request, ctx)
         counter = self.counter or default_counter()
-        if counter.count_request(request) < trigger:
+        if not self.fires(request, ctx, counter):
             return await call_next(request, ctx)
         messages = request.messages
         try:
             new, stats = await summarize_history(
-                messages, self.summarizer, ctx, self.keep_recent, counter=counter
+                messages,
+                self.summarizer,
+                ctx,
+                self.keep_for(messages, ctx, counter),
+                counter=counter,
             )
         except SummarizationError as exc:
             breaker.failures += 1
@@ -754,7 +815,11 @@ class Summarize(Layer):
     ) -> Relief:
         try:
             new, stats = await summarize_history(
-                messages, self.summarizer, ctx, self.keep_recent, counter=counter
+                messages,
+                self.summarizer,
+                ctx,
+                self.keep_for(messages, ctx, counter),
+                counter=counter,
             )
         except SummarizationError as exc:
             ctx.emit(SummaryFailed(error=str(exc), source="policy"))

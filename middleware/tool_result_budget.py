@@ -34,6 +34,7 @@ from tinyctx import (
     ToolCallHandler,
     ToolError,
     ToolResult,
+    default_counter,
 )
 from tinyctx.events import EventLevel
 from tinyctx.tokens import TokenCounter
@@ -273,6 +274,12 @@ class ToolResultTruncated(Event):
 class ToolResultBudget(Layer):
     """Caps every tool result at ``budget_bytes`` (default 16384; 0 disables) on the tool onion.
 
+    ``window_fraction`` (default None: off) caps a result further, to that fraction of the
+    run's usable window (``RunConfig.usable_tokens``) in tokens of the heuristic counter,
+    so that at a small window one result cannot take a large share of it (with a 32K
+    window and 0.1, about 8 KiB; a 128K window leaves the 16 KiB budget in charge). Results
+    are cut as they enter the history, so this never breaks a cached prompt prefix.
+
     As a pressure policy (``relieve``) it budgets every tool result already in the history.
     """
 
@@ -281,14 +288,41 @@ class ToolResultBudget(Layer):
         budget_bytes: int = DEFAULT_BUDGET_BYTES,
         *,
         hint: str = DEFAULT_HINT,
+        window_fraction: float | None = None,
         name: str | None = None,
     ) -> None:
         self.budget_bytes = check_int(budget_bytes, "budget_bytes", "ToolResultBudget")
         if not isinstance(hint, str):
             raise ConfigError("hint", hint, "a string (may be empty)", owner="ToolResultBudget")
         self.hint = hint
+        if window_fraction is not None and (
+            isinstance(window_fraction, bool)
+            or not isinstance(window_fraction, int | float)
+            or not 0 < window_fraction <= 1
+        ):
+            raise ConfigError(
+                "window_fraction",
+                window_fraction,
+                "None or a number in (0, 1]",
+                owner="ToolResultBudget",
+            )
+        self.window_fraction = None if window_fraction is None else float(window_fraction)
         if name is not None:
             self.name = name
+
+    def budget_for(self, result: ToolResult, ctx: RunContext[Any]) -> int:
+        """The byte budget of ``result`` in ``ctx``: ``budget_bytes``, lowered to
+        ``window_fraction`` of the usable window when that is known (0: no budget)."""
+        budget = self.budget_bytes
+        usable = ctx.config.usable_tokens
+        if budget == 0 or self.window_fraction is None or not usable:
+            return budget
+        limit = max(1, int(self.window_fraction * usable))
+        tokens = default_counter().count_text(result.text)
+        if tokens <= limit:
+            return budget
+        size = utf8_len(result.text)
+        return max(1, min(budget, size * limit // tokens))
 
     async def wrap_tool(
         self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
@@ -309,7 +343,8 @@ class ToolResultBudget(Layer):
         return self._budget(call, result, ctx)
 
     def _budget(self, call: ToolCall, result: ToolResult, ctx: RunContext[Any]) -> ToolResult:
-        new, stats = _budgeted(result, self.budget_bytes, self.hint)
+        budget = self.budget_for(result, ctx)
+        new, stats = _budgeted(result, budget, self.hint)
         if new is not result:
             ctx.emit(
                 ToolResultTruncated(
@@ -317,7 +352,7 @@ class ToolResultBudget(Layer):
                     tool_call_id=result.tool_call_id,
                     original_bytes=stats.original_bytes,
                     final_bytes=stats.final_bytes,
-                    budget_bytes=self.budget_bytes,
+                    budget_bytes=budget,
                 )
             )
         return new

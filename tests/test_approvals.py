@@ -23,6 +23,7 @@ from tinyctx import (
     Respond,
     ResumeError,
     Session,
+    StopWithFinal,
     ToolArgumentError,
     ToolResult,
     check_pairing,
@@ -32,7 +33,15 @@ from tinyctx import (
     tool,
 )
 from tinyctx.middleware import Approvals, Review, ReviewDecided, ReviewRequested, review_calls
-from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply
+from tinyctx.testing import (
+    FakeTool,
+    ScriptedModel,
+    call,
+    capture_events,
+    quiet_context,
+    reply,
+    run_tool_layer,
+)
 
 INT_SCHEMA = {
     "type": "object",
@@ -126,6 +135,7 @@ class TestConfiguration:
         ("kwargs", "field"),
         [
             ({"allowed": ()}, "allowed"),
+            ({"allowed": 3}, "allowed"),
             ({"allowed": ("approve", "veto")}, "allowed"),
             ({"allowed": ("approve", "approve")}, "allowed"),
             ({"description": 3}, "description"),
@@ -455,6 +465,19 @@ class TestRefusedDecisions:
                 await session.resume(decisions={"c1": Approve()})
             assert session.paused is not None
 
+    async def test_a_checkpoint_that_lost_its_payload_is_refused_clearly(self) -> None:
+        """A review pause without its payload (a lossy store) is named as the problem."""
+        session, box, model, paused = await paused_session(
+            Approvals("deploy"), call("deploy", id="d1", service="web")
+        )
+        try:
+            stripped = paused.checkpoint.evolve(payload=None)
+            with pytest.raises(ResumeError, match="has no review payload"):
+                await session.resume(stripped, decisions={"d1": Approve()})
+            assert box.ran == []
+        finally:
+            await session.__aexit__(None, None, None)
+
     async def test_bad_decision_values_are_type_errors(self) -> None:
         """Something that is not a Decision is refused with its key named."""
         session, box, model, paused = await paused_session(
@@ -467,23 +490,49 @@ class TestRefusedDecisions:
         finally:
             await session.__aexit__(None, None, None)
 
-    async def test_a_reviewable_call_without_a_decision_never_runs(self) -> None:
-        """A call needing review that reaches the tools undecided gets a 'not run' result."""
+    async def test_calls_behind_another_pause_are_reviewed_when_it_resumes(self) -> None:
+        """Another layer's pause wins the response; its resume pauses again for the review."""
         box = Deploy()
-        # another pause wins the response (ties keep the first): nobody reviews the delete
-        first = reply("", call("delete", id="x", path="/"), control=Interrupt("other"))
+        first = reply(
+            "", call("status", id="s"), call("delete", id="x", path="/"), control=Interrupt("other")
+        )
         model = ScriptedModel([first, "ok"])
         agent = Agent(model=model, tools=box.tools, middleware=[Approvals("delete")])
         async with Session(agent) as session:
-            with pytest.raises(Interrupted) as info:
+            with pytest.raises(Interrupted) as other:
                 await session.run("go")
-            assert info.value.node == "other"
-            await session.resume()
+            assert other.value.node == "other"
+            with pytest.raises(Interrupted) as review:
+                await session.resume()
+            assert review.value.node == "Approvals"
+            assert [c["id"] for c in review_calls(review.value.payload) or ()] == ["x"]
+            assert box.ran == []  # nothing of the batch ran before the review
+            result = await session.resume(decisions={"x": Reject()})
             history = session.conversation_messages
-        assert box.ran == []
-        (result,) = results_by_id(history)["x"]
+        assert result.final_text == "ok"
+        assert box.ran == [("status", {})]
+        assert [r.tool_call_id for r in history if isinstance(r, ToolResult)] == ["s", "x"]
+        check_pairing(history, allow_pending=False)
+
+    async def test_a_stop_on_the_response_is_not_turned_into_a_pause(self) -> None:
+        """A response that already ends the run is left alone: its calls never run anyway."""
+        box = Deploy()
+        model = ScriptedModel(
+            [reply("", call("delete", id="x", path="/"), control=StopWithFinal("bye"))]
+        )
+        agent = Agent(model=model, tools=box.tools, middleware=[Approvals("delete")])
+        async with Session(agent) as session:
+            result = await session.run("go")
+        assert (result.status, result.final_text, box.ran) == ("stopped", "bye", [])
+
+    async def test_an_undecided_reviewable_call_never_runs(self) -> None:
+        """On the tool onion alone, a call needing review without a decision is refused."""
+        box = Deploy()
+        ctx = quiet_context(tools=box.tools)
+        result = await run_tool_layer(Approvals("delete"), call("delete", id="x", path="/"), ctx)
         assert result.is_error
         assert "needs human review and no decision was given" in result.content
+        assert box.ran == []
 
 
 class TestDecisionValues:

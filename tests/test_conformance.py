@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 
 from tinyctx import (
     AssistantMessage,
@@ -34,6 +35,7 @@ from tinyctx.middleware import (
     ToolResultBudget,
     ToolRetry,
 )
+from tinyctx.otel import OtelExporter
 from tinyctx.testing.conformance import RULES, LayerContractError, check_layer
 
 SMALL_WINDOW = RunConfig(model="kit", max_tokens=1200, reserved_output_tokens=200)
@@ -181,6 +183,7 @@ def builtin_layers() -> list[tuple[Layer, RunConfig | None]]:
         (Approvals(lambda call: call.arguments.get("n") == 2, name="ApprovalsByCall"), None),
         (ToolRetry(attempts=2, backoff=0), None),
         (CallLimits(per_tool={"lookup": 1}, exit="continue", name="ContinueLimits"), None),
+        (OtelExporter(TracerProvider(), capture_content=True).content_layer(), None),
     ]
 
 

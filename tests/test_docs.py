@@ -7,6 +7,8 @@ so a later block may use what an earlier one defined.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,39 @@ class TestDocs:
             # pad so tracebacks point at the right line of the page
             source = "\n" * (line - 1) + code
             exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 - our own docs
+
+
+class TestDocsCoverWhatUsersAsk:
+    """The questions a new user asked have an answer in the docs, and the hint is real."""
+
+    def test_writing_a_layer_shows_reading_and_changing_messages(self) -> None:
+        """Message types, .role/.content/.text and building a changed request are shown."""
+        page = (ROOT / "docs" / "writing-a-layer.md").read_text(encoding="utf-8")
+        section = page.split("## Reading and changing messages", 1)[1].split("\n## ", 1)[0]
+        for needle in ("UserMessage", "AssistantMessage", "ToolResult", "SystemMessage"):
+            assert needle in section
+        for needle in (
+            "`role`",
+            "`content`",
+            "`.text`",
+            "tool_call_id",
+            "request.evolve(messages=",
+        ):
+            assert needle in section
+        assert "message.evolve(content=" in section
+
+    def test_capture_events_by_class_is_documented(self) -> None:
+        """Testing your layer shows capture_events with an event class."""
+        page = (ROOT / "docs" / "testing-your-layer.md").read_text(encoding="utf-8")
+        assert "capture_events(ModelCallFinished" in page
+
+    @pytest.mark.parametrize("module", ["tinyctx.testing.strategies", "tinyctx.testing.stateful"])
+    def test_hypothesis_missing_gives_the_install_hint(self, module: str) -> None:
+        """Without hypothesis the import says: pip install 'tinyctx[testing]'."""
+        code = f"import sys; sys.modules['hypothesis'] = None; import {module}"
+        result = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode != 0
+        assert "pip install 'tinyctx[testing]'" in result.stderr
+        assert f"{module} needs hypothesis" in result.stderr

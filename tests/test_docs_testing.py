@@ -49,7 +49,7 @@ class TestTestingYourLayerPage:
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error")
         # two backends for each async example, one run for the sync ones (three conformance
         # checks among them) and the machine
-        result.assert_outcomes(passed=12)
+        result.assert_outcomes(passed=14)
 
     def test_the_page_starts_with_the_one_line_check(self) -> None:
         """A new layer is conformance-checked in at most ten lines, the first thing shown."""

@@ -365,3 +365,68 @@ class TestOutsideASession:
         with pytest.raises(LimitExceeded):
             await run_layer(layer, request, ctx)
         await run_layer(layer, request, RunContext.new())
+
+
+class TestLimitProperties:
+    """Random batches and limits: refusals are exactly the calls past a limit."""
+
+    @given(
+        names=st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=8),
+        limits=st.fixed_dictionaries(
+            {}, optional={n: st.integers(1, 3) for n in ("a", "b", "c")}
+        ).filter(bool),
+    )
+    async def test_continue_refuses_exactly_the_calls_past_each_limit(
+        self, names: list[str], limits: dict[str, int]
+    ) -> None:
+        """Each tool runs up to its limit; later calls get the limit error; all are answered."""
+        fakes = {n: FakeTool(n) for n in ("a", "b", "c")}
+        calls = [call(n, id=f"c{i}") for i, n in enumerate(names)]
+        model = ScriptedModel([reply("", *calls), "end"])
+        agent = Agent(
+            model=model,
+            tools=[f.tool for f in fakes.values()],
+            middleware=[CallLimits(per_tool=limits, exit="continue")],
+        )
+        async with Session(agent) as session:
+            result = await session.run("go")
+            history = session.conversation_messages
+        check_pairing(history, allow_pending=False)
+        assert result.final_text == "end"
+        results = [m for m in history if isinstance(m, ToolResult)]
+        assert [r.tool_call_id for r in results] == [c.id for c in calls]
+        seen: dict[str, int] = {}
+        for name, answer in zip(names, results, strict=True):
+            seen[name] = seen.get(name, 0) + 1
+            refused = name in limits and seen[name] > limits[name]
+            assert answer.is_error == refused
+        for name, fake in fakes.items():
+            assert len(fake.calls) == min(names.count(name), limits.get(name, len(names)))
+
+    @given(run=st.integers(1, 4), thread=st.integers(1, 6), before=st.integers(0, 5))
+    async def test_the_error_names_every_limit_the_call_reached(
+        self, run: int, thread: int, before: int
+    ) -> None:
+        """After `before` one-call runs, a looping run stops at the first scope reached."""
+        limits = CallLimits(model_calls={"run": run, "thread": thread})
+        script: list[Any] = ["done"] * before
+        model = ScriptedModel(script + [lambda r, c: reply("", call("t"))], repeat_last=True)
+        agent = Agent(model=model, tools=[FakeTool("t").tool], middleware=[limits])
+        async with Session(agent) as session:
+            used = 0
+            for _ in range(before):
+                if used >= thread:
+                    break
+                await session.run("warm up")
+                used += 1
+            with pytest.raises(LimitExceeded) as info:
+                await session.run("loop")
+        # the looping run makes calls until one is refused by the run or the thread limit
+        made = min(run, thread - used)
+        expected = []
+        if made >= run:
+            expected.append(("model_calls", run, "run"))
+        if used + made >= thread:
+            expected.append(("model_calls", thread, "thread"))
+        assert info.value.hits == tuple(expected)
+        assert model.calls == used + made

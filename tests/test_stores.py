@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,87 +23,40 @@ from tinyctx import (
     Store,
     StoreClosed,
     StoreSchemaError,
+    ThreadWrite,
+    UserMessage,
     append_notes,
+    encode_messages,
 )
 from tinyctx.stores import SCHEMA_VERSION
+from tinyctx.testing.store_conformance import StoreConformance, StoreFactory
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made: Store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "s.db")
-    yield made
-    await made.aclose()
+async def _memory(*, archive_retention: float | None = None) -> MemoryStore:
+    return MemoryStore(archive_retention=archive_retention)
 
 
-class TestStoreContract:
-    """MemoryStore and SqliteStore keep the same Store contract."""
+class TestMemoryStoreContract(StoreConformance):
+    """MemoryStore keeps the Store contract (the public conformance suite)."""
 
-    async def test_both_implement_the_protocols(self, store: Store) -> None:
-        assert isinstance(store, Store)
-        assert isinstance(store, NoteBatchStore)
+    @pytest.fixture
+    def make_store(self) -> StoreFactory:
+        return _memory
 
-    async def test_values_round_trip_per_namespace(self, store: Store) -> None:
-        value = {"a": [1, 2, {"b": None}], "text": "日本語 ✓", "n": 1.5, "ok": True}
-        await store.put("ns1", "k", value)
-        await store.put("ns2", "k", "other")
-        assert await store.get("ns1", "k") == value
-        assert await store.get("ns2", "k") == "other"
-        assert await store.get("ns1", "missing") is None
-        assert await store.get("nowhere", "k") is None
 
-    async def test_put_overwrites_and_returned_values_are_copies(self, store: Store) -> None:
-        await store.put("ns", "k", {"items": [1]})
-        got = await store.get("ns", "k")
-        got["items"].append(2)
-        assert await store.get("ns", "k") == {"items": [1]}
-        await store.put("ns", "k", {"items": [3]})
-        assert await store.get("ns", "k") == {"items": [3]}
+class TestSqliteStoreContract(StoreConformance):
+    """SqliteStore keeps the Store contract (the public conformance suite)."""
 
-    async def test_keys_are_sorted_and_delete_reports_existence(self, store: Store) -> None:
-        for key in ["b", "a", "c"]:
-            await store.put("ns", key, key)
-        assert await store.keys("ns") == ["a", "b", "c"]
-        assert await store.delete("ns", "b") is True
-        assert await store.delete("ns", "b") is False
-        assert await store.keys("ns") == ["a", "c"]
-        assert await store.keys("empty") == []
+    @pytest.fixture
+    def make_store(self, tmp_path: Path) -> StoreFactory:
+        async def make(*, archive_retention: float | None = None) -> SqliteStore:
+            return SqliteStore(tmp_path / "s.db", archive_retention=archive_retention)
 
-    async def test_notes_have_a_sequence_per_namespace(self, store: Store) -> None:
-        first = await store.append_note("ns", "one", metadata={"by": "test"})
-        await store.append_note("other", "elsewhere")
-        second = await store.append_note("ns", "two")
-        assert (first.seq, second.seq) == (1, 2)
-        assert first.metadata == {"by": "test"}
-        assert second.metadata == {}
-        notes = await store.notes("ns")
-        assert [(n.namespace, n.seq, n.text) for n in notes] == [("ns", 1, "one"), ("ns", 2, "two")]
-        assert notes[0].created_at <= notes[1].created_at
-        assert [n.text for n in await store.notes("other")] == ["elsewhere"]
-        assert await store.notes("empty") == []
+        return make
 
-    async def test_limit_keeps_the_newest_in_order(self, store: Store) -> None:
-        for index in range(5):
-            await store.append_note("ns", f"n{index}")
-        assert [n.text for n in await store.notes("ns", limit=2)] == ["n3", "n4"]
-        assert [n.text for n in await store.notes("ns", limit=50)] == [f"n{i}" for i in range(5)]
-        with pytest.raises(ValueError, match="limit"):
-            await store.notes("ns", limit=-1)
 
-    async def test_append_notes_is_one_batch_with_consecutive_seqs(self, store: Store) -> None:
-        await store.append_note("ns", "before")
-        notes = await append_notes(store, "ns", ["a", "b", "c"], metadata={"batch": 1})
-        assert [(n.seq, n.text) for n in notes] == [(2, "a"), (3, "b"), (4, "c")]
-        assert all(n.metadata == {"batch": 1} for n in notes)
-        assert await append_notes(store, "ns", []) == []
-        assert len(await store.notes("ns")) == 4
-
-    async def test_append_notes_rejects_non_strings_and_writes_nothing(self, store: Store) -> None:
-        assert isinstance(store, NoteBatchStore)
-        with pytest.raises(TypeError, match=r"texts\[1\] must be a str"):
-            await store.append_notes("ns", ["ok", 3])  # type: ignore[list-item]
-        with pytest.raises(TypeError, match="not one string"):
-            await store.append_notes("ns", "abc")
-        assert await store.notes("ns") == []
+class TestSqliteMatchesMemory:
+    """SqliteStore and MemoryStore agree on any sequence of Store operations."""
 
     @settings(max_examples=50)
     @given(
@@ -264,7 +217,7 @@ class TestSchemaMigration:
         path = tmp_path / "v1.db"
         _write_v1_file(path)
         async with SqliteStore(path) as store:
-            assert await store.schema_version() == SCHEMA_VERSION == 2
+            assert await store.schema_version() == SCHEMA_VERSION == 3
             assert await store.get("ns", "k") == {"old": True}
             old = await store.notes("ns")
             assert [(n.seq, n.text, n.created_at, n.metadata) for n in old] == [
@@ -273,11 +226,15 @@ class TestSchemaMigration:
             ]
             new = await store.append_note("ns", "after migration", metadata={"v": 2})
             assert (new.seq, new.metadata) == (3, {"v": 2})
+            # version 3 added durable threads to the same file
+            change = ThreadWrite(encode_messages([UserMessage("hi")]), state="{}")
+            assert await store.write("t", change, expected_version=0) == 1
+            assert (await store.load_thread("t")).messages == change.append
         with sqlite3.connect(path) as raw:
             columns = {row[1] for row in raw.execute("PRAGMA table_info(tinyctx_notes)")}
             version = raw.execute("SELECT version FROM tinyctx_schema").fetchone()[0]
         assert "metadata" in columns
-        assert version == 2
+        assert version == 3
 
     async def test_two_stores_opening_an_old_file_migrate_it_once(self, tmp_path: Path) -> None:
         # concurrent first opens race for the exclusive lock the switch to WAL needs; SQLite

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tinyctx import (
     Agent,
@@ -309,3 +311,35 @@ class TestRetryOnFailure:
         async with Session(agent) as session:
             with pytest.raises(ValueError, match="bug"):
                 await session.run("go")
+
+
+class TestToolRetryProperty:
+    """Whatever the failures and the attempts, each call is tried as often as it should be."""
+
+    @given(
+        plan=st.lists(st.integers(0, 4), min_size=1, max_size=4),
+        attempts=st.integers(1, 4),
+    )
+    async def test_calls_are_tried_until_success_or_attempts_run_out(
+        self, plan: list[int], attempts: int
+    ) -> None:
+        """Call i fails plan[i] times: it runs min(plan[i] + 1, attempts) times, one result."""
+        fakes = [
+            FakeTool(f"t{i}", returns=[ConnectionError(f"e{i}")] * failures + [f"ok {i}"])
+            for i, failures in enumerate(plan)
+        ]
+        calls = [call(f"t{i}", id=f"c{i}") for i in range(len(plan))]
+        _, history, events, _ = await run_once(
+            [f.tool for f in fakes], [ToolRetry(attempts=attempts, backoff=0)], *calls
+        )
+        results = tool_results(history)
+        assert [r.tool_call_id for r in results] == [c.id for c in calls]
+        for i, (failures, fake, result) in enumerate(zip(plan, fakes, results, strict=True)):
+            assert len(fake.calls) == min(failures + 1, attempts)
+            if failures < attempts:
+                assert (result.content, result.is_error) == (f"ok {i}", False)
+            else:
+                assert result.is_error
+                assert f"(failed after {attempts} attempt" in result.content
+        failed = [e for e in events if isinstance(e, ToolRetryFailed)]
+        assert len(failed) == sum(min(f, attempts) for f in plan)

@@ -35,6 +35,20 @@ from .chain import (
     layer_name,
     tool_layer,
 )
+from .codec import (
+    CODEC_VERSION,
+    CodecError,
+    decode,
+    decode_checkpoint,
+    decode_message,
+    decode_messages,
+    decode_state,
+    encode,
+    encode_checkpoint,
+    encode_message,
+    encode_messages,
+    encode_state,
+)
 from .context import (
     RunConfig,
     RunContext,
@@ -156,6 +170,18 @@ from .stores import (
 )
 from .tasks import (
     BackgroundTasks,
+)
+from .threads import (
+    UNCHANGED,
+    ArchivedRange,
+    Compaction,
+    FencedOut,
+    Lease,
+    LeaseHeld,
+    StaleThreadVersion,
+    ThreadRecord,
+    ThreadStore,
+    ThreadWrite,
 )
 from .tokens import (
     Calibration,
@@ -326,4 +352,27 @@ __all__ = [
     "TokenizersCounter",
     "Calibration",
     "context_window",
+    # durable threads: the codec and the ThreadStore contract
+    "CODEC_VERSION",
+    "CodecError",
+    "encode",
+    "decode",
+    "encode_message",
+    "decode_message",
+    "encode_messages",
+    "decode_messages",
+    "encode_checkpoint",
+    "decode_checkpoint",
+    "encode_state",
+    "decode_state",
+    "ThreadStore",
+    "ThreadWrite",
+    "ThreadRecord",
+    "Compaction",
+    "Lease",
+    "ArchivedRange",
+    "UNCHANGED",
+    "StaleThreadVersion",
+    "LeaseHeld",
+    "FencedOut",
 ]

@@ -613,7 +613,7 @@ class Session(Generic[Data]):
         result: RunResult | None = None
         error: BaseException | None = None
         try:
-            ctx.emit(RunStarted, resumed=resumed)
+            ctx.emit(RunStarted, resumed=resumed, agent=self.agent.name)
             for message in _input_messages(input):
                 await self._append(state, message)
             for layer in self.agent.run_start_hooks:
@@ -787,6 +787,7 @@ class Session(Generic[Data]):
             status="cancelled" if cancelled else "failed",
             model_calls=state.model_calls,
             tool_calls=state.tool_calls,
+            error=f"{type(exc).__name__}: {exc}",
         )
 
     async def _apply(

@@ -1,29 +1,34 @@
 """The ``tinyctx`` command: replay a real transcript through a stack of layers.
 
     tinyctx                      replay the bundled transcript through the default stack
-    tinyctx replay [TRANSCRIPT] [--window N] [--reserve N] [--stack default|seed-order|FILE]
-                   [--tokenizer PATH] [--json] [--plot FILE]
-    tinyctx stats TRANSCRIPT [--tokenizer PATH] [--json]
+    tinyctx replay [TRANSCRIPT|-] [--window N] [--reserve N] [--stack NAME|FILE]
+                   [--tokenizer FILE|HUB-NAME] [--format NAME] [--json] [--plot FILE.svg]
+                   [--price MODEL] [--prices FILE.toml] [--sweep [0.2,0.4,...]]
+    tinyctx stats TRANSCRIPT|- [--tokenizer FILE|HUB-NAME] [--json]
 
 Stacks and layers are found by name through entry points (``tinyctx.stacks`` and
 ``tinyctx.layers``), so the kernel knows no concrete layer and an application can register
-its own layers for ``--stack FILE``. Bad input exits with code 2 and names the file and
-the line or index; a replay the stack could not keep inside the window stops there and
-exits with code 1.
+its own layers for ``--stack FILE``. Every failure is one line on stderr and an exit code
+of its own (:data:`EXIT_CODES`); output to a closed pipe ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import inspect
 import json
+import os
+import socket
 import sys
 import tomllib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import IO, Any, NoReturn, TextIO
+from urllib.parse import urlparse
 
 from .chain import LayerLike
 from .errors import ConfigError, TinyCtxError
@@ -31,23 +36,78 @@ from .messages import AssistantMessage, Message, ToolResult
 from .ordering import OrderingError, check_ordering
 from .tokens import TokenCounter, default_counter
 
-__all__ = ["main", "load_stack", "StackError", "bundled_transcript"]
+__all__ = [
+    "main",
+    "load_stack",
+    "load_stack_at",
+    "StackError",
+    "bundled_transcript",
+    "default_reserve",
+    "EXIT_CODES",
+]
 
 DEFAULT_WINDOW = 32_000
-DEFAULT_RESERVE = 4_000
+MAX_DEFAULT_RESERVE = 4_000
 BUNDLED = "marot__spotter__cc-main-4d5611e5.jsonl"
+HUB_TIMEOUT = 3.0
+"""Seconds to wait for the Hugging Face hub to answer before failing with a hint."""
+
+EXIT_OK = 0
+EXIT_STOPPED = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+EXIT_TOKENIZER = 4
+EXIT_EMPTY = 5
+EXIT_OUTPUT = 6
+EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "done",
+    EXIT_STOPPED: "the stack could not keep the transcript inside the window (replay stopped)",
+    EXIT_USAGE: "bad command line: unknown command or flag, bad value, bad --stack",
+    EXIT_INPUT: "the transcript cannot be read: missing, a directory, bad JSON, unknown format",
+    EXIT_TOKENIZER: "the tokenizer cannot be loaded: missing file, offline hub, bad file",
+    EXIT_EMPTY: "the transcript holds no messages or no model call to replay",
+    EXIT_OUTPUT: "the --plot file cannot be written: missing directory, a directory, not .svg",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+    EXIT_PIPE: "the reader of the output went away (a closed pipe; nothing printed)",
+}
+"""Every exit code of the command and what it means (listed by ``--help``)."""
+
+COMMANDS = ("replay", "stats")
+
+# the transcript formats ``--help`` lists (``--format`` takes the names)
+FORMAT_HELP: dict[str, str] = {
+    "openai": "OpenAI chat messages: a JSON list, JSONL, or a request with 'messages'",
+    "anthropic": "Anthropic Messages API: JSON (with 'system') or JSONL",
+    "claude_code": "Claude Code session logs (~/.claude/projects/*/*.jsonl), sub-agents too",
+    "swe_agent": "SWE-agent trajectories (.traj, 'history')",
+    "mini_swe_agent": "mini-swe-agent trajectories (.traj.json)",
+    "openhands": "OpenHands evaluation output.jsonl (one instance per line, 'history' events)",
+    "tau_bench": "tau-bench results JSON (a list of tasks, each with a 'traj' of messages)",
+}
+
+
+def default_reserve(window: int) -> int:
+    """The output reserve when ``--reserve`` is not given: an eighth of the window, at most
+    4000 tokens (4000 at the default 32K window; 500 at a 4000-token window)."""
+    return min(MAX_DEFAULT_RESERVE, window // 8)
 
 
 class StackError(TinyCtxError, ValueError):
     """A stack file or name that cannot be built; the message names the file and place."""
 
 
-class UsageError(Exception):
-    """Bad command-line input: printed and exit code 2."""
+class CommandError(Exception):
+    """A failure of the command: one line on stderr and ``code`` as the exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def _fail(message: str) -> NoReturn:
-    raise UsageError(message)
+def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    raise CommandError(message, code)
 
 
 # ---------------------------------------------------------------------------------------
@@ -132,6 +192,33 @@ def load_stack(spec: str, *, counter: TokenCounter | None = None) -> list[LayerL
     return stack
 
 
+def load_stack_at(
+    spec: str, low_water: float, *, counter: TokenCounter | None = None
+) -> list[LayerLike]:
+    """``spec`` with its budget guard's low-water mark set to ``low_water`` (for sweeps): a
+    named stack whose factory takes ``low_water``, or a TOML file whose ``budget_guard``
+    layers get ``low_water`` (replacing any ``target``/``low_water`` they set)."""
+    stacks = _entry_points("tinyctx.stacks")
+    if spec in stacks:
+        factory: StackFactory = stacks[spec].load()
+        if not _accepts(factory, "low_water"):
+            raise StackError(f"--sweep: stack {spec!r} has no low_water knob to sweep")
+        return list(factory(counter=counter, low_water=low_water))
+    path = Path(spec)
+    load_stack(spec, counter=counter)  # the file, validated as it is
+    tables = tomllib.loads(path.read_text(encoding="utf-8"))["layers"]
+    if not any(t.get("use") == "budget_guard" for t in tables):
+        raise StackError(f"--sweep: {path} has no budget_guard layer whose low_water to sweep")
+    for t in tables:
+        if t.get("use") == "budget_guard":
+            t.pop("target", None)
+            t["low_water"] = low_water
+    return [
+        _build(_use(t, f"{path}: layers[{i}]"), _args(t), f"{path}: layers[{i}]", counter)
+        for i, t in enumerate(tables)
+    ]
+
+
 def _check_order(stack: Sequence[LayerLike], where: str) -> None:
     """Declared ordering rules are checked before anything replays (never reordered)."""
     try:
@@ -149,178 +236,289 @@ def bundled_transcript() -> Path:
     return Path(str(resources.files("tinyctx") / "data" / BUNDLED))
 
 
-def _load(path: Path) -> tuple[Message, ...]:
-    from .formats import load_transcript
+def _load(source: str, io: _IO, fmt: str | None, record: int) -> tuple[Message, ...]:
+    from .formats import parse_transcript
 
-    if not path.is_file():
-        _fail(f"{path}: no such file")
+    stdin = io.stdin
+    if source == "-":
+        name, text = "<stdin>", stdin.read()
+    else:
+        path = Path(source)
+        if path.is_dir():
+            _fail(f"{source}: is a directory; give a transcript file", EXIT_INPUT)
+        if not path.exists():
+            _fail(f"{source}: no such file", EXIT_INPUT)
+        try:
+            name, text = source, path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            _fail(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})", EXIT_INPUT)
+        except OSError as exc:
+            _fail(f"{source}: cannot read: {exc.strerror or exc}", EXIT_INPUT)
     try:
-        return tuple(load_transcript(path))
+        transcript = parse_transcript(text, format=fmt, path=name, record=record)  # type: ignore[arg-type]
     except (TinyCtxError, ValueError) as exc:
-        text = str(exc)
-        _fail(text if str(path) in text else f"{path}: {text}")
+        message = str(exc)
+        _fail(message if name in message else f"{name}: {message}", EXIT_INPUT)
+    records = transcript.info.get("records")
+    if isinstance(records, int) and records > 1:
+        io.note(f"{name} holds {records} runs; reading run {record} (--record N picks another)")
+    return transcript.messages
 
 
-def _counter(tokenizer: str | None) -> TokenCounter:
-    if tokenizer is None:
+def _looks_like_path(text: str) -> bool:
+    """A file path rather than a hub name (``org/name`` or ``name``)."""
+    return (
+        text.startswith(("/", ".", "~"))
+        or text.count("/") > 1  # a hub name has at most one
+        or "\\" in text
+        or text.lower().endswith((".json", ".jsonl", ".traj"))
+    )
+
+
+def _hub_cache(name: str) -> Path | None:
+    """The tokenizer.json of ``name`` in the local Hugging Face cache, if downloaded."""
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    cache = Path(os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub"))
+    snapshots = cache / f"models--{name.replace('/', '--')}" / "snapshots"
+    found = sorted(snapshots.glob("*/tokenizer.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def _offline() -> bool:
+    return any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+
+
+def _hub_reachable() -> str | None:
+    """None when the hub answers a TCP connect within :data:`HUB_TIMEOUT`, else why not."""
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=HUB_TIMEOUT):
+            return None
+    except OSError as exc:
+        return f"cannot reach {host}:{port} ({exc.strerror or type(exc).__name__})"
+
+
+def _counter(spec: str | None) -> TokenCounter:
+    if spec is None:
         return default_counter()
     from .tokens import TokenizersCounter
 
-    path = Path(tokenizer)
+    flag = f"--tokenizer {spec}"
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        path = path / "tokenizer.json"
+        if not path.is_file():
+            _fail(f"{flag}: a directory without tokenizer.json", EXIT_TOKENIZER)
+    if not path.is_file():
+        if _looks_like_path(spec):
+            _fail(f"{flag}: no such file", EXIT_TOKENIZER)
+        path = _hub_cache(spec) or path
     try:
         if path.is_file():
             return TokenizersCounter.from_file(path)
-        return TokenizersCounter.from_pretrained(tokenizer)
     except Exception as exc:
-        _fail(f"--tokenizer {tokenizer}: cannot load: {exc}")
-
-
-# ---------------------------------------------------------------------------------------
-# output
-
-
-def _progress(stream: TextIO) -> Callable[[int, int], None] | None:
-    if not stream.isatty():
-        return None
-
-    def show(done: int, total: int) -> None:
-        width = 30
-        filled = int(width * done / max(total, 1))
-        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} messages")
-        stream.flush()
-        if done >= total:
-            stream.write("\n")
-
-    return show
-
-
-def _pct(value: float | None) -> str:
-    return "   -  " if value is None else f"{value * 100:5.1f}%"
-
-
-def _print_replay(report: Any, out: TextIO, source: str) -> None:
-    print(f"replay of {source}", file=out)
-    usable = report.usable
-    print(
-        f"window {report.window} - reserved {report.reserved} = usable {usable} tokens\n",
-        file=out,
-    )
-    print(
-        f"{'call':>4} {'msgs':>5} {'tokens':>8} {'util':>7} {'raw':>8} {'saved':>7}  actions",
-        file=out,
-    )
-    for row in report.rows:
-        actions = "; ".join(row.actions) if row.actions else ""
-        flag = " !" if row.would_overflow else "  "
-        print(
-            f"{row.index:>4} {row.messages:>5} {row.tokens:>8} {_pct(row.utilisation):>7} "
-            f"{row.raw_tokens:>8}{flag}{row.saved:>6}  {actions}",
-            file=out,
+        _fail(f"{flag}: not a tokenizers JSON file: {exc}", EXIT_TOKENIZER)
+    hint = "pass the path of a tokenizer.json, or download it once while online"
+    if _offline():
+        _fail(
+            f"{flag}: not in the local hub cache and HF_HUB_OFFLINE is set; {hint}", EXIT_TOKENIZER
         )
-    s = report.to_json()["summary"]
-    print("", file=out)
-    print(f"model calls:                       {s['model_calls']}", file=out)
-    print(f"peak utilisation:                  {_pct(s['peak_utilisation']).strip()}", file=out)
-    print(f"calls that would overflow (!):     {s['would_overflow_without_stack']}", file=out)
-    print(f"  kept in the window by the stack: {s['overflows_avoided']}", file=out)
-    print(f"tokens saved over all calls:       {s['total_tokens_saved']}", file=out)
-    if s["error"]:
-        print(f"stopped: {s['error']}", file=out)
+    unreachable = _hub_reachable()
+    if unreachable is not None:
+        _fail(
+            f"{flag}: {unreachable}; check the connection, {hint}, or set HF_HUB_OFFLINE=1 "
+            "to use only the local cache",
+            EXIT_TOKENIZER,
+        )
+    try:
+        return TokenizersCounter.from_pretrained(spec)
+    except Exception as exc:
+        _fail(f"{flag}: cannot load from the hub: {exc}", EXIT_TOKENIZER)
 
 
-def write_svg(report: Any, path: Path) -> None:
-    """A dependency-free SVG chart: utilisation per call, raw vs sent, actions marked."""
-    rows = report.rows
-    width, height, pad = 900, 360, 48
-    n = max(len(rows), 1)
-    top = max([1.0, *(r.raw_utilisation or 0 for r in rows)])
+def _price(args: argparse.Namespace) -> Any:
+    """The ModelPrice asked for with --price / --prices, or None (no cost shown)."""
+    from .cost import DEFAULT_PRICE, load_price_table, price_for
 
-    def x(i: int) -> float:
-        return pad + (width - 2 * pad) * (i / max(n - 1, 1))
+    if args.price is None and args.prices is None and args.sweep is None:
+        return None
+    table = None
+    if args.prices is not None:
+        try:
+            table = load_price_table(args.prices)
+        except ConfigError as exc:
+            _fail(f"--prices {args.prices}: {exc}", EXIT_INPUT)
+    name = args.price
+    if name is None:
+        if table is not None and len(table) == 1:
+            return next(iter(table.values()))
+        if table is not None:
+            _fail(f"--prices {args.prices}: several models ({', '.join(table)}); choose --price")
+        name = DEFAULT_PRICE
+    try:
+        return price_for(name, table)
+    except ConfigError as exc:
+        _fail(f"--price {name}: {exc}")
 
-    def y(v: float) -> float:
-        return height - pad - (height - 2 * pad) * (v / top)
 
-    def line(values: list[float], color: str, dash: str = "") -> str:
-        points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
-        extra = f' stroke-dasharray="{dash}"' if dash else ""
-        return f'<polyline fill="none" stroke="{color}" stroke-width="2"{extra} points="{points}"/>'
+DEFAULT_SWEEP = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
-    bottom = height - pad
-    sent = [r.utilisation or 0.0 for r in rows]
-    raw = [r.raw_utilisation or 0.0 for r in rows]
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'font-family="sans-serif" font-size="11">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<line x1="{pad}" y1="{y(1.0):.1f}" x2="{width - pad}" y2="{y(1.0):.1f}" stroke="#c00"/>',
-        f'<text x="{width - pad}" y="{y(1.0) - 4:.1f}" text-anchor="end" fill="#c00">window</text>',
-        f'<line x1="{pad}" y1="{bottom}" x2="{width - pad}" y2="{bottom}" stroke="#333"/>',
-        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{bottom}" stroke="#333"/>',
-        line(raw, "#999", "4 3"),
-        line(sent, "#1f6fb2"),
-    ]
-    for i, r in enumerate(rows):
-        if r.actions:
-            title = "; ".join(r.actions).replace("&", "&amp;").replace("<", "&lt;")
-            parts.append(
-                f'<circle cx="{x(i):.1f}" cy="{y(r.utilisation or 0):.1f}" r="4" fill="#e08a00">'
-                f"<title>call {r.index}: {title}</title></circle>"
-            )
-    parts += [
-        f'<text x="{pad}" y="{pad - 16}">utilisation per model call (blue: sent, grey: without the '
-        "stack, orange: a layer acted)</text>",
-        f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">'
-        f"model call (1..{len(rows)})</text>",
-        "</svg>",
-    ]
-    path.write_text("\n".join(parts), encoding="utf-8")
+
+def _sweep_values(text: str) -> tuple[float, ...]:
+    if text == "default":
+        return DEFAULT_SWEEP
+    values: list[float] = []
+    for item in text.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            _fail(f"--sweep {text!r}: {item!r} is not a number (e.g. 0.2,0.4,0.6)")
+        if not 0 < value <= 1:
+            _fail(f"--sweep {text!r}: {value} is not a low-water fraction in (0, 1]")
+        values.append(value)
+    return tuple(values)
+
+
+def _plot_path(spec: str) -> Path:
+    """``--plot``'s file, checked before the replay so a long run never ends in an error."""
+    path = Path(spec)
+    if path.is_dir():
+        example = path / "chart.svg"
+        _fail(f"--plot {spec}: is a directory; give a file name such as {example}", EXIT_OUTPUT)
+    if path.suffix.lower() != ".svg":
+        _fail(
+            f"--plot {spec}: the chart is SVG, name the file .svg "
+            "(render a PNG with `rsvg-convert chart.svg -o chart.png`)",
+            EXIT_OUTPUT,
+        )
+    parent = path.parent
+    if not parent.is_dir():
+        _fail(f"--plot {spec}: no such directory {str(parent)!r}", EXIT_OUTPUT)
+    if not os.access(parent, os.W_OK):
+        _fail(f"--plot {spec}: directory {str(parent)!r} is not writable", EXIT_OUTPUT)
+    return path
 
 
 # ---------------------------------------------------------------------------------------
 # commands
 
 
-def _cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+@contextmanager
+def _progress(err: TextIO) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr, only on a terminal, cleared when the replay ends."""
+    if not err.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from .render import console
+
+    bar = Progress(
+        TextColumn("replaying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("messages"),
+        console=console(err, stderr=True),
+        transient=True,
+    )
+    task = bar.add_task("replay", total=None)
+
+    def show(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    with bar:
+        yield show
+
+
+def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
+    from .chart import write_chart
+    from .render import console, print_replay, replayed
     from .replay import replay_sync
 
-    path = Path(args.transcript) if args.transcript else bundled_transcript()
-    if args.window is not None and args.window <= 0:
+    source = args.transcript or str(bundled_transcript())
+    if args.window <= 0:
         _fail(f"--window {args.window}: must be > 0")
-    if args.reserve < 0 or (args.window is not None and args.reserve >= args.window):
-        _fail(f"--reserve {args.reserve}: must be >= 0 and below --window ({args.window})")
-    transcript = _load(path)
+    reserve = default_reserve(args.window) if args.reserve is None else args.reserve
+    if reserve < 0 or reserve >= args.window:
+        _fail(f"--reserve {reserve}: must be >= 0 and below --window ({args.window})")
+    plot = _plot_path(args.plot) if args.plot else None
+    transcript = _load(source, io, args.format, args.record)
+    name = "<stdin>" if source == "-" else Path(source).name
+    if not transcript:
+        _fail(f"{source}: the transcript holds no messages; nothing to replay", EXIT_EMPTY)
+    if not any(isinstance(m, AssistantMessage) for m in transcript):
+        _fail(f"{source}: the transcript holds no model answer; nothing to replay", EXIT_EMPTY)
     counter = _counter(args.tokenizer)
+    price = _price(args)
+    values = _sweep_values(args.sweep) if args.sweep is not None else ()
     try:
         stack = load_stack(args.stack, counter=counter)
+        swept = [load_stack_at(args.stack, v, counter=counter) for v in values]
     except StackError as exc:
         _fail(str(exc))
-    report = replay_sync(
-        transcript,
-        stack,
-        window=args.window,
-        reserved=args.reserve,
-        counter=counter,
-        progress=_progress(err),
-    )
+    try:
+        with _progress(io.err) as progress:
+            report = replay_sync(
+                transcript,
+                stack,
+                window=args.window,
+                reserved=reserve,
+                counter=counter,
+                progress=progress,
+            )
+    except TinyCtxError as exc:  # a recording the kernel refuses (e.g. an unpaired tool call)
+        _fail(f"{source}: cannot replay: {exc}", EXIT_INPUT)
+    payload = report.to_json()
+    payload["transcript"] = "-" if source == "-" else source
+    payload["stack"] = args.stack
+    # extra per-call data (cost, ...): enrich payload["calls"][i] / payload["summary"] here
+    if price is not None:
+        from .cost import add_to_payload
+
+        add_to_payload(payload, report.cost(price))
+    if values:
+        from .cost import sweep
+
+        stacks = iter(swept)
+        points = sweep(
+            transcript,
+            lambda _value: next(stacks),
+            values,
+            price=price,
+            window=args.window,
+            reserved=reserve,
+            counter=counter,
+        )
+        payload["sweep"] = {"knob": "low_water", "points": [p.to_json() for p in points]}
     if args.json:
-        payload = report.to_json()
-        payload["transcript"] = str(path)
-        payload["stack"] = args.stack
-        json.dump(payload, out, indent=2)
-        out.write("\n")
+        json.dump(payload, io.out, indent=2)
+        io.out.write("\n")
     else:
-        _print_replay(report, out, path.name)
-    if args.plot:
-        write_svg(report, Path(args.plot))
-        print(f"chart written to {args.plot}", file=err)
-    # 1: the stack could not keep the transcript in the window (2 is for bad input)
-    return 1 if report.error else 0
+        print_replay(payload, console(io.out), name)
+    io.out.flush()
+    if plot is not None:
+        write_chart(payload, plot, name, stack=args.stack)
+        io.note(f"chart written to {plot}")
+    if report.error:
+        io.note(f"stopped: {report.error}")
+        io.note(f"{replayed(payload['summary'])} model calls replayed")
+        return EXIT_STOPPED
+    return EXIT_OK
 
 
-def _cmd_stats(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    path = Path(args.transcript)
-    transcript = _load(path)
+def _cmd_stats(args: argparse.Namespace, io: _IO) -> int:
+    from .render import console, print_stats
+
+    transcript = _load(args.transcript, io, args.format, args.record)
+    if not transcript:
+        _fail(f"{args.transcript}: the transcript holds no messages", EXIT_EMPTY)
     heuristic = default_counter()
     real = _counter(args.tokenizer) if args.tokenizer else None
     by_role: Counter[str] = Counter()
@@ -342,15 +540,14 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             tool = message.name or names.get(message.tool_call_id, "?")
             by_tool[tool] += tokens
             results.append((tokens, tool, message.tool_call_id))
-    turns = sum(1 for m in transcript if m.role == "user")
     largest = sorted(results, reverse=True)[:5]
     payload = {
-        "transcript": str(path),
+        "transcript": args.transcript,
         "messages": len(transcript),
-        "user_turns": turns,
+        "user_turns": sum(1 for m in transcript if m.role == "user"),
         "model_turns": sum(1 for m in transcript if m.role == "assistant"),
         "tool_calls": sum(tool_calls.values()),
-        "tokens_by_role": dict(by_role),
+        "tokens_by_role": dict(by_role.most_common()),
         "tokens_by_role_tokenizer": dict(by_role_real) if real is not None else None,
         "tool_result_tokens_by_tool": dict(by_tool.most_common()),
         "calls_by_tool": dict(tool_calls.most_common()),
@@ -359,76 +556,249 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         ],
     }
     if args.json:
-        json.dump(payload, out, indent=2)
-        out.write("\n")
-        return 0
-    print(
-        f"{path.name}: {len(transcript)} messages, {turns} user turns, "
-        f"{payload['model_turns']} model turns, {payload['tool_calls']} tool calls",
-        file=out,
-    )
-    print("\ntokens by role (heuristic" + (" / tokenizer)" if real else ")"), file=out)
-    for role, tokens in by_role.most_common():
-        extra = f" / {by_role_real[role]:>8}" if real is not None else ""
-        print(f"  {role:<10} {tokens:>8}{extra}", file=out)
-    if real is not None:
-        total_h, total_r = sum(by_role.values()), sum(by_role_real.values())
-        err_pct = (total_h - total_r) / total_r * 100 if total_r else 0.0
-        print(f"  {'total':<10} {total_h:>8} / {total_r:>8}  (heuristic {err_pct:+.1f}%)", file=out)
-    print("\ntool results by tool (tokens, calls)", file=out)
-    for tool, tokens in by_tool.most_common():
-        print(f"  {tool:<20} {tokens:>8} {tool_calls[tool]:>5}", file=out)
-    print("\nlargest tool results", file=out)
-    for tokens, tool, call_id in largest:
-        print(f"  {tokens:>8}  {tool}  ({call_id})", file=out)
-    return 0
+        json.dump(payload, io.out, indent=2)
+        io.out.write("\n")
+    else:
+        name = "<stdin>" if args.transcript == "-" else Path(args.transcript).name
+        print_stats(payload, console(io.out), name)
+    return EXIT_OK
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tinyctx",
-        description="Replay real agent transcripts through tinyctx layer stacks.",
-    )
-    sub = parser.add_subparsers(dest="command")
-    rp = sub.add_parser("replay", help="replay a transcript through a stack (the default command)")
-    rp.add_argument(
-        "transcript", nargs="?", help="OpenAI JSON/JSONL, Anthropic JSON, SWE-agent traj"
-    )
-    rp.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="context window in tokens")
-    rp.add_argument(
-        "--reserve", type=int, default=DEFAULT_RESERVE, help="tokens reserved for output"
-    )
-    rp.add_argument("--stack", default="default", help="default, seed-order, or a TOML file")
-    rp.add_argument("--tokenizer", help="a tokenizers JSON file or hub name (default: heuristic)")
-    rp.add_argument("--json", action="store_true", help="machine-readable output")
-    rp.add_argument("--plot", help="write an SVG chart of utilisation per call")
-    st = sub.add_parser("stats", help="token counts per role and tool of a transcript")
-    st.add_argument("transcript")
-    st.add_argument("--tokenizer", help="also count with this tokenizer")
-    st.add_argument("--json", action="store_true")
+# ---------------------------------------------------------------------------------------
+# the command line
+
+
+class _IO:
+    """The command's streams (the process's, or a test's)."""
+
+    def __init__(self, out: TextIO, err: TextIO, stdin: IO[str]) -> None:
+        self.out, self.err, self.stdin = out, err, stdin
+
+    def note(self, text: str) -> None:
+        print(f"tinyctx: {text}", file=self.err)
+
+
+class _Exit(Exception):
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse writing to the command's streams and returning instead of exiting."""
+
+    io: _IO
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if message:
+            (self.io.err if file is sys.stderr else self.io.out).write(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            self.io.err.write(message)
+        raise _Exit(status)
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Help with each option's default, unless its text already says it or there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "(default:" in text or default is None or default is False:
+            return text
+        return f"{text} (default: {default})"
+
+
+def _formats_epilog() -> str:
+    lines = ["transcript formats (detected; --format NAME to choose):"]
+    lines += [f"  {name:<15} {text}" for name, text in FORMAT_HELP.items()]
+    return "\n".join(lines)
+
+
+def _exit_epilog() -> str:
+    return "exit codes:\n" + "\n".join(f"  {code:>3}  {text}" for code, text in EXIT_CODES.items())
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tinyctx")
+    except metadata.PackageNotFoundError:  # pragma: no cover - always installed
+        return "unknown"
+
+
+def _new(prog: str, description: str, epilog: str, io: _IO) -> _Parser:
+    parser = _Parser(prog=prog, description=description, epilog=epilog, formatter_class=_Help)
+    parser.io = io
     return parser
 
 
+def _add_input(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format",
+        choices=sorted(FORMAT_HELP),
+        metavar="NAME",
+        default=None,
+        help="the transcript's format (default: detected from the content)",
+    )
+    parser.add_argument(
+        "--record",
+        type=int,
+        default=0,
+        metavar="N",
+        help="which trajectory of a file holding several (OpenHands, tau-bench), from 0",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        metavar="FILE|HUB-NAME",
+        help="count with a tokenizers JSON file or a Hugging Face hub model "
+        "(default: the built-in heuristic)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON (fields: docs/cli.md)")
+
+
+def _replay_parser(io: _IO) -> _Parser:
+    parser = _new(
+        "tinyctx replay",
+        "Replay a transcript through a stack of layers and show, per model call, what the\n"
+        "model was sent, what the recording would have cost without the stack, and what\n"
+        "each layer did.",
+        _formats_epilog() + "\n\n" + _exit_epilog(),
+        io,
+    )
+    parser.add_argument(
+        "transcript",
+        nargs="?",
+        help="the transcript file, or - to read it from stdin "
+        f"(default: the bundled Claude Code session {BUNDLED})",
+    )
+    parser.add_argument(
+        "--window", type=int, default=DEFAULT_WINDOW, metavar="N", help="context window in tokens"
+    )
+    parser.add_argument(
+        "--reserve",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"tokens reserved for the answer (default: window/8, at most {MAX_DEFAULT_RESERVE})",
+    )
+    parser.add_argument(
+        "--stack",
+        default="default",
+        metavar="NAME|FILE",
+        help="a stack by name (default, seed-order, or an installed one) or a TOML file",
+    )
+    _add_input(parser)
+    parser.add_argument(
+        "--plot", metavar="FILE.svg", help="also write an SVG chart of the prompt size per call"
+    )
+    parser.add_argument(
+        "--price",
+        metavar="MODEL",
+        help="price every call with prompt caching at MODEL's prices (claude-sonnet-4-5, "
+        "gpt-4o, ...: tinyctx.cost.PRICES); adds cache and cost columns",
+    )
+    parser.add_argument(
+        "--prices",
+        metavar="FILE.toml",
+        help="your own price table: [models.NAME] input, output, cache_write, cache_read, "
+        "caching, min_cacheable, cache_granularity, window",
+    )
+    parser.add_argument(
+        "--sweep",
+        nargs="?",
+        const="default",
+        metavar="VALUES",
+        help="also replay at each low-water mark (default 0.1,...,0.8) and show average "
+        "prompt tokens against cost (a table, and a panel of --plot)",
+    )
+    return parser
+
+
+def _stats_parser(io: _IO) -> _Parser:
+    parser = _new(
+        "tinyctx stats",
+        "Count a transcript's messages, turns and tokens by role and by tool.",
+        _formats_epilog() + "\n\n" + _exit_epilog(),
+        io,
+    )
+    parser.add_argument("transcript", help="the transcript file, or - to read it from stdin")
+    _add_input(parser)
+    return parser
+
+
+def _top_parser(io: _IO) -> _Parser:
+    parser = _new(
+        "tinyctx",
+        "Replay real agent transcripts through tinyctx layer stacks.\n\n"
+        "commands:\n"
+        "  replay [TRANSCRIPT|-] [options]   replay through a stack (the default command)\n"
+        "  stats TRANSCRIPT|- [options]      tokens by role and tool\n\n"
+        "`tinyctx COMMAND --help` shows a command's options.",
+        _formats_epilog() + "\n\n" + _exit_epilog(),
+        io,
+    )
+    parser.add_argument("--version", action="version", version=f"tinyctx {_version()}")
+    return parser
+
+
+def _unknown_command(word: str) -> str | None:
+    """Why ``word`` is not a transcript but a mistyped command, or None."""
+    if word == "-" or word.startswith("-") or Path(word).exists() or _looks_like_path(word):
+        return None
+    if "." in word or "/" in word:
+        return None  # a missing file: reported as such when loading
+    close = difflib.get_close_matches(word, COMMANDS, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown command {word!r} (commands: {', '.join(COMMANDS)}; or a transcript file){hint}"
+
+
+def _run(argv: list[str], io: _IO) -> int:
+    top = _top_parser(io)
+    if argv and argv[0] in ("-h", "--help", "--version"):
+        top.parse_args(argv[:1])
+    if argv and argv[0] in COMMANDS:
+        command, rest = argv[0], argv[1:]
+    else:
+        mistake = _unknown_command(argv[0]) if argv else None
+        if mistake is not None:
+            top.print_usage(io.err)
+            _fail(mistake)
+        command, rest = "replay", argv
+    if command == "stats":
+        return _cmd_stats(_stats_parser(io).parse_args(rest), io)
+    return _cmd_replay(_replay_parser(io).parse_args(rest), io)
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe: point stdout at /dev/null so the final flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (a test's stream)
+        pass
+
+
 def main(
-    argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
+    argv: Sequence[str] | None = None,
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    stdin: IO[str] | None = None,
 ) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
-    parser = _parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("replay", "stats", "-h", "--help"):
-        argv = ["replay", *argv]
+    """Run the command; returns the exit code (see :data:`EXIT_CODES`)."""
+    io = _IO(out or sys.stdout, err or sys.stderr, stdin or sys.stdin)
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    try:
-        if args.command == "stats":
-            return _cmd_stats(args, out, err)
-        return _cmd_replay(args, out, err)
-    except UsageError as exc:
-        print(f"tinyctx: error: {exc}", file=err)
-        return 2
-    except TinyCtxError as exc:
-        print(f"tinyctx: error: {exc}", file=err)
-        return 2
+        return _run(list(sys.argv[1:] if argv is None else argv), io)
+    except _Exit as exit_:
+        return exit_.code
+    except CommandError as exc:
+        io.note(f"error: {exc}")
+        return exc.code
+    except BrokenPipeError:
+        if out is None:
+            _quiet_stdout()
+        return EXIT_PIPE
+    except KeyboardInterrupt:
+        io.note("interrupted")
+        return EXIT_INTERRUPTED

@@ -1,13 +1,19 @@
-"""Typed events and the sink that delivers them to structlog and to subscribers.
+"""Typed events and the sink that delivers them to subscribers and to logging.
 
 Every action of the framework is an event: a frozen attrs class with a stable ``kind``.
 ``ctx.emit(event)`` stamps it with the run's ids, so a subscriber (a test, a UI, metrics)
-can rebuild the tree of calls. The library never configures logging; it only logs to
-``structlog.get_logger("tinyctx")`` unless the sink is given another logger (or None).
+can rebuild the tree of calls.
+
+The library never configures logging. Unless a sink is given its own logger (or None),
+each event is logged at its declared level to ``structlog.get_logger("tinyctx")`` when the
+application configured structlog, and otherwise to the standard library's ``"tinyctx"``
+logger, so an application that configured nothing hears only WARNING and above (on
+stderr, through Python's last-resort handler), as from any library.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Literal
@@ -23,6 +29,8 @@ __all__ = [
     "EventSink",
     "EventLevel",
     "add_tap",
+    "freed_tokens",
+    "log_event",
     "RunStarted",
     "RunFinished",
     "ModelCallFinished",
@@ -101,6 +109,20 @@ class Event:
         )
 
 
+def freed_tokens(event: Event) -> int | None:
+    """The tokens a context action freed, when its event says (``freed_tokens``,
+    ``tokens_freed``, or ``tokens_before - tokens_after``); None for any other event."""
+    payload = event.payload()
+    for key in ("freed_tokens", "tokens_freed"):
+        value = payload.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    before, after = payload.get("tokens_before"), payload.get("tokens_after")
+    if isinstance(before, int) and isinstance(after, int):
+        return before - after
+    return None
+
+
 # global taps: how tinyctx.testing.capture_events sees every sink, like structlog.capture_logs
 _TAPS: list[Subscriber] = []
 
@@ -121,10 +143,59 @@ class _Default:
 
 
 _DEFAULT_LOGGER: Any = _Default()
+_STRUCTLOG = structlog.get_logger("tinyctx")
+_STDLIB = logging.getLogger("tinyctx")
+_LEVELS: dict[str, int] = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+
+def _fields(event: Event) -> dict[str, Any]:
+    return {
+        "run_id": event.run_id,
+        "parent_run_id": event.parent_run_id,
+        "root_run_id": event.root_run_id,
+        "thread_id": event.thread_id,
+        "tags": event.tags,
+        **event.payload(),
+    }
+
+
+def log_event(event: Event) -> None:
+    """Log ``event`` where the application listens (see the module docstring): structlog
+    when it is configured, else the stdlib ``"tinyctx"`` logger; never configures either."""
+    level = event.level
+    if level == "trace":
+        return
+    if structlog.is_configured():
+        getattr(_STRUCTLOG, level)(event.kind, **_fields(event))
+        return
+    number = _LEVELS[level]
+    if not _STDLIB.isEnabledFor(number):
+        return
+    fields = _fields(event)
+    text = " ".join(f"{k}={v!r}" for k, v in fields.items() if v not in (None, (), ""))
+    _STDLIB.log(
+        number,
+        "%s %s",
+        event.kind,
+        text,
+        extra={
+            "run_id": event.run_id,
+            "parent_run_id": event.parent_run_id,
+            "root_run_id": event.root_run_id,
+            "thread_id": event.thread_id,
+            "tinyctx": fields,
+        },
+    )
 
 
 class EventSink:
-    """Delivers events to subscribers (in order) and to a structlog logger.
+    """Delivers events to subscribers (in order) and to logging (:func:`log_event`, or
+    ``logger``: any object with structlog-style level methods; None logs nothing).
 
     A subscriber that raises does not break the run: the error is reported as a
     :class:`SubscriberFailed` event and logged, unless ``raise_errors=True``.
@@ -139,7 +210,7 @@ class EventSink:
         subscribers: Iterable[Subscriber] = (),
         raise_errors: bool = False,
     ) -> None:
-        self._logger = structlog.get_logger("tinyctx") if isinstance(logger, _Default) else logger
+        self._logger = logger
         self._subscribers: list[Subscriber] = list(subscribers)
         self._raise_errors = raise_errors
 
@@ -179,17 +250,10 @@ class EventSink:
                     )
                 )
         logger = self._logger
-        if logger is not None and event.level != "trace":
-            log = getattr(logger, event.level)
-            log(
-                event.kind,
-                run_id=event.run_id,
-                parent_run_id=event.parent_run_id,
-                root_run_id=event.root_run_id,
-                thread_id=event.thread_id,
-                tags=event.tags,
-                **event.payload(),
-            )
+        if logger is _DEFAULT_LOGGER:
+            log_event(event)
+        elif logger is not None and event.level != "trace":
+            getattr(logger, event.level)(event.kind, **_fields(event))
 
 
 # ---------------------------------------------------------------------------------------
@@ -201,6 +265,8 @@ class RunStarted(Event):
     kind: ClassVar[str] = "run.started"
     level: ClassVar[EventLevel] = "debug"
     resumed: bool = False
+    agent: str = ""
+    """The agent's ``name``."""
 
 
 @frozen
@@ -210,6 +276,8 @@ class RunFinished(Event):
     status: str = "completed"
     model_calls: int = 0
     tool_calls: int = 0
+    error: str = ""
+    """For a failed or cancelled run: ``"<ExceptionType>: <message>"``."""
 
 
 @frozen

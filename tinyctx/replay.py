@@ -14,21 +14,26 @@ the driver continues with a new run carrying that message, so the conversation i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import attrs
 from attrs import field, frozen
 
 from .agent import Agent, Session
 from .chain import Layer, LayerLike, ModelCall, ToolCallHandler
 from .context import RunConfig, RunContext
 from .control import Interrupt
+from .cost import PromptShape
 from .errors import ContextLimitExceeded, Interrupted
-from .events import Event, EventSink
+from .events import Event, EventSink, freed_tokens
 from .messages import AssistantMessage, Message, ToolCall, ToolResult, check_pairing
 from .model import ModelRequest, ModelResponse
 from .tokens import TokenCounter, default_counter
 from .tools import Tool
+
+if TYPE_CHECKING:
+    from .cost import CostReport, ModelPrice
 
 __all__ = ["CallRow", "ReplayReport", "replay", "replay_sync", "ReplayModel"]
 
@@ -47,14 +52,23 @@ class CallRow:
     usable: int | None
     actions: tuple[str, ...] = ()
     events: tuple[Event, ...] = field(default=(), repr=False, eq=False)
+    window: int | None = None
+    shape: PromptShape | None = field(default=None, repr=False, eq=False)
+    """The sent prompt as :mod:`tinyctx.cost` prices it (messages, per-message tokens)."""
 
     @property
     def utilisation(self) -> float | None:
+        """Tokens sent over the usable window (the window minus the reserve)."""
         return self.tokens / self.usable if self.usable else None
 
     @property
     def raw_utilisation(self) -> float | None:
         return self.raw_tokens / self.usable if self.usable else None
+
+    @property
+    def window_utilisation(self) -> float | None:
+        """Tokens sent over the whole window."""
+        return self.tokens / self.window if self.window else None
 
     @property
     def saved(self) -> int:
@@ -74,6 +88,20 @@ class ReplayReport:
     reserved: int
     final_messages: tuple[Message, ...] = field(repr=False)
     error: str | None = None
+    recorded_calls: int | None = None
+    """Model calls in the recording (its assistant messages); ``len(rows)`` of them replayed."""
+
+    def cost(self, price: ModelPrice | str | None = None) -> CostReport:
+        """What the calls of this replay cost at ``price`` (a model name or a
+        :class:`~tinyctx.cost.ModelPrice`; default Claude Sonnet 4.5): see :mod:`tinyctx.cost`."""
+        from .cost import DEFAULT_PRICE, price_replay
+
+        return price_replay(self, DEFAULT_PRICE if price is None else price)
+
+    @property
+    def average_prompt_tokens(self) -> float:
+        """Tokens sent per model call, on average."""
+        return sum(r.tokens for r in self.rows) / len(self.rows) if self.rows else 0.0
 
     @property
     def usable(self) -> int | None:
@@ -82,6 +110,11 @@ class ReplayReport:
     @property
     def peak_utilisation(self) -> float:
         values = [r.utilisation for r in self.rows if r.utilisation is not None]
+        return max(values, default=0.0)
+
+    @property
+    def peak_window_utilisation(self) -> float:
+        values = [r.window_utilisation for r in self.rows if r.window_utilisation is not None]
         return max(values, default=0.0)
 
     @property
@@ -116,16 +149,20 @@ class ReplayReport:
                     "tokens": r.tokens,
                     "raw_tokens": r.raw_tokens,
                     "utilisation": r.utilisation,
+                    "window_utilisation": r.window_utilisation,
                     "raw_utilisation": r.raw_utilisation,
                     "saved": r.saved,
                     "would_overflow": r.would_overflow,
                     "actions": list(r.actions),
+                    "events": [_event_json(e, label) for e in r.events if (label := e.describe())],
                 }
                 for r in self.rows
             ],
             "summary": {
                 "model_calls": len(self.rows),
+                "recorded_model_calls": self.recorded_calls,
                 "peak_utilisation": self.peak_utilisation,
+                "peak_window_utilisation": self.peak_window_utilisation,
                 "would_overflow_without_stack": self.would_overflow,
                 "overflows_avoided": self.overflows_avoided,
                 "overflows_remaining": self.overflows_remaining,
@@ -134,6 +171,17 @@ class ReplayReport:
                 "error": self.error,
             },
         }
+
+
+def _event_json(event: Event, label: str) -> dict[str, Any]:
+    """What a report keeps of a layer's event: its kind, the policy that acted (the kind
+    when the event names none), the tokens it freed when it says, and its label."""
+    return {
+        "kind": event.kind,
+        "name": str(event.payload().get("policy") or event.kind),
+        "freed_tokens": freed_tokens(event),
+        "label": label,
+    }
 
 
 class ReplayModel:
@@ -202,15 +250,24 @@ class _Recorder(Layer):
 
     ordering_neutral = True  # observers: the stack's own ordering rules ignore them
 
-    def __init__(self, name: str, sink: Callable[[ModelRequest, RunContext[Any]], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        sink: Callable[[ModelRequest, RunContext[Any]], None],
+        after: Callable[[ModelResponse], None] | None = None,
+    ) -> None:
         self.name = name
         self._sink = sink
+        self._after = after
 
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
     ) -> ModelResponse:
         self._sink(request, ctx)
-        return await call_next(request, ctx)
+        response = await call_next(request, ctx)
+        if self._after is not None:
+            self._after(response)
+        return response
 
 
 _QUIET = frozenset(
@@ -254,19 +311,37 @@ async def replay(
         events = tuple(e for e in seen if e.kind not in _QUIET)
         seen.clear()
         usable = window - reserved if window is not None else None
+        tokens = counter.count_request(request)
+        message_tokens = tuple(map(counter.count_message, request.messages))
+        shape = PromptShape(
+            request.messages,
+            message_tokens,
+            tokens - sum(message_tokens),
+            0,
+            (request.system_prompt, request.tools),
+        )
         rows.append(
             CallRow(
                 index=len(rows) + 1,
                 messages=len(request.messages),
-                tokens=counter.count_request(request),
+                tokens=tokens,
                 raw_tokens=pending_raw.pop() if pending_raw else 0,
                 usable=usable,
+                window=window,
                 actions=tuple(d for e in events if (d := e.describe())),
                 events=events,
+                shape=shape,
             )
         )
         if progress is not None:
             progress(model.position, len(transcript))
+
+    def answered(response: ModelResponse) -> None:
+        # the reply's tokens are what the call's output costs
+        row = rows[-1]
+        if row.shape is not None:
+            output = counter.count_message(response.message)
+            rows[-1] = attrs.evolve(row, shape=attrs.evolve(row.shape, output_tokens=output))
 
     agent = Agent(
         model=model,
@@ -274,7 +349,7 @@ async def replay(
         middleware=[
             _Recorder("replay-measure-raw", outer),
             *stack,
-            _Recorder("replay-measure-sent", inner),
+            _Recorder("replay-measure-sent", inner, answered),
             _ReplayTools(model),
         ],
     )
@@ -312,7 +387,8 @@ async def replay(
                 break
             position = max(model.position, position + 1)
         final = session.conversation_messages
-    return ReplayReport(tuple(rows), window, reserved, final, error)
+    recorded = sum(1 for m in transcript if isinstance(m, AssistantMessage))
+    return ReplayReport(tuple(rows), window, reserved, final, error, recorded)
 
 
 def replay_sync(

@@ -12,6 +12,7 @@ open). Both also implement :class:`NoteBatchStore`: several notes appended atomi
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -24,6 +25,19 @@ from attrs import field, frozen
 
 from .errors import ConfigError, TinyCtxError
 from .frozen import EMPTY, FrozenDict, frozen_mapping, thaw
+from .threads import (
+    ArchivedRange,
+    FencedOut,
+    Lease,
+    LeaseHeld,
+    StaleThreadVersion,
+    ThreadRecord,
+    ThreadWrite,
+    Unchanged,
+    check_write_range,
+    validate_lease_request,
+    validate_write,
+)
 
 __all__ = [
     "Store",
@@ -104,13 +118,56 @@ async def append_notes(
     return [await store.append_note(namespace, text, metadata=metadata) for text in texts]
 
 
-class MemoryStore:
-    """A process-local store; values are deep-copied in and out, as a real store would."""
+def _retention(value: float | None, owner: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ConfigError(
+            "archive_retention", value, "None (keep forever) or seconds >= 0", owner=owner
+        )
+    return float(value)
+
+
+def _check_thread_id(thread_id: str) -> None:
+    if not isinstance(thread_id, str) or not thread_id:
+        raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
+
+
+def _check_list_args(prefix: str, limit: int | None) -> None:
+    if not isinstance(prefix, str):
+        raise TypeError(f"list_threads(prefix=...) must be a str, got {type(prefix).__name__}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"list_threads(limit={limit!r}): limit must be None or an integer >= 0")
+
+
+class _MemoryThread:
+    __slots__ = ("archive", "checkpoint", "lease", "messages", "state", "version")
 
     def __init__(self) -> None:
+        self.version = 0
+        self.messages: list[str] = []
+        self.checkpoint: str | None = None
+        self.state: str | None = None
+        self.lease: Lease | None = None
+        self.archive: list[ArchivedRange] = []
+
+
+class MemoryStore:
+    """A process-local :class:`Store` and :class:`~tinyctx.threads.ThreadStore`.
+
+    Values are deep-copied in and out, as a real store would; thread documents are
+    strings (immutable). Every thread operation is one synchronous step after a
+    checkpoint, so it is atomic for every task of the event loop. ``archive_retention``
+    (seconds, None: forever) bounds how long compacted originals stay readable.
+    """
+
+    def __init__(self, *, archive_retention: float | None = None) -> None:
         self._data: dict[str, dict[str, Any]] = {}
         self._notes: dict[str, list[Note]] = {}
         self._lock = anyio.Lock()
+        self._threads: dict[str, _MemoryThread] = {}
+        self._last_token = 0
+        self.archive_retention = _retention(archive_retention, "MemoryStore")
 
     async def get(self, namespace: str, key: str) -> Any | None:
         await anyio.lowlevel.checkpoint()
@@ -163,6 +220,141 @@ class MemoryStore:
         await anyio.lowlevel.checkpoint()
         notes = self._notes.get(namespace, [])
         return list(notes[-limit:] if limit else notes)
+
+    # -- threads -------------------------------------------------------------------------
+
+    async def load_thread(self, thread_id: str) -> ThreadRecord:
+        """The thread now; an unknown thread is an empty record at version 0."""
+        _check_thread_id(thread_id)
+        await anyio.lowlevel.checkpoint()
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return ThreadRecord(thread_id, 0, ())
+        return ThreadRecord(
+            thread_id,
+            thread.version,
+            tuple(thread.messages),
+            thread.checkpoint,
+            thread.state,
+            thread.lease,
+        )
+
+    async def write(
+        self,
+        thread_id: str,
+        change: ThreadWrite,
+        *,
+        expected_version: int,
+        lease: Lease | None = None,
+    ) -> int:
+        """Apply ``change`` atomically; see :meth:`tinyctx.threads.ThreadStore.write`."""
+        validate_write(thread_id, change, expected_version, lease)
+        await anyio.lowlevel.checkpoint()
+        # from here to the end nothing awaits: the write is one step for the event loop
+        thread = self._threads.get(thread_id)
+        current = thread.lease if thread is not None else None
+        if lease is not None and (current is None or current.token != lease.token):
+            raise FencedOut(thread_id, lease.token, None if current is None else current.token)
+        version = thread.version if thread is not None else 0
+        if version != expected_version:
+            raise StaleThreadVersion(thread_id, expected_version, version)
+        check_write_range(thread_id, change, len(thread.messages) if thread is not None else 0)
+        if thread is None:
+            thread = self._threads[thread_id] = _MemoryThread()
+        now = time.time()
+        new_version = version + 1
+        compaction = change.compaction
+        if compaction is not None:
+            start, end = compaction.start, compaction.end
+            if end > start:
+                replaced = tuple(thread.messages[start:end])
+                thread.archive.append(
+                    ArchivedRange(thread_id, new_version, start, end, replaced, now)
+                )
+            thread.messages[start:end] = compaction.replacement
+        thread.messages.extend(change.append)
+        if not isinstance(change.checkpoint, Unchanged):
+            thread.checkpoint = change.checkpoint
+        if not isinstance(change.state, Unchanged):
+            thread.state = change.state
+        thread.version = new_version
+        self._purge_archive(thread, now)
+        return new_version
+
+    def _purge_archive(self, thread: _MemoryThread, now: float) -> None:
+        retention = self.archive_retention
+        if retention is not None and thread.archive:
+            cutoff = now - retention
+            thread.archive = [a for a in thread.archive if a.archived_at >= cutoff]
+
+    async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
+        """A new lease with a fresh token; :class:`LeaseHeld` while another owner's is live."""
+        validate_lease_request(thread_id, owner, ttl)
+        await anyio.lowlevel.checkpoint()
+        thread = self._threads.get(thread_id)
+        now = time.time()
+        current = thread.lease if thread is not None else None
+        if current is not None and current.owner != owner and current.expires_at > now:
+            raise LeaseHeld(thread_id, current.owner, current.expires_at)
+        if thread is None:
+            thread = self._threads[thread_id] = _MemoryThread()
+        self._last_token += 1
+        lease = thread.lease = Lease(thread_id, owner, self._last_token, now + ttl)
+        return lease
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend ``lease`` (same token); :class:`FencedOut` if another lease replaced it."""
+        if not isinstance(lease, Lease):
+            raise TypeError(f"renew_lease needs a Lease, got {type(lease).__name__}")
+        validate_lease_request(lease.thread_id, lease.owner, ttl)
+        await anyio.lowlevel.checkpoint()
+        thread = self._threads.get(lease.thread_id)
+        current = thread.lease if thread is not None else None
+        if thread is None or current is None or current.token != lease.token:
+            raise FencedOut(
+                lease.thread_id, lease.token, None if current is None else current.token
+            )
+        renewed = thread.lease = Lease(
+            lease.thread_id, current.owner, lease.token, time.time() + ttl
+        )
+        return renewed
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the thread up; a no-op when ``lease`` was already replaced or released."""
+        if not isinstance(lease, Lease):
+            raise TypeError(f"release_lease needs a Lease, got {type(lease).__name__}")
+        await anyio.lowlevel.checkpoint()
+        thread = self._threads.get(lease.thread_id)
+        if thread is None or thread.lease is None or thread.lease.token != lease.token:
+            return
+        thread.lease = None
+        if thread.version == 0:
+            del self._threads[lease.thread_id]  # a lease alone leaves nothing behind
+
+    async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
+        """Ids of the threads written at least once, sorted, optionally by ``prefix``."""
+        _check_list_args(prefix, limit)
+        await anyio.lowlevel.checkpoint()
+        ids = sorted(
+            tid for tid, t in self._threads.items() if t.version > 0 and tid.startswith(prefix)
+        )
+        return ids if limit is None else ids[:limit]
+
+    async def archived(self, thread_id: str) -> list[ArchivedRange]:
+        """What compactions replaced on ``thread_id``, oldest first, within retention."""
+        _check_thread_id(thread_id)
+        await anyio.lowlevel.checkpoint()
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return []
+        self._purge_archive(thread, time.time())
+        return list(thread.archive)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Remove the thread, its archive, checkpoint, state and lease; False if unknown."""
+        _check_thread_id(thread_id)
+        await anyio.lowlevel.checkpoint()
+        return self._threads.pop(thread_id, None) is not None
 
     async def aclose(self) -> None:
         await anyio.lowlevel.checkpoint()
@@ -233,7 +425,7 @@ class StoreClosed(TinyCtxError):
     """The store was closed with ``aclose()``."""
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version :class:`SqliteStore` writes; older files are migrated on open."""
 
 # _MIGRATIONS[n] takes a file from version n to version n + 1, inside one transaction.
@@ -249,6 +441,28 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         "ALTER TABLE tinyctx_notes ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'",
         "ALTER TABLE tinyctx_kv ADD COLUMN updated_at REAL NOT NULL DEFAULT 0",
+    ),
+    # 3: durable threads. A thread row holds the version, the live length, the position
+    # after which appends go, the checkpoint, the layer state and the lease. Messages are
+    # rows ordered by a sparse integer position (appends step by _GAP), so an append inserts
+    # only its rows and a compaction deletes the replaced rows and places the replacement
+    # between its neighbours: nothing else is rewritten.
+    (
+        "CREATE TABLE tinyctx_threads (thread_id TEXT NOT NULL PRIMARY KEY, "
+        "version INTEGER NOT NULL, length INTEGER NOT NULL, last_pos INTEGER NOT NULL, "
+        "checkpoint TEXT, state TEXT, lease_owner TEXT, lease_token INTEGER, "
+        "lease_expires REAL, updated_at REAL NOT NULL) WITHOUT ROWID",
+        "CREATE TABLE tinyctx_messages (thread_id TEXT NOT NULL, pos INTEGER NOT NULL, "
+        "doc TEXT NOT NULL, PRIMARY KEY (thread_id, pos)) WITHOUT ROWID",
+        "CREATE TABLE tinyctx_archive (thread_id TEXT NOT NULL, version INTEGER NOT NULL, "
+        "start INTEGER NOT NULL, stop INTEGER NOT NULL, archived_at REAL NOT NULL, "
+        "PRIMARY KEY (thread_id, version)) WITHOUT ROWID",
+        "CREATE INDEX tinyctx_archive_age ON tinyctx_archive (archived_at)",
+        "CREATE TABLE tinyctx_archive_messages (thread_id TEXT NOT NULL, "
+        "version INTEGER NOT NULL, idx INTEGER NOT NULL, doc TEXT NOT NULL, "
+        "PRIMARY KEY (thread_id, version, idx)) WITHOUT ROWID",
+        "CREATE TABLE tinyctx_counters (name TEXT NOT NULL PRIMARY KEY, "
+        "value INTEGER NOT NULL) WITHOUT ROWID",
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -371,6 +585,342 @@ def _enable_wal(conn: sqlite3.Connection, timeout: float) -> None:
         delay = min(delay * 2, 0.05)
 
 
+# -- threads in SQLite (each function runs in the store's worker thread) -------------------
+
+_GAP = 1 << 20
+"""Distance between the positions of appended messages: room for inserting replacements."""
+
+
+class _Read:
+    """A read transaction: the thread row and its messages from one snapshot."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._conn.execute("BEGIN")
+        return self._conn
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+_THREAD_ROW = (
+    "SELECT version, length, last_pos, checkpoint, state, lease_owner, lease_token, "
+    "lease_expires FROM tinyctx_threads WHERE thread_id = ?"
+)
+
+
+def _lease_of(thread_id: str, row: tuple[Any, ...] | None) -> Lease | None:
+    if row is None or row[6] is None:
+        return None
+    return Lease(thread_id, str(row[5]), int(row[6]), float(row[7]))
+
+
+def _load_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRecord:
+    with _Read(conn):
+        row = conn.execute(_THREAD_ROW, (thread_id,)).fetchone()
+        if row is None:
+            return ThreadRecord(thread_id, 0, ())
+        docs = conn.execute(
+            "SELECT doc FROM tinyctx_messages WHERE thread_id = ? ORDER BY pos", (thread_id,)
+        ).fetchall()
+    return ThreadRecord(
+        thread_id, row[0], tuple([d for (d,) in docs]), row[3], row[4], _lease_of(thread_id, row)
+    )
+
+
+def _purge_archive(conn: sqlite3.Connection, retention: float | None, now: float) -> None:
+    if retention is None:
+        return
+    cutoff = now - retention
+    conn.execute(
+        "DELETE FROM tinyctx_archive_messages WHERE (thread_id, version) IN "
+        "(SELECT thread_id, version FROM tinyctx_archive WHERE archived_at < ?)",
+        (cutoff,),
+    )
+    conn.execute("DELETE FROM tinyctx_archive WHERE archived_at < ?", (cutoff,))
+
+
+def _spread(low: int | None, high: int | None, count: int) -> tuple[int, list[int]] | None:
+    """``count`` increasing positions strictly between ``low`` and ``high`` (None: open end),
+    or None when the gap is too narrow."""
+    if low is None and high is None:
+        low, high = 0, _GAP * (count + 1)
+    elif low is None:
+        assert high is not None
+        low = high - _GAP * (count + 1)
+    elif high is None:
+        high = low + _GAP * (count + 1)
+    if high - low <= count:
+        return None
+    return low, [low + (high - low) * (i + 1) // (count + 1) for i in range(count)]
+
+
+def _compact(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    start: int,
+    end: int,
+    replacement: tuple[str, ...],
+    length: int,
+    last_pos: int,
+    version: int,
+    now: float,
+) -> int:
+    """Apply one compaction; returns the position appends now follow (``last_pos`` moved
+    up when the tail had to make room, or a replacement placed after it)."""
+    removed = end - start
+    first = max(start - 1, 0)
+    wanted = (end + 1) - first  # the neighbours on both sides and the replaced rows
+    positions = [
+        p
+        for (p,) in conn.execute(
+            "SELECT pos FROM tinyctx_messages WHERE thread_id = ? ORDER BY pos LIMIT ? OFFSET ?",
+            (thread_id, wanted, first),
+        ).fetchall()
+    ]
+    by_index = dict(enumerate(positions, start=first))
+    before = by_index.get(start - 1) if start > 0 else None
+    after = by_index.get(end) if end < length else None
+    if removed:
+        low_pos, high_pos = by_index[start], by_index[end - 1]
+        docs = conn.execute(
+            "SELECT doc FROM tinyctx_messages WHERE thread_id = ? AND pos BETWEEN ? AND ? "
+            "ORDER BY pos",
+            (thread_id, low_pos, high_pos),
+        ).fetchall()
+        conn.execute(
+            "INSERT INTO tinyctx_archive (thread_id, version, start, stop, archived_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (thread_id, version, start, end, now),
+        )
+        conn.executemany(
+            "INSERT INTO tinyctx_archive_messages (thread_id, version, idx, doc) "
+            "VALUES (?, ?, ?, ?)",
+            [(thread_id, version, i, d) for i, (d,) in enumerate(docs)],
+        )
+        conn.execute(
+            "DELETE FROM tinyctx_messages WHERE thread_id = ? AND pos BETWEEN ? AND ?",
+            (thread_id, low_pos, high_pos),
+        )
+    if not replacement:
+        return last_pos
+    spread = _spread(before, after, len(replacement))
+    if spread is None:
+        # no room between the neighbours (many inserts at one spot): move the tail up by
+        # `shift`, in two steps through positions above every row (last_pos is the
+        # highest), so no two rows ever share a position while SQLite updates them
+        assert after is not None
+        shift = _GAP * (len(replacement) + 1)
+        lift = last_pos - after + 1 + shift
+        conn.execute(
+            "UPDATE tinyctx_messages SET pos = pos + ? WHERE thread_id = ? AND pos >= ?",
+            (lift, thread_id, after),
+        )
+        conn.execute(
+            "UPDATE tinyctx_messages SET pos = pos - ? WHERE thread_id = ? AND pos > ?",
+            (lift - shift, thread_id, last_pos),
+        )
+        spread = _spread(before, after + shift, len(replacement))
+        assert spread is not None
+        last_pos += shift
+    placed = spread[1]
+    conn.executemany(
+        "INSERT INTO tinyctx_messages (thread_id, pos, doc) VALUES (?, ?, ?)",
+        [(thread_id, p, d) for p, d in zip(placed, replacement, strict=True)],
+    )
+    return max(last_pos, placed[-1])
+
+
+def _write_thread(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    change: ThreadWrite,
+    expected_version: int,
+    lease: Lease | None,
+    retention: float | None,
+) -> int:
+    with _Immediate(conn):
+        row = conn.execute(
+            "SELECT version, length, last_pos, lease_token FROM tinyctx_threads "
+            "WHERE thread_id = ?",
+            (thread_id,),
+        ).fetchone()
+        version, length, last_pos, token = row if row is not None else (0, 0, 0, None)
+        if lease is not None and token != lease.token:
+            raise FencedOut(thread_id, lease.token, token)
+        if version != expected_version:
+            raise StaleThreadVersion(thread_id, expected_version, version)
+        check_write_range(thread_id, change, length)
+        now = time.time()
+        new_version = version + 1
+        if row is None:
+            conn.execute(
+                "INSERT INTO tinyctx_threads (thread_id, version, length, last_pos, updated_at) "
+                "VALUES (?, 0, 0, 0, ?)",
+                (thread_id, now),
+            )
+        compaction = change.compaction
+        if compaction is not None:
+            last_pos = _compact(
+                conn,
+                thread_id,
+                compaction.start,
+                compaction.end,
+                compaction.replacement,
+                length,
+                last_pos,
+                new_version,
+                now,
+            )
+            length += len(compaction.replacement) - (compaction.end - compaction.start)
+            _purge_archive(conn, retention, now)
+        append = change.append
+        if append:
+            conn.executemany(
+                "INSERT INTO tinyctx_messages (thread_id, pos, doc) VALUES (?, ?, ?)",
+                [(thread_id, last_pos + _GAP * (i + 1), d) for i, d in enumerate(append)],
+            )
+            last_pos += _GAP * len(append)
+            length += len(append)
+        sets = "version = ?, length = ?, last_pos = ?, updated_at = ?"
+        values: list[Any] = [new_version, length, last_pos, now]
+        if not isinstance(change.checkpoint, Unchanged):
+            sets += ", checkpoint = ?"
+            values.append(change.checkpoint)
+        if not isinstance(change.state, Unchanged):
+            sets += ", state = ?"
+            values.append(change.state)
+        values.append(thread_id)
+        conn.execute(f"UPDATE tinyctx_threads SET {sets} WHERE thread_id = ?", values)
+    return new_version
+
+
+def _next_token(conn: sqlite3.Connection) -> int:
+    (token,) = conn.execute(
+        "INSERT INTO tinyctx_counters (name, value) VALUES ('lease_token', 1) "
+        "ON CONFLICT (name) DO UPDATE SET value = value + 1 RETURNING value"
+    ).fetchone()
+    return int(token)
+
+
+def _acquire_lease(conn: sqlite3.Connection, thread_id: str, owner: str, ttl: float) -> Lease:
+    with _Immediate(conn):
+        row = conn.execute(_THREAD_ROW, (thread_id,)).fetchone()
+        now = time.time()
+        current = _lease_of(thread_id, row)
+        if current is not None and current.owner != owner and current.expires_at > now:
+            raise LeaseHeld(thread_id, current.owner, current.expires_at)
+        lease = Lease(thread_id, owner, _next_token(conn), now + ttl)
+        conn.execute(
+            "INSERT INTO tinyctx_threads (thread_id, version, length, last_pos, lease_owner, "
+            "lease_token, lease_expires, updated_at) VALUES (?, 0, 0, 0, ?, ?, ?, ?) "
+            "ON CONFLICT (thread_id) DO UPDATE SET lease_owner = excluded.lease_owner, "
+            "lease_token = excluded.lease_token, lease_expires = excluded.lease_expires",
+            (thread_id, owner, lease.token, lease.expires_at, now),
+        )
+    return lease
+
+
+def _renew_lease(conn: sqlite3.Connection, lease: Lease, ttl: float) -> Lease:
+    with _Immediate(conn):
+        row = conn.execute(
+            "SELECT lease_token, lease_owner FROM tinyctx_threads WHERE thread_id = ?",
+            (lease.thread_id,),
+        ).fetchone()
+        token = row[0] if row is not None else None
+        if token != lease.token:
+            raise FencedOut(lease.thread_id, lease.token, token)
+        renewed = Lease(lease.thread_id, str(row[1]), lease.token, time.time() + ttl)
+        conn.execute(
+            "UPDATE tinyctx_threads SET lease_expires = ? WHERE thread_id = ?",
+            (renewed.expires_at, lease.thread_id),
+        )
+    return renewed
+
+
+def _release_lease(conn: sqlite3.Connection, lease: Lease) -> None:
+    with _Immediate(conn):
+        conn.execute(
+            "UPDATE tinyctx_threads SET lease_owner = NULL, lease_token = NULL, "
+            "lease_expires = NULL WHERE thread_id = ? AND lease_token = ?",
+            (lease.thread_id, lease.token),
+        )
+        # a lease alone (never written) leaves nothing behind
+        conn.execute(
+            "DELETE FROM tinyctx_threads WHERE thread_id = ? AND version = 0 "
+            "AND lease_token IS NULL",
+            (lease.thread_id,),
+        )
+
+
+def _prefix_end(prefix: str) -> str | None:
+    """The smallest string above every string that starts with ``prefix`` (None: none)."""
+    while prefix:
+        last = ord(prefix[-1])
+        if last < 0x10FFFF:
+            following = last + 1
+            if 0xD800 <= following <= 0xDFFF:  # surrogates are not stored: skip them
+                following = 0xE000
+            return prefix[:-1] + chr(following)
+        prefix = prefix[:-1]
+    return None
+
+
+def _list_threads(conn: sqlite3.Connection, prefix: str, limit: int | None) -> list[str]:
+    query = "SELECT thread_id FROM tinyctx_threads WHERE version > 0 AND thread_id >= ?"
+    args: list[Any] = [prefix]
+    end = _prefix_end(prefix)
+    if end is not None:
+        query += " AND thread_id < ?"
+        args.append(end)
+    query += " ORDER BY thread_id"
+    if limit is not None:
+        query += " LIMIT ?"
+        args.append(limit)
+    return [str(t) for (t,) in conn.execute(query, args).fetchall()]
+
+
+def _archived(
+    conn: sqlite3.Connection, thread_id: str, retention: float | None
+) -> list[ArchivedRange]:
+    now = time.time()
+    cutoff = -math.inf if retention is None else now - retention
+    with _Read(conn):
+        ranges = conn.execute(
+            "SELECT version, start, stop, archived_at FROM tinyctx_archive "
+            "WHERE thread_id = ? AND archived_at >= ? ORDER BY version",
+            (thread_id, cutoff),
+        ).fetchall()
+        rows = conn.execute(
+            "SELECT m.version, m.doc FROM tinyctx_archive_messages AS m "
+            "JOIN tinyctx_archive AS a ON a.thread_id = m.thread_id AND a.version = m.version "
+            "WHERE m.thread_id = ? AND a.archived_at >= ? ORDER BY m.version, m.idx",
+            (thread_id, cutoff),
+        ).fetchall()
+    docs: dict[int, list[str]] = {}
+    for version, doc in rows:
+        docs.setdefault(version, []).append(doc)
+    return [
+        ArchivedRange(thread_id, v, start, stop, tuple(docs.get(v, ())), at)
+        for v, start, stop, at in ranges
+    ]
+
+
+def _delete_thread(conn: sqlite3.Connection, thread_id: str) -> bool:
+    with _Immediate(conn):
+        found = conn.execute(
+            "DELETE FROM tinyctx_threads WHERE thread_id = ?", (thread_id,)
+        ).rowcount
+        for table in ("tinyctx_messages", "tinyctx_archive", "tinyctx_archive_messages"):
+            found += conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,)).rowcount
+    return found > 0
+
+
 class SqliteStore:
     """A :class:`Store` in one SQLite file: the embedded default for notes and data.
 
@@ -389,13 +939,20 @@ class SqliteStore:
     ``async with store:``); ``aclose()`` closes it for good.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = 30.0,
+        archive_retention: float | None = None,
+    ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise ConfigError("path", path, "a file path (str or os.PathLike)", owner="SqliteStore")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ConfigError("timeout", timeout, "a number of seconds > 0", owner="SqliteStore")
         self.path: str = os.fspath(path)
         self.timeout = float(timeout)
+        self.archive_retention = _retention(archive_retention, "SqliteStore")
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -554,3 +1111,74 @@ class SqliteStore:
 
         rows = await self._run(notes)
         return [_note_from_row(namespace, row) for row in rows]
+
+    # -- threads -------------------------------------------------------------------------
+
+    async def load_thread(self, thread_id: str) -> ThreadRecord:
+        """The thread now, from one snapshot; an unknown thread is empty at version 0."""
+        _check_thread_id(thread_id)
+        return await self._run(lambda conn: _load_thread(conn, thread_id))
+
+    async def write(
+        self,
+        thread_id: str,
+        change: ThreadWrite,
+        *,
+        expected_version: int,
+        lease: Lease | None = None,
+    ) -> int:
+        """Apply ``change`` in one ``BEGIN IMMEDIATE`` transaction; see
+        :meth:`tinyctx.threads.ThreadStore.write`."""
+        validate_write(thread_id, change, expected_version, lease)
+        retention = self.archive_retention
+        return await self._run(
+            lambda conn: _write_thread(conn, thread_id, change, expected_version, lease, retention)
+        )
+
+    async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
+        """A new lease with a fresh token; :class:`LeaseHeld` while another owner's is live."""
+        validate_lease_request(thread_id, owner, ttl)
+        return await self._run(lambda conn: _acquire_lease(conn, thread_id, owner, float(ttl)))
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend ``lease`` (same token); :class:`FencedOut` if another lease replaced it."""
+        if not isinstance(lease, Lease):
+            raise TypeError(f"renew_lease needs a Lease, got {type(lease).__name__}")
+        validate_lease_request(lease.thread_id, lease.owner, ttl)
+        return await self._run(lambda conn: _renew_lease(conn, lease, float(ttl)))
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the thread up; a no-op when ``lease`` was already replaced or released."""
+        if not isinstance(lease, Lease):
+            raise TypeError(f"release_lease needs a Lease, got {type(lease).__name__}")
+        await self._run(lambda conn: _release_lease(conn, lease))
+
+    async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
+        """Ids of the threads written at least once, sorted, optionally by ``prefix``."""
+        _check_list_args(prefix, limit)
+        return await self._run(lambda conn: _list_threads(conn, prefix, limit))
+
+    async def archived(self, thread_id: str) -> list[ArchivedRange]:
+        """What compactions replaced on ``thread_id``, oldest first, within retention."""
+        _check_thread_id(thread_id)
+        retention = self.archive_retention
+        return await self._run(lambda conn: _archived(conn, thread_id, retention))
+
+    async def purge_archive(self) -> None:
+        """Drop every archived range older than ``archive_retention`` (all threads) now.
+
+        Writes that compact do this as they go; call it from a periodic job to bound the
+        file when threads stop compacting.
+        """
+        retention = self.archive_retention
+
+        def purge(conn: sqlite3.Connection) -> None:
+            with _Immediate(conn):
+                _purge_archive(conn, retention, time.time())
+
+        await self._run(purge)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Remove the thread, its archive, checkpoint, state and lease; False if unknown."""
+        _check_thread_id(thread_id)
+        return await self._run(lambda conn: _delete_thread(conn, thread_id))

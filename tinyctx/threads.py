@@ -18,6 +18,8 @@ the thread's newest.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from typing import Final, Literal, Protocol, runtime_checkable
 
 from attrs import field, frozen
@@ -37,6 +39,8 @@ __all__ = [
     "LeaseHeld",
     "FencedOut",
     "check_write_range",
+    "validate_write",
+    "validate_lease_request",
 ]
 
 
@@ -60,6 +64,11 @@ class Unchanged:
 UNCHANGED: Final = Unchanged()
 
 
+def _documents_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    """attrs converter with a concrete type (``converter=tuple`` types as ``Iterable[T_co]``)."""
+    return value if type(value) is tuple else tuple(value)
+
+
 @frozen
 class Lease:
     """A worker's claim on one thread until ``expires_at`` (seconds since the epoch).
@@ -80,7 +89,7 @@ class Compaction:
 
     start: int
     end: int
-    replacement: tuple[str, ...] = field(converter=tuple)
+    replacement: tuple[str, ...] = field(converter=_documents_tuple)
 
 
 @frozen
@@ -91,7 +100,7 @@ class ThreadWrite:
     ``state``: the encoded per-thread layer state, or UNCHANGED.
     """
 
-    append: tuple[str, ...] = field(default=(), converter=tuple)
+    append: tuple[str, ...] = field(default=(), converter=_documents_tuple)
     compaction: Compaction | None = None
     checkpoint: str | Unchanged | None = UNCHANGED
     state: str | Unchanged = UNCHANGED
@@ -226,3 +235,73 @@ def check_write_range(thread_id: str, change: ThreadWrite, length: int) -> None:
             f"thread {thread_id!r}: compaction range [{compaction.start}, {compaction.end}) "
             f"is outside the live log of {length} messages"
         )
+
+
+def _documents(value: tuple[object, ...], what: str) -> None:
+    for index, doc in enumerate(value):
+        if type(doc) is not str:
+            raise TypeError(
+                f"{what}[{index}] must be an encoded document (str), got {type(doc).__name__}"
+            )
+
+
+def validate_write(
+    thread_id: str, change: ThreadWrite, expected_version: int, lease: Lease | None
+) -> None:
+    """The argument checks every backend runs before touching storage (nothing applied yet).
+
+    ``TypeError`` for a value of the wrong type (a document that is not a ``str``),
+    ``ValueError`` for a value out of range (an empty thread id, a negative version, a
+    lease of another thread).
+    """
+    if not isinstance(thread_id, str) or not thread_id:
+        raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    if not isinstance(change, ThreadWrite):
+        raise TypeError(f"change must be a ThreadWrite, got {type(change).__name__}")
+    if isinstance(expected_version, bool) or not isinstance(expected_version, int):
+        raise TypeError(f"expected_version must be an int, got {expected_version!r}")
+    if expected_version < 0:
+        raise ValueError(f"expected_version must be >= 0, got {expected_version}")
+    if lease is not None:
+        if not isinstance(lease, Lease):
+            raise TypeError(f"lease must be a Lease or None, got {type(lease).__name__}")
+        if lease.thread_id != thread_id:
+            raise ValueError(
+                f"the lease is for thread {lease.thread_id!r}, the write is for {thread_id!r}"
+            )
+    _documents(change.append, "append")
+    compaction = change.compaction
+    if compaction is not None:
+        if not isinstance(compaction, Compaction):
+            raise TypeError(f"compaction must be a Compaction, got {type(compaction).__name__}")
+        for name in ("start", "end"):
+            bound = getattr(compaction, name)
+            if isinstance(bound, bool) or not isinstance(bound, int):
+                raise TypeError(f"compaction.{name} must be an int, got {bound!r}")
+        _documents(compaction.replacement, "compaction.replacement")
+    checkpoint = change.checkpoint
+    if not (checkpoint is None or checkpoint is UNCHANGED or type(checkpoint) is str):
+        raise TypeError(
+            f"checkpoint must be an encoded document (str), None or UNCHANGED, "
+            f"got {type(checkpoint).__name__}"
+        )
+    if not (change.state is UNCHANGED or type(change.state) is str):
+        raise TypeError(
+            "state must be an encoded document (str) or UNCHANGED, "
+            f"got {type(change.state).__name__}"
+        )
+
+
+def validate_lease_request(thread_id: str, owner: str, ttl: float) -> None:
+    """The argument checks of ``acquire_lease``/``renew_lease`` (``ValueError`` naming it)."""
+    if not isinstance(thread_id, str) or not thread_id:
+        raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    if not isinstance(owner, str) or not owner:
+        raise ValueError(f"owner must be a non-empty string, got {owner!r}")
+    if (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, (int, float))
+        or not math.isfinite(ttl)
+        or ttl <= 0
+    ):
+        raise ValueError(f"ttl must be a finite number of seconds > 0, got {ttl!r}")

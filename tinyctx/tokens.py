@@ -76,13 +76,27 @@ def _frozen_default(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+_ARGUMENTS = json.JSONEncoder(ensure_ascii=False, default=_frozen_default)
+try:  # the C encoder built once: json.dumps builds one (and a JSONEncoder) per call
+    from _json import make_encoder as _make_encoder
+
+    _ARGUMENTS_C: Any = _make_encoder(
+        None, _frozen_default, json.encoder.encode_basestring, None, ": ", ", ", False, False, True
+    )
+except ImportError:  # pragma: no cover - CPython always has _json
+    _ARGUMENTS_C = None
+
+
 def arguments_text(call: ToolCall) -> str:
     """A tool call's arguments as the model produced them: JSON (or the raw invalid text)."""
     if call.invalid_arguments is not None:
         return call.invalid_arguments
     if not call.arguments:
         return "{}"
-    return json.dumps(call.arguments, ensure_ascii=False, default=_frozen_default)
+    if _ARGUMENTS_C is not None:
+        # the FrozenDict's own dict: the C encoder takes it without a default() call
+        return "".join(_ARGUMENTS_C(call.arguments._data, 0))
+    return _ARGUMENTS.encode(call.arguments)
 
 
 def message_payload(message: Message) -> str:
@@ -113,18 +127,11 @@ def _non_negative_int(owner: str, name: str, value: Any) -> int:
 
 
 class _KeyedRef(weakref.ref):  # type: ignore[type-arg]
-    """A weak reference that remembers the memo key of its message."""
+    """A weak reference that remembers the memo key of its message (set ``key`` after
+    building it: with no Python ``__new__``/``__init__`` one costs a quarter as much)."""
 
     __slots__ = ("key",)
     key: int
-
-    def __new__(cls, obj: Message, callback: Any, key: int) -> _KeyedRef:
-        self = super().__new__(cls, obj, callback)
-        self.key = key
-        return self
-
-    def __init__(self, obj: Message, callback: Any, key: int) -> None:
-        super().__init__(obj, callback)  # type: ignore[call-arg]
 
 
 class MemoCounter:
@@ -212,11 +219,12 @@ class MemoCounter:
         remember them, and return their counts."""
         counts = self._measure(messages)
         base, per_call = self.message_overhead, self.tool_call_overhead
+        counts = [c + base for c in counts]
         for index, message in enumerate(messages):
-            counts[index] += base
             if isinstance(message, AssistantMessage):
-                if message.tool_calls:
-                    counts[index] += per_call * len(message.tool_calls)
+                calls = message.tool_calls
+                if calls and per_call:
+                    counts[index] += per_call * len(calls)
             elif type(getattr(message, "content", "")) is not str:
                 counts[index] += self.count_media(message.content)  # type: ignore[attr-defined]
         memo, alive, limit = self._counts, self._alive, self._max_memo
@@ -230,10 +238,12 @@ class MemoCounter:
                 del alive[key]
             self._prefix.clear()
         start = max(0, len(messages) - limit)
-        for message, count in zip(messages[start:], counts[start:], strict=True):
-            memo[id(message)] = count
-            key = id(message)
-            alive[key] = _KeyedRef(message, self._forget, key)
+        forget = self._forget
+        keys = list(map(id, messages[start:] if start else messages))
+        memo.update(zip(keys, counts[start:] if start else counts, strict=True))
+        for key, message in zip(keys, messages[start:] if start else messages, strict=True):
+            ref = alive[key] = _KeyedRef(message, forget)
+            ref.key = key
         return counts
 
     def count_media(self, content: Content) -> int:
@@ -259,7 +269,11 @@ class MemoCounter:
             return sum(map(memo.__getitem__, map(id, messages)))
         except KeyError:
             pass
+        if not memo:  # a cold counter: measure all at once (a repeated message twice)
+            return sum(self._remember(messages))
         missing = {id(m): m for m in messages if id(m) not in memo}
+        if len(missing) == len(messages):  # every message is new and distinct
+            return sum(self._remember(messages))
         fresh = dict(zip(missing, self._remember(list(missing.values())), strict=True))
         total = 0
         for message in messages:
@@ -336,21 +350,31 @@ class MemoCounter:
 
 
 _FOUR_SPACES = "    "
-_HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
+_HANGUL = "\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f"
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_KANA = "\u3040-\u30ff"
+# byte tables for bytes.translate(None, delete): what is NOT a lead byte of a non-ASCII
+# character, of a character U+1100..U+11FF / U+3000..U+D7FF / U+F000..U+FFFF (where every
+# counted CJK character lies), of an astral character
+_NOT_LEADS = bytes(range(0xC0))
+_NOT_CJK_LEADS = bytes(b for b in range(256) if b not in (0xE1, *range(0xE3, 0xEE), 0xEF))
+_NOT_ASTRAL_LEADS = bytes(b for b in range(256) if not 0xF0 <= b <= 0xF4)
+_CJK_CLASSES = (re.compile(f"[{_HAN}]"), re.compile(f"[{_KANA}]"), re.compile(f"[{_HANGUL}]"))
 
 
 class HeuristicCounter(MemoCounter):
-    """Fast estimate: ASCII at ``chars_per_token``, everything else by UTF-8 bytes.
+    """Fast estimate: ASCII at ``chars_per_token``, CJK per character, the rest by UTF-8 bytes.
 
     ASCII text costs ``(chars - 2 * four_space_runs) / chars_per_token`` (indentation
-    merges into few tokens). Non-ASCII text costs its UTF-8 bytes beyond one per character
-    divided by ``nonascii_bytes_per_token`` (a CJK character is 3 bytes, about 1.3
-    tokens), plus ``astral_extra`` per character outside the BMP (emoji) and
-    ``hangul_extra`` per Hangul character (Korean splits into more tokens). Defaults were
-    fitted on real transcripts (code and prose) and CJK text against a byte-level BPE
-    vocabulary; they err on the side of overcounting prose. ASCII strings take a fast path:
-    two C-level passes and no allocation. Other ``options`` (overheads, ``max_memo``) are
-    :class:`MemoCounter`'s.
+    merges into few tokens). A Han character costs ``han_tokens`` (1.35), a kana
+    ``kana_tokens`` (0.8) and a Hangul syllable or jamo ``hangul_tokens`` (1.75); any other
+    non-ASCII text costs its UTF-8 bytes divided by ``nonascii_bytes_per_token``, plus
+    ``astral_extra`` per character outside the BMP (emoji). Defaults were fitted on real
+    transcripts (code and prose) and CJK text against a byte-level BPE vocabulary; they err
+    on the side of overcounting. ASCII strings take a fast path: two C-level passes and no
+    allocation, inlined for whole messages, so a cold count of a long history costs about
+    what LangChain's ``count_tokens_approximately`` does. Other ``options`` (overheads,
+    ``max_memo``) are :class:`MemoCounter`'s.
     """
 
     def __init__(
@@ -359,14 +383,18 @@ class HeuristicCounter(MemoCounter):
         chars_per_token: float = 3.1,
         nonascii_bytes_per_token: float = 2.3,
         astral_extra: float = 0.5,
-        hangul_extra: float = 0.5,
+        han_tokens: float = 1.35,
+        kana_tokens: float = 0.8,
+        hangul_tokens: float = 1.75,
         **options: Any,
     ) -> None:
         for name, value, positive in (
             ("chars_per_token", chars_per_token, True),
             ("nonascii_bytes_per_token", nonascii_bytes_per_token, True),
             ("astral_extra", astral_extra, False),
-            ("hangul_extra", hangul_extra, False),
+            ("han_tokens", han_tokens, False),
+            ("kana_tokens", kana_tokens, False),
+            ("hangul_tokens", hangul_tokens, False),
         ):
             if (
                 isinstance(value, bool)
@@ -381,10 +409,62 @@ class HeuristicCounter(MemoCounter):
         self.chars_per_token = float(chars_per_token)
         self.nonascii_bytes_per_token = float(nonascii_bytes_per_token)
         self.astral_extra = float(astral_extra)
-        self.hangul_extra = float(hangul_extra)
+        self.han_tokens = float(han_tokens)
+        self.kana_tokens = float(kana_tokens)
+        self.hangul_tokens = float(hangul_tokens)
 
     def _measure(self, messages: Sequence[Message]) -> list[int]:
-        # the payload's parts counted one by one: no joined copy of a large tool result
+        # the payload's parts counted one by one (no joined copy of a large tool result),
+        # with count_text's ASCII path inlined: this loop is a cold count's whole cost
+        if type(self).count_text is not HeuristicCounter.count_text:
+            return self._measure_parts(messages)  # a subclass counts text its own way
+        count = self.count_text
+        per = self.chars_per_token
+        ceil = math.ceil
+        four = _FOUR_SPACES
+        counts: list[int] = []
+        append = counts.append
+        for message in messages:
+            text = message.text
+            if not text:
+                tokens = 0
+            elif text.isascii():
+                tokens = ceil((len(text) - 2 * text.count(four)) / per) or 1
+            else:
+                tokens = count(text)
+            kind = type(message)
+            if kind is ToolResult or (
+                kind is not AssistantMessage and isinstance(message, ToolResult)
+            ):
+                part = message.tool_call_id  # type: ignore[attr-defined]  # never empty
+                if part.isascii():
+                    tokens += ceil((len(part) - 2 * part.count(four)) / per) or 1
+                else:
+                    tokens += count(part)
+            elif kind is AssistantMessage or isinstance(message, AssistantMessage):
+                for call in message.tool_calls:  # type: ignore[attr-defined]
+                    # id and name: short, never empty; the JSON arguments
+                    part = call.id
+                    tokens += (
+                        ceil(len(part) / per)
+                        if part.isascii() and "    " not in part
+                        else count(part)
+                    )
+                    part = call.name
+                    tokens += (
+                        ceil(len(part) / per)
+                        if part.isascii() and "    " not in part
+                        else count(part)
+                    )
+                    part = arguments_text(call)
+                    if part.isascii():
+                        tokens += ceil((len(part) - 2 * part.count(four)) / per) or 1
+                    else:
+                        tokens += count(part)
+            append(tokens)
+        return counts
+
+    def _measure_parts(self, messages: Sequence[Message]) -> list[int]:
         count = self.count_text
         counts: list[int] = []
         for message in messages:
@@ -404,17 +484,22 @@ class HeuristicCounter(MemoCounter):
         if text.isascii():
             ascii_chars = n - 2 * text.count(_FOUR_SPACES)
             return max(1, math.ceil(ascii_chars / self.chars_per_token))
-        ascii_chars = len(text.encode("ascii", "ignore"))
-        utf8 = len(text.encode("utf-8", "surrogatepass"))
-        astral = len(text.encode("utf-16-le", "surrogatepass")) // 2 - n
-        estimate = (
-            (ascii_chars - 2 * text.count(_FOUR_SPACES)) / self.chars_per_token
-            + (utf8 - ascii_chars) / self.nonascii_bytes_per_token
-            + astral * self.astral_extra
-        )
-        hangul_bound = (n - ascii_chars) * self.hangul_extra
-        if hangul_bound > 0.01 * estimate:  # else the Hangul term cannot move it by 1 %
-            estimate += _HANGUL.subn("", text)[1] * self.hangul_extra
+        # one UTF-8 encoding tells everything: each non-ASCII character has exactly one lead
+        # byte (>= 0xC0), an astral one a 4-byte lead (0xF0-0xF4), and every CJK character
+        # counted below a lead in _CJK_LEADS; the class scans run only when one is there
+        data = text.encode("utf-8", "surrogatepass")
+        leads = data.translate(None, _NOT_LEADS)
+        ascii_chars = n - len(leads)
+        estimate = (ascii_chars - 2 * text.count(_FOUR_SPACES)) / self.chars_per_token
+        bytes_left = len(data) - ascii_chars
+        if leads.translate(None, _NOT_CJK_LEADS):
+            han, kana, hangul = (len(pattern.findall(text)) for pattern in _CJK_CLASSES)
+            bytes_left -= 3 * (han + kana + hangul)  # every one of them is 3 bytes in UTF-8
+            estimate += (
+                han * self.han_tokens + kana * self.kana_tokens + hangul * self.hangul_tokens
+            )
+        estimate += bytes_left / self.nonascii_bytes_per_token
+        estimate += len(leads.translate(None, _NOT_ASTRAL_LEADS)) * self.astral_extra
         return max(1, math.ceil(estimate))
 
 

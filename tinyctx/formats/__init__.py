@@ -5,6 +5,8 @@
 - SWE-agent ``.traj``: :func:`to_swe_agent` / :func:`from_swe_agent`
 - mini-swe-agent ``.traj.json``: :func:`to_mini_swe_agent` / :func:`from_mini_swe_agent`
 - Claude Code session logs (read only): :func:`from_claude_code`
+- OpenHands evaluation ``output.jsonl`` and tau-bench results (read only):
+  :func:`from_openhands`, :func:`from_tau_bench`
 - files: :func:`load_transcript` / :func:`read_transcript` (format detected),
   :func:`write_transcript`
 
@@ -20,6 +22,7 @@ writes what a provider accepts and leaves local bookkeeping out.
 from __future__ import annotations
 
 from ._common import EXTENSION_KEY, FormatError
+from .agent_logs import from_openhands, from_tau_bench
 from .anthropic import from_anthropic, to_anthropic
 from .claude_code import from_claude_code
 from .files import (
@@ -51,6 +54,8 @@ __all__ = [
     "to_mini_swe_agent",
     "from_mini_swe_agent",
     "from_claude_code",
+    "from_openhands",
+    "from_tau_bench",
     "detect_format",
     "parse_transcript",
     "read_transcript",

@@ -1,6 +1,6 @@
 """Transcript files: read (and detect) OpenAI JSON/JSONL, Anthropic messages JSON/JSONL,
-SWE-agent ``.traj``, mini-swe-agent ``.traj.json`` and Claude Code session logs; write the
-lossless formats back."""
+SWE-agent ``.traj``, mini-swe-agent ``.traj.json``, Claude Code session logs, OpenHands
+``output.jsonl`` and tau-bench results; write the lossless formats back."""
 
 from __future__ import annotations
 
@@ -15,6 +15,15 @@ from attrs import field, frozen
 from ..frozen import EMPTY, FrozenDict, frozen_mapping
 from ..messages import Message
 from ._common import FormatError
+from .agent_logs import (
+    OPENHANDS,
+    TAU_BENCH,
+    from_openhands,
+    from_tau_bench,
+    is_openhands_record,
+    is_tau_bench_record,
+    select_record,
+)
 from .anthropic import ANTHROPIC, from_anthropic, to_anthropic
 from .claude_code import claude_code_messages
 from .openai import OPENAI, from_openai, to_openai
@@ -39,7 +48,9 @@ __all__ = [
     "write_transcript",
 ]
 
-TranscriptFormat = Literal["openai", "anthropic", "swe_agent", "mini_swe_agent", "claude_code"]
+TranscriptFormat = Literal[
+    "openai", "anthropic", "swe_agent", "mini_swe_agent", "claude_code", "openhands", "tau_bench"
+]
 FORMATS: Final[tuple[str, ...]] = get_args(TranscriptFormat)
 _ANTHROPIC_BLOCKS: Final = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 _PathLike = str | os.PathLike[str]
@@ -49,7 +60,8 @@ _PathLike = str | os.PathLike[str]
 class Transcript:
     """The messages of a transcript file, its format, and what else the file holds.
 
-    ``info`` keeps the file's non-message content: a SWE-agent trajectory's ``info``,
+    ``info`` keeps the file's non-message content (for a file of several runs, the chosen
+    run's fields and ``records``, how many the file holds): a SWE-agent trajectory's ``info``,
     ``environment`` and ``trajectory``; a mini-swe-agent run's ``info`` and its ``exit``
     records; the other fields of a request-shaped JSON (model, settings).
     """
@@ -83,6 +95,10 @@ def _looks_anthropic(items: Sequence[Any]) -> bool:
 def _detect_list(items: Sequence[Any]) -> TranscriptFormat:
     for item in items:
         if isinstance(item, Mapping):
+            if is_openhands_record(item):
+                return "openhands"
+            if is_tau_bench_record(item):
+                return "tau_bench"
             if "message_type" in item:
                 return "swe_agent"
             if item.get("type") in ("user", "assistant") and isinstance(
@@ -97,6 +113,10 @@ def _detect_list(items: Sequence[Any]) -> TranscriptFormat:
 def detect_format(value: Any) -> TranscriptFormat:
     """Which transcript format a parsed JSON document (or the list of JSONL records) is."""
     if isinstance(value, Mapping):
+        if is_openhands_record(value):
+            return "openhands"
+        if is_tau_bench_record(value):
+            return "tau_bench"
         if "history" in value:
             return "swe_agent"
         trajectory_format = value.get("trajectory_format")
@@ -163,10 +183,16 @@ def _rest(document: Any, *keys: str) -> dict[str, Any]:
 
 
 def _convert(
-    document: Any, fmt: TranscriptFormat, origins: list[int]
+    document: Any, fmt: TranscriptFormat, origins: list[int], record: int = 0
 ) -> tuple[tuple[Message, ...], dict[str, Any]]:
     """The messages and info of ``document``; ``origins`` receives, for a format whose
     messages are not one per record, the record each message came from."""
+    if fmt in (OPENHANDS, TAU_BENCH):
+        chosen = select_record(document, record, fmt)
+        count = {"records": len(document) if isinstance(document, list) else 1}
+        if fmt == OPENHANDS:
+            return from_openhands(chosen), {**_rest(chosen, "history"), **count}
+        return from_tau_bench(chosen), {**_rest(chosen, "traj"), **count}
     if fmt == "openai":
         if isinstance(document, Mapping) and "role" in document:
             document = [document]
@@ -186,9 +212,16 @@ def _convert(
 
 
 def parse_transcript(
-    text: str, *, format: TranscriptFormat | None = None, path: str | None = None
+    text: str,
+    *,
+    format: TranscriptFormat | None = None,
+    path: str | None = None,
+    record: int = 0,
 ) -> Transcript:
     """A transcript from JSON or JSONL ``text``; ``format=None`` detects it.
+
+    ``record`` picks one run of a file that holds several (OpenHands ``output.jsonl``, one
+    instance per line; tau-bench results, one task per entry), counted from 0.
 
     Errors are :class:`FormatError` naming the file, the JSONL line (or the message index
     in a JSON document) and what is wrong.
@@ -201,7 +234,7 @@ def parse_transcript(
     fmt: TranscriptFormat = format if format is not None else detect_format(document)
     origins: list[int] = []
     try:
-        messages, info = _convert(document, fmt, origins)
+        messages, info = _convert(document, fmt, origins, record)
     except FormatError as exc:
         index, line = exc.index, None
         if index is not None and origins:
@@ -212,17 +245,20 @@ def parse_transcript(
     return Transcript(messages, fmt, info, path)
 
 
-def read_transcript(path: _PathLike, *, format: TranscriptFormat | None = None) -> Transcript:
+def read_transcript(
+    path: _PathLike, *, format: TranscriptFormat | None = None, record: int = 0
+) -> Transcript:
     """Read a transcript file (UTF-8 JSON or JSONL), detecting its format unless given."""
     name = os.fspath(path)
-    return parse_transcript(Path(name).read_text(encoding="utf-8"), format=format, path=name)
+    text = Path(name).read_text(encoding="utf-8")
+    return parse_transcript(text, format=format, path=name, record=record)
 
 
 def load_transcript(
-    path: _PathLike, *, format: TranscriptFormat | None = None
+    path: _PathLike, *, format: TranscriptFormat | None = None, record: int = 0
 ) -> tuple[Message, ...]:
     """The messages of a transcript file (see :func:`read_transcript`)."""
-    return read_transcript(path, format=format).messages
+    return read_transcript(path, format=format, record=record).messages
 
 
 # ---------------------------------------------------------------------------------------

@@ -38,8 +38,14 @@ from typing import Any, ClassVar, TypeVar
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from ._require import missing_hypothesis
+
+try:
+    from hypothesis import strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+except ModuleNotFoundError as exc:  # the testing extra is not installed
+    raise missing_hypothesis(__name__) from exc
 
 from ..agent import Agent, Checkpoint, RunResult, Session
 from ..chain import Layer, LayerLike

@@ -21,13 +21,21 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from attrs import frozen
-from hypothesis import strategies as st
 
+from ._require import missing_hypothesis
+
+try:
+    from hypothesis import strategies as st
+except ModuleNotFoundError as exc:  # the testing extra is not installed
+    raise missing_hypothesis(__name__) from exc
+
+from ..agent import Checkpoint
 from ..context import RunConfig, RunContext
 from ..control import Interrupt, StopWithFinal
 from ..conversation import Conversation
 from ..errors import ConfigError
 from ..events import EventSink
+from ..frozen import freeze
 from ..messages import (
     AssistantMessage,
     Message,
@@ -36,6 +44,7 @@ from ..messages import (
     ToolCall,
     ToolResult,
     UserMessage,
+    pending_tool_calls,
 )
 from ..model import ModelRequest, ModelResponse, Usage
 from ..tools import ToolSpec
@@ -56,6 +65,8 @@ __all__ = [
     "run_configs",
     "contexts",
     "usages",
+    "layer_states",
+    "checkpoints",
     "register_type_strategies",
 ]
 
@@ -517,6 +528,60 @@ def _for_every_parameter(strategy: st.SearchStrategy[T]) -> Callable[[type], st.
     return resolve
 
 
+# ---------------------------------------------------------------------------------------
+# durable values: layer state and checkpoints
+
+_STATE_VALUES: st.SearchStrategy[Any] = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**12), 10**12)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_LAYER_NAMES = st.sampled_from(
+    ["CallLimits", "BudgetGuard", "SessionMemory", "Summarize", "my_layer", "layer.with.dots"]
+)
+_LAYER_STATES: st.SearchStrategy[dict[str, Any]] = st.dictionaries(
+    _LAYER_NAMES, _STATE_VALUES, max_size=3
+)
+
+
+def layer_states() -> st.SearchStrategy[dict[str, Any]]:
+    """Layer state as a store keeps it: layer name to a JSON value (finite floats included)."""
+    return _LAYER_STATES
+
+
+_PENDING_HISTORIES = histories(max_turns=6, pending=True)
+
+
+@st.composite
+def checkpoints(draw: st.DrawFn) -> Checkpoint:
+    """The checkpoint of an interrupted run: its config, the history at the pause (the
+    pending calls are the open calls of its last tool turn), what the run added, counters,
+    usage, per-run layer state and the interrupt's payload."""
+    history = draw(_PENDING_HISTORIES)
+    pending = pending_tool_calls(history)
+    added = history[draw(st.integers(0, len(history))) :]
+    return Checkpoint(
+        run_config=draw(_NESTED_CONFIGS),
+        phase="tools" if pending else "before_model",
+        pending=pending,
+        node=draw(st.sampled_from(["approval", "tools", "HumanInTheLoop", ""])),
+        message=draw(_TEXT),
+        messages=history,
+        added=added,
+        model_calls=draw(st.integers(0, 50)),
+        tool_calls=draw(st.integers(0, 50)),
+        usage=draw(usages()),
+        state=draw(_LAYER_STATES),
+        payload=freeze(draw(st.none() | _STATE_VALUES)),
+    )
+
+
 def register_type_strategies() -> None:
     """Make ``st.from_type`` build valid tinyctx values (idempotent).
 
@@ -538,6 +603,7 @@ def register_type_strategies() -> None:
     register(StopWithFinal, _STOPS)
     register(Interrupt, _INTERRUPTS)
     register(RunConfig, _ROOT_CONFIGS)
+    register(Checkpoint, checkpoints())
     register(Conversation, _HISTORIES.map(Conversation))
     register(RunContext, _for_every_parameter(contexts()))
 

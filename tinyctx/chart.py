@@ -1,0 +1,305 @@
+"""The ``tinyctx replay --plot`` chart: a dependency-free SVG you can read numbers off.
+
+Tokens per model call on labelled axes with ticks: what the stack sent, what the recording
+would have cost without it, the window and the usable window as lines, a marker for each
+layer action (one shape per layer or policy, in the legend), and a stop marker when the
+stack could not keep the transcript inside the window. It renders from the command's JSON
+payload; :data:`CHART_SERIES` lists the per-call keys drawn as lines (append to add one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape
+
+from attrs import frozen
+
+__all__ = ["Series", "CHART_SERIES", "svg_chart", "write_chart", "nice_ticks"]
+
+
+@frozen
+class Series:
+    """A line of the chart: the call dict's ``key`` (tokens), its legend label and look."""
+
+    key: str
+    label: str
+    color: str
+    dash: str = ""
+    width: float = 2.0
+
+
+CHART_SERIES: list[Series] = [
+    Series("raw_tokens", "without the stack", "#8a8a8a", dash="5 4", width=1.5),
+    Series("tokens", "sent (with the stack)", "#1f6fb2"),
+    Series("cache_read_tokens", "read from the prompt cache (--price)", "#2a9d8f", width=1.5),
+]
+"""Lines drawn per call, in order; a series is drawn when the calls have its key."""
+
+# one marker per layer or policy name, in order of first appearance
+_MARKERS = ("circle", "square", "triangle", "diamond", "cross", "star")
+_COLORS = ("#e08a00", "#2a9d3a", "#9b4dca", "#d6336c", "#0b7285", "#6b4f1d", "#495057")
+_W, _H = 1000, 520
+_LEFT, _RIGHT, _TOP, _BOTTOM = 82, 720, 70, 440
+
+
+def nice_ticks(high: float, count: int = 6) -> list[float]:
+    """Round tick values from 0 to at least ``high`` (steps of 1, 2 or 5 times 10^k)."""
+    if high <= 0:
+        return [0.0, 1.0]
+    raw = high / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    top = math.ceil(high / step - 1e-9) * step
+    return [i * step for i in range(round(top / step) + 1)]
+
+
+def _label(value: float) -> str:
+    return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
+
+
+def _marker(shape: str, x: float, y: float, color: str, title: str = "") -> str:
+    tip = f"<title>{escape(title)}</title>" if title else ""
+    attrs = f'fill="{color}" stroke="white" stroke-width="0.8"'
+    if shape == "circle":
+        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4.5" {attrs}>{tip}</circle>'
+    if shape == "square":
+        return f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" {attrs}>{tip}</rect>'
+    if shape == "cross":
+        return (
+            f'<path d="M{x - 4:.1f},{y - 4:.1f} L{x + 4:.1f},{y + 4:.1f} M{x - 4:.1f},'
+            f'{y + 4:.1f} L{x + 4:.1f},{y - 4:.1f}" stroke="{color}" stroke-width="2.2">'
+            f"{tip}</path>"
+        )
+    if shape == "star":
+        star = []
+        for i in range(10):
+            radius = 6.0 if i % 2 == 0 else 2.6
+            angle = math.pi / 2 + i * math.pi / 5
+            star.append(f"{x + radius * math.cos(angle):.1f},{y - radius * math.sin(angle):.1f}")
+        return f'<polygon points="{" ".join(star)}" {attrs}>{tip}</polygon>'
+    if shape == "triangle":
+        corners = [(0.0, -5.5), (5.0, 4.0), (-5.0, 4.0)]
+    else:  # diamond
+        corners = [(0.0, -5.5), (5.0, 0.0), (0.0, 5.5), (-5.0, 0.0)]
+    points = " ".join(f"{x + dx:.1f},{y + dy:.1f}" for dx, dy in corners)
+    return f'<polygon points="{points}" {attrs}>{tip}</polygon>'
+
+
+def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None) -> str:
+    """The chart of a replay's JSON payload as SVG text."""
+    calls: Sequence[Mapping[str, Any]] = payload["calls"]
+    summary: Mapping[str, Any] = payload["summary"]
+    window, usable = payload.get("window"), payload.get("usable")
+    series = [s for s in CHART_SERIES if any(c.get(s.key) is not None for c in calls)]
+    values = [float(c[s.key]) for c in calls for s in series if c.get(s.key) is not None]
+    y_ticks = nice_ticks(max([*values, float(window or 0), 1.0]) * 1.04)
+    stopped_at = len(calls) + 1 if summary.get("error") else None
+    x_ticks = [t for t in nice_ticks(max(len(calls), stopped_at or 1, 2), 8) if t >= 1]
+    if x_ticks[0] != 1:
+        x_ticks.insert(0, 1.0)
+    x_top, y_top = max(x_ticks[-1], 2.0), y_ticks[-1]
+
+    def x(index: float) -> float:
+        return _LEFT + (_RIGHT - _LEFT) * (index - 1) / (x_top - 1)
+
+    def y(tokens: float) -> float:
+        return _BOTTOM - (_BOTTOM - _TOP) * tokens / y_top
+
+    sweep = payload.get("sweep")
+    height = _H + (_SWEEP_H if sweep else 0)
+    out: list[str] = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" '
+        f'viewBox="0 0 {_W} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" '
+        'font-size="12">',
+        f'<rect width="{_W}" height="{height}" fill="white"/>',
+        f'<text x="{_LEFT}" y="28" font-size="16" font-weight="bold">'
+        f"tinyctx replay: {escape(name)}</text>",
+    ]
+    facts = [f"{summary['model_calls']} of {summary.get('recorded_model_calls', '?')} model calls"]
+    if stack:
+        facts.insert(0, f"stack {stack}")
+    if window is not None:
+        facts.append(f"window {window:,} tokens, {payload['reserved']:,} reserved")
+    out.append(f'<text x="{_LEFT}" y="48" fill="#444">{escape(" · ".join(facts))}</text>')
+    # grid, ticks and tick labels
+    for tick in y_ticks:
+        out.append(
+            f'<line x1="{_LEFT}" y1="{y(tick):.1f}" x2="{_RIGHT}" y2="{y(tick):.1f}" '
+            'stroke="#e6e6e6"/>'
+        )
+        out.append(
+            f'<line x1="{_LEFT - 5}" y1="{y(tick):.1f}" x2="{_LEFT}" y2="{y(tick):.1f}" '
+            'stroke="#333"/>'
+        )
+        out.append(
+            f'<text x="{_LEFT - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{_label(tick)}</text>'
+        )
+    for tick in x_ticks:
+        out.append(
+            f'<line x1="{x(tick):.1f}" y1="{_BOTTOM}" x2="{x(tick):.1f}" y2="{_BOTTOM + 5}" '
+            'stroke="#333"/>'
+        )
+        out.append(
+            f'<text x="{x(tick):.1f}" y="{_BOTTOM + 19}" text-anchor="middle">{_label(tick)}</text>'
+        )
+    out += [
+        f'<line x1="{_LEFT}" y1="{_BOTTOM}" x2="{_RIGHT}" y2="{_BOTTOM}" stroke="#333"/>',
+        f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_BOTTOM}" stroke="#333"/>',
+        f'<text x="{(_LEFT + _RIGHT) / 2}" y="{_BOTTOM + 42}" text-anchor="middle">'
+        "model call (number)</text>",
+        f'<text x="22" y="{(_TOP + _BOTTOM) / 2}" text-anchor="middle" '
+        f'transform="rotate(-90 22 {(_TOP + _BOTTOM) / 2})">prompt size (tokens)</text>',
+    ]
+    legend: list[tuple[str, str]] = []  # (swatch svg at 0,0, label)
+    if window is not None:
+        out.append(
+            f'<line x1="{_LEFT}" y1="{y(window):.1f}" x2="{_RIGHT}" y2="{y(window):.1f}" '
+            'stroke="#c92a2a" stroke-width="1.5"/>'
+        )
+        legend.append(
+            (
+                '<line x1="0" y1="0" x2="22" y2="0" stroke="#c92a2a" stroke-width="1.5"/>',
+                f"window ({window:,})",
+            )
+        )
+    if usable is not None and usable != window:
+        out.append(
+            f'<line x1="{_LEFT}" y1="{y(usable):.1f}" x2="{_RIGHT}" y2="{y(usable):.1f}" '
+            'stroke="#e8590c" stroke-width="1.5" stroke-dasharray="8 3 2 3"/>'
+        )
+        legend.append(
+            (
+                '<line x1="0" y1="0" x2="22" y2="0" stroke="#e8590c" stroke-width="1.5" '
+                'stroke-dasharray="8 3 2 3"/>',
+                f"usable ({usable:,} = window - reserve)",
+            )
+        )
+    for s in series:
+        points = " ".join(
+            f"{x(i + 1):.1f},{y(float(c[s.key])):.1f}"
+            for i, c in enumerate(calls)
+            if c.get(s.key) is not None
+        )
+        dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
+        out.append(
+            f'<polyline fill="none" stroke="{s.color}" stroke-width="{s.width}"{dash} '
+            f'points="{points}"><title>{escape(s.label)}</title></polyline>'
+        )
+        legend.append(
+            (
+                f'<line x1="0" y1="0" x2="22" y2="0" stroke="{s.color}" stroke-width="{s.width}"'
+                f"{dash}/>",
+                s.label,
+            )
+        )
+    # a marker per layer action, one shape and colour per layer or policy name
+    kinds: dict[str, tuple[str, str]] = {}
+    counts: dict[str, int] = {}
+    for i, call in enumerate(calls):
+        for event in call.get("events") or ():
+            if event["kind"] == "context.pressure":
+                continue  # a measurement, not an action: the line shows it
+            key = event["name"]
+            if key not in kinds:
+                n = len(kinds)
+                kinds[key] = (_MARKERS[n % len(_MARKERS)], _COLORS[n % len(_COLORS)])
+            counts[key] = counts.get(key, 0) + 1
+            shape, color = kinds[key]
+            out.append(
+                _marker(
+                    shape,
+                    x(i + 1),
+                    y(float(call.get("tokens") or 0)),
+                    color,
+                    f"call {call['index']}: {event['label']}",
+                )
+            )
+    for key, (shape, color) in kinds.items():
+        legend.append((_marker(shape, 11, 0, color), f"{key} ({counts[key]} calls)"))
+    error = summary.get("error")
+    if error and stopped_at is not None:
+        sx = x(stopped_at)
+        left = sx < (_LEFT + _RIGHT) / 2
+        out += [
+            f'<line x1="{sx:.1f}" y1="{_TOP}" x2="{sx:.1f}" y2="{_BOTTOM}" stroke="#c92a2a" '
+            'stroke-width="2" stroke-dasharray="3 3"/>',
+            _marker("cross", sx, _TOP + 8, "#c92a2a", f"stopped: {error}"),
+            f'<text x="{sx + (8 if left else -8):.1f}" y="{_TOP + 12}" '
+            f'text-anchor="{"start" if left else "end"}" fill="#c92a2a" font-weight="bold">'
+            f"stopped: call {stopped_at} did not fit</text>",
+        ]
+        legend.append((_marker("cross", 11, 0, "#c92a2a"), "stopped: did not fit"))
+    # legend at the right of the plot
+    lx, ly = _RIGHT + 24, _TOP + 6
+    out.append(f'<text x="{lx}" y="{ly}" font-weight="bold">legend</text>')
+    for n, (swatch, label) in enumerate(legend):
+        row = ly + 22 + n * 20
+        out.append(f'<g transform="translate({lx},{row - 4})">{swatch}</g>')
+        out.append(f'<text x="{lx + 30}" y="{row}">{escape(label)}</text>')
+    if sweep:
+        out += _sweep_panel(sweep["points"], sweep.get("knob", "low_water"), _H)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+_SWEEP_H = 340
+
+
+def _sweep_panel(points: Sequence[Mapping[str, Any]], knob: str, top: float) -> list[str]:
+    """Under the main chart: cost against average prompt tokens, one point per value of the
+    swept knob (``tinyctx replay --sweep``): the curve a user picks a setting from."""
+    good = [p for p in points if p.get("error") is None] or list(points)
+    left, right, upper, lower = _LEFT, _RIGHT, top + 50, top + _SWEEP_H - 50
+    x_ticks = nice_ticks(max(p["average_prompt_tokens"] for p in good) * 1.04)
+    y_ticks = nice_ticks(max(max(p["cost"] for p in good), 1e-9) * 1.08)
+
+    def x(tokens: float) -> float:
+        return left + (right - left) * tokens / x_ticks[-1]
+
+    def y(cost: float) -> float:
+        return lower - (lower - upper) * cost / y_ticks[-1]
+
+    out = [
+        f'<text x="{left}" y="{top + 24}" font-size="14" font-weight="bold">sweep of {knob}: '
+        "cost against average prompt tokens</text>",
+        f'<line x1="{left}" y1="{lower}" x2="{right}" y2="{lower}" stroke="#333"/>',
+        f'<line x1="{left}" y1="{upper}" x2="{left}" y2="{lower}" stroke="#333"/>',
+    ]
+    for tick in x_ticks:
+        out.append(
+            f'<text x="{x(tick):.1f}" y="{lower + 16}" text-anchor="middle" fill="#444">'
+            f"{_label(tick)}</text>"
+        )
+    for tick in y_ticks:
+        out.append(
+            f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" text-anchor="end" fill="#444">'
+            f"${tick:.2f}</text>"
+        )
+    ordered = sorted(good, key=lambda p: p["average_prompt_tokens"])
+    line = " ".join(f"{x(p['average_prompt_tokens']):.1f},{y(p['cost']):.1f}" for p in ordered)
+    out.append(f'<polyline fill="none" stroke="#2a9d8f" stroke-width="2" points="{line}"/>')
+    for p in ordered:
+        px, py = x(p["average_prompt_tokens"]), y(p["cost"])
+        title = (
+            f"{knob} {p['value']:g}: ${p['cost']:.4f}, {p['average_prompt_tokens']:,.0f} "
+            f"tokens per call, {p['prefix_breaks']} prefix breaks"
+        )
+        out.append(_marker("circle", px, py, "#2a9d8f", title))
+        out.append(
+            f'<text x="{px:.1f}" y="{py - 10:.1f}" text-anchor="middle">{p["value"]:g}</text>'
+        )
+    out.append(
+        f'<text x="{(left + right) / 2}" y="{lower + 36}" text-anchor="middle">'
+        "average prompt tokens per call</text>"
+    )
+    return out
+
+
+def write_chart(
+    payload: Mapping[str, Any], path: Path, name: str, *, stack: str | None = None
+) -> None:
+    """Write :func:`svg_chart` to ``path`` (UTF-8)."""
+    path.write_text(svg_chart(payload, name, stack=stack), encoding="utf-8")
