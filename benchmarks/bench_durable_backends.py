@@ -127,14 +127,7 @@ def _redis_bytes(url: str) -> int:
         client.close()
 
 
-class _Sized:
-    """A Backend whose size is measured in its database, not in a file."""
-
-    def size(self) -> int:
-        raise NotImplementedError
-
-
-class OursPostgres(Ours, _Sized):
+class OursPostgres(Ours):
     name = "tinyctx PostgresStore"
 
     def __init__(self, folder: Path, url: str) -> None:
@@ -146,11 +139,11 @@ class OursPostgres(Ours, _Sized):
         await self.store.open()
         self.versions, self.leases = {}, {}
 
-    def size(self) -> int:
+    def size_bytes(self) -> int:
         return _pg_bytes(self.url, [self.schema])
 
 
-class OursRedis(Ours, _Sized):
+class OursRedis(Ours):
     name = "tinyctx RedisStore"
 
     def __init__(self, folder: Path, url: str) -> None:
@@ -162,11 +155,11 @@ class OursRedis(Ours, _Sized):
         await self.store.open()
         self.versions, self.leases = {}, {}
 
-    def size(self) -> int:
+    def size_bytes(self) -> int:
         return _redis_bytes(self.url)
 
 
-class LangGraphPostgres(Backend, _Sized):
+class LangGraphPostgres(Backend):
     name = "LangGraph AsyncPostgresSaver"
 
     def __init__(self, folder: Path, url: str) -> None:
@@ -204,11 +197,11 @@ class LangGraphPostgres(Backend, _Sized):
         assert found is not None
         return len(found.checkpoint["channel_values"]["messages"])
 
-    def size(self) -> int:
+    def size_bytes(self) -> int:
         return _pg_bytes(self.url, ["public"])
 
 
-class OpenAIRedis(Backend, _Sized):
+class OpenAIRedis(Backend):
     name = "OpenAI Agents RedisSession"
 
     def __init__(self, folder: Path, url: str) -> None:
@@ -238,7 +231,7 @@ class OpenAIRedis(Backend, _Sized):
     async def load(self, thread: str) -> int:
         return len(await self.session(thread).get_items())
 
-    def size(self) -> int:
+    def size_bytes(self) -> int:
         return _redis_bytes(self.url)
 
 
@@ -317,17 +310,11 @@ async def _per_step(
 ) -> dict[str, dict[str, float]]:
     count, rounds = (10, 2) if quick else (20, 3)
     results: dict[str, dict[str, float]] = {}
-    original = bench_durable._db_bytes
-    try:
-        for backend in backends:
-            assert isinstance(backend, _Sized)
-            bench_durable._db_bytes = lambda path, b=backend: b.size()  # type: ignore[misc]
-            few = isinstance(backend, LangGraphPostgres)  # it rewrites every message per step
-            results[backend.name] = await measure_backend(
-                backend, history, steps, 3 if few else count, 1 if few else rounds, 3
-            )
-    finally:
-        bench_durable._db_bytes = original
+    for backend in backends:
+        few = isinstance(backend, LangGraphPostgres)  # it rewrites every message per step
+        results[backend.name] = await measure_backend(
+            backend, history, steps, 3 if few else count, 1 if few else rounds, 3
+        )
     return results
 
 

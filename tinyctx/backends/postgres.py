@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError
-from ..stores import Note, StoreSchemaError, _check_limit, _encode, _note_texts
+from ..stores import Note, StoreSchemaError, _check_limit, _encode, _note_texts, _retention
 from ..threads import (
     ArchivedRange,
     FencedOut,
@@ -40,14 +40,13 @@ from ..threads import (
     ThreadWrite,
     Unchanged,
     check_write_range,
+    validate_lease_request,
+    validate_write,
 )
 from ._common import (
     NetworkedStore,
     WorkerThreads,
-    check_lease_request,
     check_positive,
-    check_retention,
-    check_write,
     missing_extra,
     redact_url,
 )
@@ -293,7 +292,7 @@ class PostgresStore(NetworkedStore):
         self.schema = schema
         self.pool_size = pool_size
         self.timeout = float(timeout)
-        self.archive_retention = check_retention(owner, archive_retention)
+        self.archive_retention = _retention(archive_retention, owner)
         self._sql = _Statements(schema)
         self._threads: WorkerThreads[psycopg_pool.ConnectionPool[Any]] = WorkerThreads(
             self.__repr__, pool_size, self._connect, lambda pool: pool.close()
@@ -465,7 +464,7 @@ class PostgresStore(NetworkedStore):
         lease: Lease | None = None,
     ) -> int:
         """Apply ``change`` in one transaction: fencing, version and range checks first."""
-        check_write(thread_id, change, expected_version, lease)
+        validate_write(thread_id, change, expected_version, lease)
         _check_text("thread_id", thread_id)
         compaction = change.compaction
         now = time.time()
@@ -500,7 +499,8 @@ class PostgresStore(NetworkedStore):
         raise AssertionError(f"write_thread returned {outcome!r}")  # pragma: no cover
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
-        seconds = check_lease_request(thread_id, owner, ttl)
+        validate_lease_request(thread_id, owner, ttl)
+        seconds = float(ttl)
         row = await self._fetchone(
             self._sql.acquire,
             (_check_text("thread_id", thread_id), _check_text("owner", owner), seconds),
@@ -513,7 +513,8 @@ class PostgresStore(NetworkedStore):
         return Lease(thread_id, owner, int(token), float(expires_at))
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        seconds = check_lease_request(lease.thread_id, lease.owner, ttl)
+        validate_lease_request(lease.thread_id, lease.owner, ttl)
+        seconds = float(ttl)
         rows = await self._fetchall(
             self._sql.renew, (seconds, _check_text("thread_id", lease.thread_id), lease.token)
         )

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError
-from ..stores import Note, StoreSchemaError, _check_limit, _encode, _note_texts
+from ..stores import Note, StoreSchemaError, _check_limit, _encode, _note_texts, _retention
 from ..threads import (
     ArchivedRange,
     FencedOut,
@@ -40,14 +40,13 @@ from ..threads import (
     ThreadWrite,
     Unchanged,
     check_write_range,
+    validate_lease_request,
+    validate_write,
 )
 from ._common import (
     NetworkedStore,
     WorkerThreads,
-    check_lease_request,
     check_positive,
-    check_retention,
-    check_write,
     missing_extra,
     redact_url,
 )
@@ -196,7 +195,8 @@ return existed
 
 
 def _ttl_ms(thread_id: str, owner: str, ttl: float) -> int:
-    return max(1, math.ceil(check_lease_request(thread_id, owner, ttl) * 1000))
+    validate_lease_request(thread_id, owner, ttl)
+    return max(1, math.ceil(ttl * 1000))
 
 
 def _check_str(what: str, value: object) -> str:
@@ -267,7 +267,7 @@ class RedisStore(NetworkedStore):
         self.prefix = prefix
         self.max_connections = max_connections
         self.timeout = float(timeout)
-        self.archive_retention = check_retention(owner, archive_retention)
+        self.archive_retention = _retention(archive_retention, owner)
         self._threads: WorkerThreads[_Client] = WorkerThreads(
             self.__repr__, max_connections, self._connect, lambda client: client.redis.close()
         )
@@ -403,7 +403,7 @@ class RedisStore(NetworkedStore):
         lease: Lease | None = None,
     ) -> int:
         """Apply ``change`` in one Lua script: fencing, version and range checks first."""
-        check_write(thread_id, change, expected_version, lease)
+        validate_write(thread_id, change, expected_version, lease)
         thread, messages, archive, _ = self._thread_keys(thread_id)
         now = time.time()
         keep_after = "" if self.archive_retention is None else repr(now - self.archive_retention)
