@@ -228,6 +228,20 @@ class TestStoreLikeMemory:
             assert mine == theirs
 
 
+class TestDeleteNotes:
+    """delete_notes removes one namespace's notes (one user's data) and nothing else."""
+
+    async def test_delete_notes_of_one_namespace(self, backend: Any) -> None:
+        """It reports how many went; other namespaces stay; numbering starts over at 1."""
+        await backend.append_notes("user:ada", ["a", "b", "c"])
+        await backend.append_note("user:bob", "kept")
+        assert await backend.delete_notes("user:ada") == 3
+        assert await backend.delete_notes("user:ada") == 0
+        assert await backend.notes("user:ada") == []
+        assert [n.text for n in await backend.notes("user:bob")] == ["kept"]
+        assert (await backend.append_note("user:ada", "again")).seq == 1
+
+
 class TestSchema:
     """The schema (PostgreSQL) or key layout (Redis) is created on open, once, and a newer
     one is refused untouched."""

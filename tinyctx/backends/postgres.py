@@ -436,6 +436,12 @@ class PostgresStore(NetworkedStore):
             for seq, text, at, meta in rows
         ]
 
+    async def delete_notes(self, namespace: str) -> int:
+        """Remove every note of ``namespace`` (its ``seq`` starts at 1 again); how many."""
+        _check_text("namespace", namespace)
+        row = await self._fetchone(self._sql.delete_notes, (namespace, namespace))
+        return 0 if row is None else int(row[0])
+
     # -- threads -------------------------------------------------------------------------
 
     async def load_thread(self, thread_id: str) -> ThreadRecord:
@@ -589,6 +595,11 @@ class _Statements:
         columns = f"SELECT seq, text, created_at, metadata FROM {s}.notes WHERE namespace = %s"
         self.notes = f"{columns} ORDER BY seq"
         self.notes_newest = f"{columns} ORDER BY seq DESC LIMIT %s"
+        self.delete_notes = (
+            f"WITH q AS (DELETE FROM {s}.note_seq WHERE namespace = %s), "
+            f"d AS (DELETE FROM {s}.notes WHERE namespace = %s RETURNING 1) "
+            "SELECT count(*) FROM d"
+        )
         self.load = (
             f"SELECT t.version, t.checkpoint, t.state, l.owner, l.token, l.expires_at, "
             f"ARRAY(SELECT m.doc FROM {s}.messages m WHERE m.thread_id = k.id ORDER BY m.pos) "

@@ -374,6 +374,19 @@ class RedisStore(NetworkedStore):
         first = length - len(entries) + 1
         return [_note_from_entry(namespace, first + i, raw) for i, raw in enumerate(entries)]
 
+    async def delete_notes(self, namespace: str) -> int:
+        """Remove every note of ``namespace`` (its ``seq`` starts at 1 again); how many."""
+        name = self._key("n", _check_str("namespace", namespace))
+
+        def delete(client: _Client) -> int:
+            with client.redis.pipeline(transaction=True) as pipe:
+                pipe.llen(name)
+                pipe.delete(name)
+                length, _ = pipe.execute()
+            return int(length)
+
+        return await self._threads.run(delete)
+
     # -- threads -------------------------------------------------------------------------
 
     async def load_thread(self, thread_id: str) -> ThreadRecord:
