@@ -271,7 +271,7 @@ async def _worker(kind: str, target: str, name: str, worker: int, seconds: float
     start_at = float(sys.stdin.readline())  # the parent's go: every worker starts together
     await anyio.sleep(max(0.0, start_at - time.time()))
     done = 0
-    deadline = time.time() + seconds
+    deadline = start_at + seconds  # one shared window: a late worker does not extend it
     while time.time() < deadline:
         thread = threads[done % len(threads)]
         lease = await store.acquire_lease(thread, f"w{worker}", 30)
