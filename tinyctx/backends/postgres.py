@@ -62,7 +62,7 @@ else:
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version :class:`PostgresStore` writes; an older schema is migrated on open."""
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -218,6 +218,40 @@ BEGIN
     DELETE FROM {s}.archive a WHERE a.thread_id = p_thread;
     DELETE FROM {s}.leases l WHERE l.thread_id = p_thread;
     RETURN v_found OR FOUND;
+END
+$$""",
+    ),
+    # 2: delete_thread locks the thread's row even when there is none yet (a placeholder
+    # row, deleted again): a first write racing the delete can no longer have its
+    # messages deleted from under its version
+    (
+        """
+CREATE OR REPLACE FUNCTION {s}.delete_thread(p_thread text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_found boolean;
+    v_leased boolean;
+BEGIN
+    LOOP
+        PERFORM 1 FROM {s}.threads t WHERE t.thread_id = p_thread FOR UPDATE;
+        IF FOUND THEN
+            v_found := true;
+            EXIT;
+        END IF;
+        INSERT INTO {s}.threads (thread_id, version, length, updated_at)
+            VALUES (p_thread, 0, 0, 0) ON CONFLICT (thread_id) DO NOTHING;
+        IF FOUND THEN
+            v_found := false;
+            EXIT;
+        END IF;
+    END LOOP;
+    -- the row is locked: no write of this thread runs until the delete commits
+    DELETE FROM {s}.messages m WHERE m.thread_id = p_thread;
+    DELETE FROM {s}.archive a WHERE a.thread_id = p_thread;
+    DELETE FROM {s}.leases l WHERE l.thread_id = p_thread;
+    v_leased := FOUND;
+    DELETE FROM {s}.threads t WHERE t.thread_id = p_thread;
+    RETURN v_found OR v_leased;
 END
 $$""",
     ),
