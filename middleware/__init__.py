@@ -59,6 +59,13 @@ from .fallback import (
     FallbackAttempt,
     FallbackFailed,
 )
+from .images import (
+    ClearOldImages,
+    ImageClearStats,
+    ImagesCleared,
+    clear_images_history,
+    image_placeholder,
+)
 from .inheritance import (
     Inherit,
     SubagentFinished,
@@ -134,6 +141,11 @@ __all__ = [
     "ReviewDecided",
     "REVIEW_PAYLOAD_TYPE",
     "review_calls",
+    "ClearOldImages",
+    "ImageClearStats",
+    "ImagesCleared",
+    "clear_images_history",
+    "image_placeholder",
     "PressurePolicy",
     "Relief",
     "Inherit",

@@ -18,10 +18,12 @@ else the window the provider last reported (``Usage.context_window``), else the 
 table (:func:`tinyctx.tokens.context_window`). An unknown window is a clear error, never a
 guard that silently never fires.
 
-Default policy order: drop non-essential context → microcompact tool outputs → summarize
-→ trim oldest (:func:`default_policies`); ``order="seed"`` gives the seed document's
-drop → trim → summarize → compact. Summarizing policies sit behind a circuit breaker:
-``breaker_threshold`` (3) consecutive failures skip them until a trial succeeds.
+Default policy order: drop non-essential context → clear old images (all but the newest 3)
+→ microcompact tool outputs → summarize → trim oldest (:func:`default_policies`): old
+images go before old text, as a screenshot costs much and says little once acted on.
+``order="seed"`` gives the seed document's drop → trim → summarize → compact.
+Summarizing policies sit behind a circuit breaker: ``breaker_threshold`` (3) consecutive
+failures skip them until a trial succeeds.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from tinyctx.tokens import (
 
 from .drop_nonessential import DropNonessential
 from .fallback import Fallback
+from .images import ClearOldImages
 from .microcompact import Microcompact
 from .policy import PressurePolicy, Relief
 from .summarize import ExtractiveSummarizer, Summarize
@@ -89,11 +92,11 @@ __all__ = [
     "ProviderContextLimit",
 ]
 
-Role = Literal["drop", "compact", "summarize", "trim"]
+Role = Literal["drop", "images", "compact", "summarize", "trim"]
 
 ORDERS: FrozenDict[str, tuple[Role, ...]] = FrozenDict(
     {
-        "default": ("drop", "compact", "summarize", "trim"),
+        "default": ("drop", "images", "compact", "summarize", "trim"),
         "seed": ("drop", "trim", "summarize", "compact"),
     }
 )
@@ -104,6 +107,7 @@ OrderSpec = str | Sequence[str]
 # role -> factory of the built-in policy for it; one place lists what default_policies builds
 _POLICY_FACTORIES: dict[str, Callable[[], PressurePolicy]] = {
     "drop": DropNonessential,
+    "images": ClearOldImages,
     "compact": Microcompact,
     # offline and deterministic; pass Summarize(ModelSummarizer(model)) for model summaries
     "summarize": lambda: Summarize(ExtractiveSummarizer()),
@@ -112,7 +116,7 @@ _POLICY_FACTORIES: dict[str, Callable[[], PressurePolicy]] = {
 
 
 def policy_role(policy: object) -> str | None:
-    """The role of ``policy`` ("drop", "compact", "summarize", "trim") or None.
+    """The role of ``policy`` ("drop", "images", "compact", "summarize", "trim") or None.
 
     Its ``role`` attribute when it has one, else guessed from its name (``Microcompact``
     → compact, ``Summarize`` → summarize, ...).
@@ -168,8 +172,9 @@ def order_policies(policies: Sequence[PressurePolicy], order: OrderSpec) -> list
 def default_policies(order: OrderSpec = "default") -> list[PressurePolicy]:
     """Fresh instances of the built-in policies, in ``order`` (``"default"`` or ``"seed"``).
 
-    The guard's default: drop non-essential context, compact tool outputs, summarize, trim
-    the oldest messages — each role filled by the built-in policy for it.
+    The guard's default: drop non-essential context, clear old images, compact tool
+    outputs, summarize, trim the oldest messages — each role filled by the built-in policy
+    for it.
     """
     roles = _order_roles(order, "default_policies")
     return [_POLICY_FACTORIES[role]() for role in roles if role in _POLICY_FACTORIES]
@@ -538,10 +543,12 @@ class BudgetGuard(Layer):
     When the guard acts it relieves in one batch down to the low-water mark, so the calls
     after it append to a stable prefix (a provider's prompt cache reads it) until the
     trigger is reached again: the lower the mark, the rarer the rewrites that break the
-    cached prefix, and the less context is kept. ``low_water`` defaults to
-    ``0.8 * trigger``; :func:`~tinyctx.middleware.stacks.default_stack` uses 0.4, which
-    ``benchmarks/bench_cost.py`` shows is cheaper on real transcripts. ``target`` is its
-    older name (give one or the other).
+    cached prefix, and the less context is kept. ``low_water`` defaults to half the usable
+    window (or the trigger, when that is lower); :func:`~tinyctx.middleware.stacks.default_stack`
+    acts at 0.95 and relieves to 0.4, which ``benchmarks/bench_cost.py`` shows is cheaper on
+    real transcripts. ``target`` is its older name (give one or the other). The built-in
+    policies free what the guard asks for, oldest first, so the mark decides how much
+    context a relief keeps.
     ``reserved_output_tokens`` defaults to ``RunConfig.reserved_output_tokens``, or to the
     request's ``max_tokens``-style output setting when the config reserves nothing.
 
@@ -625,7 +632,7 @@ class BudgetGuard(Layer):
             )
         mark, mark_name = (low_water, "low_water") if low_water is not None else (target, "target")
         if mark is None:
-            self.low_water = 0.8 * self.trigger
+            self.low_water = min(0.5, self.trigger)
         else:
             self.low_water = _fraction(mark_name, mark, owner)
             if self.low_water > self.trigger:

@@ -18,7 +18,7 @@ nothing changes the input tuple itself is returned: no allocation, no token coun
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -51,8 +51,10 @@ from ._compaction import (
     check_tool_names,
     commit,
     mark,
+    remap_replaced,
     utf8_len,
 )
+from .images import clear_images_history
 from .policy import Relief
 from .triggers import Trigger
 from .triggers import trigger as as_trigger
@@ -77,12 +79,14 @@ class MicrocompactStats:
     results_cleared: int = 0
     bytes_freed: int = 0
     tokens_freed: int = 0
+    images_cleared: int = 0
+    """Images replaced by placeholders (``keep_images``), in any message."""
     inputs_cleared: int = 0
     """Tool calls whose arguments were cleared (``clear_tool_inputs``)."""
 
     @property
     def changed(self) -> bool:
-        return self.results_cleared > 0 or self.inputs_cleared > 0
+        return self.results_cleared > 0 or self.inputs_cleared > 0 or self.images_cleared > 0
 
 
 _NOTHING = MicrocompactStats()
@@ -183,7 +187,10 @@ def microcompact_history(
     *,
     counter: TokenCounter | None = None,
     memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None = None,
+    keep_images: int | None = None,
+    image_memo: MutableMapping[int, tuple[Message, Message, int]] | None = None,
     clear_inputs: bool = False,
+    need: int | None = None,
 ) -> tuple[tuple[Message, ...], MicrocompactStats]:
     """Clear the content of every tool result older than the newest ``keep_recent`` turns.
 
@@ -191,6 +198,10 @@ def microcompact_history(
     each such call keeps its id and name (so pairing holds) and gets ``{}`` as arguments
     (:data:`CLEARED_ARGUMENTS`, what LangChain's ``clear_tool_inputs`` sends); the assistant
     message is marked ``metadata["tinyctx"]["cleared_inputs"]`` with the call ids.
+
+    With ``need`` it clears oldest first and stops once the cleared results free at least
+    ``need`` tokens (what a budget guard asks for to reach its low-water mark), so the newer
+    results — and the prompt-cache prefix up to them — stay as they are.
 
     A turn is an assistant message with tool calls; its results keep their content while it
     is one of the newest ``keep_recent``. A cleared result gets ``placeholder`` as content
@@ -202,7 +213,49 @@ def microcompact_history(
     ``memo`` is a dict the caller keeps between calls with the same settings: a result
     cleared before is reused from it, so compacting an uncompacted history again and again
     (a transient layer) costs lookups, not new messages.
+
+    ``keep_images=N`` then also replaces every image but the newest ``N`` — in tool
+    results and user messages — with a text placeholder naming it (see
+    :func:`~tinyctx.middleware.images.clear_images_history`; ``image_memo`` is its memo).
     """
+    out, stats = _clear_results(
+        history, keep_recent, placeholder, exclude_tools, counter, memo, clear_inputs, need
+    )
+    return _clear_images(out, stats, keep_images, counter, image_memo)
+
+
+def _clear_images(
+    history: tuple[Message, ...],
+    stats: MicrocompactStats,
+    keep_images: int | None,
+    counter: TokenCounter | None,
+    memo: MutableMapping[int, tuple[Message, Message, int]] | None,
+) -> tuple[tuple[Message, ...], MicrocompactStats]:
+    """``history`` with images past the newest ``keep_images`` cleared, stats merged."""
+    if keep_images is None:
+        return history, stats
+    out, images = clear_images_history(history, keep_images, counter=counter, memo=memo)
+    if not images.changed:
+        return history, stats
+    merged = attrs.evolve(
+        stats,
+        images_cleared=images.images_cleared,
+        bytes_freed=stats.bytes_freed + images.bytes_freed,
+        tokens_freed=stats.tokens_freed + images.tokens_freed,
+    )
+    return out, merged
+
+
+def _clear_results(
+    history: Sequence[Message],
+    keep_recent: int,
+    placeholder: str,
+    exclude_tools: Iterable[str],
+    counter: TokenCounter | None,
+    memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None,
+    clear_inputs: bool = False,
+    need: int | None = None,
+) -> tuple[tuple[Message, ...], MicrocompactStats]:
     history = as_history(history)
     check_int(keep_recent, "keep_recent", "microcompact")
     _check_placeholder(placeholder, "microcompact")
@@ -252,6 +305,8 @@ def microcompact_history(
             turns.add(owner)
             freed_bytes += original_bytes - placeholder_bytes
             freed_tokens += saved
+            if need is not None and freed_tokens >= need:
+                break
     inputs = 0
     if clear_inputs and cleared:
         done = {
@@ -271,7 +326,9 @@ def microcompact_history(
                 freed_tokens += max(saved, 0)
     if not cleared:
         return history, _NOTHING
-    return tuple(out), MicrocompactStats(len(turns), cleared, freed_bytes, freed_tokens, inputs)
+    return tuple(out), MicrocompactStats(
+        len(turns), cleared, freed_bytes, freed_tokens, inputs_cleared=inputs
+    )
 
 
 CLEARED_ARGUMENTS: FrozenDict[str, Any] = FrozenDict()
@@ -307,6 +364,7 @@ class MicrocompactApplied(Event):
     inputs_cleared: int = 0
     persisted: bool = False
     source: str = "layer"
+    images_cleared: int = 0
 
     @classmethod
     def of(
@@ -320,27 +378,13 @@ class MicrocompactApplied(Event):
             inputs_cleared=stats.inputs_cleared,
             persisted=persisted,
             source=source,
+            images_cleared=stats.images_cleared,
         )
 
     def describe(self) -> str | None:
         if self.source != "layer":
             return None  # as a guard policy, the guard's own event reports it
         return f"microcompact -{self.tokens_freed} ({self.results_cleared} results)"
-
-
-def _remap(
-    before: tuple[Message, ...], after: tuple[Message, ...]
-) -> Callable[[tuple[Message, ...]], tuple[list[Message], bool] | None]:
-    """Replace, in the conversation, the very results cleared in the request, one for one."""
-
-    def remap(current: tuple[Message, ...]) -> tuple[list[Message], bool] | None:
-        changed = {id(old): new for old, new in zip(before, after, strict=True) if old is not new}
-        # ids are unique among live objects, and every changed one is alive (``before``)
-        updated = [changed.get(id(m), m) for m in current]
-        hits = sum(1 for old, new in zip(current, updated, strict=True) if old is not new)
-        return (updated, hits == len(changed)) if hits else None
-
-    return remap
 
 
 class _Session:
@@ -352,10 +396,11 @@ class _Session:
     ``microcompact_history(memo=...)``), so a transient layer re-clears the same results for free.
     """
 
-    __slots__ = ("cleared", "out", "start")
+    __slots__ = ("cleared", "images", "out", "start")
 
     def __init__(self) -> None:
         self.cleared: dict[int, tuple[ToolResult, ToolResult, int]] = {}
+        self.images: dict[int, tuple[Message, Message, int]] = {}
         self.out: tuple[Message, ...] = ()
         self.start = 0
 
@@ -380,6 +425,9 @@ class _Session:
         if len(self.cleared) > 2 * len(passed) + 64:  # forget results that left the history
             live = {id(m) for m in passed}
             self.cleared = {k: v for k, v in self.cleared.items() if k in live}
+        if len(self.images) > 2 * len(passed) + 64:
+            live = {id(m) for m in passed}
+            self.images = {k: v for k, v in self.images.items() if k in live}
 
 
 class Microcompact(Layer):
@@ -403,8 +451,12 @@ class Microcompact(Layer):
     ``persist=True`` (the default) commits the cleared results to the conversation, so the
     next call starts from the compacted history and the cached prefix stays stable;
     ``persist=False`` rewrites only the request of this call. As a pressure policy
-    (``relieve``) it clears everything it may, ignoring the trigger and ``clear_at_least``,
-    and leaves committing to the guard.
+    (``relieve``) it clears oldest first until the guard's ``need`` is met, ignoring the
+    trigger and ``clear_at_least``, and leaves committing to the guard.
+
+    ``keep_images=N`` (default None: off) also keeps only the newest ``N`` images of the
+    history — in tool results and user messages, whatever their turn — and replaces each
+    older one with a placeholder such as ``[image cleared: screenshot 1280×800]``.
     """
 
     idempotent = True  # cleared results are skipped: its own output passes unchanged
@@ -424,10 +476,14 @@ class Microcompact(Layer):
         trigger: Any = None,
         clear_at_least: int = 0,
         clear_tool_inputs: bool = False,
+        keep_images: int | None = None,
         name: str | None = None,
     ) -> None:
         owner = type(self).__name__
         self.keep_recent = check_int(keep_recent, "keep_recent", owner)
+        self.keep_images = (
+            None if keep_images is None else check_int(keep_images, "keep_images", owner)
+        )
         self.placeholder = _check_placeholder(placeholder, owner)
         self.exclude_tools = check_tool_names(exclude_tools, "exclude_tools", owner)
         if min_tokens is not None and trigger is not None:
@@ -464,6 +520,8 @@ class Microcompact(Layer):
         messages: tuple[Message, ...],
         counter: TokenCounter,
         memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None = None,
+        need: int | None = None,
+        image_memo: MutableMapping[int, tuple[Message, Message, int]] | None = None,
     ) -> tuple[tuple[Message, ...], MicrocompactStats]:
         return microcompact_history(
             messages,
@@ -472,7 +530,10 @@ class Microcompact(Layer):
             self.exclude_tools,
             counter=counter,
             memo=memo,
+            keep_images=self.keep_images,
+            image_memo=image_memo,
             clear_inputs=self.clear_tool_inputs,
+            need=need,
         )
 
     def _compact(
@@ -489,9 +550,19 @@ class Microcompact(Layer):
         if start:
             window = messages[start:]
             if _protected_from(window, self.keep_recent) is not None:
-                out, stats = self._run(window, counter, session.cleared)
-                return (messages, stats) if out is window else (messages[:start] + out, stats)
-        return self._run(messages, counter, session.cleared)
+                out, stats = _clear_results(
+                    window,
+                    self.keep_recent,
+                    self.placeholder,
+                    self.exclude_tools,
+                    counter,
+                    session.cleared,
+                    self.clear_tool_inputs,
+                )
+                full = messages if out is window else messages[:start] + out
+                # images are counted over the whole history: the newest N may be anywhere
+                return _clear_images(full, stats, self.keep_images, counter, session.images)
+        return self._run(messages, counter, session.cleared, image_memo=session.images)
 
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
@@ -509,7 +580,7 @@ class Microcompact(Layer):
             return await call_next(request, ctx)
         persisted = False
         if self.persist:
-            persisted, new = commit(ctx, messages, new, _remap(messages, new))
+            persisted, new = commit(ctx, messages, new, remap_replaced(messages, new))
         session.remember(new, self.keep_recent)
         ctx.emit(MicrocompactApplied.of(stats, persisted=persisted))
         return await call_next(request.evolve(messages=new), ctx)
@@ -522,10 +593,11 @@ class Microcompact(Layer):
         *,
         need: int,
     ) -> Relief:
-        """Clear every old tool result it may (``need`` does not limit it: one larger,
-        stable change is kinder to a prompt cache than many small ones). The guard decides
-        what to commit; this never touches the conversation."""
-        new, stats = self._run(messages, counter)
+        """Clear old tool results, oldest first, until ``need`` tokens are freed (a guard
+        asks for enough to reach its low-water mark, so this is one batch that leaves the
+        newer results and their cached prefix alone); ``need <= 0`` clears every one it may.
+        The guard decides what to commit; this never touches the conversation."""
+        new, stats = self._run(messages, counter, need=need if need > 0 else None)
         if stats.changed:
             ctx.emit(MicrocompactApplied.of(stats, source="policy"))
         return Relief(new, stats.tokens_freed, attrs.asdict(stats))

@@ -24,6 +24,7 @@ from tinyctx.middleware import (
     Approvals,
     BudgetGuard,
     CallLimits,
+    ClearOldImages,
     ControlOutcomes,
     ExtractiveSummarizer,
     Fallback,
@@ -39,6 +40,9 @@ from tinyctx.otel import OtelExporter
 from tinyctx.testing.conformance import RULES, LayerContractError, check_layer
 
 SMALL_WINDOW = RunConfig(model="kit", max_tokens=1200, reserved_output_tokens=200)
+# generated histories hold screenshots and PDFs (up to ~18K tokens in one tool turn): the
+# guard's window must fit the newest turn, or refusing the prompt is the right answer
+MEDIA_WINDOW = RunConfig(model="kit", max_tokens=32_000, reserved_output_tokens=200)
 
 
 async def spare_model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
@@ -168,9 +172,11 @@ class TestBrokenLayersAreCaught:
 
 def builtin_layers() -> list[tuple[Layer, RunConfig | None]]:
     return [
-        (BudgetGuard(), SMALL_WINDOW),
+        (BudgetGuard(), MEDIA_WINDOW),
         (Microcompact(), None),
         (Microcompact(keep_recent=1), SMALL_WINDOW),
+        (Microcompact(keep_recent=1, keep_images=1), None),
+        (ClearOldImages(1), None),
         (Summarize(ExtractiveSummarizer(), keep_recent=2), SMALL_WINDOW),
         (ToolResultBudget(64), None),
         (ControlOutcomes(), None),

@@ -41,6 +41,7 @@ from tinyctx.formats import (
     to_swe_agent,
     write_transcript,
 )
+from tinyctx.parts import ImagePart, media_parts
 from tinyctx.testing import assert_pairing_intact
 from tinyctx.testing.strategies import histories
 
@@ -135,6 +136,22 @@ class TestRoundTrips:
         assert EXTENSION_KEY not in _unit_keys(openai_sent) | _unit_keys(anthropic_units)
         tool_messages = [m for m in openai_sent if m["role"] == "tool"]
         assert all(set(m) == {"role", "tool_call_id", "content"} for m in tool_messages)
+        # OpenAI tool messages take text only: their media follow in a user message
+        assert all(isinstance(m["content"], str) for m in tool_messages)
+        sent_media = [
+            p["type"]
+            for m in openai_sent
+            if isinstance(m["content"], list)
+            for p in m["content"]
+            if p["type"] != "text"
+        ]
+        expected = [
+            "image_url" if isinstance(p, ImagePart) else "file"
+            for m in history
+            if isinstance(m, (UserMessage, ToolResult))
+            for p in media_parts(m.content)
+        ]
+        assert sorted(sent_media) == sorted(expected)
         sent = anthropic_sent["messages"]
         for index, message in enumerate(sent):
             calls = [b["id"] for b in message["content"] if b["type"] == "tool_use"]
@@ -299,9 +316,9 @@ class TestOpenAI:
             ),
             ([{"role": "tool", "content": "r"}], 0, "tool_call_id must be a non-empty string"),
             (
-                [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}],
+                [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}],
                 0,
-                "cannot express a 'image_url' content part",
+                "cannot express a 'input_audio' content part",
             ),
             ([{"role": "assistant", "tool_calls": {"id": "c"}}], 0, "tool_calls must be a list"),
             (
@@ -527,10 +544,10 @@ class TestAnthropic:
             (
                 [
                     {"role": "user", "content": "a"},
-                    {"role": "user", "content": [{"type": "image", "source": {}}]},
+                    {"role": "user", "content": [{"type": "image", "source": {"type": "file"}}]},
                 ],
                 1,
-                "cannot express a 'image' block",
+                "cannot hold an image source of type 'file'",
             ),
             (
                 [{"role": "assistant", "content": 7}],
@@ -680,10 +697,12 @@ class TestClaudeCode:
             {"type": "summary"},
             {
                 "type": "user",
-                "message": {"role": "user", "content": [{"type": "image", "source": {}}]},
+                "message": {"role": "user", "content": [{"type": "search_result"}]},
             },
         ]
-        with pytest.raises(FormatError, match="claude_code message 1: cannot express a 'image'"):
+        with pytest.raises(
+            FormatError, match="claude_code message 1: cannot express a 'search_result'"
+        ):
             from_claude_code(entries)
 
 

@@ -17,6 +17,7 @@ from tinyctx import (
     Message,
     RunContext,
     Session,
+    TextPart,
     ToolCall,
     ToolResult,
     UserMessage,
@@ -30,7 +31,10 @@ from tinyctx.middleware import (
     budget_tool_result,
 )
 from tinyctx.middleware.policy import PressurePolicy
+from tinyctx.middleware.tool_result_budget import _budgeted
+from tinyctx.parts import media_parts
 from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply, run_tool_layer
+from tinyctx.testing.images import image_part
 from tinyctx.testing.strategies import histories
 
 # text that is mostly multi-byte: 2-, 3- and 4-byte characters next to ASCII
@@ -273,9 +277,30 @@ class TestToolResultBudgetPolicy:
         assert [type(m) for m in new] == [type(m) for m in history]
         for before, after in zip(history, new, strict=True):
             if after is not before:
-                assert isinstance(after, ToolResult) and size(after.content) <= budget
+                assert isinstance(after, ToolResult) and size(after.text) <= budget
                 assert after.tool_call_id == before.tool_call_id  # type: ignore[attr-defined]
+                # images and documents pass whole and in order: no byte cut of base64
+                assert media_parts(after.content) == media_parts(before.content)  # type: ignore[attr-defined]
         assert stats.tokens_freed >= 0
+
+
+class TestBudgetWithParts:
+    """Images and documents are whole units: only a result's text is budgeted."""
+
+    def test_images_kept_whole_text_cut(self) -> None:
+        """A result with a screenshot and a long text keeps the image and cuts the text."""
+        image = image_part(1280, 800, "image/jpeg", label="screenshot")
+        result = ToolResult("c1", [TextPart("x" * 5000), image, TextPart("tail")], "shot")
+        new, stats = _budgeted(result, 1000, "")
+        assert stats.truncated and size(new.text) <= 1000
+        assert media_parts(new.content) == (image,) and new.content[1] is image
+        assert stats.original_bytes == size(result.text)
+
+    def test_small_text_with_large_image_untouched(self) -> None:
+        """A big image alone never triggers a cut: its base64 is not text."""
+        result = ToolResult("c1", [TextPart("ok"), image_part(2560, 1600, "image/webp")])
+        new, stats = _budgeted(result, 100, "")
+        assert new is result and not stats.truncated
 
 
 class TestShrinkToolResults:

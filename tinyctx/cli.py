@@ -85,6 +85,7 @@ FORMAT_HELP: dict[str, str] = {
     "mini_swe_agent": "mini-swe-agent trajectories (.traj.json)",
     "openhands": "OpenHands evaluation output.jsonl (one instance per line, 'history' events)",
     "tau_bench": "tau-bench results JSON (a list of tasks, each with a 'traj' of messages)",
+    "agent_tars": "Agent TARS run logs: session dumps ('history' of requests) or event streams",
 }
 
 
@@ -437,6 +438,16 @@ def _progress(err: TextIO) -> Iterator[Callable[[int, int], None] | None]:
         yield show
 
 
+def _image_cells(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload with an ``imgs`` cell ("sent/recorded") per call for the table, when the
+    transcript has images (a text-only replay shows no such column)."""
+    calls = payload["calls"]
+    if not any(call["raw_images"] for call in calls):
+        return payload
+    cells = [{**call, "imgs": f"{call['images']}/{call['raw_images']}"} for call in calls]
+    return {**payload, "calls": cells}
+
+
 def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
     from .chart import write_chart
     from .render import console, print_replay, replayed
@@ -501,7 +512,7 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
         json.dump(payload, io.out, indent=2)
         io.out.write("\n")
     else:
-        print_replay(payload, console(io.out), name)
+        print_replay(_image_cells(payload), console(io.out), name)
     io.out.flush()
     if plot is not None:
         write_chart(payload, plot, name, stack=args.stack)
@@ -527,8 +538,13 @@ def _cmd_stats(args: argparse.Namespace, io: _IO) -> int:
     tool_calls: Counter[str] = Counter()
     names: dict[str, str] = {}
     results: list[tuple[int, str, str]] = []
+    media: Counter[str] = Counter()
     for message in transcript:
         tokens = heuristic.count_message(message)
+        for part in message.parts:
+            if part.kind != "text":
+                media[f"{part.kind}s"] += 1
+                media["media_tokens"] += heuristic.count_media((part,))
         by_role[message.role] += tokens
         if real is not None:
             by_role_real[message.role] += real.count_message(message)
@@ -554,6 +570,9 @@ def _cmd_stats(args: argparse.Namespace, io: _IO) -> int:
         "largest_tool_results": [
             {"tokens": t, "tool": n, "tool_call_id": i} for t, n, i in largest
         ],
+        "images": media["images"],
+        "documents": media["documents"],
+        "media_tokens": media["media_tokens"],
     }
     if args.json:
         json.dump(payload, io.out, indent=2)

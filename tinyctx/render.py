@@ -107,6 +107,7 @@ CALL_COLUMNS: list[Column] = [
         lambda v: "" if v is None else f"@{v}",
         style=lambda call: "yellow" if call.get("prefix_broke") else "",
     ),
+    Column("imgs", "imgs", "images sent / images in the recording so far", str),
     Column("actions", "actions", "what the layers did", "; ".join, "left", wrap=True),
 ]
 """The replay table's columns, in order. Append to show a key you added to each call."""
@@ -159,23 +160,31 @@ def table(
 ) -> Table:
     """A rich table of ``rows`` (dicts) with those of ``columns`` that some row has."""
     shown = [c for c in columns if any(row.get(c.key) is not None for row in rows)]
+    cells = [
+        [
+            Text(
+                "" if row.get(c.key) is None else c.fmt(row[c.key]),
+                style=c.style(row) if c.style else "",
+            )
+            for c in shown
+        ]
+        for row in rows
+    ]
     grid = Table(title=title, title_justify="left", header_style="bold", box=None, pad_edge=False)
-    for column in shown:
+    for i, column in enumerate(shown):
+        # a number is never cut: its column is as wide as its widest value; only the
+        # wrapping column (the actions) gives way to the terminal's width
+        widest = max([len(column.header), *(len(line[i]) for line in cells)])
         grid.add_column(
             column.header,
             justify=column.justify,
             no_wrap=not column.wrap,
-            overflow="fold" if column.wrap else "ellipsis",
+            overflow="fold",
             ratio=1 if column.wrap else None,
-            min_width=12 if column.wrap else None,
+            min_width=12 if column.wrap else widest,
         )
-    for row in rows:
-        cells: list[Text] = []
-        for column in shown:
-            value = row.get(column.key)
-            text = "" if value is None else column.fmt(value)
-            cells.append(Text(text, style=column.style(row) if column.style else ""))
-        grid.add_row(*cells)
+    for line in cells:
+        grid.add_row(*line)
     return grid
 
 
@@ -201,7 +210,13 @@ def print_replay(payload: Mapping[str, Any], out: Console, name: str) -> None:
             f"{number(usable)} tokens"
         )
     out.print()
-    out.print(table(calls, CALL_COLUMNS))
+    grid = table(calls, CALL_COLUMNS)
+    width = out.width
+    need = sum(c.min_width or 0 for c in grid.columns) + 2 * (len(grid.columns) - 1)
+    if need > width:
+        out.width = need  # wider lines (a terminal wraps them) rather than a column lost
+    out.print(grid)
+    out.width = width
     out.print()
     out.print(_legend(CALL_COLUMNS, calls))
     out.print()
@@ -257,6 +272,11 @@ def print_stats(payload: Mapping[str, Any], out: Console, name: str) -> None:
             ),
         )
     )
+    if payload.get("images") or payload.get("documents"):
+        out.print(
+            f"{_plural(payload['images'], 'image')}, {_plural(payload['documents'], 'document')}:"
+            f" {number(payload['media_tokens'])} tokens (heuristic)"
+        )
     real: Mapping[str, int] | None = payload["tokens_by_role_tokenizer"]
     roles = _section("tokens by role")
     roles.add_column("role")

@@ -29,13 +29,14 @@ from .errors import ContextLimitExceeded, Interrupted
 from .events import Event, EventSink, freed_tokens
 from .messages import AssistantMessage, Message, ToolCall, ToolResult, check_pairing
 from .model import ModelRequest, ModelResponse
+from .parts import ImagePart
 from .tokens import TokenCounter, default_counter
 from .tools import Tool
 
 if TYPE_CHECKING:
     from .cost import CostReport, ModelPrice
 
-__all__ = ["CallRow", "ReplayReport", "replay", "replay_sync", "ReplayModel"]
+__all__ = ["CallRow", "ReplayReport", "replay", "replay_sync", "ReplayModel", "count_images"]
 
 _NO_RESULT = "[replay: the recording has no result for this tool call]"
 _END = "replay.end"
@@ -53,6 +54,10 @@ class CallRow:
     actions: tuple[str, ...] = ()
     events: tuple[Event, ...] = field(default=(), repr=False, eq=False)
     window: int | None = None
+    images: int = 0
+    """Images the model was sent in this call (after the stack)."""
+    raw_images: int = 0
+    """Images the uncompacted recording up to this call holds."""
     shape: PromptShape | None = field(default=None, repr=False, eq=False)
     """The sent prompt as :mod:`tinyctx.cost` prices it (messages, per-message tokens)."""
 
@@ -154,6 +159,8 @@ class ReplayReport:
                     "saved": r.saved,
                     "would_overflow": r.would_overflow,
                     "actions": list(r.actions),
+                    "images": r.images,
+                    "raw_images": r.raw_images,
                     "events": [_event_json(e, label) for e in r.events if (label := e.describe())],
                 }
                 for r in self.rows
@@ -168,9 +175,20 @@ class ReplayReport:
                 "overflows_remaining": self.overflows_remaining,
                 "total_tokens_saved": self.total_saved,
                 "final_messages": len(self.final_messages),
+                "max_images_per_call": max((r.images for r in self.rows), default=0),
                 "error": self.error,
             },
         }
+
+
+def count_images(messages: Sequence[Message]) -> int:
+    """Image parts in ``messages`` (user messages and tool results)."""
+    total = 0
+    for message in messages:
+        content = getattr(message, "content", "")
+        if not isinstance(content, str):
+            total += sum(1 for p in content if isinstance(p, ImagePart))
+    return total
 
 
 def _event_json(event: Event, label: str) -> dict[str, Any]:
@@ -300,12 +318,12 @@ async def replay(
     model = ReplayModel(transcript)
     rows: list[CallRow] = []
     seen: list[Event] = []
-    pending_raw: list[int] = []
+    pending_raw: list[tuple[int, int]] = []
 
     def outer(request: ModelRequest, ctx: RunContext[Any]) -> None:
         # what the uncompacted recording up to here would cost
         raw = request.evolve(messages=transcript[: model.position])
-        pending_raw.append(counter.count_request(raw))
+        pending_raw.append((counter.count_request(raw), count_images(raw.messages)))
 
     def inner(request: ModelRequest, ctx: RunContext[Any]) -> None:
         events = tuple(e for e in seen if e.kind not in _QUIET)
@@ -320,16 +338,19 @@ async def replay(
             0,
             (request.system_prompt, request.tools),
         )
+        raw_tokens, raw_images = pending_raw.pop() if pending_raw else (0, 0)
         rows.append(
             CallRow(
                 index=len(rows) + 1,
                 messages=len(request.messages),
                 tokens=tokens,
-                raw_tokens=pending_raw.pop() if pending_raw else 0,
+                raw_tokens=raw_tokens,
                 usable=usable,
                 window=window,
                 actions=tuple(d for e in events if (d := e.describe())),
                 events=events,
+                images=count_images(request.messages),
+                raw_images=raw_images,
                 shape=shape,
             )
         )

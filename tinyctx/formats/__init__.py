@@ -7,8 +7,12 @@
 - Claude Code session logs (read only): :func:`from_claude_code`
 - OpenHands evaluation ``output.jsonl`` and tau-bench results (read only):
   :func:`from_openhands`, :func:`from_tau_bench`
+- Agent TARS run logs, session dumps and event streams (read only): :func:`from_agent_tars`
 - files: :func:`load_transcript` / :func:`read_transcript` (format detected),
   :func:`write_transcript`
+
+Content parts (images, documents) are read and written in each format's own shape
+(OpenAI ``image_url``/``file`` parts, Anthropic ``image``/``document`` blocks).
 
 ``from_x(to_x(m)) == m`` for every history a format can express, ``essential`` and
 ``metadata`` included (carried in a ``"tinyctx"`` key where the format has no field). What a
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 from ._common import EXTENSION_KEY, FormatError
 from .agent_logs import from_openhands, from_tau_bench
+from .agent_tars import from_agent_tars
 from .anthropic import from_anthropic, to_anthropic
 from .claude_code import from_claude_code
 from .files import (
@@ -56,6 +61,7 @@ __all__ = [
     "from_claude_code",
     "from_openhands",
     "from_tau_bench",
+    "from_agent_tars",
     "detect_format",
     "parse_transcript",
     "read_transcript",

@@ -22,6 +22,7 @@ from ..messages import (
     ToolResult,
     UserMessage,
 )
+from ..parts import Content
 from ._common import (
     CallNames,
     FormatError,
@@ -37,7 +38,8 @@ from ._common import (
     unique_call_ids,
     write_extension,
 )
-from .openai import text_of
+from ._parts import anthropic_content, read_anthropic_part
+from .openai import content_of, text_of
 
 __all__ = [
     "to_anthropic",
@@ -85,11 +87,11 @@ def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
     return blocks
 
 
-def _result_block(result: ToolResult) -> dict[str, Any]:
+def _result_block(result: ToolResult, *, for_api: bool = False) -> dict[str, Any]:
     block: dict[str, Any] = {
         "type": "tool_result",
         "tool_use_id": result.tool_call_id,
-        "content": result.content,
+        "content": anthropic_content(result.content, for_api=for_api),
     }
     if result.is_error:
         block["is_error"] = True
@@ -104,7 +106,7 @@ def _reads_back(message: Message, unit: dict[str, Any], index: int) -> bool:
         elif isinstance(message, ToolResult):
             parsed = _parse_result(unit, index, message.name)
         elif isinstance(message, UserMessage):
-            parsed = UserMessage(_text(unit.get("content"), index, joiner="\n"))
+            parsed = UserMessage(_content(unit.get("content"), index))
         else:
             parsed = SystemMessage(_text([unit], index, joiner="\n"))
     except FormatError:
@@ -205,7 +207,7 @@ def to_anthropic(messages: Sequence[Message], *, for_api: bool = False) -> dict[
             derived = call_names.get(message.tool_call_id)
             block = _emit(
                 message,
-                _result_block(message),
+                _result_block(message, for_api=for_api),
                 _RESULT_MODELED,
                 index,
                 for_api=for_api,
@@ -222,7 +224,7 @@ def to_anthropic(messages: Sequence[Message], *, for_api: bool = False) -> dict[
         if isinstance(message, UserMessage):
             unit = _emit(
                 message,
-                {"role": "user", "content": message.content},
+                {"role": "user", "content": anthropic_content(message.content, for_api=for_api)},
                 _MESSAGE_MODELED,
                 index,
                 for_api=for_api,
@@ -252,6 +254,21 @@ def to_anthropic(messages: Sequence[Message], *, for_api: bool = False) -> dict[
 
 def _text(content: object, index: int | None, *, joiner: str) -> str:
     return text_of(content, fmt=ANTHROPIC, index=index, joiner=joiner)
+
+
+_MEDIA_KINDS: Final = ("image", "document")
+
+
+def _content(content: object, index: int | None) -> Content:
+    """A user message's or tool result's content: text, images and documents."""
+    return content_of(
+        content,
+        fmt=ANTHROPIC,
+        index=index,
+        joiner="\n",
+        media=read_anthropic_part,
+        media_kinds=_MEDIA_KINDS,
+    )
 
 
 def _block_type(block: object, where: str, index: int | None) -> tuple[Mapping[str, Any], str]:
@@ -316,8 +333,8 @@ def _parse_result(block: Mapping[str, Any], index: int | None, name: str) -> Too
         raise FormatError(
             f"is_error must be a boolean, got {is_error!r}", format=ANTHROPIC, index=index
         )
-    text = _text(block.get("content", ""), index, joiner="\n")
-    return ToolResult(call_id, text, name, is_error)
+    content = _content(block.get("content", ""), index)
+    return ToolResult(call_id, content, name, is_error)
 
 
 def read_anthropic_assistant(raw: Mapping[str, Any], index: int = 0) -> AssistantMessage:
@@ -352,8 +369,9 @@ def _read_unit(unit: Mapping[str, Any], index: int | None, kind: str, calls: Cal
         parsed, generated = result, _result_block(result)
     elif kind == "user":
         ext = read_extension(unit, allowed=("essential", "metadata"), fmt=ANTHROPIC, index=index)
-        parsed = UserMessage(_text(unit.get("content"), index, joiner="\n"))
-        generated = {"role": "user", "content": parsed.text}
+        user = UserMessage(_content(unit.get("content"), index))
+        parsed = user
+        generated = {"role": "user", "content": anthropic_content(user.content, for_api=False)}
     else:  # a system text block
         ext = read_extension(unit, allowed=("essential", "metadata"), fmt=ANTHROPIC, index=index)
         parsed = SystemMessage(_text([unit], index, joiner="\n"))
@@ -377,10 +395,10 @@ def _read_user(
     kinds = []
     for position, block in enumerate(content):
         _, kind = _block_type(block, f"content block {position}", index)
-        if kind not in ("text", "tool_result"):
+        if kind not in ("text", "tool_result", *_MEDIA_KINDS):
             raise FormatError(
                 f"cannot express a {kind!r} block (content block {position}); tinyctx user "
-                "messages hold text and tool results",
+                "messages hold text, images, documents and tool results",
                 format=ANTHROPIC,
                 index=index,
             )

@@ -1,6 +1,6 @@
 """Transcript files: read (and detect) OpenAI JSON/JSONL, Anthropic messages JSON/JSONL,
 SWE-agent ``.traj``, mini-swe-agent ``.traj.json``, Claude Code session logs, OpenHands
-``output.jsonl`` and tau-bench results; write the lossless formats back."""
+``output.jsonl``, tau-bench results and Agent TARS run logs; write the lossless formats back."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from .agent_logs import (
     is_tau_bench_record,
     select_record,
 )
+from .agent_tars import from_agent_tars, is_agent_tars
 from .anthropic import ANTHROPIC, from_anthropic, to_anthropic
 from .claude_code import claude_code_messages
 from .openai import OPENAI, from_openai, to_openai
@@ -49,10 +50,19 @@ __all__ = [
 ]
 
 TranscriptFormat = Literal[
-    "openai", "anthropic", "swe_agent", "mini_swe_agent", "claude_code", "openhands", "tau_bench"
+    "openai",
+    "anthropic",
+    "swe_agent",
+    "mini_swe_agent",
+    "claude_code",
+    "openhands",
+    "tau_bench",
+    "agent_tars",
 ]
 FORMATS: Final[tuple[str, ...]] = get_args(TranscriptFormat)
-_ANTHROPIC_BLOCKS: Final = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+_ANTHROPIC_BLOCKS: Final = frozenset(
+    {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document"}
+)
 _PathLike = str | os.PathLike[str]
 
 
@@ -112,6 +122,8 @@ def _detect_list(items: Sequence[Any]) -> TranscriptFormat:
 
 def detect_format(value: Any) -> TranscriptFormat:
     """Which transcript format a parsed JSON document (or the list of JSONL records) is."""
+    if is_agent_tars(value):
+        return "agent_tars"
     if isinstance(value, Mapping):
         if is_openhands_record(value):
             return "openhands"
@@ -205,6 +217,8 @@ def _convert(
         return from_swe_agent(document), _rest(document, "history")
     if fmt == "mini_swe_agent":
         return read_mini_swe_agent(document)
+    if fmt == "agent_tars":
+        return from_agent_tars(document), {}
     entries = document if isinstance(document, list) else [document]
     raw, where = claude_code_messages(entries)
     origins.extend(where)

@@ -19,6 +19,7 @@ from ..messages import (
     ToolResult,
     UserMessage,
 )
+from ..parts import Content, Part, TextPart, describe_part, has_media, media_parts
 from ._common import (
     CallNames,
     FormatError,
@@ -36,6 +37,7 @@ from ._common import (
     unique_call_ids,
     write_extension,
 )
+from ._parts import openai_content, openai_part, read_openai_part, read_parts
 
 __all__ = [
     "OPENAI",
@@ -45,6 +47,7 @@ __all__ = [
     "read_openai_message",
     "read_tool_calls",
     "text_of",
+    "content_of",
     "tool_call_json",
 ]
 
@@ -74,7 +77,7 @@ def _generate(message: Message, index: int, *, for_api: bool) -> dict[str, Any]:
     if isinstance(message, SystemMessage):
         return {"role": "system", "content": message.content}
     if isinstance(message, UserMessage):
-        return {"role": "user", "content": message.content}
+        return {"role": "user", "content": _content(message.content, index, for_api)}
     if isinstance(message, AssistantMessage):
         calls = message.tool_calls
         unit: dict[str, Any] = {
@@ -88,11 +91,19 @@ def _generate(message: Message, index: int, *, for_api: bool) -> dict[str, Any]:
             unit["tool_calls"] = [tool_call_json(call, index=index) for call in calls]
         return unit
     if isinstance(message, ToolResult):
-        unit = {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+        unit = {
+            "role": "tool",
+            "tool_call_id": message.tool_call_id,
+            "content": _content(message.content, index, for_api),
+        }
         if not for_api:
             unit["name"] = message.name
         return unit
     raise FormatError(f"cannot express a {type(message).__name__}", format=OPENAI, index=index)
+
+
+def _content(content: Content, index: int, for_api: bool) -> str | list[dict[str, Any]]:
+    return openai_content(content, index=index, for_api=for_api)
 
 
 def openai_message(message: Message, index: int = 0, *, for_api: bool = False) -> dict[str, Any]:
@@ -132,14 +143,52 @@ def to_openai(messages: Sequence[Message], *, for_api: bool = False) -> list[dic
     error flags are local bookkeeping and are left out (the model still reads every
     message's content). Raises :class:`FormatError` naming the index of a message OpenAI
     cannot express.
+
+    Tool messages of the API take text only, so in API mode the images and files of a tool
+    result are named in its text (``[image: screenshot image/png 1280×800, attached
+    below]``) and sent in a user message right after that turn's tool messages.
     """
     if not for_api:
         messages = restore_call_ids(messages)
-    return [openai_message(m, i, for_api=for_api) for i, m in enumerate(messages)]
+        return [openai_message(m, i, for_api=False) for i, m in enumerate(messages)]
+    out: list[dict[str, Any]] = []
+    attached: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        unit = openai_message(message, index, for_api=True)
+        if isinstance(message, ToolResult) and has_media(message.content):
+            unit["content"] = _tool_text(message)
+            attached.append(
+                {"type": "text", "text": f"Attached by tool call {message.tool_call_id}:"}
+            )
+            attached.extend(
+                openai_part(p, index=index, for_api=True) for p in media_parts(message.content)
+            )
+        elif attached and not isinstance(message, ToolResult):
+            out.append({"role": "user", "content": attached})
+            attached = []
+        out.append(unit)
+    if attached:
+        out.append({"role": "user", "content": attached})
+    return out
+
+
+def _tool_text(result: ToolResult) -> str:
+    """A tool result's text for the API, each image or file named and said to follow."""
+    lines = []
+    for part in result.parts:
+        if isinstance(part, TextPart):
+            lines.append(part.text)
+        else:
+            lines.append(describe_part(part)[:-1] + ", attached below]")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------
 # reading
+
+
+MediaReader = Callable[..., "Part | None"]
+"""Reads one media part of a content list: ``(block, kind, fmt=, index=, position=)``."""
 
 
 def text_of(
@@ -151,6 +200,24 @@ def text_of(
     allowed: tuple[str, ...] = ("text",),
 ) -> str:
     """The text of an OpenAI ``content``: a string, null, or a list of text parts."""
+    text = content_of(content, fmt=fmt, index=index, joiner=joiner, allowed=allowed)
+    assert isinstance(text, str)
+    return text
+
+
+def content_of(
+    content: object,
+    *,
+    fmt: str,
+    index: int | None,
+    joiner: str,
+    allowed: tuple[str, ...] = ("text",),
+    media: MediaReader | None = None,
+    media_kinds: tuple[str, ...] = (),
+) -> Content:
+    """An OpenAI-style ``content``: a string, null, or a list of parts. Text parts of the
+    ``allowed`` kinds are joined; with a ``media`` reader, parts of ``media_kinds`` become
+    image/document parts and a list holding any is a tuple of parts."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -161,14 +228,20 @@ def text_of(
             format=fmt,
             index=index,
         )
-    texts: list[str] = []
+    items: list[str | Part] = []
     for position, part in enumerate(content):
         part_map = expect_mapping(part, f"content part {position}", fmt=fmt, index=index)
         kind = part_map.get("type")
+        if media is not None and kind in media_kinds:
+            read = media(part_map, kind, fmt=fmt, index=index, position=position)
+            if read is not None:
+                items.append(read)
+                continue
         if kind not in allowed:
+            holds = ", ".join((*allowed, *media_kinds))
             raise FormatError(
-                f"cannot express a {kind!r} content part (part {position}); tinyctx messages "
-                f"hold text ({', '.join(allowed)} parts)",
+                f"cannot express a {kind!r} content part (part {position}); this message "
+                f"holds {holds} parts",
                 format=fmt,
                 index=index,
             )
@@ -177,8 +250,22 @@ def text_of(
             raise FormatError(
                 f"content part {position} has no {kind!r} string", format=fmt, index=index
             )
-        texts.append(text)
-    return joiner.join(texts)
+        items.append(text)
+    return read_parts(items, joiner)
+
+
+_MEDIA_KINDS: Final = ("image_url", "file")
+
+
+def _read_content(content: object, index: int) -> Content:
+    return content_of(
+        content,
+        fmt=OPENAI,
+        index=index,
+        joiner="\n",
+        media=read_openai_part,
+        media_kinds=_MEDIA_KINDS,
+    )
 
 
 def read_tool_calls(raw_calls: object, *, fmt: str, index: int) -> tuple[ToolCall, ...]:
@@ -227,7 +314,7 @@ def _parse(raw: Mapping[str, Any], index: int, name_of: Callable[[str], str]) ->
         if role in ("system", "developer"):
             return SystemMessage(text_of(content, fmt=OPENAI, index=index, joiner="\n"))
         if role == "user":
-            return UserMessage(text_of(content, fmt=OPENAI, index=index, joiner="\n"))
+            return UserMessage(_read_content(content, index))
         if role == "assistant":
             text = text_of(content, fmt=OPENAI, index=index, joiner="", allowed=("text", "refusal"))
             calls = read_tool_calls(raw.get("tool_calls"), fmt=OPENAI, index=index)
@@ -238,7 +325,7 @@ def _parse(raw: Mapping[str, Any], index: int, name_of: Callable[[str], str]) ->
             name = name_of(call_id)
         elif not isinstance(name, str):
             raise FormatError(f"name must be a string, got {name!r}", format=OPENAI, index=index)
-        return ToolResult(call_id, text_of(content, fmt=OPENAI, index=index, joiner="\n"), name)
+        return ToolResult(call_id, _read_content(content, index), name)
     except FormatError:
         raise
     except (TypeError, ValueError) as exc:

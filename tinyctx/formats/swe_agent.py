@@ -24,6 +24,7 @@ from ..messages import (
     ToolResult,
     UserMessage,
 )
+from ..parts import Content
 from ._common import (
     CallNames,
     FormatError,
@@ -39,7 +40,15 @@ from ._common import (
     unique_call_ids,
     write_extension,
 )
-from .openai import read_openai_message, read_tool_calls, text_of, to_openai, tool_call_json
+from ._parts import openai_content, read_openai_part
+from .openai import (
+    content_of,
+    read_openai_message,
+    read_tool_calls,
+    text_of,
+    to_openai,
+    tool_call_json,
+)
 
 __all__ = [
     "SWE_AGENT",
@@ -81,9 +90,12 @@ def _generate(message: Message, index: int) -> dict[str, Any]:
         raise FormatError(
             f"cannot express a {type(message).__name__}", format=SWE_AGENT, index=index
         )
+    content: Content = message.content if isinstance(message, (UserMessage, ToolResult)) else ""
     unit: dict[str, Any] = {
         "role": role,
-        "content": message.text,
+        "content": openai_content(content, index=index, for_api=False, fmt=SWE_AGENT)
+        if content
+        else message.text,
         "agent": "main",
         "message_type": _MESSAGE_TYPES[role],
     }
@@ -129,9 +141,21 @@ def _parse(raw: Mapping[str, Any], index: int, name: str | None, calls: CallName
         raise FormatError(
             f"unknown role {role!r} (allowed: {', '.join(ROLES)})", format=SWE_AGENT, index=index
         )
-    text = text_of(raw.get("content"), fmt=SWE_AGENT, index=index, joiner="\n")
+    raw_content = raw.get("content")
+    if role in ("user", "tool"):  # observations may carry images (SWE-bench multimodal)
+        text: Content = content_of(
+            raw_content,
+            fmt=SWE_AGENT,
+            index=index,
+            joiner="\n",
+            media=read_openai_part,
+            media_kinds=("image_url", "file"),
+        )
+    else:
+        text = text_of(raw_content, fmt=SWE_AGENT, index=index, joiner="\n")
     try:
         if role == "system":
+            assert isinstance(text, str)
             return SystemMessage(text)
         if role == "user":
             return UserMessage(text)
@@ -139,6 +163,7 @@ def _parse(raw: Mapping[str, Any], index: int, name: str | None, calls: CallName
             tool_calls = read_tool_calls(
                 _calls_value(raw.get("tool_calls"), index), fmt=SWE_AGENT, index=index
             )
+            assert isinstance(text, str)
             return AssistantMessage(text, tool_calls)
         ids = raw.get("tool_call_ids")
         if not isinstance(ids, list) or len(ids) != 1:

@@ -47,7 +47,9 @@ from ..messages import (
     pending_tool_calls,
 )
 from ..model import ModelRequest, ModelResponse, Usage
+from ..parts import Content, DocumentPart, ImagePart, Part, TextPart
 from ..tools import ToolSpec
+from .images import image_part, pdf_part
 
 __all__ = [
     "texts",
@@ -58,6 +60,8 @@ __all__ = [
     "tool_results",
     "messages",
     "histories",
+    "media_parts",
+    "contents",
     "tool_specs",
     "requests",
     "responses",
@@ -123,6 +127,61 @@ _HISTORY_CALLS: st.SearchStrategy[tuple[str, dict[str, Any], bool]] = st.sampled
         ("calc", {"expr": "2 + 2"}, False),
     ]
 )
+
+
+# small valid images and documents, built once: their headers say real screen sizes (what
+# token counting reads), their bytes stay small
+_MEDIA: tuple[ImagePart | DocumentPart, ...] = (
+    image_part(1280, 800, "image/jpeg", label="screenshot"),
+    image_part(2560, 1600, "image/webp", label="screenshot"),
+    image_part(64, 48, "image/png"),
+    image_part(300, 200, "image/gif", label="chart"),
+    image_part(8, 8, "image/png"),
+    ImagePart(url="https://example.com/photo.jpg", detail="low"),
+    pdf_part(1, title="report.pdf"),
+    DocumentPart.from_text("Quarterly notes: revenue up 4 %.", title="notes.txt"),
+)
+_MEDIA_PART: st.SearchStrategy[ImagePart | DocumentPart] = st.sampled_from(_MEDIA)
+
+
+def media_parts() -> st.SearchStrategy[ImagePart | DocumentPart]:
+    """One image or document part (screenshots of real sizes, a tiny image, a URL image,
+    a PDF, a text file), shrinking toward a 1280×800 JPEG screenshot."""
+    return _MEDIA_PART
+
+
+def _parts_content(text: str, media: list[ImagePart | DocumentPart], first: bool) -> Content:
+    parts: list[Part] = list(media)
+    if text:
+        if first:
+            parts.insert(0, TextPart(text))
+        else:
+            parts.append(TextPart(text))
+    return tuple(parts)
+
+
+_MEDIA_LISTS = st.lists(_MEDIA_PART, min_size=1, max_size=2)
+_MEDIA_ROLL = st.integers(0, 9)
+
+
+def contents(
+    text: st.SearchStrategy[str] | None = None, *, media: float = 0.3
+) -> st.SearchStrategy[Content]:
+    """A message content: text, or (with probability ``media``) content parts holding 1-2
+    images or documents and the text, if any. Shrinks toward plain text."""
+    body = text if text is not None else _TEXT
+    if not media:
+        return body
+    threshold = 10 - round(10 * media)
+
+    @st.composite
+    def draw_content(draw: st.DrawFn) -> Content:
+        value = draw(body)
+        if draw(_MEDIA_ROLL) < threshold:
+            return value
+        return _parts_content(value, draw(_MEDIA_LISTS), draw(_BOOL))
+
+    return draw_content()
 
 
 def tool_arguments() -> st.SearchStrategy[dict[str, Any]]:
@@ -213,7 +272,7 @@ def _assistant(
 class _ToolTurnDraft:
     text: str
     calls: tuple[tuple[str, dict[str, Any], bool], ...]
-    results: tuple[str, ...]
+    results: tuple[Content, ...]
     order: tuple[int, ...]
     answered: tuple[bool, ...] | None  # None: every call answered (not the pending tail)
 
@@ -232,7 +291,7 @@ class _ToolTurnDraft:
 
 
 def _tool_turn_drawer(
-    max_results: int, body: st.SearchStrategy[str]
+    max_results: int, body: st.SearchStrategy[str], content: st.SearchStrategy[Content]
 ) -> Callable[[st.DrawFn, bool], _ToolTurnDraft]:
     counts = st.integers(1, max_results)
     permutations = {n: st.permutations(range(n)) for n in range(2, max_results + 1)}
@@ -241,7 +300,7 @@ def _tool_turn_drawer(
     def draw_turn(draw: st.DrawFn, pending: bool) -> _ToolTurnDraft:
         count = draw(counts)
         calls = tuple(draw(_HISTORY_CALLS) for _ in range(count))
-        results = tuple(draw(body) for _ in range(count))
+        results = tuple(draw(content) for _ in range(count))
         order = tuple(draw(permutations[count])) if count > 1 else (0,)
         marks = tuple(draw(answered[count])) if pending else None
         return _ToolTurnDraft(draw(body), calls, results, order, marks)
@@ -282,6 +341,7 @@ def histories(
     text: st.SearchStrategy[str] | None = None,
     *,
     pending: bool = False,
+    media: float = 0.3,
 ) -> st.SearchStrategy[tuple[Message, ...]]:
     """Conversations whose every tool call is answered: ``check_pairing`` always passes.
 
@@ -293,7 +353,10 @@ def histories(
 
     With ``pending=True`` the last tool turn may miss some results (the state of a run while
     its tools execute): ``check_pairing(h)`` passes, ``allow_pending=False`` may not.
-    Bad arguments raise :class:`tinyctx.ConfigError` at once.
+
+    ``media`` is the probability that a user message or a tool result holds content parts
+    with images or documents (:func:`contents`; 0 for text only). Bad arguments raise
+    :class:`tinyctx.ConfigError` at once.
     """
     _check_int(min_turns, 0, "min_turns", "an integer >= 0")
     _check_int(max_turns, min_turns, "max_turns", f"an integer >= min_turns ({min_turns})")
@@ -302,8 +365,11 @@ def histories(
         raise ConfigError(
             "tool_turn_probability", tool_turn_probability, "a number in [0, 1]", owner="histories"
         )
+    if not isinstance(media, (int, float)) or isinstance(media, bool) or not 0 <= media <= 1:
+        raise ConfigError("media", media, "a number in [0, 1]", owner="histories")
     body = text if text is not None else _TEXT
-    draw_tool_turn = _tool_turn_drawer(max_results_per_turn, body)
+    content = contents(body, media=media)
+    draw_tool_turn = _tool_turn_drawer(max_results_per_turn, body, content)
     # one integer decides the kind of a turn and shrinks toward 0: a user message, then an
     # answer, then (unless every turn must be one) a tool turn
     kinds = st.integers(0, 999)
@@ -318,7 +384,7 @@ def histories(
             return draw_tool_turn(draw, False)
         if kind >= answer_from:
             return AssistantMessage(draw(body))
-        return UserMessage(draw(body), essential=not draw(droppable))
+        return UserMessage(draw(content), essential=not draw(droppable))
 
     @st.composite
     def pending_turn(draw: st.DrawFn) -> _ToolTurnDraft:
