@@ -24,6 +24,7 @@ __all__ = [
     "as_history",
     "is_conversation_snapshot",
     "commit",
+    "remap_replaced",
 ]
 
 
@@ -104,6 +105,20 @@ def is_conversation_snapshot(messages: Sequence[Message], ctx: RunContext[Any]) 
 
 Remap = Callable[[tuple[Message, ...]], "tuple[Sequence[Message], bool] | None"]
 """Maps a rewrite onto the conversation's messages: ``(updated, complete)``, or None."""
+
+
+def remap_replaced(before: tuple[Message, ...], after: tuple[Message, ...]) -> Remap:
+    """A :data:`Remap` replacing, in the conversation, the very messages a rewrite of
+    ``before`` into ``after`` replaced, one for one (by identity)."""
+
+    def remap(current: tuple[Message, ...]) -> tuple[list[Message], bool] | None:
+        changed = {id(old): new for old, new in zip(before, after, strict=True) if old is not new}
+        # ids are unique among live objects, and every changed one is alive (``before``)
+        updated = [changed.get(id(m), m) for m in current]
+        hits = sum(1 for old, new in zip(current, updated, strict=True) if old is not new)
+        return (updated, hits == len(changed)) if hits else None
+
+    return remap
 
 
 def commit(

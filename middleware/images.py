@@ -44,7 +44,15 @@ from tinyctx.events import EventLevel
 from tinyctx.parts import Content, content_text
 from tinyctx.tokens import TokenCounter
 
-from ._compaction import as_history, check_bool, check_counter, check_int, commit, mark
+from ._compaction import (
+    as_history,
+    check_bool,
+    check_counter,
+    check_int,
+    commit,
+    mark,
+    remap_replaced,
+)
 from .policy import Relief
 
 __all__ = [
@@ -197,16 +205,6 @@ class ImagesCleared(Event):
         return f"images -{self.tokens_freed} ({self.images_cleared} cleared)"
 
 
-def _remap_changed(before: tuple[Message, ...], after: tuple[Message, ...]) -> Any:
-    def remap(current: tuple[Message, ...]) -> tuple[list[Message], bool] | None:
-        changed = {id(old): new for old, new in zip(before, after, strict=True) if old is not new}
-        updated = [changed.get(id(m), m) for m in current]
-        hits = sum(1 for old, new in zip(current, updated, strict=True) if old is not new)
-        return (updated, hits == len(changed)) if hits else None
-
-    return remap
-
-
 class ClearOldImages(Layer):
     """Keeps only the newest ``keep_images`` images (default 3) in every model request.
 
@@ -249,7 +247,7 @@ class ClearOldImages(Layer):
             return await call_next(request, ctx)
         persisted = False
         if self.persist:
-            persisted, new = commit(ctx, messages, new, _remap_changed(messages, new))
+            persisted, new = commit(ctx, messages, new, remap_replaced(messages, new))
         if len(memo) > 2 * len(new) + 64:
             live = {id(m) for m in messages}
             for key in [k for k in memo if k not in live]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 from collections.abc import Callable
@@ -410,6 +411,23 @@ class TestRejects:
             decode_message('{"v":1,"role":"robot","content":"x"}')
         with pytest.raises(CodecError, match="expected a ToolResult"):
             decode(encode_message(UserMessage("x")), ToolResult)
+
+    def test_a_long_decode_leaves_the_garbage_collector_as_it_found_it(self) -> None:
+        """decode_messages pauses the cyclic collector for a long thread and restores it,
+        on success and on error, and never enables one the application disabled."""
+        docs = list(encode_messages([UserMessage(f"m{i}") for i in range(100)]))
+        assert gc.isenabled()
+        assert len(decode_messages(docs)) == 100
+        assert gc.isenabled()
+        with pytest.raises(CodecError, match=r"messages\[99\]"):
+            decode_messages([*docs[:99], "{"])
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            decode_messages(docs)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
 
     def test_duplicate_call_ids_are_refused(self) -> None:
         """Two calls with one id in one message cannot be decoded into a message."""

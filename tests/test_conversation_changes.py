@@ -29,6 +29,7 @@ operations = st.lists(
         st.tuples(st.just("rewrite_one"), st.integers(0, 40)),
         st.tuples(st.just("truncate"), st.integers(0, 40)),
         st.tuples(st.just("sync"), st.just(0)),
+        st.tuples(st.just("sync_while_changing"), st.integers(0, 3)),
     ),
     max_size=30,
 )
@@ -104,6 +105,18 @@ class TestChanges:
                 stored = apply(stored, conversation.changes())
                 conversation.mark_synced()
                 assert stored == list(conversation.messages)
+            elif kind == "sync_while_changing":
+                # a write in flight while the log changes: the change made after the
+                # snapshot must still be reported by the next changes()
+                change, written = conversation.changes(), conversation.messages
+                if op[1] == 0:
+                    await conversation.append(msg(next(counter)))
+                elif op[1] == 1 and messages:
+                    conversation.replace(messages[:-1], emit_new=False)
+                elif op[1] == 2:
+                    conversation.add(msg(next(counter)), index=0)
+                stored = apply(stored, change)
+                conversation.mark_synced(written)
             change = conversation.changes()
             assert apply(stored, change) == list(conversation.messages)
             assert change.start <= change.end <= len(stored)

@@ -76,6 +76,12 @@ from .decisions import (
     decision_from_json,
     decisions_from_json,
 )
+from .durable import (
+    AbandonedStepClosed,
+    LeaseRenewFailed,
+    ThreadLoaded,
+    ThreadWriteFailed,
+)
 from .errors import (
     ConfigError,
     ContextLimitExceeded,
@@ -375,4 +381,8 @@ __all__ = [
     "StaleThreadVersion",
     "LeaseHeld",
     "FencedOut",
+    "ThreadLoaded",
+    "ThreadWriteFailed",
+    "LeaseRenewFailed",
+    "AbandonedStepClosed",
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import anyio
 import attrs
@@ -75,7 +75,11 @@ from .model import ModelHandler, ModelRequest, ModelResponse, Usage
 from .ordering import check_ordering
 from .parts import PART_TYPES
 from .tasks import BackgroundTasks
+from .threads import ThreadStore
 from .tools import ServerTool, Tool, ToolArgumentError, ToolRegistry
+
+if TYPE_CHECKING:
+    from .durable import ThreadLink
 
 __all__ = [
     "Agent",
@@ -95,6 +99,10 @@ Phase = Literal["before_model", "tools"]
 SKIPPED_ON_STOP = "[skipped: the run was stopped with a final answer before this tool ran]"
 SKIPPED_ON_CANCEL = "[not run: the run was cancelled before this tool ran]"
 SKIPPED_ON_ABANDON = "[not run: the run was interrupted and not resumed]"
+SKIPPED_ON_CRASH = (
+    "[interrupted: the worker running this step stopped before its result was saved; "
+    "the call may or may not have run]"
+)
 
 
 # ---------------------------------------------------------------------------------------
@@ -366,7 +374,17 @@ class Session(Generic[Data]):
 
     Queued message events (``conversation.add`` / ``replace``) are flushed exactly once:
     before each model request, when a run ends with an answer, and when the session is
-    left without an error. A failed run's leftovers go out with the next flush.
+    left (with an error too: a failed run's synthetic results still reach subscribers).
+
+    With ``store=`` (a :class:`~tinyctx.threads.ThreadStore`) the thread is durable (see
+    :mod:`tinyctx.durable`): entering takes the thread's lease for ``owner`` (renewed every
+    ``lease_ttl / 3`` seconds while the session is open; a second session on the thread gets
+    :class:`~tinyctx.threads.LeaseHeld`) and loads the messages, the paused run
+    (``resume()`` continues it), the layers' per-thread state and the version. Every
+    message is durable before the next model call and before each tool runs, a pause
+    stores its checkpoint with its messages in one write, and leaving writes the rest and
+    releases the lease. A step a dead worker left with unanswered tool calls is reported
+    by :attr:`abandoned`; :meth:`recover` continues or closes it.
     """
 
     def __init__(
@@ -379,12 +397,29 @@ class Session(Generic[Data]):
         data: Data = None,  # type: ignore[assignment]
         config: RunConfig | None = None,
         grace_period: float = 5.0,
+        store: ThreadStore | None = None,
+        owner: str | None = None,
+        lease_ttl: float = 30.0,
         **context_options: Any,
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"Session needs an Agent, got {type(agent).__name__}")
         if grace_period < 0:
             raise ConfigError("grace_period", grace_period, ">= 0 seconds", owner="Session")
+        if store is not None and not isinstance(store, ThreadStore):
+            raise ConfigError(
+                "store", store, "a tinyctx.threads.ThreadStore or None", owner="Session"
+            )
+        if (
+            isinstance(lease_ttl, bool)
+            or not isinstance(lease_ttl, int | float)
+            or not 0 < lease_ttl < float("inf")
+        ):
+            raise ConfigError(
+                "lease_ttl", lease_ttl, "a finite number of seconds > 0", owner="Session"
+            )
+        if owner is not None and (not isinstance(owner, str) or not owner):
+            raise ConfigError("owner", owner, "a non-empty string or None", owner="Session")
         if ctx is None:
             base_config = config or RunConfig()
             overrides: dict[str, Any] = {}
@@ -413,6 +448,14 @@ class Session(Generic[Data]):
         self._current: RunContext[Data] | None = None
         self._paused: Checkpoint | None = None
         self._closed = False
+        self._abandoned: tuple[ToolCall, ...] = ()
+        self._link: ThreadLink | None = None
+        if store is not None:
+            from .durable import ThreadLink, default_owner
+
+            self._link = ThreadLink(
+                store, self._base.thread_id, owner=owner or default_owner(), ttl=lease_ttl
+            )
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -430,14 +473,42 @@ class Session(Generic[Data]):
         """The checkpoint of an interrupted run waiting for ``resume``, if any."""
         return self._paused
 
+    @property
+    def abandoned(self) -> tuple[ToolCall, ...]:
+        """Tool calls a dead worker left unanswered (loaded with no checkpoint): a step
+        that :meth:`recover` continues or closes. Empty when there is none."""
+        return self._abandoned
+
+    @property
+    def thread_version(self) -> int | None:
+        """The stored thread's version as this session last wrote or loaded it (None
+        without a store)."""
+        return self._link.version if self._link is not None else None
+
     async def __aenter__(self) -> Session[Data]:
         if self._group is not None or self._closed:
             raise RuntimeError("a Session can be entered once")
+        link = self._link
+        if link is not None:
+            paused, abandoned = await link.open(self._base.conversation)
+            self._paused, self._abandoned = paused, abandoned
+            from .durable import ThreadLoaded
+
+            self._base.emit(
+                ThreadLoaded,
+                version=link.version,
+                messages=len(self._base.conversation),
+                paused=paused is not None,
+                abandoned_calls=tuple(c.id for c in abandoned),
+                owner=link.owner,
+            )
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
         self._background = BackgroundTasks(group, self._base.events)
         self._base = self._base._with(background=self._background)
+        if link is not None:
+            group.start_soon(link.keep_leased, self._base, name="tinyctx.lease")
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -462,6 +533,50 @@ class Session(Generic[Data]):
             # our children never raise (BackgroundTasks reports their errors), so the host's
             # own exception keeps propagating as itself, never wrapped in an ExceptionGroup
             await group.__aexit__(None, None, None)
+            if self._link is not None:
+                await self._close_thread(failing=exc_info[0] is not None)
+
+    async def _close_thread(self, *, failing: bool) -> None:
+        """Write what is left (the background work's state too) and release the lease."""
+        link = self._link
+        assert link is not None
+        try:
+            await self._sync(failing=failing)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(max(self._grace, 1.0)):
+                try:
+                    await link.release()
+                except Exception as exc:  # the lease expires by itself; the write mattered
+                    self._base.emit(SubscriberFailed, subscriber="lease", error=str(exc))
+
+    async def _sync(self, *, failing: bool = False) -> None:
+        """Make what the conversation committed durable (no-op without a store).
+
+        Shielded: a write is atomic in the store, so it is never abandoned half-way by a
+        cancellation (which would leave this session's version behind the store's); it is
+        bounded by ``max(grace_period, 5)`` seconds, then fails with TimeoutError and what
+        it held stays pending for the next write. ``failing``: another error is already
+        leaving, so a failed write is reported as
+        :class:`~tinyctx.durable.ThreadWriteFailed` instead of raised over it.
+        """
+        link = self._link
+        if link is None:
+            return
+        limit = max(self._grace, 5.0)
+        try:
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(limit) as scope:
+                    await link.sync(self._base.conversation)
+                if scope.cancelled_caught:
+                    raise TimeoutError(
+                        f"writing thread {link.thread_id!r} took longer than {limit:g}s"
+                    )
+        except Exception as exc:
+            if not failing:
+                raise
+            from .durable import ThreadWriteFailed
+
+            self._base.emit(ThreadWriteFailed, error=f"{type(exc).__name__}: {exc}")
 
     async def _flush_on_error(self) -> None:
         """Deliver queued message events while an exception leaves the session.
@@ -512,11 +627,56 @@ class Session(Generic[Data]):
         try:
             if self._paused is not None:
                 await self._abandon_pause()
+            if self._abandoned:
+                await self._close_abandoned()
             ctx = self._base._for_run()
             state = _RunState(ctx, usage_before=Usage())
             return await self._drive(state, "before_model", (), input=input, resumed=False)
         finally:
             self._busy = False
+
+    async def recover(self, mode: Literal["continue", "close"]) -> RunResult | None:
+        """Finish the step a dead worker left open (see :attr:`abandoned`).
+
+        ``"continue"`` runs the unanswered tool calls and goes on as a new run (returns
+        its result; the dead run's per-run counts are gone with it). ``"close"`` answers
+        them with a result saying the worker stopped while they were due, so the model
+        knows they may or may not have run (returns None). Either way pairing holds and
+        the thread is written. A later ``run()`` closes an abandoned step by itself.
+        """
+        if mode not in ("continue", "close"):
+            raise ConfigError("mode", mode, "'continue' or 'close'", owner="Session.recover")
+        self._enter_run()
+        try:
+            calls = self._abandoned
+            if not calls:
+                raise InvalidCheckpoint(
+                    f"thread {self._base.thread_id!r} has no abandoned step to recover"
+                )
+            if mode == "close":
+                await self._close_abandoned()
+                await self._sync()
+                return None
+            ctx = self._base._for_run()
+            state = _RunState(ctx, usage_before=Usage())
+            return await self._drive(state, "tools", calls, input=None, resumed=False)
+        finally:
+            self._busy = False
+
+    async def _close_abandoned(self) -> None:
+        ctx = self._base
+        results = answer_pending(ctx.conversation.messages, SKIPPED_ON_CRASH, reason="abandoned")
+        for result in results:
+            await ctx.conversation.append(result)
+        ids = tuple(r.tool_call_id for r in results)
+        if results:
+            ctx.emit(
+                PendingCallsAnswered, reason="the worker running them stopped", tool_call_ids=ids
+            )
+        from .durable import AbandonedStepClosed
+
+        ctx.emit(AbandonedStepClosed, mode="close", tool_call_ids=ids)
+        self._abandoned = ()
 
     async def resume(
         self,
@@ -554,15 +714,19 @@ class Session(Generic[Data]):
             ctx = self._base._for_run(checkpoint.run_config)
             ctx.run_states.load(ctx.run_id, checkpoint.state)
             taken = False
-            for layer in self.agent.resume_hooks:
-                taken = bool(await layer.on_resume(ctx, checkpoint, given)) or taken
-            if given and not taken:
-                raise ResumeError(
-                    [
-                        f"decisions were given for {sorted(given)}, but no layer takes "
-                        f"decisions for the pause at node {checkpoint.node!r}"
-                    ]
-                )
+            try:
+                for layer in self.agent.resume_hooks:
+                    taken = bool(await layer.on_resume(ctx, checkpoint, given)) or taken
+                if given and not taken:
+                    raise ResumeError(
+                        [
+                            f"decisions were given for {sorted(given)}, but no layer takes "
+                            f"decisions for the pause at node {checkpoint.node!r}"
+                        ]
+                    )
+            except BaseException:
+                ctx.run_states.pop(ctx.run_id)  # the checkpoint still holds the run's state
+                raise
             if self._paused is not checkpoint:
                 # a checkpoint from elsewhere (persisted, another session): restore its history
                 self._base.conversation.replace(checkpoint.messages, emit_new=False)
@@ -590,6 +754,8 @@ class Session(Generic[Data]):
                 tool_call_ids=tuple(r.tool_call_id for r in results),
             )
         self._paused = None
+        if self._link is not None:
+            self._link.unpause()
 
     async def _drive(
         self,
@@ -622,6 +788,9 @@ class Session(Generic[Data]):
                 # the resume goes on: from here a failure answers the pending calls instead
                 state.resuming = None
                 self._paused = None
+                if self._link is not None:
+                    self._link.unpause()  # cleared with the step's first write
+            self._abandoned = ()
             if phase == "tools":
                 if resumed:
                     pending = _as_in_history(state, pending)
@@ -640,17 +809,24 @@ class Session(Generic[Data]):
             try:
                 for layer in self.agent.run_end_hooks:
                     await layer.on_run_end(ctx, result, error)
+                paused = None
                 if isinstance(error, Interrupted) and error.checkpoint is self._paused:
                     # the run's durable layer state travels with its checkpoint
+                    paused = error.checkpoint
                     states = ctx.run_states.pop(ctx.run_id)
                     if states:
-                        paused = error.checkpoint.evolve(state=states.dump())
+                        paused = paused.evolve(state=states.dump())
                         error.checkpoint = self._paused = paused
                 else:
                     ctx.run_states.pop(ctx.run_id)
                 if result is not None:
                     # a run that ended with an answer leaves no message event queued
                     await ctx.conversation.flush()
+                if self._link is not None:
+                    if paused is not None:
+                        self._link.pause(paused)  # one write: the messages and the pause
+                    clean = error is None or paused is not None
+                    await self._sync(failing=not clean)
             finally:
                 unsubscribe()
 
@@ -756,6 +932,8 @@ class Session(Generic[Data]):
         self, state: _RunState, name: str, pending: tuple[ToolCall, ...] = ()
     ) -> None:
         ctx = state.ctx
+        if self._link is not None:
+            await self._sync()
         if ctx.cancellation.is_cancelled():
             await self._cancel(state, name)
         control = ctx.take_control()

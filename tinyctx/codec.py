@@ -28,6 +28,7 @@ stored checkpoint never holds more than the run could see.
 
 from __future__ import annotations
 
+import gc
 import json
 import json.encoder
 import json.scanner
@@ -821,12 +822,24 @@ def decode_messages(docs: Sequence[str | bytes], *, path: str = "messages") -> t
     """The messages of several documents; an error names ``messages[i]`` and below."""
     out = []
     index = 0
+    # a long thread allocates thousands of small acyclic objects in one synchronous call:
+    # the cyclic collector would scan the whole heap several times meanwhile and find
+    # nothing to free, so it waits until the thread is decoded
+    pause = len(docs) > _GC_PAUSE_FROM and gc.isenabled()
+    if pause:
+        gc.disable()
     try:
         for index, doc in enumerate(docs):  # noqa: B007 - read in the handler
             out.append(_read_message(_parse(doc)))
     except CodecError as exc:
         raise _rebase(f"{path}[{index}]", exc) from None
+    finally:
+        if pause:
+            gc.enable()
     return tuple(out)
+
+
+_GC_PAUSE_FROM: Final = 64
 
 
 _USAGE_KEYS: Final = frozenset(

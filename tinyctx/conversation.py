@@ -209,11 +209,28 @@ class Conversation:
             self._dirty_from = index
         self._appended = 0
 
-    def mark_synced(self) -> None:
-        """The log as it is now is what storage holds: :meth:`changes` starts from here."""
-        self._synced = self.messages
-        self._dirty_from = None
-        self._appended = 0
+    def mark_synced(self, written: tuple[Message, ...] | None = None) -> None:
+        """Storage now holds ``written`` (default: the log as it is now); :meth:`changes`
+        starts from there.
+
+        Pass the snapshot a write was made from when the log may have changed while the
+        write was in flight: what changed since is then still reported (conservatively,
+        from the first message that differs).
+        """
+        current = self.messages
+        if written is None or written is current:
+            self._synced = current
+            self._dirty_from = None
+            self._appended = 0
+            return
+        self._synced = written
+        same = _common_prefix(list(written), self._messages)
+        if same == len(written):
+            self._dirty_from = None
+            self._appended = len(current) - same
+        else:
+            self._dirty_from = same
+            self._appended = 0
 
     @property
     def synced_length(self) -> int:

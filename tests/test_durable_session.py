@@ -1,0 +1,513 @@
+"""Session(store=...): a thread loaded on entering and written as it is committed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinyctx import (
+    Agent,
+    AssistantMessage,
+    ConfigError,
+    Interrupt,
+    Interrupted,
+    Layer,
+    MemoryStore,
+    Message,
+    ModelCall,
+    ModelRequest,
+    ModelResponse,
+    RunCancelled,
+    RunConfig,
+    RunContext,
+    Session,
+    SessionBusy,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    check_pairing,
+)
+from tinyctx.codec import decode_checkpoint, decode_messages, decode_state, encode_messages
+from tinyctx.middleware import CallLimits, Microcompact
+from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply
+from tinyctx.testing.strategies import histories
+from tinyctx.threads import (
+    LeaseHeld,
+    StaleThreadVersion,
+    ThreadRecord,
+    ThreadWrite,
+)
+
+
+class SpyStore(MemoryStore):
+    """A MemoryStore that remembers every write (to see what a step costs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[ThreadWrite] = []
+
+    async def write(self, thread_id: str, change: ThreadWrite, **kwargs: Any) -> int:
+        version: int = await super().write(thread_id, change, **kwargs)
+        self.writes.append(change)
+        return version
+
+
+class Gate(Layer):
+    """Pauses for approval whenever the model asks for ``deploy``."""
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        response = await call_next(request, ctx)
+        if any(c.name == "deploy" for c in response.message.tool_calls):
+            ctx.request_control(Interrupt("approval", "deploy?"))
+        return response
+
+
+async def stored(store: MemoryStore, thread: str) -> tuple[ThreadRecord, tuple[Message, ...]]:
+    record = await store.load_thread(thread)
+    return record, decode_messages(record.messages)
+
+
+class TestLoadAndWrite:
+    """A thread survives its session: a later session continues it."""
+
+    async def test_a_new_session_continues_the_thread(self) -> None:
+        """Messages written by one session are loaded by the next one of the thread."""
+        store = MemoryStore()
+        model = ScriptedModel([reply("", call("t")), "first", "second"])
+        agent = Agent(model=model, tools=[FakeTool("t").tool])
+        async with Session(agent, thread_id="ops", store=store) as first:
+            await first.run("hello")
+            history = first.conversation_messages
+        async with Session(agent, thread_id="ops", store=store) as second:
+            assert second.conversation_messages == history
+            assert second.thread_version == (await store.load_thread("ops")).version
+            await second.run("again")
+        _, messages = await stored(store, "ops")
+        assert [m.text for m in messages[-2:]] == ["again", "second"]
+        assert model.requests[-1].messages[: len(history)] == history
+
+    async def test_each_message_is_durable_before_the_next_model_call(self) -> None:
+        """At every model call the store already holds exactly the request's history."""
+        store = MemoryStore()
+        seen: list[bool] = []
+
+        async def model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+            _, messages = await stored(store, "d")
+            seen.append(messages == request.messages)
+            if len(seen) < 3:
+                return reply("", call("t"), call("t"))
+            return reply("done")
+
+        agent = Agent(model=model, tools=[FakeTool("t").tool])
+        async with Session(agent, thread_id="d", store=store) as session:
+            await session.run("go")
+        assert seen == [True, True, True]
+
+    async def test_a_step_writes_only_its_new_messages(self) -> None:
+        """Per write, only the messages appended since the last one are encoded."""
+        store = SpyStore()
+        model = ScriptedModel([reply("", call("t")), reply("", call("t")), "done"])
+        agent = Agent(model=model, tools=[FakeTool("t").tool])
+        async with Session(agent, thread_id="w", store=store) as session:
+            await session.run("go")
+        appended = [m for w in store.writes for m in w.append]
+        _, messages = await stored(store, "w")
+        assert len(appended) == len(messages) == 6  # each message written once
+        assert all(w.compaction is None for w in store.writes)
+
+    async def test_a_persisted_compaction_is_recorded_as_a_range(self) -> None:
+        """Microcompact's persisted rewrite is a Compaction of the cleared range, archived."""
+        store = SpyStore()
+        script = [reply("", call("read", id=f"r{i}")) for i in range(4)] + ["done"]
+        agent = Agent(
+            model=ScriptedModel(script),
+            tools=[FakeTool("read", returns="x" * 400).tool],
+            middleware=[Microcompact(keep_recent=2)],
+        )
+        async with Session(agent, thread_id="c", store=store) as session:
+            await session.run("read four times")
+            history = session.conversation_messages
+        compactions = [w.compaction for w in store.writes if w.compaction is not None]
+        assert compactions
+        for compaction in compactions:
+            assert compaction.end - compaction.start == len(compaction.replacement) == 1
+        record, messages = await stored(store, "c")
+        assert messages == history
+        archive = await store.archived("c")
+        assert [len(a.messages) for a in archive] == [1] * len(compactions)
+
+    async def test_layer_state_is_written_and_restored(self) -> None:
+        """A thread-scope limit holds across sessions through the stored layer state."""
+        store = MemoryStore()
+        model = ScriptedModel(["one", "two", "never"])
+        limits = CallLimits(model_calls=2, scope="thread", exit="end")
+        agent = Agent(model=model, middleware=[limits])
+        for text in ("a", "b"):
+            async with Session(agent, thread_id="lim", store=store) as session:
+                await session.run(text)
+        record = await store.load_thread("lim")
+        assert record.state is not None
+        assert decode_state(record.state)["CallLimits"]["model"] == 2
+        async with Session(agent, thread_id="lim", store=store) as session:
+            result = await session.run("c")
+        assert result.status == "stopped"
+        assert model.calls == 2
+
+    async def test_sessions_without_a_store_do_not_write(self) -> None:
+        """Without store= nothing is loaded or written (the store-less path is unchanged)."""
+        store = SpyStore()
+        model = ScriptedModel(["one"])
+        async with Session(Agent(model=model), thread_id="x") as session:
+            await session.run("a")
+            assert session.thread_version is None
+        assert store.writes == []
+
+    def test_bad_settings_are_config_errors(self) -> None:
+        """A non-store, a bad lease TTL or owner fail at construction naming the field."""
+        agent = Agent(model=ScriptedModel([]))
+        with pytest.raises(ConfigError, match="Session.store"):
+            Session(agent, store=object())  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="Session.lease_ttl"):
+            Session(agent, store=MemoryStore(), lease_ttl=0)
+        with pytest.raises(ConfigError, match="Session.owner"):
+            Session(agent, store=MemoryStore(), owner="")
+
+    @settings(max_examples=25)
+    @given(history=histories(max_turns=6), cut=st.integers(0, 6), text=st.text(max_size=20))
+    async def test_any_thread_reloads_equal(
+        self, history: tuple[Message, ...], cut: int, text: str
+    ) -> None:
+        """A thread written with compactions and layer state reloads equal to memory."""
+        store = MemoryStore()
+        agent = Agent(model=ScriptedModel([]), middleware=[CallLimits(model_calls=3)])
+        async with Session(agent, thread_id="p", store=store) as session:
+            conversation = session.ctx.conversation
+            for message in history:
+                await conversation.append(message)
+            await session._sync()
+            start = min(cut, len(history))
+            if start < len(history) and not isinstance(history[start], ToolResult):
+                kept = list(conversation.messages)
+                kept[start] = kept[start].evolve(metadata={"edited": text})
+                conversation.replace(kept, emit_new=False)
+            session.ctx.thread_state("note", lambda: _Note(text))
+            await session._sync()
+            expected = session.conversation_messages
+            state = session.ctx.conversation.layer_state.dump()
+        async with Session(agent, thread_id="p", store=store) as again:
+            assert again.conversation_messages == expected
+            assert again.ctx.conversation.layer_state.dump() == state
+
+
+class _Note:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text}
+
+
+class TestInterruptsAndResume:
+    """A pause is stored with its messages; any later session resumes it."""
+
+    async def test_the_checkpoint_is_written_with_its_messages(self) -> None:
+        """One write carries the step's messages and the checkpoint."""
+        store = SpyStore()
+        model = ScriptedModel([reply("", call("deploy")), "shipped"])
+        agent = Agent(model=model, tools=[FakeTool("deploy").tool], middleware=[Gate()])
+        async with Session(agent, thread_id="a", store=store) as session:
+            with pytest.raises(Interrupted):
+                await session.run("ship it")
+        pausing = [w for w in store.writes if isinstance(w.checkpoint, str)]
+        assert len(pausing) == 1
+        record, messages = await stored(store, "a")
+        assert record.checkpoint is not None
+        checkpoint = decode_checkpoint(record.checkpoint)
+        assert checkpoint.messages == messages
+        assert [c.name for c in checkpoint.pending] == ["deploy"]
+
+    async def test_resume_without_an_argument_continues_the_stored_run(self) -> None:
+        """A new session's resume() continues the stored pause; the checkpoint is cleared."""
+        store = MemoryStore()
+        deploy = FakeTool("deploy", returns="deployed")
+        model = ScriptedModel([reply("", call("deploy")), "shipped"])
+        agent = Agent(model=model, tools=[deploy.tool], middleware=[Gate()])
+        async with Session(agent, thread_id="r", store=store) as first:
+            with pytest.raises(Interrupted) as info:
+                await first.run("ship it")
+        async with Session(agent, thread_id="r", store=store) as second:
+            assert second.paused is not None
+            assert second.paused.run_id == info.value.checkpoint.run_id
+            result = await second.resume()
+        assert result.final_text == "shipped"
+        assert len(deploy.calls) == 1
+        record, messages = await stored(store, "r")
+        assert record.checkpoint is None
+        check_pairing(messages, allow_pending=False)
+
+    async def test_a_failed_resume_keeps_the_stored_checkpoint(self) -> None:
+        """#15 D1 with a store: the stored checkpoint is intact after a failed resume."""
+
+        class Flaky(Layer):
+            armed = False
+
+            async def on_run_start(self, ctx: RunContext[Any]) -> None:
+                if self.armed:
+                    raise RuntimeError("store of notes down")
+
+        flaky = Flaky()
+        store = MemoryStore()
+        model = ScriptedModel([reply("", call("deploy")), "shipped"])
+        agent = Agent(model=model, tools=[FakeTool("deploy").tool], middleware=[flaky, Gate()])
+        async with Session(agent, thread_id="f", store=store) as first:
+            with pytest.raises(Interrupted):
+                await first.run("ship it")
+        before = await store.load_thread("f")
+        flaky.armed = True
+        async with Session(agent, thread_id="f", store=store) as second:
+            with pytest.raises(RuntimeError):
+                await second.resume()
+        after = await store.load_thread("f")
+        assert after.checkpoint == before.checkpoint
+        assert after.messages == before.messages
+
+    async def test_a_new_run_abandons_the_stored_pause(self) -> None:
+        """run() on a paused thread answers the pending calls and clears the checkpoint."""
+        store = MemoryStore()
+        model = ScriptedModel([reply("", call("deploy")), "fresh"])
+        agent = Agent(model=model, tools=[FakeTool("deploy").tool], middleware=[Gate()])
+        async with Session(agent, thread_id="n", store=store) as first:
+            with pytest.raises(Interrupted):
+                await first.run("ship it")
+        async with Session(agent, thread_id="n", store=store) as second:
+            await second.run("never mind")
+        record, messages = await stored(store, "n")
+        assert record.checkpoint is None
+        check_pairing(messages, allow_pending=False)
+
+
+class TestLeases:
+    """One writer per thread: a second session is refused while the first is open."""
+
+    async def test_a_second_session_gets_session_busy(self) -> None:
+        """LeaseHeld (a SessionBusy) names the thread and the owner."""
+        store = MemoryStore()
+        agent = Agent(model=ScriptedModel([]))
+        async with Session(agent, thread_id="busy", store=store, owner="worker-1"):
+            other = Session(agent, thread_id="busy", store=store, owner="worker-2")
+            with pytest.raises(SessionBusy, match="'busy'.*'worker-1'") as info:
+                await other.__aenter__()
+            assert isinstance(info.value, LeaseHeld)
+        async with Session(agent, thread_id="busy", store=store, owner="worker-2"):
+            pass  # released when the first session left
+
+    async def test_the_lease_is_renewed_during_a_long_run(self) -> None:
+        """A run longer than the TTL keeps the thread: a rival is refused mid-run."""
+        store = MemoryStore()
+        refused: list[str] = []
+
+        async def slow(arguments: Any) -> str:
+            await anyio.sleep(0.6)
+            try:
+                await Session(agent, thread_id="long", store=store).__aenter__()
+            except LeaseHeld as exc:
+                refused.append(exc.owner)
+            return "slow done"
+
+        model = ScriptedModel([reply("", call("slow")), "done"])
+        agent = Agent(model=model, tools=[FakeTool("slow", returns=slow).tool])
+        async with Session(agent, thread_id="long", store=store, owner="me", lease_ttl=0.2) as s:
+            await s.run("go")
+        assert refused == ["me"]
+
+    async def test_a_dead_workers_lease_expires_after_its_ttl(self) -> None:
+        """A lease nobody renews stops blocking the thread once its TTL has passed."""
+        store = MemoryStore()
+        await store.acquire_lease("orphan", "dead-worker", 0.2)
+        agent = Agent(model=ScriptedModel(["hi"]))
+        with pytest.raises(LeaseHeld, match="dead-worker"):
+            await Session(agent, thread_id="orphan", store=store).__aenter__()
+        await anyio.sleep(0.3)
+        async with Session(agent, thread_id="orphan", store=store) as session:
+            assert (await session.run("hello")).final_text == "hi"
+
+    async def test_a_stale_write_is_refused_never_overwritten(self) -> None:
+        """Another writer moving the thread makes the next write fail clearly."""
+        store = MemoryStore()
+        model = ScriptedModel(["one", "two"])
+        agent = Agent(model=model)
+        with pytest.raises(StaleThreadVersion, match="'stale'"):
+            async with Session(agent, thread_id="stale", store=store) as session:
+                await session.run("a")
+                version = (await store.load_thread("stale")).version
+                intruder = ThreadWrite(append=encode_messages([UserMessage("intruder")]))
+                await store.write("stale", intruder, expected_version=version)
+                await session.run("b")
+        _, messages = await stored(store, "stale")
+        assert messages[-1] == UserMessage("intruder")
+
+
+class TestAbandonedSteps:
+    """A step a dead worker left open is continued or closed, pairing intact."""
+
+    async def _abandoned(self, store: MemoryStore) -> None:
+        calls = (ToolCall("c1", "t"), ToolCall("c2", "t"))
+        log = [UserMessage("go"), AssistantMessage("", calls), ToolResult("c1", "t", "ok")]
+        await store.write("dead", ThreadWrite(append=encode_messages(log)), expected_version=0)
+
+    @pytest.mark.parametrize("mode", ["continue", "close"])
+    async def test_recover(self, mode: str) -> None:
+        """recover() answers the open call (by running it, or saying the worker stopped)."""
+        store = MemoryStore()
+        await self._abandoned(store)
+        tool = FakeTool("t", returns="ran again")
+        agent = Agent(model=ScriptedModel(["after"]), tools=[tool.tool])
+        async with Session(agent, thread_id="dead", store=store) as session:
+            assert [c.id for c in session.abandoned] == ["c2"]
+            result = await session.recover(mode)  # type: ignore[arg-type]
+            assert session.abandoned == ()
+        _, messages = await stored(store, "dead")
+        check_pairing(messages, allow_pending=False)
+        if mode == "continue":
+            assert result is not None and result.final_text == "after"
+            assert len(tool.calls) == 1
+        else:
+            assert result is None
+            assert tool.calls == []
+            assert "may or may not have run" in messages[-1].text
+
+    async def test_a_new_run_closes_an_abandoned_step(self) -> None:
+        """run() on a thread with an abandoned step answers it before the new input."""
+        store = MemoryStore()
+        await self._abandoned(store)
+        model = ScriptedModel(["fresh"])
+        agent = Agent(model=model, tools=[FakeTool("t").tool])
+        async with Session(agent, thread_id="dead", store=store) as session:
+            await session.run("hello again")
+        check_pairing(model.requests[0].messages, allow_pending=False)
+
+    async def test_recover_without_an_abandoned_step_is_an_error(self) -> None:
+        """recover() on a clean thread says so; a bad mode is a ConfigError."""
+        async with Session(Agent(model=ScriptedModel([])), store=MemoryStore()) as session:
+            with pytest.raises(ConfigError, match="mode"):
+                await session.recover("retry")  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="no abandoned step"):
+                await session.recover("close")
+
+
+class TestExceptionPathWithAStore:
+    """Synthetic results of a run the caller cancelled are in the store."""
+
+    async def test_caller_cancel_persists_synthetic_results(self) -> None:
+        """A cancel scope around the session: the stored thread keeps pairing."""
+        store = MemoryStore()
+        with anyio.CancelScope() as scope:
+
+            async def cancel_caller(arguments: Any) -> str:
+                scope.cancel()
+                await anyio.sleep_forever()
+                return "never"
+
+            model = ScriptedModel([reply("", call("slow"), call("slow"))])
+            agent = Agent(model=model, tools=[FakeTool("slow", returns=cancel_caller).tool])
+            async with Session(agent, thread_id="cx", store=store) as session:
+                await session.run("go")
+        _, messages = await stored(store, "cx")
+        check_pairing(messages, allow_pending=False)
+        assert len(messages) == 4
+
+    async def test_uncaught_run_cancelled_persists_and_releases(self) -> None:
+        """RunCancelled leaving the block: results stored, lease released for the next."""
+        store = MemoryStore()
+
+        async def give_up(arguments: Any) -> str:
+            raise RunCancelled("in_tool", "stop")
+
+        model = ScriptedModel([reply("", call("t"))])
+        agent = Agent(model=model, tools=[FakeTool("t", returns=give_up).tool])
+        with capture_events() as events, pytest.raises(RunCancelled):
+            async with Session(agent, thread_id="rc", store=store) as session:
+                await session.run("go")
+        _, messages = await stored(store, "rc")
+        check_pairing(messages, allow_pending=False)
+        assert not [e for e in events if e.kind == "thread.write_failed"]
+        async with Session(agent, thread_id="rc", store=store):
+            pass
+
+
+class TestConfigViewNotStored:
+    """#15 D11: a stored checkpoint never holds a field the view policy excluded."""
+
+    async def test_excluded_field_not_in_the_stored_checkpoint(self) -> None:
+        """The encoded checkpoint has no trace of the excluded secret."""
+        from tinyctx.middleware import VIEW_GLOBAL_KEY, ContextPolicy, Inherit
+
+        store = MemoryStore()
+        config = RunConfig(
+            thread_id="secret",
+            configurable={VIEW_GLOBAL_KEY: {"work_dir": "/w", "api_key": "sk-do-not-store"}},
+        )
+        model = ScriptedModel([reply("", call("deploy")), "ok"])
+        agent = Agent(
+            model=model,
+            tools=[FakeTool("deploy").tool],
+            middleware=[Inherit(view=ContextPolicy(exclude=("extra.api_key",))), Gate()],
+        )
+        async with Session(agent, config=config, store=store) as session:
+            with pytest.raises(Interrupted):
+                await session.run("go")
+        record = await store.load_thread("secret")
+        assert record.checkpoint is not None
+        assert "sk-do-not-store" not in record.checkpoint
+        assert "/w" in record.checkpoint
+
+
+class TestSessionMemoryAcrossSessions:
+    """Session memory's counters and pending work continue in the thread's next session."""
+
+    async def test_an_extraction_cut_short_runs_in_the_next_session(self) -> None:
+        """An extraction cancelled at session end is started by the next session's run."""
+        from tinyctx.middleware import SessionMemory
+        from tinyctx.middleware.extractors import ExtractionJob
+
+        class Slow:
+            def __init__(self, hang: bool) -> None:
+                self.hang = hang
+                self.jobs: list[int] = []
+
+            async def extract(self, job: ExtractionJob, ctx: RunContext[Any]) -> list[str]:
+                self.jobs.append(len(job.new_messages))
+                if self.hang:
+                    await anyio.sleep_forever()
+                return ["prefers tea"]
+
+        store = MemoryStore()
+        model = ScriptedModel(["noted", "sure"])
+
+        def agent(extractor: Slow, min_turns: int) -> Agent:
+            memory = SessionMemory(
+                extractor, store=store, min_tokens=0, min_tool_calls=0, min_turns=min_turns
+            )
+            return Agent(model=model, middleware=[memory])
+
+        hanging = Slow(hang=True)
+        async with Session(agent(hanging, 1), thread_id="m", store=store, grace_period=0.05) as s:
+            await s.run("I prefer tea.")
+        assert hanging.jobs == [2]
+        state = decode_state((await store.load_thread("m")).state or "")
+        assert state["SessionMemory"]["pending"] is True
+        working = Slow(hang=False)
+        async with Session(agent(working, 50), thread_id="m", store=store) as s:
+            await s.run("Hello again.")
+        assert working.jobs  # pending work ran although min_turns is not reached
+        notes = await store.notes("session_memory:thread:m")
+        assert [n.text for n in notes] == ["prefers tea"]
+        state = decode_state((await store.load_thread("m")).state or "")
+        assert state["SessionMemory"]["pending"] is False
+        assert state["SessionMemory"]["counters"]["extractions"] == 1

@@ -1,0 +1,242 @@
+"""A Session's link to a :class:`~tinyctx.threads.ThreadStore`: load, write, lease.
+
+``Session(agent, thread_id=..., store=store)`` uses one :class:`ThreadLink`. On entering
+it takes the thread's lease (a second session on a leased thread gets
+:class:`~tinyctx.threads.LeaseHeld`, a :class:`~tinyctx.SessionBusy` naming the thread
+and the owner) and loads the thread: messages, the paused run's checkpoint, the layers'
+per-thread state and the version. While the session is open a task in its task group
+renews the lease every third of its TTL; a worker that dies stops renewing, and its lease
+expires after the TTL.
+
+Every write is one atomic :meth:`~tinyctx.threads.ThreadStore.write` against the version
+last seen and under the lease: what the conversation changed since the last write (a
+compaction as a replaced range, then the appended messages — cost O(new messages)), the
+checkpoint when a run pauses or its clearing when the run goes on, and the layers'
+per-thread state when it changed. A write refused as stale or fenced raises as is:
+nothing is ever overwritten silently.
+
+All decisions stay in the session and its layers; the store only stores.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import anyio
+from attrs import frozen
+
+from .codec import (
+    decode_checkpoint,
+    decode_messages,
+    decode_state,
+    encode_checkpoint,
+    encode_messages,
+    encode_state,
+)
+from .events import Event, EventLevel
+from .frozen import thaw
+from .messages import ToolCall, pending_tool_calls
+from .threads import (
+    UNCHANGED,
+    Compaction,
+    FencedOut,
+    Lease,
+    ThreadStore,
+    ThreadWrite,
+    Unchanged,
+)
+
+if TYPE_CHECKING:
+    from .agent import Checkpoint
+    from .context import RunContext
+    from .conversation import Conversation
+
+__all__ = [
+    "ThreadLink",
+    "ThreadLoaded",
+    "ThreadWriteFailed",
+    "LeaseRenewFailed",
+    "AbandonedStepClosed",
+    "default_owner",
+]
+
+
+def default_owner() -> str:
+    """``host:pid:random``: unique per Session, readable in a LeaseHeld message."""
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+
+
+@frozen
+class ThreadLoaded(Event):
+    """A session loaded its thread from the store."""
+
+    kind: ClassVar[str] = "thread.loaded"
+    level: ClassVar[EventLevel] = "info"
+    version: int = 0
+    messages: int = 0
+    paused: bool = False
+    abandoned_calls: tuple[str, ...] = ()
+    owner: str = ""
+
+
+@frozen
+class ThreadWriteFailed(Event):
+    """A write to the thread's store failed while another error was already leaving."""
+
+    kind: ClassVar[str] = "thread.write_failed"
+    level: ClassVar[EventLevel] = "error"
+    error: str = ""
+
+
+@frozen
+class LeaseRenewFailed(Event):
+    """Renewing the thread's lease failed (``lost``: another worker holds it now)."""
+
+    kind: ClassVar[str] = "thread.lease_renew_failed"
+    level: ClassVar[EventLevel] = "warning"
+    error: str = ""
+    lost: bool = False
+
+
+@frozen
+class AbandonedStepClosed(Event):
+    """A step a dead worker left open was continued or closed (``mode``)."""
+
+    kind: ClassVar[str] = "thread.abandoned_step"
+    level: ClassVar[EventLevel] = "info"
+    mode: str = ""
+    tool_call_ids: tuple[str, ...] = ()
+
+
+class ThreadLink:
+    """One Session's view of its thread in a store (see the module docstring)."""
+
+    __slots__ = (
+        "checkpoint",
+        "lease",
+        "lost",
+        "owner",
+        "state_json",
+        "store",
+        "thread_id",
+        "ttl",
+        "version",
+    )
+
+    def __init__(self, store: ThreadStore, thread_id: str, *, owner: str, ttl: float) -> None:
+        self.store = store
+        self.thread_id = thread_id
+        self.owner = owner
+        self.ttl = ttl
+        self.lease: Lease | None = None
+        self.version = 0
+        # what the next write does to the stored checkpoint (a document, None: clear)
+        self.checkpoint: str | Unchanged | None = UNCHANGED
+        # the layer state as last written (compared, so unchanged state is not rewritten)
+        self.state_json: dict[str, Any] | None = None
+        self.lost: FencedOut | None = None
+
+    # -- entering ------------------------------------------------------------------------
+
+    async def open(
+        self, conversation: Conversation
+    ) -> tuple[Checkpoint | None, tuple[ToolCall, ...]]:
+        """Lease and load the thread into ``conversation`` (which must be empty).
+
+        Returns the paused run's checkpoint (if any) and the tool calls a dead worker left
+        open (the thread's history ends with unanswered calls and no checkpoint).
+        """
+        if len(conversation):
+            raise ValueError(
+                f"Session(store=...): thread {self.thread_id!r} is loaded from the store into "
+                f"an empty conversation; this one has {len(conversation)} messages"
+            )
+        self.lease = await self.store.acquire_lease(self.thread_id, self.owner, self.ttl)
+        try:
+            record = await self.store.load_thread(self.thread_id)
+            messages = decode_messages(record.messages)
+            state = decode_state(record.state) if record.state is not None else None
+            checkpoint = (
+                decode_checkpoint(record.checkpoint) if record.checkpoint is not None else None
+            )
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.release()
+            raise
+        conversation.replace(messages, emit_new=False)
+        conversation.mark_synced()
+        conversation.layer_state.load(thaw(state) if state is not None else None)
+        self.state_json = conversation.layer_state.dump()
+        self.version = record.version
+        open_calls: tuple[ToolCall, ...] = ()
+        if checkpoint is not None:
+            if checkpoint.messages == conversation.messages:
+                # one history in memory: the paused run continues on the loaded log itself
+                checkpoint = checkpoint.evolve(messages=conversation.messages)
+        else:
+            open_calls = pending_tool_calls(conversation.messages)
+        return checkpoint, open_calls
+
+    # -- writing -------------------------------------------------------------------------
+
+    def pause(self, checkpoint: Checkpoint) -> None:
+        """The next write stores ``checkpoint`` (with the messages of the same step)."""
+        self.checkpoint = encode_checkpoint(checkpoint)
+
+    def unpause(self) -> None:
+        """The next write clears the stored checkpoint (its run went on or was abandoned)."""
+        self.checkpoint = None
+
+    async def sync(self, conversation: Conversation) -> bool:
+        """Write what changed since the last write; False when nothing had."""
+        change = conversation.changes()
+        written = conversation.messages
+        state = conversation.layer_state.dump(check=False)  # encode_state checks it
+        state_doc: str | Unchanged = UNCHANGED
+        if state != self.state_json:
+            state_doc = encode_state(state)
+        checkpoint = self.checkpoint
+        if not change and state_doc is UNCHANGED and checkpoint is UNCHANGED:
+            return False
+        compaction = None
+        if change.compaction:
+            compaction = Compaction(change.start, change.end, encode_messages(change.replacement))
+        write = ThreadWrite(
+            append=encode_messages(change.appended),
+            compaction=compaction,
+            checkpoint=checkpoint,
+            state=state_doc,
+        )
+        self.version = await self.store.write(
+            self.thread_id, write, expected_version=self.version, lease=self.lease
+        )
+        conversation.mark_synced(written)  # what changed while writing stays pending
+        self.checkpoint = UNCHANGED
+        if state_doc is not UNCHANGED:
+            self.state_json = state
+        return True
+
+    # -- the lease -----------------------------------------------------------------------
+
+    async def keep_leased(self, ctx: RunContext[Any]) -> None:
+        """Renew the lease every third of its TTL until cancelled (the session's task)."""
+        while True:
+            await anyio.sleep(self.ttl / 3)
+            lease = self.lease
+            if lease is None:
+                return
+            try:
+                self.lease = await self.store.renew_lease(lease, self.ttl)
+            except FencedOut as exc:
+                self.lost = exc
+                ctx.emit(LeaseRenewFailed, error=str(exc), lost=True)
+                return
+            except Exception as exc:  # a store hiccup: the next period tries again
+                ctx.emit(LeaseRenewFailed, error=f"{type(exc).__name__}: {exc}")
+
+    async def release(self) -> None:
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            await self.store.release_lease(lease)
