@@ -543,10 +543,12 @@ class BudgetGuard(Layer):
     When the guard acts it relieves in one batch down to the low-water mark, so the calls
     after it append to a stable prefix (a provider's prompt cache reads it) until the
     trigger is reached again: the lower the mark, the rarer the rewrites that break the
-    cached prefix, and the less context is kept. ``low_water`` defaults to
-    ``0.8 * trigger``; :func:`~tinyctx.middleware.stacks.default_stack` uses 0.4, which
-    ``benchmarks/bench_cost.py`` shows is cheaper on real transcripts. ``target`` is its
-    older name (give one or the other).
+    cached prefix, and the less context is kept. ``low_water`` defaults to half the usable
+    window (or the trigger, when that is lower); :func:`~tinyctx.middleware.stacks.default_stack`
+    acts at 0.95 and relieves to 0.4, which ``benchmarks/bench_cost.py`` shows is cheaper on
+    real transcripts. ``target`` is its older name (give one or the other). The built-in
+    policies free what the guard asks for, oldest first, so the mark decides how much
+    context a relief keeps.
     ``reserved_output_tokens`` defaults to ``RunConfig.reserved_output_tokens``, or to the
     request's ``max_tokens``-style output setting when the config reserves nothing.
 
@@ -630,7 +632,7 @@ class BudgetGuard(Layer):
             )
         mark, mark_name = (low_water, "low_water") if low_water is not None else (target, "target")
         if mark is None:
-            self.low_water = 0.8 * self.trigger
+            self.low_water = min(0.5, self.trigger)
         else:
             self.low_water = _fraction(mark_name, mark, owner)
             if self.low_water > self.trigger:

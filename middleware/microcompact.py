@@ -190,6 +190,7 @@ def microcompact_history(
     keep_images: int | None = None,
     image_memo: MutableMapping[int, tuple[Message, Message, int]] | None = None,
     clear_inputs: bool = False,
+    need: int | None = None,
 ) -> tuple[tuple[Message, ...], MicrocompactStats]:
     """Clear the content of every tool result older than the newest ``keep_recent`` turns.
 
@@ -197,6 +198,10 @@ def microcompact_history(
     each such call keeps its id and name (so pairing holds) and gets ``{}`` as arguments
     (:data:`CLEARED_ARGUMENTS`, what LangChain's ``clear_tool_inputs`` sends); the assistant
     message is marked ``metadata["tinyctx"]["cleared_inputs"]`` with the call ids.
+
+    With ``need`` it clears oldest first and stops once the cleared results free at least
+    ``need`` tokens (what a budget guard asks for to reach its low-water mark), so the newer
+    results — and the prompt-cache prefix up to them — stay as they are.
 
     A turn is an assistant message with tool calls; its results keep their content while it
     is one of the newest ``keep_recent``. A cleared result gets ``placeholder`` as content
@@ -214,7 +219,7 @@ def microcompact_history(
     :func:`~tinyctx.middleware.images.clear_images_history`; ``image_memo`` is its memo).
     """
     out, stats = _clear_results(
-        history, keep_recent, placeholder, exclude_tools, counter, memo, clear_inputs
+        history, keep_recent, placeholder, exclude_tools, counter, memo, clear_inputs, need
     )
     return _clear_images(out, stats, keep_images, counter, image_memo)
 
@@ -249,6 +254,7 @@ def _clear_results(
     counter: TokenCounter | None,
     memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None,
     clear_inputs: bool = False,
+    need: int | None = None,
 ) -> tuple[tuple[Message, ...], MicrocompactStats]:
     history = as_history(history)
     check_int(keep_recent, "keep_recent", "microcompact")
@@ -299,6 +305,8 @@ def _clear_results(
             turns.add(owner)
             freed_bytes += original_bytes - placeholder_bytes
             freed_tokens += saved
+            if need is not None and freed_tokens >= need:
+                break
     inputs = 0
     if clear_inputs and cleared:
         done = {
@@ -443,8 +451,8 @@ class Microcompact(Layer):
     ``persist=True`` (the default) commits the cleared results to the conversation, so the
     next call starts from the compacted history and the cached prefix stays stable;
     ``persist=False`` rewrites only the request of this call. As a pressure policy
-    (``relieve``) it clears everything it may, ignoring the trigger and ``clear_at_least``,
-    and leaves committing to the guard.
+    (``relieve``) it clears oldest first until the guard's ``need`` is met, ignoring the
+    trigger and ``clear_at_least``, and leaves committing to the guard.
 
     ``keep_images=N`` (default None: off) also keeps only the newest ``N`` images of the
     history — in tool results and user messages, whatever their turn — and replaces each
@@ -512,6 +520,7 @@ class Microcompact(Layer):
         messages: tuple[Message, ...],
         counter: TokenCounter,
         memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None = None,
+        need: int | None = None,
         image_memo: MutableMapping[int, tuple[Message, Message, int]] | None = None,
     ) -> tuple[tuple[Message, ...], MicrocompactStats]:
         return microcompact_history(
@@ -524,6 +533,7 @@ class Microcompact(Layer):
             keep_images=self.keep_images,
             image_memo=image_memo,
             clear_inputs=self.clear_tool_inputs,
+            need=need,
         )
 
     def _compact(
@@ -552,7 +562,7 @@ class Microcompact(Layer):
                 full = messages if out is window else messages[:start] + out
                 # images are counted over the whole history: the newest N may be anywhere
                 return _clear_images(full, stats, self.keep_images, counter, session.images)
-        return self._run(messages, counter, session.cleared, session.images)
+        return self._run(messages, counter, session.cleared, image_memo=session.images)
 
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
@@ -583,10 +593,11 @@ class Microcompact(Layer):
         *,
         need: int,
     ) -> Relief:
-        """Clear every old tool result it may (``need`` does not limit it: one larger,
-        stable change is kinder to a prompt cache than many small ones). The guard decides
-        what to commit; this never touches the conversation."""
-        new, stats = self._run(messages, counter)
+        """Clear old tool results, oldest first, until ``need`` tokens are freed (a guard
+        asks for enough to reach its low-water mark, so this is one batch that leaves the
+        newer results and their cached prefix alone); ``need <= 0`` clears every one it may.
+        The guard decides what to commit; this never touches the conversation."""
+        new, stats = self._run(messages, counter, need=need if need > 0 else None)
         if stats.changed:
             ctx.emit(MicrocompactApplied.of(stats, source="policy"))
         return Relief(new, stats.tokens_freed, attrs.asdict(stats))

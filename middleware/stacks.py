@@ -25,6 +25,7 @@ __all__ = [
     "summarize",
     "SUMMARIZERS",
     "DEFAULT_LOW_WATER",
+    "DEFAULT_TRIGGER",
     "DEFAULT_RESULT_SHARE",
 ]
 
@@ -35,6 +36,10 @@ DEFAULT_LOW_WATER = 0.4
 """default_stack's low-water mark: a relief goes down to 40% of the usable window, so the
 calls after it grow the cached prefix for a while (see docs/budget-and-compaction.md)."""
 
+DEFAULT_TRIGGER = 0.95
+"""default_stack's trigger: relieve late (95% of the usable window) and deep (to the low-water
+mark), so that one relief buys the widest run of calls that append to a cached prefix."""
+
 DEFAULT_RESULT_SHARE = 0.1
 """default_stack's cap on one tool result: 10% of the usable window (and 16 KiB)."""
 
@@ -44,14 +49,16 @@ def default_stack(
 ) -> list[LayerLike]:
     """Budget every tool result (16 KiB, and at most 10% of the usable window), then guard
     the window with the default policy order — drop non-essential context → clear old
-    images → microcompact old tool results → summarize → trim — relieving down to
-    ``low_water`` (0.4 of the usable window) so that rewrites, which break a provider's
-    cached prefix, stay rare;
-    and, last, shrink tool results (the newest turn's too) before giving up."""
+    images → microcompact old tool results → summarize → trim — acting at 95% of the usable
+    window and relieving in one batch down to ``low_water`` (0.4 of it), so that rewrites,
+    which break a provider's cached prefix, stay rare; and, last, shrink tool results (the
+    newest turn's too) before giving up."""
     policies = [*default_policies(), ShrinkToolResults()]
     return [
         ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
-        BudgetGuard(policies=policies, counter=counter, low_water=low_water),
+        BudgetGuard(
+            policies=policies, counter=counter, trigger=DEFAULT_TRIGGER, low_water=low_water
+        ),
     ]
 
 
@@ -62,7 +69,9 @@ def seed_order_stack(
     policies = [*default_policies("seed"), ShrinkToolResults()]
     return [
         ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
-        BudgetGuard(policies=policies, counter=counter, low_water=low_water),
+        BudgetGuard(
+            policies=policies, counter=counter, trigger=DEFAULT_TRIGGER, low_water=low_water
+        ),
     ]
 
 

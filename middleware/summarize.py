@@ -645,6 +645,18 @@ def _remap(
     return remap
 
 
+def _tail_within(messages: tuple[Message, ...], budget: int, counter: TokenCounter) -> int:
+    """How many of the newest messages fit in ``budget`` tokens (at least one)."""
+    count = counter.count_message
+    total = kept = 0
+    for message in reversed(messages):
+        total += count(message)
+        if total > budget and kept:
+            break
+        kept += 1
+    return kept
+
+
 class Summarize(Layer):
     """Summarizes the older history once a request's estimate reaches ``trigger_tokens``.
 
@@ -662,8 +674,9 @@ class Summarize(Layer):
     with the history as it was; after ``max_failures`` consecutive failures the layer stops
     trying for the thread (0: never stops; the count is durable thread state, so a later
     session of a thread with a store continues it), and a success resets the count. As a
-    pressure policy (``relieve``) it
-    summarizes whatever the trigger says, reports failure in ``Relief.detail["failed"]``,
+    pressure policy (``relieve``) it summarizes the least of the head that frees what the
+    guard needs (the kept tail is the newest messages that fit once the summary is in),
+    whatever the trigger says, reports failure in ``Relief.detail["failed"]``,
     and leaves the history as it was when the summary would not make it smaller.
     """
 
@@ -739,14 +752,21 @@ class Summarize(Layer):
         budget = self.keep.tail_tokens(ctx.config.usable_tokens, type(self).__name__)
         if budget is None:
             return self.keep_recent
-        count = counter.count_message
-        total = kept = 0
-        for message in reversed(messages):
-            total += count(message)
-            if total > budget and kept:
-                break
-            kept += 1
-        return kept
+        return _tail_within(messages, budget, counter)
+
+    def _keep_for_need(
+        self, messages: tuple[Message, ...], ctx: RunContext[Any], counter: TokenCounter, need: int
+    ) -> int:
+        """As a guard's policy: keep the newest messages that leave the history ``need``
+        tokens smaller once the summary (``summary_tokens`` of the summarizer, else 1024) is
+        in; at least one message. ``need <= 0``: the layer's own ``keep``."""
+        if need <= 0:
+            return self.keep_for(messages, ctx, counter)
+        allowance = getattr(self.summarizer, "max_tokens", None)
+        if not isinstance(allowance, int) or isinstance(allowance, bool) or allowance <= 0:
+            allowance = 1024
+        room = counter.count_messages(messages) - need - allowance
+        return _tail_within(messages, room, counter)
 
     def trigger_for(self, ctx: RunContext[Any]) -> int:
         """The token estimate at which this layer summarizes, for ``ctx``'s window."""
@@ -818,7 +838,7 @@ class Summarize(Layer):
                 messages,
                 self.summarizer,
                 ctx,
-                self.keep_for(messages, ctx, counter),
+                self._keep_for_need(messages, ctx, counter, need),
                 counter=counter,
             )
         except SummarizationError as exc:

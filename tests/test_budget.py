@@ -198,7 +198,7 @@ class TestWindow:
             await run_layer(BudgetGuard(counter=COUNTER), request, _ctx(history), model)
         (pressure,) = _of(events, ContextPressure)
         assert pressure.window == 8_192 and pressure.window_source == "table"
-        assert _raw(model.requests[0]) <= math.floor(0.72 * 8_192)
+        assert _raw(model.requests[0]) <= math.floor(0.5 * 8_192)
 
     async def test_unknown_window_is_an_error_not_a_silent_pass(self) -> None:
         request = _request((UserMessage("hi"),), model="my-finetune")
@@ -256,7 +256,7 @@ class TestPolicies:
         await run_layer(guard, request, _ctx(history), model)
         sent = model.requests[0].messages
         assert sent[0] == history[0] and sent[-2:] == history[-2:]
-        assert _raw(model.requests[0]) <= 0.72 * _raw(request)
+        assert _raw(model.requests[0]) <= 0.5 * _raw(request)
 
     async def test_order_changes_the_outcome(self) -> None:
         old = _big("old but essential", words=200)
@@ -687,7 +687,7 @@ class TestValidation:
     def test_defaults(self) -> None:
         guard = BudgetGuard()
         assert (guard.trigger, guard.hard_limit) == (0.9, 1.0)
-        assert guard.target == pytest.approx(0.72)
+        assert guard.low_water == guard.target == 0.5
         assert guard.persist and guard.calibrate and guard.breaker_threshold == 3
         assert [p.name for p in guard.policies] == [
             "DropNonessential",

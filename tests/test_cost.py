@@ -469,6 +469,22 @@ class TestTriggersAndKeep:
         assert sent[-4:] == history_[-4:] and len(sent) == 5
         check_pairing(sent)
 
+    async def test_as_a_policy_it_summarizes_only_what_the_guard_needs(
+        self, anyio_backend: str
+    ) -> None:
+        """relieve(need=n) keeps the newest messages that leave the history n smaller."""
+        history_ = tool_history(10, size=400)  # about 6,700 tokens
+        counter = default_counter()
+        layer = Summarize(ExtractiveSummarizer(max_tokens=200), counter=counter)
+        ctx = RunContext.new(conversation=Conversation(history_))
+        small = await layer.relieve(history_, ctx, counter, need=1_000)
+        large = await layer.relieve(history_, ctx, counter, need=3_000)
+        assert small.freed_tokens >= 1_000 and large.freed_tokens >= 3_000
+        assert len(small.messages) > len(large.messages)  # a smaller need keeps more
+        assert small.messages[-4:] == history_[-4:]
+        check_pairing(small.messages)
+        check_pairing(large.messages)
+
     def test_keep_spellings_and_conflicts(self) -> None:
         """keep takes messages or (kind, n); keep with a non-default keep_recent is refused."""
         assert keep(5).kind == "messages" and keep(("tokens", 10)).value == 10

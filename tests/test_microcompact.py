@@ -407,6 +407,17 @@ class TestMicrocompactLayer:
         assert sum(cleared(m) for m in conversation) == 4
         assert model.requests[0].messages[1:] == conversation
 
+    async def test_relieve_clears_oldest_first_what_the_guard_needs(self) -> None:
+        """As a policy it clears the oldest results until the need is met, no more."""
+        history = build(6)
+        counter = HeuristicCounter()
+        layer = Microcompact(keep_recent=2, min_tokens=10**9)
+        one = await layer.relieve(history, context_with(history), counter, need=1)
+        assert [cleared(m) for m in results_of(one.messages)] == [True] + [False] * 5
+        per_result = one.freed_tokens
+        two = await layer.relieve(history, context_with(history), counter, need=per_result + 1)
+        assert [cleared(m) for m in results_of(two.messages)] == [True, True] + [False] * 4
+
     async def test_relieve_clears_everything_it_may_and_touches_no_conversation(self) -> None:
         history = build(6)
         ctx = context_with(history)
@@ -414,7 +425,7 @@ class TestMicrocompactLayer:
         layer = Microcompact(keep_recent=2, min_tokens=10**9)
         assert isinstance(layer, PressurePolicy) and layer.name == "Microcompact"
         with capture_events() as events:
-            relief = await layer.relieve(history, ctx, counter, need=1)
+            relief = await layer.relieve(history, ctx, counter, need=10**9)
         assert sum(cleared(m) for m in relief.messages) == 4
         assert relief.freed_tokens == counter.count_messages(history) - counter.count_messages(
             relief.messages
@@ -422,7 +433,7 @@ class TestMicrocompactLayer:
         assert relief.detail["results_cleared"] == 4
         assert ctx.conversation.messages == history
         assert [e.source for e in events if isinstance(e, MicrocompactApplied)] == ["policy"]
-        again = await layer.relieve(relief.messages, ctx, counter, need=1)
+        again = await layer.relieve(relief.messages, ctx, counter, need=10**9)
         assert again.messages is relief.messages and not again.changed
 
     @pytest.mark.parametrize("anyio_backend", ["trio"])

@@ -163,7 +163,7 @@ class TestReplayCommand:
         assert "replay of marot__spotter__cc-main-4d5611e5.jsonl" in out
         assert "window 32,000 - reserved 4,000 = usable 28,000 tokens" in out
         assert "calls over the usable window without the stack" in out
-        assert "pressure" in out and "TrimOldest" in out
+        assert "pressure" in out and "Microcompact" in out
 
     def test_json_matches_the_table(self) -> None:
         code, out, _ = run_cli("replay", "--json")
