@@ -184,6 +184,10 @@ class Backend:
     async def load(self, thread: str) -> int:
         raise NotImplementedError
 
+    def size_bytes(self) -> int:
+        """What the library's storage holds now (a server backend measures its database)."""
+        return _db_bytes(self.path)
+
 
 class Ours(Backend):
     name = "tinyctx SqliteStore"
@@ -309,7 +313,7 @@ async def measure_backend(
             await backend.prefill(thread, history[:size])
             prepared = [backend.prepare(s) for s in steps[: count * rounds]]
             await backend.step(thread, prepared[0])  # warm: statements prepared, pages cached
-            before = _db_bytes(backend.path)
+            before = backend.size_bytes()
             best = float("inf")
             for index in range(rounds):
                 chunk = prepared[index * count : (index + 1) * count]
@@ -318,7 +322,7 @@ async def measure_backend(
                     await backend.step(thread, item)
                 best = min(best, (time.perf_counter() - start) / len(chunk))
             out[f"step_{label}"] = best
-            out[f"bytes_{label}"] = (_db_bytes(backend.path) - before) / (count * rounds)
+            out[f"bytes_{label}"] = (backend.size_bytes() - before) / (count * rounds)
         load_thread = "bench-load"
         await backend.prefill(load_thread, history)
         out["loaded"] = await backend.load(load_thread)

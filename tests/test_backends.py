@@ -228,6 +228,20 @@ class TestStoreLikeMemory:
             assert mine == theirs
 
 
+class TestDeleteNotes:
+    """delete_notes removes one namespace's notes (one user's data) and nothing else."""
+
+    async def test_delete_notes_of_one_namespace(self, backend: Any) -> None:
+        """It reports how many went; other namespaces stay; numbering starts over at 1."""
+        await backend.append_notes("user:ada", ["a", "b", "c"])
+        await backend.append_note("user:bob", "kept")
+        assert await backend.delete_notes("user:ada") == 3
+        assert await backend.delete_notes("user:ada") == 0
+        assert await backend.notes("user:ada") == []
+        assert [n.text for n in await backend.notes("user:bob")] == ["kept"]
+        assert (await backend.append_note("user:ada", "again")).seq == 1
+
+
 class TestSchema:
     """The schema (PostgreSQL) or key layout (Redis) is created on open, once, and a newer
     one is refused untouched."""
@@ -248,6 +262,19 @@ class TestSchema:
                 f"SELECT count(*) FROM {postgres_schema}.schema_version"
             ).fetchone()  # type: ignore[misc]
         assert rows == 1
+
+    async def test_a_version_1_schema_is_migrated_on_open(
+        self, postgres_url: str, postgres_schema: str
+    ) -> None:
+        """A schema left at version 1 is brought to the current version and keeps its data."""
+        async with PostgresStore(postgres_url, schema=postgres_schema) as store:
+            await store.write("t", ThreadWrite(append=["kept"]), expected_version=0)
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"UPDATE {postgres_schema}.schema_version SET version = 1")
+        async with PostgresStore(postgres_url, schema=postgres_schema) as store:
+            assert await store.schema_version() == PG_SCHEMA_VERSION
+            assert (await store.load_thread("t")).messages == ("kept",)
+            assert await store.delete_thread("t") is True
 
     async def test_a_newer_postgres_schema_is_refused_untouched(
         self, postgres_url: str, postgres_schema: str
@@ -387,6 +414,30 @@ class TestAtomicWrites:
             )
         record = await backend.load_thread("t")
         assert (record.version, record.messages, record.state) == (1, ("a", "b"), None)
+
+    async def test_a_first_write_racing_a_delete_keeps_version_and_log_together(
+        self, backend: Any, request: pytest.FixtureRequest, tmp_path: Path
+    ) -> None:
+        """Delete and the first write of a thread, raced 40 times from two clients: whatever
+        the order, the thread's version counts exactly the messages it holds."""
+        peer = make_backend(request.node.callspec.params["backend"], request, tmp_path)
+        try:
+            for round_ in range(40):
+                thread = f"race-{round_}"
+
+                async def write(thread: str = thread) -> None:
+                    await backend.write(thread, ThreadWrite(append=["m"]), expected_version=0)
+
+                async def delete(thread: str = thread) -> None:
+                    await peer.delete_thread(thread)
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(delete)
+                    group.start_soon(write)
+                record = await backend.load_thread(thread)
+                assert record.version == len(record.messages), round_
+        finally:
+            await peer.aclose()
 
     async def test_a_second_owner_waits_for_the_lease_to_expire(self, backend: Any) -> None:
         """While worker-a's lease is live worker-b gets LeaseHeld naming worker-a; then it wins."""

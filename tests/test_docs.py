@@ -30,7 +30,14 @@ class TestDocs:
         assert [p.name for p in PAGES if not _blocks(p)] == []
 
     @pytest.mark.parametrize("path", PAGES, ids=[p.name for p in PAGES])
-    def test_page_runs(self, path: Path) -> None:
+    def test_page_runs(
+        self, path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        text = path.read_text(encoding="utf-8")
+        # a page about PostgreSQL / Redis runs against the test servers (tests/servers.py)
+        for variable, fixture in (("POSTGRES_URL", "postgres_url"), ("REDIS_URL", "redis_url")):
+            if f'os.environ["{variable}"]' in text:
+                monkeypatch.setenv(variable, request.getfixturevalue(fixture))
         namespace: dict[str, object] = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
         for line, code in _blocks(path):
             # pad so tracebacks point at the right line of the page

@@ -39,9 +39,9 @@ CHART_SERIES: list[Series] = [
 """Lines drawn per call, in order; a series is drawn when the calls have its key."""
 
 # one marker per layer or policy name, in order of first appearance
-_MARKERS = ("circle", "square", "triangle", "diamond", "cross", "star")
+_MARKERS = ("circle", "square", "triangle", "diamond", "star")  # the cross marks the stop
 _COLORS = ("#e08a00", "#2a9d3a", "#9b4dca", "#d6336c", "#0b7285", "#6b4f1d", "#495057")
-_W, _H = 1000, 520
+_W, _H = 1080, 520
 _LEFT, _RIGHT, _TOP, _BOTTOM = 82, 720, 70, 440
 
 
@@ -218,7 +218,8 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
                 )
             )
     for key, (shape, color) in kinds.items():
-        legend.append((_marker(shape, 11, 0, color), f"{key} ({counts[key]} calls)"))
+        times = f"{counts[key]} call{'' if counts[key] == 1 else 's'}"
+        legend.append((_marker(shape, 11, 0, color), f"{key} ({times})"))
     error = summary.get("error")
     if error and stopped_at is not None:
         sx = x(stopped_at)

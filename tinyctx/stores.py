@@ -46,6 +46,7 @@ __all__ = [
     "StoreRegistry",
     "MemoryStore",
     "NoteBatchStore",
+    "NoteDeleteStore",
     "append_notes",
     "SqliteStore",
     "StoreSchemaError",
@@ -101,6 +102,15 @@ class NoteBatchStore(Protocol):
         *,
         metadata: Mapping[str, Any] | None = None,
     ) -> list[Note]: ...
+
+
+@runtime_checkable
+class NoteDeleteStore(Protocol):
+    """A store that can erase one namespace's notes (one user's data, on request)."""
+
+    async def delete_notes(self, namespace: str) -> int:
+        """Remove every note of ``namespace``; how many were removed (0 if none)."""
+        ...
 
 
 async def append_notes(
@@ -227,6 +237,11 @@ class MemoryStore:
         if limit is None:
             return list(notes)
         return notes[-limit:] if limit else []
+
+    async def delete_notes(self, namespace: str) -> int:
+        """Remove every note of ``namespace``; numbering starts again at 1."""
+        async with self._lock:
+            return len(self._notes.pop(namespace, []))
 
     # -- threads -------------------------------------------------------------------------
 
@@ -1121,6 +1136,16 @@ class SqliteStore:
 
         rows = await self._run(notes)
         return [_note_from_row(namespace, row) for row in rows]
+
+    async def delete_notes(self, namespace: str) -> int:
+        """Remove every note of ``namespace`` in one transaction; numbering starts again at 1."""
+
+        def delete(conn: sqlite3.Connection) -> int:
+            with _Immediate(conn):
+                cursor = conn.execute("DELETE FROM tinyctx_notes WHERE namespace = ?", (namespace,))
+                return cursor.rowcount
+
+        return await self._run(delete)
 
     # -- threads -------------------------------------------------------------------------
 

@@ -16,7 +16,6 @@ import anyio.to_thread
 
 from ..errors import ConfigError
 from ..stores import Note, StoreClosed
-from ..threads import Compaction, Lease, ThreadWrite, Unchanged
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -27,9 +26,6 @@ __all__ = [
     "missing_extra",
     "redact_url",
     "check_positive",
-    "check_retention",
-    "check_lease_request",
-    "check_write",
 ]
 
 
@@ -68,76 +64,6 @@ def check_positive(owner: str, name: str, value: object, *, integer: bool = Fals
     ):
         allowed = "an integer >= 1" if integer else "a finite number of seconds > 0"
         raise ConfigError(name, value, allowed, owner=owner)
-
-
-def check_retention(owner: str, value: object) -> float | None:
-    """``archive_retention``: None (keep forever) or seconds >= 0."""
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ConfigError(
-            "archive_retention", value, "None (keep forever) or seconds >= 0", owner=owner
-        )
-    return float(value)
-
-
-def check_lease_request(thread_id: object, owner: object, ttl: object) -> float:
-    """The arguments of ``acquire_lease`` / ``renew_lease``; the TTL in seconds."""
-    if not isinstance(thread_id, str) or not thread_id:
-        raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
-    if not isinstance(owner, str) or not owner:
-        raise ValueError(f"owner must be a non-empty string, got {owner!r}")
-    if (
-        isinstance(ttl, bool)
-        or not isinstance(ttl, (int, float))
-        or not math.isfinite(ttl)
-        or ttl <= 0
-    ):
-        raise ValueError(f"ttl must be a finite number of seconds > 0, got {ttl!r}")
-    return float(ttl)
-
-
-def check_write(thread_id: object, change: object, expected_version: object, lease: object) -> None:
-    """The arguments of ``ThreadStore.write``: clear errors before anything is sent."""
-    if not isinstance(thread_id, str) or not thread_id:
-        raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
-    if not isinstance(change, ThreadWrite):
-        raise TypeError(f"change must be a ThreadWrite, got {type(change).__name__}")
-    if isinstance(expected_version, bool) or not isinstance(expected_version, int):
-        raise TypeError(f"expected_version must be an int, got {expected_version!r}")
-    if expected_version < 0:
-        raise ValueError(f"expected_version must be >= 0, got {expected_version}")
-    if lease is not None:
-        if not isinstance(lease, Lease):
-            raise TypeError(f"lease must be a Lease or None, got {type(lease).__name__}")
-        if lease.thread_id != thread_id:
-            raise ValueError(
-                f"the lease is for thread {lease.thread_id!r}, the write is for {thread_id!r}"
-            )
-    docs: list[tuple[str, object]] = [(f"append[{i}]", doc) for i, doc in enumerate(change.append)]
-    compaction = change.compaction
-    if compaction is not None:
-        if not isinstance(compaction, Compaction):
-            raise TypeError(f"compaction must be a Compaction, got {type(compaction).__name__}")
-        for name in ("start", "end"):
-            bound = getattr(compaction, name)
-            if isinstance(bound, bool) or not isinstance(bound, int):
-                raise TypeError(f"compaction.{name} must be an int, got {bound!r}")
-        docs += [
-            (f"compaction.replacement[{i}]", doc) for i, doc in enumerate(compaction.replacement)
-        ]
-    if not isinstance(change.checkpoint, Unchanged) and change.checkpoint is not None:
-        docs.append(("checkpoint", change.checkpoint))
-    if not isinstance(change.state, Unchanged):
-        docs.append(("state", change.state))
-    for where, doc in docs:
-        if type(doc) is not str:
-            raise TypeError(f"{where} must be an encoded document (str), got {type(doc).__name__}")
 
 
 class WorkerThreads(Generic[C]):

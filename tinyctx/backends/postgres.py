@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError
-from ..stores import Note, StoreSchemaError, _check_limit, _encode, _note_texts
+from ..stores import Note, StoreSchemaError, _check_limit, _encode, _note_texts, _retention
 from ..threads import (
     ArchivedRange,
     FencedOut,
@@ -40,14 +40,13 @@ from ..threads import (
     ThreadWrite,
     Unchanged,
     check_write_range,
+    validate_lease_request,
+    validate_write,
 )
 from ._common import (
     NetworkedStore,
     WorkerThreads,
-    check_lease_request,
     check_positive,
-    check_retention,
-    check_write,
     missing_extra,
     redact_url,
 )
@@ -63,7 +62,7 @@ else:
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version :class:`PostgresStore` writes; an older schema is migrated on open."""
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -222,6 +221,40 @@ BEGIN
 END
 $$""",
     ),
+    # 2: delete_thread locks the thread's row even when there is none yet (a placeholder
+    # row, deleted again): a first write racing the delete can no longer have its
+    # messages deleted from under its version
+    (
+        """
+CREATE OR REPLACE FUNCTION {s}.delete_thread(p_thread text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_found boolean;
+    v_leased boolean;
+BEGIN
+    LOOP
+        PERFORM 1 FROM {s}.threads t WHERE t.thread_id = p_thread FOR UPDATE;
+        IF FOUND THEN
+            v_found := true;
+            EXIT;
+        END IF;
+        INSERT INTO {s}.threads (thread_id, version, length, updated_at)
+            VALUES (p_thread, 0, 0, 0) ON CONFLICT (thread_id) DO NOTHING;
+        IF FOUND THEN
+            v_found := false;
+            EXIT;
+        END IF;
+    END LOOP;
+    -- the row is locked: no write of this thread runs until the delete commits
+    DELETE FROM {s}.messages m WHERE m.thread_id = p_thread;
+    DELETE FROM {s}.archive a WHERE a.thread_id = p_thread;
+    DELETE FROM {s}.leases l WHERE l.thread_id = p_thread;
+    v_leased := FOUND;
+    DELETE FROM {s}.threads t WHERE t.thread_id = p_thread;
+    RETURN v_found OR v_leased;
+END
+$$""",
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -293,7 +326,7 @@ class PostgresStore(NetworkedStore):
         self.schema = schema
         self.pool_size = pool_size
         self.timeout = float(timeout)
-        self.archive_retention = check_retention(owner, archive_retention)
+        self.archive_retention = _retention(archive_retention, owner)
         self._sql = _Statements(schema)
         self._threads: WorkerThreads[psycopg_pool.ConnectionPool[Any]] = WorkerThreads(
             self.__repr__, pool_size, self._connect, lambda pool: pool.close()
@@ -439,6 +472,12 @@ class PostgresStore(NetworkedStore):
             for seq, text, at, meta in rows
         ]
 
+    async def delete_notes(self, namespace: str) -> int:
+        """Remove every note of ``namespace`` (its ``seq`` starts at 1 again); how many."""
+        _check_text("namespace", namespace)
+        row = await self._fetchone(self._sql.delete_notes, (namespace, namespace))
+        return 0 if row is None else int(row[0])
+
     # -- threads -------------------------------------------------------------------------
 
     async def load_thread(self, thread_id: str) -> ThreadRecord:
@@ -467,7 +506,7 @@ class PostgresStore(NetworkedStore):
         lease: Lease | None = None,
     ) -> int:
         """Apply ``change`` in one transaction: fencing, version and range checks first."""
-        check_write(thread_id, change, expected_version, lease)
+        validate_write(thread_id, change, expected_version, lease)
         _check_text("thread_id", thread_id)
         compaction = change.compaction
         now = time.time()
@@ -502,7 +541,8 @@ class PostgresStore(NetworkedStore):
         raise AssertionError(f"write_thread returned {outcome!r}")  # pragma: no cover
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
-        seconds = check_lease_request(thread_id, owner, ttl)
+        validate_lease_request(thread_id, owner, ttl)
+        seconds = float(ttl)
         row = await self._fetchone(
             self._sql.acquire,
             (_check_text("thread_id", thread_id), _check_text("owner", owner), seconds),
@@ -515,7 +555,8 @@ class PostgresStore(NetworkedStore):
         return Lease(thread_id, owner, int(token), float(expires_at))
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        seconds = check_lease_request(lease.thread_id, lease.owner, ttl)
+        validate_lease_request(lease.thread_id, lease.owner, ttl)
+        seconds = float(ttl)
         rows = await self._fetchall(
             self._sql.renew, (seconds, _check_text("thread_id", lease.thread_id), lease.token)
         )
@@ -590,6 +631,11 @@ class _Statements:
         columns = f"SELECT seq, text, created_at, metadata FROM {s}.notes WHERE namespace = %s"
         self.notes = f"{columns} ORDER BY seq"
         self.notes_newest = f"{columns} ORDER BY seq DESC LIMIT %s"
+        self.delete_notes = (
+            f"WITH q AS (DELETE FROM {s}.note_seq WHERE namespace = %s), "
+            f"d AS (DELETE FROM {s}.notes WHERE namespace = %s RETURNING 1) "
+            "SELECT count(*) FROM d"
+        )
         self.load = (
             f"SELECT t.version, t.checkpoint, t.state, l.owner, l.token, l.expires_at, "
             f"ARRAY(SELECT m.doc FROM {s}.messages m WHERE m.thread_id = k.id ORDER BY m.pos) "

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError
-from ..stores import Note, StoreSchemaError, _check_limit, _encode, _note_texts
+from ..stores import Note, StoreSchemaError, _check_limit, _encode, _note_texts, _retention
 from ..threads import (
     ArchivedRange,
     FencedOut,
@@ -40,14 +40,13 @@ from ..threads import (
     ThreadWrite,
     Unchanged,
     check_write_range,
+    validate_lease_request,
+    validate_write,
 )
 from ._common import (
     NetworkedStore,
     WorkerThreads,
-    check_lease_request,
     check_positive,
-    check_retention,
-    check_write,
     missing_extra,
     redact_url,
 )
@@ -196,7 +195,8 @@ return existed
 
 
 def _ttl_ms(thread_id: str, owner: str, ttl: float) -> int:
-    return max(1, math.ceil(check_lease_request(thread_id, owner, ttl) * 1000))
+    validate_lease_request(thread_id, owner, ttl)
+    return max(1, math.ceil(ttl * 1000))
 
 
 def _check_str(what: str, value: object) -> str:
@@ -267,7 +267,7 @@ class RedisStore(NetworkedStore):
         self.prefix = prefix
         self.max_connections = max_connections
         self.timeout = float(timeout)
-        self.archive_retention = check_retention(owner, archive_retention)
+        self.archive_retention = _retention(archive_retention, owner)
         self._threads: WorkerThreads[_Client] = WorkerThreads(
             self.__repr__, max_connections, self._connect, lambda client: client.redis.close()
         )
@@ -376,6 +376,19 @@ class RedisStore(NetworkedStore):
         first = length - len(entries) + 1
         return [_note_from_entry(namespace, first + i, raw) for i, raw in enumerate(entries)]
 
+    async def delete_notes(self, namespace: str) -> int:
+        """Remove every note of ``namespace`` (its ``seq`` starts at 1 again); how many."""
+        name = self._key("n", _check_str("namespace", namespace))
+
+        def delete(client: _Client) -> int:
+            with client.redis.pipeline(transaction=True) as pipe:
+                pipe.llen(name)
+                pipe.delete(name)
+                length, _ = pipe.execute()
+            return int(length)
+
+        return await self._threads.run(delete)
+
     # -- threads -------------------------------------------------------------------------
 
     async def load_thread(self, thread_id: str) -> ThreadRecord:
@@ -405,7 +418,7 @@ class RedisStore(NetworkedStore):
         lease: Lease | None = None,
     ) -> int:
         """Apply ``change`` in one Lua script: fencing, version and range checks first."""
-        check_write(thread_id, change, expected_version, lease)
+        validate_write(thread_id, change, expected_version, lease)
         thread, messages, archive, _ = self._thread_keys(thread_id)
         now = time.time()
         keep_after = "" if self.archive_retention is None else repr(now - self.archive_retention)

@@ -31,7 +31,7 @@ import itertools
 import os
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import anyio
 import pytest
@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from .. import codec
 from ..errors import SessionBusy
 from ..messages import Message, UserMessage
-from ..stores import NoteBatchStore, Store, append_notes
+from ..stores import NoteBatchStore, NoteDeleteStore, Store, append_notes
 from ..threads import (
     UNCHANGED,
     Compaction,
@@ -158,6 +158,24 @@ class StoreConformance:
             assert notes[0].created_at <= notes[1].created_at
             assert [n.text for n in await store.notes(other)] == ["elsewhere"]
             assert await store.notes(f"{ns}-empty") == []
+
+    async def test_delete_notes_erases_one_namespace(self, make_store: StoreFactory) -> None:
+        """delete_notes removes one namespace's notes (one user's data), nothing else, and
+        numbering starts again at 1; a backend without it is simply not a NoteDeleteStore."""
+        ns, other = _fresh("ns"), _fresh("ns")
+        async with _opened(make_store) as store:
+            erases = isinstance(store, NoteDeleteStore)
+            if not erases:
+                pytest.skip("the backend does not implement the optional NoteDeleteStore")
+            eraser = cast(NoteDeleteStore, store)
+            await append_notes(store, ns, ["a", "b", "c"])
+            await store.append_note(other, "kept")
+            assert await eraser.delete_notes(ns) == 3
+            assert await eraser.delete_notes(ns) == 0
+            assert await store.notes(ns) == []
+            assert [n.text for n in await store.notes(other)] == ["kept"]
+            again = await store.append_note(ns, "fresh")
+            assert again.seq == 1
 
     async def test_limit_keeps_the_newest_in_order(self, make_store: StoreFactory) -> None:
         """notes(limit=n) is the newest n, oldest first; a negative limit is refused."""
