@@ -40,7 +40,10 @@ new part of the conversation; its bullets are de-duplicated against the newest
 ``scan_notes`` stored notes and written in one atomic batch (shielded from cancellation once
 started, so a note batch is all written or not at all). An extractor that raises, or is
 cancelled when the session ends after its grace period, fails the extraction: nothing is
-written and the deltas stay. A run that ends interrupted ticks nothing (its resumption will).
+written and the deltas stay. The batch is fenced by the session's thread lease
+(``ctx.thread_lease()``): a worker that lost its thread to another (frozen past its lease)
+gets ``FencedOut``, reported as ``.failed``, and writes nothing; the new owner extracts those
+messages once. A run that ends interrupted ticks nothing (its resumption will).
 
 **Namespaces.** Notes of a run go to ``"{prefix}:thread:{thread_id}"`` (``scope="thread"``,
 the default) or ``"{prefix}:user:{user_id}"`` (``scope="user"``; a run without a user id
@@ -1019,10 +1022,16 @@ class SessionMemory(Layer):
             job = attrs.evolve(job, existing=existing)
             proposed = check_bullets(await self.extractor.extract(job, ctx), self.extractor)
             fresh = dedupe_bullets(proposed, job.existing_texts)
-            # once the write starts it finishes: a batch is all written or not at all
+            # once the write starts it finishes: a batch is all written or not at all, and
+            # only while this session still holds its thread's lease (a worker that lost
+            # the thread gets FencedOut: the new owner extracts these messages instead)
             with anyio.CancelScope(shield=True):
                 written = await append_notes(
-                    store, job.namespace, fresh, metadata=self._note_metadata(ctx)
+                    store,
+                    job.namespace,
+                    fresh,
+                    metadata=self._note_metadata(ctx),
+                    fence=ctx.thread_lease(),
                 )
         except BaseException as exc:
             counters.fail(ticket)
