@@ -542,8 +542,8 @@ class TestNotesFencedByTheThreadLease:
         """An extraction whose worker lost the thread meanwhile fails (FencedOut, reported
         as MemoryExtractionFailed), writes no note and leaves the marks; the run is not hurt."""
         from tinyctx.middleware import SessionMemory
-        from tinyctx.middleware.session_memory import MemoryExtractionFailed
         from tinyctx.middleware.extractors import ExtractionJob
+        from tinyctx.middleware.session_memory import MemoryExtractionFailed
 
         store = MemoryStore()
 
