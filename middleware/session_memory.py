@@ -77,6 +77,7 @@ from tinyctx import (
     ConfigError,
     Conversation,
     Event,
+    Inside,
     Interrupted,
     Layer,
     Message,
@@ -109,6 +110,7 @@ from .extractors import (
     check_positive,
     dedupe_bullets,
 )
+from .inheritance import Inherit
 
 __all__ = [
     "SessionMemory",
@@ -665,7 +667,14 @@ class SessionMemory(Layer):
     for counters, namespaces and injection.
     """
 
-    constraints = (Once(reason="two would extract the same conversation twice into one store"),)
+    constraints = (
+        Once(reason="two would extract the same conversation twice into one store"),
+        Inside(
+            Inherit,
+            reason="extraction runs under the context view this layer sees; outside Inherit "
+            "it would see fields Inherit's policy excludes",
+        ),
+    )
 
     def __init__(
         self,
