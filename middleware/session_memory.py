@@ -80,6 +80,7 @@ from tinyctx import (
     ConfigError,
     Conversation,
     Event,
+    Inside,
     Interrupted,
     Layer,
     Message,
@@ -112,6 +113,7 @@ from .extractors import (
     check_positive,
     dedupe_bullets,
 )
+from .inheritance import Inherit
 
 __all__ = [
     "SessionMemory",
@@ -668,7 +670,14 @@ class SessionMemory(Layer):
     for counters, namespaces and injection.
     """
 
-    constraints = (Once(reason="two would extract the same conversation twice into one store"),)
+    constraints = (
+        Once(reason="two would extract the same conversation twice into one store"),
+        Inside(
+            Inherit,
+            reason="extraction runs under the context view this layer sees; outside Inherit "
+            "it would see fields Inherit's policy excludes",
+        ),
+    )
 
     def __init__(
         self,
