@@ -40,7 +40,10 @@ new part of the conversation; its bullets are de-duplicated against the newest
 ``scan_notes`` stored notes and written in one atomic batch (shielded from cancellation once
 started, so a note batch is all written or not at all). An extractor that raises, or is
 cancelled when the session ends after its grace period, fails the extraction: nothing is
-written and the deltas stay. A run that ends interrupted ticks nothing (its resumption will).
+written and the deltas stay. The batch is fenced by the session's thread lease
+(``ctx.thread_lease()``): a worker that lost its thread to another (frozen past its lease)
+gets ``FencedOut``, reported as ``.failed``, and writes nothing; the new owner extracts those
+messages once. A run that ends interrupted ticks nothing (its resumption will).
 
 **Namespaces.** Notes of a run go to ``"{prefix}:thread:{thread_id}"`` (``scope="thread"``,
 the default) or ``"{prefix}:user:{user_id}"`` (``scope="user"``; a run without a user id
@@ -77,6 +80,7 @@ from tinyctx import (
     ConfigError,
     Conversation,
     Event,
+    Inside,
     Interrupted,
     Layer,
     Message,
@@ -109,6 +113,7 @@ from .extractors import (
     check_positive,
     dedupe_bullets,
 )
+from .inheritance import Inherit
 
 __all__ = [
     "SessionMemory",
@@ -665,7 +670,14 @@ class SessionMemory(Layer):
     for counters, namespaces and injection.
     """
 
-    constraints = (Once(reason="two would extract the same conversation twice into one store"),)
+    constraints = (
+        Once(reason="two would extract the same conversation twice into one store"),
+        Inside(
+            Inherit,
+            reason="extraction runs under the context view this layer sees; outside Inherit "
+            "it would see fields Inherit's policy excludes",
+        ),
+    )
 
     def __init__(
         self,
@@ -1019,10 +1031,16 @@ class SessionMemory(Layer):
             job = attrs.evolve(job, existing=existing)
             proposed = check_bullets(await self.extractor.extract(job, ctx), self.extractor)
             fresh = dedupe_bullets(proposed, job.existing_texts)
-            # once the write starts it finishes: a batch is all written or not at all
+            # once the write starts it finishes: a batch is all written or not at all, and
+            # only while this session still holds its thread's lease (a worker that lost
+            # the thread gets FencedOut: the new owner extracts these messages instead)
             with anyio.CancelScope(shield=True):
                 written = await append_notes(
-                    store, job.namespace, fresh, metadata=self._note_metadata(ctx)
+                    store,
+                    job.namespace,
+                    fresh,
+                    metadata=self._note_metadata(ctx),
+                    fence=ctx.thread_lease(),
                 )
         except BaseException as exc:
             counters.fail(ticket)

@@ -127,6 +127,16 @@ class AuditedStore:
         append_line(self.log, f"write {thread_id} {token} {version} {self.owner}")
         return version
 
+    async def append_notes(
+        self, namespace: str, texts: Any, *, metadata: Any = None, fence: Any = None
+    ) -> Any:
+        try:
+            return await self.inner.append_notes(namespace, texts, metadata=metadata, fence=fence)
+        except FencedOut as exc:
+            thread = "-" if fence is None else fence.thread_id
+            append_line(self.log, f"notes-fenced {thread} {exc.token} {exc.current} {self.owner}")
+            raise
+
     async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
         return await self.inner.list_threads(prefix=prefix, limit=limit)
 

@@ -36,6 +36,7 @@ from tinyctx.middleware import CallLimits, Microcompact
 from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply
 from tinyctx.testing.strategies import histories
 from tinyctx.threads import (
+    FencedOut,
     LeaseHeld,
     StaleThreadVersion,
     ThreadRecord,
@@ -511,3 +512,60 @@ class TestSessionMemoryAcrossSessions:
         state = decode_state((await store.load_thread("m")).state or "")
         assert state["SessionMemory"]["pending"] is False
         assert state["SessionMemory"]["counters"]["extractions"] == 1
+
+
+class TestNotesFencedByTheThreadLease:
+    """A layer reads its session's thread lease; SessionMemory's notes are fenced by it."""
+
+    async def test_thread_lease_is_the_sessions_lease_and_none_without_a_store(self) -> None:
+        """ctx.thread_lease() is the lease the session holds (renewals included), None
+        without a store and None in a context of another thread."""
+        seen: list[Any] = []
+
+        class Reader(Layer):
+            async def on_run_start(self, ctx: RunContext[Any]) -> None:
+                seen.append(ctx.thread_lease())
+                seen.append(ctx.derive(thread_id="elsewhere").thread_lease())
+
+        store = MemoryStore()
+        agent = Agent(model=ScriptedModel(["a", "b"]), middleware=[Reader()])
+        async with Session(agent, thread_id="lz", store=store, owner="w1") as session:
+            await session.run("hi")
+            lease = (await store.load_thread("lz")).lease
+        assert lease is not None and seen == [lease, None]
+        seen.clear()
+        async with Session(agent, thread_id="lz") as session:
+            await session.run("again")
+        assert seen == [None, None]
+
+    async def test_an_extraction_after_the_thread_was_taken_writes_no_note(self) -> None:
+        """An extraction whose worker lost the thread meanwhile fails (FencedOut, reported
+        as MemoryExtractionFailed), writes no note and leaves the marks; the run is not hurt."""
+        from tinyctx.middleware import SessionMemory
+        from tinyctx.middleware.extractors import ExtractionJob
+        from tinyctx.middleware.session_memory import MemoryExtractionFailed
+
+        store = MemoryStore()
+
+        class TakenMeanwhile:
+            async def extract(self, job: ExtractionJob, ctx: RunContext[Any]) -> list[str]:
+                lease = ctx.thread_lease()
+                assert lease is not None
+                await store.release_lease(lease)  # as if frozen past it: another worker
+                await store.acquire_lease(lease.thread_id, "other", 60)  # took the thread
+                return ["prefers tea"]
+
+        memory = SessionMemory(
+            TakenMeanwhile(), store=store, min_tokens=0, min_tool_calls=0, min_turns=1
+        )
+        agent = Agent(model=ScriptedModel(["noted"]), middleware=[memory])
+        with capture_events() as events, pytest.raises(FencedOut):
+            async with Session(agent, thread_id="fm", store=store) as session:
+                result = await session.run("I prefer tea.")
+                assert result.final_text == "noted"
+                ctx = session.ctx
+        counters = memory.counters(ctx)
+        assert await store.notes("session_memory:thread:fm") == []
+        failed = [e for e in events if isinstance(e, MemoryExtractionFailed)]
+        assert len(failed) == 1 and "FencedOut" in failed[0].error
+        assert counters.extractions == 0 and counters.marks.turns == 0

@@ -513,6 +513,7 @@ class Session(Generic[Data]):
         self._background = BackgroundTasks(group, self._base.events)
         self._base = self._base._with(background=self._background)
         if link is not None:
+            self._base = self._base._with(lease_source=link.current_lease)
             group.start_soon(link.keep_leased, self._base, name="tinyctx.lease")
         return self
 

@@ -26,6 +26,7 @@ from .frozen import EMPTY, FrozenDict, clone_with, frozen_mapping
 from .state import RunStates
 from .stores import Store, StoreRegistry
 from .tasks import BackgroundTasks
+from .threads import Lease
 from .tools import Tool, ToolRegistry
 from .usage import CostTracker, Price, UsageTracker
 
@@ -188,6 +189,8 @@ class RunContext(Generic[Data]):
     bus: LayerBus | None = field(default=None, eq=False, repr=False)
     run_states: RunStates = field(factory=RunStates, eq=False, repr=False)
     """Per-run durable layer state of this session tree (see :meth:`run_state`)."""
+    lease_source: Callable[[], Lease | None] | None = field(default=None, eq=False, repr=False)
+    """Set by a Session with a store: its thread's current lease (see :meth:`thread_lease`)."""
 
     @costs.default
     def _costs_from_usage(self) -> CostTracker:
@@ -431,6 +434,20 @@ class RunContext(Generic[Data]):
         """
         run = self.config.agent_run_id or self.config.run_id
         return self.run_states.of(run).get(owner, factory, restore)
+
+    def thread_lease(self) -> Lease | None:
+        """The lease this session holds on the thread of this context, now (read-only).
+
+        A layer that writes elsewhere on the thread's behalf (notes in a
+        :class:`~tinyctx.stores.Store`) passes it as ``fence=`` so a worker that lost the
+        thread to another cannot write after it. None when the session has no store, or
+        the context is of another thread.
+        """
+        source = self.lease_source
+        lease = source() if source is not None else None
+        if lease is None or lease.thread_id != self.config.thread_id:
+            return None
+        return lease
 
     def spawn(self, fn: Callable[..., Any], *args: Any, name: str | None = None) -> None:
         """Start ``fn(*args)`` in the owning session's task group (never fire-and-forget)."""

@@ -118,6 +118,7 @@ class ThreadLink:
         "lease",
         "lost",
         "owner",
+        "released",
         "state_json",
         "store",
         "thread_id",
@@ -137,6 +138,7 @@ class ThreadLink:
         # the layer state as last written (compared, so unchanged state is not rewritten)
         self.state_json: dict[str, Any] | None = None
         self.lost: FencedOut | None = None
+        self.released: Lease | None = None
 
     # -- entering ------------------------------------------------------------------------
 
@@ -220,6 +222,12 @@ class ThreadLink:
 
     # -- the lease -----------------------------------------------------------------------
 
+    def current_lease(self) -> Lease | None:
+        """The lease taken on open (as last renewed), even once lost or released: a write
+        fenced by it after that is refused, never let through unfenced. What
+        ``ctx.thread_lease()`` reads."""
+        return self.lease if self.lease is not None else self.released
+
     async def keep_leased(self, ctx: RunContext[Any]) -> None:
         """Renew the lease every third of its TTL until cancelled (the session's task)."""
         while True:
@@ -239,4 +247,5 @@ class ThreadLink:
     async def release(self) -> None:
         lease, self.lease = self.lease, None
         if lease is not None:
+            self.released = lease
             await self.store.release_lease(lease)

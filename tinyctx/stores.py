@@ -11,6 +11,7 @@ open). Both also implement :class:`NoteBatchStore`: several notes appended atomi
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -48,6 +49,7 @@ __all__ = [
     "NoteBatchStore",
     "NoteDeleteStore",
     "append_notes",
+    "check_fence",
     "SqliteStore",
     "StoreSchemaError",
     "StoreClosed",
@@ -93,7 +95,11 @@ class Store(Protocol):
 
 @runtime_checkable
 class NoteBatchStore(Protocol):
-    """A store that appends several notes in one atomic step (all of them or none)."""
+    """A store that appends several notes in one atomic step (all of them or none).
+
+    The built-in stores also take ``fence=``: a thread's :class:`~tinyctx.threads.Lease`,
+    checked in the same atomic step as the append, exactly like a thread write's lease.
+    """
 
     async def append_notes(
         self,
@@ -119,17 +125,46 @@ async def append_notes(
     texts: Sequence[str],
     *,
     metadata: Mapping[str, Any] | None = None,
+    fence: Lease | None = None,
 ) -> list[Note]:
     """Append ``texts`` as notes, atomically when ``store`` is a :class:`NoteBatchStore`.
 
     A store with only ``append_note`` gets them one by one (a failure part-way keeps the
     notes already appended: such a store cannot do better).
+
+    ``fence``: a thread's lease (``ctx.thread_lease()``). A store whose ``append_notes``
+    takes ``fence=`` (every built-in one) appends only while that lease's token is still
+    the thread's newest, in the same atomic step, else raises
+    :class:`~tinyctx.threads.FencedOut` with nothing written. Other stores append
+    unfenced.
     """
     if not texts:
         return []
     if isinstance(store, NoteBatchStore):
+        if fence is not None and _takes_fence(store):
+            append: Any = store.append_notes
+            notes: list[Note] = await append(namespace, texts, metadata=metadata, fence=fence)
+            return notes
         return await store.append_notes(namespace, texts, metadata=metadata)
     return [await store.append_note(namespace, text, metadata=metadata) for text in texts]
+
+
+def _takes_fence(store: NoteBatchStore) -> bool:
+    """Whether ``store.append_notes`` accepts ``fence=`` (asked each time: a wrapper that
+    delegates may wrap stores of either kind)."""
+    try:
+        parameters = inspect.signature(store.append_notes).parameters
+    except (TypeError, ValueError):
+        return False
+    return "fence" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
+def check_fence(fence: Lease | None) -> None:
+    """``fence=`` must be None or a :class:`~tinyctx.threads.Lease` (TypeError otherwise)."""
+    if fence is not None and not isinstance(fence, Lease):
+        raise TypeError(f"append_notes(fence=...) must be a Lease or None, got {fence!r}")
 
 
 def _retention(value: float | None, owner: str) -> float | None:
@@ -216,11 +251,20 @@ class MemoryStore:
         texts: Sequence[str],
         *,
         metadata: Mapping[str, Any] | None = None,
+        fence: Lease | None = None,
     ) -> list[Note]:
-        """Append every text as a note with consecutive ``seq`` values, atomically."""
+        """Append every text as a note with consecutive ``seq`` values, atomically; with
+        ``fence``, only while it is its thread's newest lease (else :class:`FencedOut`)."""
         texts = _note_texts(texts)
+        check_fence(fence)
         meta = frozen_mapping(metadata)
         async with self._lock:
+            if fence is not None:  # nothing awaits from the check to the append
+                thread = self._threads.get(fence.thread_id)
+                current = thread.lease if thread is not None else None
+                if current is None or current.token != fence.token:
+                    token = None if current is None else current.token
+                    raise FencedOut(fence.thread_id, fence.token, token)
             notes = self._notes.setdefault(namespace, [])
             now = time.time()
             added = [
@@ -569,9 +613,20 @@ def _note_from_row(namespace: str, row: tuple[Any, ...]) -> Note:
 
 
 def _append(
-    conn: sqlite3.Connection, namespace: str, texts: tuple[str, ...], metadata: str
+    conn: sqlite3.Connection,
+    namespace: str,
+    texts: tuple[str, ...],
+    metadata: str,
+    fence: Lease | None = None,
 ) -> list[Note]:
     with _Immediate(conn):
+        if fence is not None:
+            row = conn.execute(
+                "SELECT lease_token FROM tinyctx_threads WHERE thread_id = ?", (fence.thread_id,)
+            ).fetchone()
+            token = None if row is None else row[0]
+            if token != fence.token:
+                raise FencedOut(fence.thread_id, fence.token, token)
         (last,) = conn.execute(
             "SELECT COALESCE(MAX(seq), 0) FROM tinyctx_notes WHERE namespace = ?", (namespace,)
         ).fetchone()
@@ -1111,13 +1166,16 @@ class SqliteStore:
         texts: Sequence[str],
         *,
         metadata: Mapping[str, Any] | None = None,
+        fence: Lease | None = None,
     ) -> list[Note]:
-        """Append every text with consecutive ``seq`` values in one transaction."""
+        """Append every text with consecutive ``seq`` values in one transaction; with
+        ``fence``, only while it is its thread's newest lease (else :class:`FencedOut`)."""
         items = _note_texts(texts)
+        check_fence(fence)
         if not items:
             return []
         meta = _encode(metadata or {}, "note metadata")
-        return await self._run(lambda conn: _append(conn, namespace, items, meta))
+        return await self._run(lambda conn: _append(conn, namespace, items, meta, fence))
 
     async def notes(self, namespace: str, *, limit: int | None = None) -> list[Note]:
         """Notes in ``seq`` order; with ``limit``, only the newest ``limit`` of them."""

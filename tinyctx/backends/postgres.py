@@ -29,7 +29,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError
-from ..stores import Note, StoreSchemaError, _check_limit, _encode, _note_texts, _retention
+from ..stores import (
+    Note,
+    StoreSchemaError,
+    _check_limit,
+    _encode,
+    _note_texts,
+    _retention,
+    check_fence,
+)
 from ..threads import (
     ArchivedRange,
     FencedOut,
@@ -439,22 +447,44 @@ class PostgresStore(NetworkedStore):
         texts: Sequence[str],
         *,
         metadata: Mapping[str, Any] | None = None,
+        fence: Lease | None = None,
     ) -> list[Note]:
-        """Append every text with consecutive ``seq`` values in one statement."""
+        """Append every text with consecutive ``seq`` values in one statement; with
+        ``fence``, in one transaction that first checks (and share-locks, as a thread
+        write does) that it is its thread's newest lease, else :class:`FencedOut`."""
         items = _note_texts(texts)
         _check_text("namespace", namespace)
+        check_fence(fence)
         if not items:
             return []
         meta = _encode(metadata or {}, "note metadata", owner="PostgresStore")
         now = time.time()
-        rows = await self._fetchall(
-            self._sql.append_notes, (namespace, len(items), now, meta, _docs(items))
-        )
+        params = (namespace, len(items), now, meta, _docs(items))
+        if fence is None:
+            rows = await self._fetchall(self._sql.append_notes, params)
+        else:
+            rows = await self._fenced_append(fence, params)
         first = int(rows[0][0])
         decoded = json.loads(meta)
         return [
             Note(namespace, first + index, text, now, decoded) for index, text in enumerate(items)
         ]
+
+    async def _fenced_append(self, fence: Lease, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        thread_id = _check_text("thread_id", fence.thread_id)
+
+        def run(pool: psycopg_pool.ConnectionPool[Any]) -> list[tuple[Any, ...]]:
+            with pool.connection() as conn, conn.transaction():
+                row = conn.execute(self._sql.lease_token_share, (thread_id,)).fetchone()
+                token = None if row is None else int(row[0])
+                if token != fence.token:
+                    raise FencedOut(thread_id, fence.token, token)
+                rows: list[tuple[Any, ...]] = conn.execute(
+                    self._sql.append_notes, params, binary=True
+                ).fetchall()
+                return rows
+
+        return await self._threads.run(run)
 
     async def notes(self, namespace: str, *, limit: int | None = None) -> list[Note]:
         """Notes in ``seq`` order; with ``limit``, only the newest ``limit`` of them."""
@@ -655,6 +685,7 @@ class _Statements:
             "WHERE thread_id = %s AND token = %s RETURNING expires_at"
         )
         self.lease_token = f"SELECT token FROM {s}.leases WHERE thread_id = %s"
+        self.lease_token_share = f"{self.lease_token} FOR SHARE"
         self.release = f"DELETE FROM {s}.leases WHERE thread_id = %s AND token = %s RETURNING 1"
         self.list = (
             f"SELECT thread_id FROM {s}.threads WHERE starts_with(thread_id, %s) "

@@ -29,7 +29,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError
-from ..stores import Note, StoreSchemaError, _check_limit, _encode, _note_texts, _retention
+from ..stores import (
+    Note,
+    StoreSchemaError,
+    _check_limit,
+    _encode,
+    _note_texts,
+    _retention,
+    check_fence,
+)
 from ..threads import (
     ArchivedRange,
     FencedOut,
@@ -194,6 +202,18 @@ return existed
 """
 
 
+# KEYS: thread, notes; ARGV: lease token, entries...
+_FENCED_APPEND = (
+    _LUA_PUSH
+    + """
+local current = redis.call('HGET', KEYS[1], 'lt')
+if current ~= ARGV[1] then return {'fenced', current or ''} end
+push_args(KEYS[2], 2, #ARGV)
+return {'ok', tostring(redis.call('LLEN', KEYS[2]))}
+"""
+)
+
+
 def _ttl_ms(thread_id: str, owner: str, ttl: float) -> int:
     validate_lease_request(thread_id, owner, ttl)
     return max(1, math.ceil(ttl * 1000))
@@ -221,6 +241,7 @@ class _Client:
         self.renew = self.redis.register_script(_RENEW)
         self.release = self.redis.register_script(_RELEASE)
         self.delete = self.redis.register_script(_DELETE)
+        self.fenced_append = self.redis.register_script(_FENCED_APPEND)
 
 
 class RedisStore(NetworkedStore):
@@ -344,16 +365,31 @@ class RedisStore(NetworkedStore):
         texts: Sequence[str],
         *,
         metadata: Mapping[str, Any] | None = None,
+        fence: Lease | None = None,
     ) -> list[Note]:
-        """Append every text with consecutive ``seq`` values: one ``RPUSH``, atomic."""
+        """Append every text with consecutive ``seq`` values: one ``RPUSH``, atomic; with
+        ``fence``, one Lua script that first checks it is its thread's newest lease (as a
+        thread write does), else :class:`FencedOut` with nothing written."""
         items = _note_texts(texts)
         name = self._key("n", _check_str("namespace", namespace))
+        check_fence(fence)
         if not items:
             return []
         meta = _encode(metadata or {}, "note metadata", owner="RedisStore")
         now = time.time()
         entries = [_note_entry(now, meta, text) for text in items]
-        length = int(await self._threads.run(lambda client: client.redis.rpush(name, *entries)))
+        if fence is None:
+            length = int(await self._threads.run(lambda client: client.redis.rpush(name, *entries)))
+        else:
+            thread = self._thread_keys(_check_str("thread_id", fence.thread_id))[0]
+            outcome, figure = await self._threads.run(
+                lambda client: client.fenced_append(
+                    keys=[thread, name], args=[fence.token, *entries]
+                )
+            )
+            if outcome != "ok":
+                raise FencedOut(fence.thread_id, fence.token, int(figure) if figure else None)
+            length = int(figure)
         first = length - len(items) + 1
         decoded = json.loads(meta)
         return [Note(namespace, first + i, text, now, decoded) for i, text in enumerate(items)]

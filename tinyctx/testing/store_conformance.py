@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 
 from .. import codec
 from ..errors import SessionBusy
-from ..messages import Message, UserMessage
+from ..messages import Message, UserMessage, valid_text
 from ..stores import NoteBatchStore, NoteDeleteStore, Store, append_notes
 from ..threads import (
     UNCHANGED,
@@ -53,7 +53,7 @@ from ..threads import (
     ThreadWrite,
     Unchanged,
 )
-from .strategies import checkpoints, histories, layer_states
+from .strategies import checkpoints, histories, layer_states, texts
 
 __all__ = ["StoreFactory", "StoreConformance", "ThreadStoreConformance", "ThreadModel"]
 
@@ -545,6 +545,51 @@ class ThreadStoreConformance:
             assert await store.load_thread(thread) == before
             assert await store.archived(thread) == []
             assert before.lease == second
+
+    async def test_a_fenced_out_note_append_writes_nothing(self, make_store: StoreFactory) -> None:
+        """A note batch fenced by a replaced or released lease is refused whole (FencedOut,
+        no note, no seq used); under the thread's newest lease it is appended."""
+        thread, ns = _fresh(), _fresh("ns")
+        async with _opened(make_store) as store:
+            old = await store.acquire_lease(thread, "a", 60)
+            first = await append_notes(store, ns, ["one"], fence=old)
+            assert [n.seq for n in first] == [1]
+            await store.release_lease(old)
+            with pytest.raises(FencedOut) as released:
+                await store.append_notes(ns, ["late"], fence=old)
+            assert released.value.current is None
+            new = await store.acquire_lease(thread, "b", 60)
+            with pytest.raises(FencedOut) as replaced:
+                await append_notes(store, ns, ["late", "later"], fence=old)
+            assert replaced.value.current == new.token
+            assert [n.text for n in await store.notes(ns)] == ["one"]
+            renewed = await store.renew_lease(new, 60)
+            kept = await append_notes(store, ns, ["two"], fence=renewed)
+            assert [(n.seq, n.text) for n in kept] == [(2, "two")]
+            with pytest.raises(TypeError, match="fence"):
+                await store.append_notes(ns, ["x"], fence=new.token)
+            assert len(await store.notes(ns)) == 2
+
+    @_PROPERTY
+    @given(batches=st.lists(st.lists(texts(40), min_size=1, max_size=4), min_size=1, max_size=4))
+    async def test_only_the_newest_lease_appends_notes(
+        self, make_store: StoreFactory, batches: list[list[str]]
+    ) -> None:
+        """Batches alternately fenced by a stale and the newest lease: exactly the newest
+        lease's batches are stored, in order, with consecutive seqs."""
+        thread, ns = _fresh(), _fresh("ns")
+        async with _opened(make_store) as store:
+            stale = await store.acquire_lease(thread, "old", 60)
+            newest = await store.acquire_lease(thread, "old", 60)
+            expected: list[str] = []
+            for batch in batches:
+                with pytest.raises(FencedOut):
+                    await store.append_notes(ns, batch, fence=stale)
+                await store.append_notes(ns, batch, fence=newest)
+                expected += [valid_text(text) for text in batch]
+            notes = await store.notes(ns)
+            assert [n.text for n in notes] == expected
+            assert [n.seq for n in notes] == list(range(1, len(expected) + 1))
 
     async def test_release_and_renew(self, make_store: StoreFactory) -> None:
         """Renew keeps the token and extends the expiry; a released lease neither writes nor
