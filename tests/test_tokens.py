@@ -21,6 +21,7 @@ from tinyctx import (
     Message,
     ModelRequest,
     SystemMessage,
+    TextPart,
     TokenCounter,
     TokenizersCounter,
     ToolCall,
@@ -32,6 +33,7 @@ from tinyctx import (
 )
 from tinyctx.testing import strategies
 from tinyctx.testing.bpe import train_bpe
+from tinyctx.testing.images import image_part
 from tinyctx.testing.transcripts import load_openai_jsonl, messages_from_openai
 from tinyctx.tokens import MODEL_WINDOWS, message_payload, normalize_model_name, window_table
 
@@ -140,6 +142,38 @@ class TestColdCountingFastPath:
         fast = HeuristicCounter()._measure(messages)
         assert fast == HeuristicCounter()._measure_parts(messages)
         assert fast == SpyCounter()._measure(messages)  # a subclass takes the general path
+
+    @given(history=strategies.histories(), extra=st.text(max_size=60))
+    def test_fused_whole_counts_equal_the_general_path(
+        self, history: tuple[Message, ...], extra: str
+    ) -> None:
+        """Overheads and media added in the cold pass give the totals the general path does."""
+        messages = (
+            *history,
+            UserMessage([TextPart("x" + extra), image_part(640, 480, "image/png")]),
+            ToolResult("c9", [TextPart("日本語 " + extra), image_part(64, 48, "image/png")]),
+            AssistantMessage(extra, (ToolCall("c1", "f", invalid_arguments="{oops " + extra),)),
+        )
+        fast, general = HeuristicCounter(), SpyCounter()
+        assert [fast.count_message(m) for m in messages] == [
+            general.count_message(m) for m in messages
+        ]
+        assert HeuristicCounter().count_messages(messages) == SpyCounter().count_messages(messages)
+
+    @given(call=strategies.tool_calls(), value=st.text(max_size=80))
+    def test_remembered_argument_size_counts_like_the_json_text(
+        self, call: ToolCall, value: str
+    ) -> None:
+        """A call's arguments count what their JSON text counts, the first time and later."""
+        calls = (call, ToolCall("c2", "write", {"text": value, "pad": "    " + value}))
+        for tool_call in calls:
+            message = AssistantMessage("", (tool_call,))
+            expected = SpyCounter().count_message(message)
+            assert HeuristicCounter().count_message(message) == expected  # encodes
+            assert HeuristicCounter().count_message(message) == expected  # remembered size
+            assert (
+                tokens_module.arguments_text(tool_call) == message_payload(message).split(" ", 2)[2]
+            )
 
 
 class TestMemoization:

@@ -21,14 +21,18 @@ _D = TypeVar("_D")
 class FrozenDict(Mapping[K, V]):
     """A read-only dict that is hashable when its values are."""
 
-    __slots__ = ("_data", "_hash")
+    __slots__ = ("_data", "_hash", "_json_chars")
 
     _data: dict[K, V]
     _hash: int | None
+    # the length of the JSON text, four-space runs counted as 2 characters, if ASCII (else -1):
+    # what token counting measures of tool-call arguments (tinyctx.tokens), kept once known
+    _json_chars: int | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         object.__setattr__(self, "_data", dict(*args, **kwargs))
         object.__setattr__(self, "_hash", None)
+        object.__setattr__(self, "_json_chars", None)
 
     @classmethod
     def _wrap(cls, data: dict[K, V]) -> FrozenDict[K, V]:
@@ -36,6 +40,7 @@ class FrozenDict(Mapping[K, V]):
         new = cls.__new__(cls)
         object.__setattr__(new, "_data", data)
         object.__setattr__(new, "_hash", None)
+        object.__setattr__(new, "_json_chars", None)
         return new
 
     def __getitem__(self, key: K) -> V:

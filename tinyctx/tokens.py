@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .errors import ConfigError
 from .frozen import FrozenDict
 from .media_tokens import IMAGE_FORMULAS, ImageFormula, media_tokens
-from .messages import AssistantMessage, Message, ToolCall, ToolResult
+from .messages import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 from .model import ModelRequest
 from .parts import Content
 from .tools import ToolSpec
@@ -92,12 +92,28 @@ def arguments_text(call: ToolCall) -> str:
     """A tool call's arguments as the model produced them: JSON (or the raw invalid text)."""
     if call.invalid_arguments is not None:
         return call.invalid_arguments
-    if not call.arguments:
+    return _arguments_json(call.arguments)
+
+
+def _arguments_json(arguments: FrozenDict[str, Any]) -> str:
+    if not arguments:
         return "{}"
     if _ARGUMENTS_C is not None:
         # the FrozenDict's own dict: the C encoder takes it without a default() call
-        return "".join(_ARGUMENTS_C(call.arguments._data, 0))
-    return _ARGUMENTS.encode(call.arguments)
+        return "".join(_ARGUMENTS_C(arguments._data, 0))
+    return _ARGUMENTS.encode(arguments)  # pragma: no cover - CPython always has _json
+
+
+def _json_chars(arguments: FrozenDict[str, Any]) -> int:
+    """The length of ``arguments``' JSON text with four-space runs as 2 characters, or -1
+    when it is not ASCII; remembered on the deep-frozen mapping (it always encodes the same),
+    so counting a call again, in any counter, skips the encoding."""
+    chars = arguments._json_chars
+    if chars is None:
+        text = _arguments_json(arguments)
+        chars = len(text) - 2 * text.count(_FOUR_SPACES) if text.isascii() else -1
+        object.__setattr__(arguments, "_json_chars", chars)
+    return chars
 
 
 def message_payload(message: Message) -> str:
@@ -224,16 +240,7 @@ class MemoCounter:
     def _remember(self, messages: Sequence[Message]) -> list[int]:
         """Measure ``messages`` (none of them memoized) in one :meth:`count_texts` call,
         remember them, and return their counts."""
-        counts = self._measure(messages)
-        base, per_call = self.message_overhead, self.tool_call_overhead
-        counts = [c + base for c in counts]
-        for index, message in enumerate(messages):
-            if isinstance(message, AssistantMessage):
-                calls = message.tool_calls
-                if calls and per_call:
-                    counts[index] += per_call * len(calls)
-            elif type(getattr(message, "content", "")) is not str:
-                counts[index] += self.count_media(message.content)  # type: ignore[attr-defined]
+        counts = self._message_counts(messages)
         memo, alive, limit = self._counts, self._alive, self._max_memo
         overflow = len(memo) + len(messages) - limit
         if overflow > 0:
@@ -251,6 +258,20 @@ class MemoCounter:
         for key, message in zip(keys, messages[start:] if start else messages, strict=True):
             ref = alive[key] = _KeyedRef(message, forget)
             ref.key = key
+        return counts
+
+    def _message_counts(self, messages: Sequence[Message]) -> list[int]:
+        """Whole counts of ``messages``: payload, per-message and per-call overhead, media."""
+        counts = self._measure(messages)
+        base, per_call = self.message_overhead, self.tool_call_overhead
+        counts = [c + base for c in counts]
+        for index, message in enumerate(messages):
+            if isinstance(message, AssistantMessage):
+                calls = message.tool_calls
+                if calls and per_call:
+                    counts[index] += per_call * len(calls)
+            elif type(getattr(message, "content", "")) is not str:
+                counts[index] += self.count_media(message.content)  # type: ignore[attr-defined]
         return counts
 
     def count_media(self, content: Content) -> int:
@@ -445,27 +466,38 @@ class HeuristicCounter(MemoCounter):
         self.kana_tokens = float(kana_tokens)
         self.hangul_tokens = float(hangul_tokens)
 
-    def _measure(self, messages: Sequence[Message]) -> list[int]:
+    def _message_counts(self, messages: Sequence[Message]) -> list[int]:
+        if type(self).count_text is not HeuristicCounter.count_text:
+            return super()._message_counts(messages)
+        return self._measure(messages, whole=True)
+
+    def _measure(self, messages: Sequence[Message], *, whole: bool = False) -> list[int]:
         # the payload's parts counted one by one (no joined copy of a large tool result),
-        # with count_text's ASCII path inlined: this loop is a cold count's whole cost
+        # with count_text's ASCII path inlined: this loop is a cold count's whole cost;
+        # ``whole`` adds the overheads and media in the same pass (what _message_counts adds)
         if type(self).count_text is not HeuristicCounter.count_text:
             return self._measure_parts(messages)  # a subclass counts text its own way
         count = self.count_text
         per = self.chars_per_token
         ceil = math.ceil
         four = _FOUR_SPACES
+        base = self.message_overhead if whole else 0
+        per_call = self.tool_call_overhead if whole else 0
         counts: list[int] = []
         append = counts.append
         for message in messages:
             text = message.text
             if not text:
-                tokens = 0
+                tokens = base
             elif text.isascii():
-                tokens = ceil((len(text) - 2 * text.count(four)) / per) or 1
+                tokens = base + (ceil((len(text) - 2 * text.count(four)) / per) or 1)
             else:
-                tokens = count(text)
+                tokens = base + count(text)
             kind = type(message)
-            if kind is ToolResult or (
+            if kind is UserMessage:
+                if whole and type(message.content) is not str:  # type: ignore[attr-defined]
+                    tokens += self.count_media(message.content)  # type: ignore[attr-defined]
+            elif kind is ToolResult or (
                 kind is not AssistantMessage and isinstance(message, ToolResult)
             ):
                 part = message.tool_call_id  # type: ignore[attr-defined]  # never empty
@@ -473,26 +505,33 @@ class HeuristicCounter(MemoCounter):
                     tokens += ceil((len(part) - 2 * part.count(four)) / per) or 1
                 else:
                     tokens += count(part)
+                if whole and type(message.content) is not str:  # type: ignore[attr-defined]
+                    tokens += self.count_media(message.content)  # type: ignore[attr-defined]
             elif kind is AssistantMessage or isinstance(message, AssistantMessage):
-                for call in message.tool_calls:  # type: ignore[attr-defined]
+                calls = message.tool_calls  # type: ignore[attr-defined]
+                if calls:
+                    tokens += per_call * len(calls)
+                for call in calls:
                     # id and name: short, never empty; the JSON arguments
-                    part = call.id
-                    tokens += (
-                        ceil(len(part) / per)
-                        if part.isascii() and "    " not in part
-                        else count(part)
-                    )
-                    part = call.name
-                    tokens += (
-                        ceil(len(part) / per)
-                        if part.isascii() and "    " not in part
-                        else count(part)
-                    )
-                    part = arguments_text(call)
-                    if part.isascii():
+                    part, name = call.id, call.name
+                    if part.isascii() and name.isascii() and four not in part + name:
+                        tokens += ceil(len(part) / per) + ceil(len(name) / per)
+                    else:
+                        tokens += count(part) + count(name)
+                    part = call.invalid_arguments
+                    if part is None:  # JSON arguments: their ASCII size is remembered
+                        chars = call.arguments._json_chars
+                        if chars is None:
+                            chars = _json_chars(call.arguments)
+                        tokens += (
+                            (ceil(chars / per) or 1) if chars >= 0 else count(arguments_text(call))
+                        )
+                    elif part.isascii():
                         tokens += ceil((len(part) - 2 * part.count(four)) / per) or 1
                     else:
                         tokens += count(part)
+            elif whole and type(getattr(message, "content", "")) is not str:
+                tokens += self.count_media(message.content)  # type: ignore[attr-defined]
             append(tokens)
         return counts
 
@@ -522,7 +561,8 @@ class HeuristicCounter(MemoCounter):
         data = text.encode("utf-8", "surrogatepass")
         leads = data.translate(None, _NOT_LEADS)
         ascii_chars = n - len(leads)
-        estimate = (ascii_chars - 2 * text.count(_FOUR_SPACES)) / self.chars_per_token
+        # four ASCII spaces are the same four bytes in UTF-8, found faster in the bytes
+        estimate = (ascii_chars - 2 * data.count(b"    ")) / self.chars_per_token
         bytes_left = len(data) - ascii_chars
         if leads.translate(None, _NOT_CJK_LEADS):
             han, kana, hangul = (len(pattern.findall(text)) for pattern in _CJK_CLASSES)
