@@ -156,23 +156,29 @@ class _Scenario:
     sent: list[ModelRequest] = attrs.Factory(list)
 
 
-def _message_state(message: Message) -> tuple[Any, ...]:
-    return tuple(getattr(message, f.name) for f in attrs.fields(type(message)))
+def _fields_state(value: Any) -> tuple[Any, ...]:
+    """The field values of an attrs value (a message, a tool call), to detect edits in place."""
+    return tuple(getattr(value, f.name) for f in attrs.fields(type(value)))
 
 
 def _request_state(request: ModelRequest) -> tuple[Any, ...]:
     fields = tuple(getattr(request, f.name) for f in attrs.fields(ModelRequest))
-    return (tuple(map(id, fields)), tuple(_message_state(m) for m in request.messages))
+    return (tuple(map(id, fields)), tuple(_fields_state(m) for m in request.messages))
 
 
-class _OuterProbe(Layer):
-    """Outside the layer: snapshots what the layer is handed and sees what comes out."""
+class _Probe(Layer):
+    """A kit probe: an observer other layers' ordering rules ignore, sharing one scenario."""
 
-    name = "conformance.outer"
     ordering_neutral = True
 
     def __init__(self, scenario: _Scenario) -> None:
         self.scenario = scenario
+
+
+class _OuterProbe(_Probe):
+    """Outside the layer: snapshots what the layer is handed and sees what comes out."""
+
+    name = "conformance.outer"
 
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
@@ -192,15 +198,14 @@ class _OuterProbe(Layer):
     async def wrap_tool(
         self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
     ) -> ToolResult:
-        before_call = tuple(getattr(call, f.name) for f in attrs.fields(ToolCall))
+        before_call = _fields_state(call)
         try:
             return await call_next(call, ctx)
         except BaseException as exc:
             self.scenario.escaped.append(exc)
             raise
         finally:
-            after = tuple(getattr(call, f.name) for f in attrs.fields(ToolCall))
-            if after != before_call and self.scenario.mutation is None:
+            if _fields_state(call) != before_call and self.scenario.mutation is None:
                 self.scenario.mutation = f"the tool call it was handed changed: {call!r}"
 
     def _compare(
@@ -232,14 +237,10 @@ class _OuterProbe(Layer):
                     return
 
 
-class _InnerProbe(Layer):
+class _InnerProbe(_Probe):
     """Inside the layer: records what reaches the model and injects faults."""
 
     name = "conformance.inner"
-    ordering_neutral = True
-
-    def __init__(self, scenario: _Scenario) -> None:
-        self.scenario = scenario
 
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
