@@ -4,17 +4,26 @@
 
 Replays every transcript of ``../shared/data/transcripts/`` (the ones tinyctx can load) at a
 32K and a 128K window through: no management; the named stacks (``default_stack``,
-``seed_order_stack``); each built-in layer alone at its defaults; and LangChain's
+``seed_order_stack``); each context layer alone at its defaults; and LangChain's
 ``SummarizationMiddleware`` and ``ContextEditingMiddleware`` (``bench`` extra) at matched
-settings — the same trigger (90% of the usable window), the same tail kept (the low-water
-mark, as tokens) and the same offline summary text (tinyctx's ExtractiveSummarizer), so only
-the policies differ. Everyone is counted by one token counter (tinyctx's heuristic) and
-priced by :mod:`tinyctx.cost` (Claude Sonnet 4.5 prices by default).
+settings — the same trigger (90% of the usable window in the policy table), the same tail
+kept (the low-water mark, as tokens) and the same offline summary text (tinyctx's
+ExtractiveSummarizer), so only the policies differ. Everyone is counted by one token counter
+(tinyctx's heuristic) and priced by :mod:`tinyctx.cost` (Claude Sonnet 4.5 prices by default).
 
 Printed: cost, prefix breaks and average prompt tokens per transcript and policy; then the
-sweep of the low-water mark for ``default_stack`` and for LangChain's pair (same knob: the
-tokens kept after a summary) and whether tinyctx's curve is below LangChain's (lower cost at
-equal average prompt tokens, by interpolation on tinyctx's curve).
+three checks of issue #20, each MET or NOT MET per transcript:
+
+- never worse than doing nothing: where no management keeps the window, no named stack and
+  no single layer at its defaults costs more than none;
+- few prefix breaks: ``default_stack`` breaks the cached prefix at most once per 20 calls
+  at 32K;
+- the sweep: ``default_stack`` swept over its low-water mark against LangChain's pair swept
+  over the same knob (the tokens kept after a summary), LangChain triggered at 90% of the
+  usable window and at tinyctx's default (only a request that would not fit). Each curve is
+  its frontier (settings no other setting beats on both cost and context), interpolated
+  linearly; they are compared at equal average prompt tokens over the range both cover
+  (:func:`tinyctx.cost.compare_curves`), and the table shows where ours compares worst.
 """
 
 from __future__ import annotations
@@ -52,13 +61,15 @@ from tinyctx.cost import (  # noqa: E402
     DEFAULT_PRICE,
     ModelPrice,
     SweepPoint,
-    cost_at,
+    compare_curves,
+    frontier,
     price_for,
     price_replay,
 )
 from tinyctx.formats import load_transcript  # noqa: E402
 from tinyctx.middleware import (  # noqa: E402
     BudgetGuard,
+    ClearOldImages,
     ExtractiveSummarizer,
     Microcompact,
     Summarize,
@@ -236,24 +247,31 @@ class LangChainContextEditing(Layer):
 
 
 def langchain_stack(
-    counter: TokenCounter, window: int, low_water: float, *, editing: bool, summary: bool
+    counter: TokenCounter,
+    window: int,
+    low_water: float,
+    *,
+    editing: bool,
+    summary: bool,
+    trigger: float = TRIGGER,
 ) -> list[LayerLike]:
+    """LangChain's pair at ``trigger`` (a fraction of the usable window; 1.0: only a
+    request that would not fit, as tinyctx's defaults) keeping ``low_water`` of it."""
     usable = window - RESERVE
+    at = int(trigger * usable) + (1 if trigger >= 1 else 0)
     bridge = _Bridge(counter)
     layers: list[LayerLike] = []
     if summary:
         layers.append(
             LangChainSummarization(
                 bridge,
-                trigger=("tokens", int(TRIGGER * usable)),
+                trigger=("tokens", at),
                 keep=("tokens", int(low_water * usable)),
                 summary_tokens=1000,
             )
         )
     if editing:
-        layers.append(
-            LangChainContextEditing(bridge, trigger=int(TRIGGER * usable), keep=5, clear_at_least=0)
-        )
+        layers.append(LangChainContextEditing(bridge, trigger=at, keep=5, clear_at_least=0))
     return layers
 
 
@@ -281,6 +299,7 @@ def policies(with_langchain: bool) -> dict[str, Factory]:
         "Microcompact()": lambda c, w, lw: [Microcompact(counter=c)],
         "Summarize()": lambda c, w, lw: [Summarize(ExtractiveSummarizer(), counter=c)],
         "ToolResultBudget()": lambda c, w, lw: [ToolResultBudget()],
+        "ClearOldImages()": lambda c, w, lw: [ClearOldImages(counter=c)],
     }
     if with_langchain:
         named["langchain summarization+editing"] = lambda c, w, lw: langchain_stack(
@@ -328,28 +347,43 @@ def sweep_points(
     return points
 
 
-def curve_below(ours: Sequence[SweepPoint], theirs: Sequence[SweepPoint]) -> tuple[bool, int]:
-    """Whether every comparable point of ``theirs`` costs more than ``ours`` interpolated at
-    its average prompt tokens (or, left of our curve, more than our cheapest point, which
-    keeps more context); and how many points were compared."""
-    compared, below = 0, True
-    good = [p for p in ours if p.error is None]
-    if not good:
-        return False, 0
-    if all(p.error is not None for p in theirs):
-        return True, 0  # they overflow the window at every setting, we keep it
-    least = min(good, key=lambda p: p.average_prompt_tokens)
-    for point in theirs:
-        if point.error is not None:
-            continue  # a setting that does not keep the window is no choice (counted below)
-        mine = cost_at(good, point.average_prompt_tokens)
-        if mine is None and point.average_prompt_tokens < least.average_prompt_tokens:
-            mine = least.cost  # we keep more context for this cost: compare it
-        if mine is None:
-            continue  # they keep more context than any of our settings: not comparable
-        compared += 1
-        below = below and mine <= point.cost
-    return below and compared > 0, compared
+def curve_verdict(ours: Sequence[SweepPoint], theirs: Sequence[SweepPoint]) -> tuple[bool, str]:
+    """Whether tinyctx's curve lies below LangChain's, and the table cells saying so.
+
+    Both curves are compared at equal average prompt tokens over the range both cover
+    (:func:`tinyctx.cost.compare_curves`: the frontier of each sweep, interpolated linearly).
+    Where LangChain keeps the window at no setting there is no curve of theirs: that counts
+    as below only when ours keeps it."""
+    mine = frontier(ours)
+    if not mine:
+        return (
+            False,
+            f"{'-':>9} {'-':>9} {'-':>9} {'-':>7}  NOT MET: tinyctx never keeps the window",
+        )
+    if not frontier(theirs):
+        least = mine[0]
+        return True, (
+            f"{least.average_prompt_tokens / 1000:>8.1f}k ${least.cost:>8.3f} {'over':>9} "
+            f"{'-':>7}  MET: LangChain overflows the window at every setting"
+        )
+    comparison = compare_curves(ours, theirs)
+    worst = comparison.worst
+    if worst is None:
+        return False, (
+            f"{'-':>9} {'-':>9} {'-':>9} {'-':>7}  NOT MET: the curves share no range "
+            f"(ours {mine[0].average_prompt_tokens:.0f}-{mine[-1].average_prompt_tokens:.0f}, "
+            f"theirs {frontier(theirs)[0].average_prompt_tokens:.0f}-"
+            f"{frontier(theirs)[-1].average_prompt_tokens:.0f})"
+        )
+    x, mine_cost, their_cost = worst
+    mean = comparison.mean_ratio or 0.0
+    verdict = "MET" if comparison.below else "NOT MET"
+    return comparison.below, (
+        f"{x / 1000:>8.1f}k ${mine_cost:>8.3f} ${their_cost:>8.3f} "
+        f"{mine_cost / their_cost - 1:>+7.1%}"
+        f"  {verdict}: {len(comparison.samples)} points "
+        f"{comparison.low / 1000:.1f}k-{comparison.high / 1000:.1f}k, mean {mean - 1:+.1%}"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -375,8 +409,10 @@ def run(
     if quick:
         named = {k: v for k, v in named.items() if k in ("none", "default_stack")}
     rows: list[Row] = []
-    fits_ok = breaks_ok = curve_ok = True
+    fits_table: list[str] = []
+    breaks_table: list[str] = []
     curve_table: list[str] = []
+    fits_ok = breaks_ok = curve_ok = True
     for window in WINDOWS:
         totals: dict[str, list[float]] = {}
         if verbose:
@@ -416,11 +452,16 @@ def run(
                     entry[1] += b
                     entry[2] += n
                     entry[3] += over
-            label = f"{name[:24]} {window // 1000}K"
+            label = f"{name[:40]:<40} {window // 1000:>4}K"
             if none_over == 0:  # no management fits: nothing may cost more
-                worse = [p for p, r in results.items() if not p.startswith("langchain")]
-                worse = [p for p in worse if results[p][0] > none_cost * (1 + 1e-9)]
+                ours = [p for p in results if p != "none" and not p.startswith("langchain")]
+                worse = [p for p in ours if results[p][0] > none_cost * (1 + 1e-9)]
+                priciest = max(ours, key=lambda p: results[p][0])
                 fits_ok = fits_ok and not worse
+                fits_table.append(
+                    f"{label} ${none_cost:>8.4f} ${results[priciest][0]:>8.4f} "
+                    f"{priciest:<20} {'NOT MET: ' + ', '.join(worse) if worse else 'MET'}"
+                )
                 rows.append(
                     Row(
                         "cost: fits unmanaged",
@@ -437,6 +478,7 @@ def run(
             if window == 32_000:
                 ok = breaks * 20 <= max(calls, 20)
                 breaks_ok = breaks_ok and ok
+                breaks_table.append(f"{label} {breaks:>6} {calls:>6} {'MET' if ok else 'NOT MET'}")
                 rows.append(
                     Row(
                         "cost: breaks @32K",
@@ -450,28 +492,30 @@ def run(
                     )
                 )
             if with_langchain and not quick and none_over > 0 and sweeps:
-                ours = sweep_points(messages, named["default_stack"], window, counter, price)
-                theirs = sweep_points(
-                    messages, named["langchain summarization+editing"], window, counter, price
-                )
-                below, compared = curve_below(ours, theirs)
-                curve_ok = curve_ok and below
-                curve_table.append(_curve_line(label, ours, theirs, below, compared))
-                rows.append(
-                    Row(
-                        "cost: sweep vs LangChain",
-                        label,
-                        seconds,
-                        None,
-                        None,
-                        target="default_stack curve below",
-                        met=below,
-                        extra={
-                            "ours": [p.to_json() for p in ours],
-                            "langchain": [p.to_json() for p in theirs],
-                        },
+                ours_curve = sweep_points(messages, named["default_stack"], window, counter, price)
+                for at in LANGCHAIN_TRIGGERS:
+                    theirs_curve = sweep_points(messages, _langchain_at(at), window, counter, price)
+                    below, cells = curve_verdict(ours_curve, theirs_curve)
+                    curve_ok = curve_ok and below
+                    curve_table.append(f"{label} {_trigger_label(at):>5} {cells}")
+                    if verbose:
+                        curve_table.append(_curve_points(ours_curve, theirs_curve))
+                    rows.append(
+                        Row(
+                            "cost: sweep vs LangChain",
+                            f"{label} LangChain trigger {_trigger_label(at)}",
+                            seconds,
+                            None,
+                            None,
+                            target="default_stack curve below",
+                            met=below,
+                            extra={
+                                "ours": [p.to_json() for p in ours_curve],
+                                "langchain": [p.to_json() for p in theirs_curve],
+                                "comparison": compare_curves(ours_curve, theirs_curve).to_json(),
+                            },
+                        )
                     )
-                )
         if verbose and totals:
             count = sum(1 for _, m in transcripts if m)
             print(
@@ -483,16 +527,52 @@ def run(
                     f"   {policy:<32} ${c:>8.2f}  {int(b):>4} breaks  {int(n):>5} calls  "
                     f"{int(over):>4} calls over the window"
                 )
-    if curve_table and verbose:
-        print("\n== sweep of the low-water mark: (avg prompt tokens, cost) per setting")
-        print("\n".join(curve_table))
     if verbose:
+        head = f"{'transcript':<40} {'window':>5}"
+        print("\n== never worse than doing nothing (transcripts no management keeps in the window)")
+        print(f"{head} {'none':>9} {'priciest':>9} {'(stack/layer)':<20} verdict")
+        print("\n".join(fits_table))
+        print("\n== default_stack prefix breaks at 32K (at most 1 per 20 calls)")
+        print(f"{head} {'breaks':>6} {'calls':>6} verdict")
+        print("\n".join(breaks_table))
+        if curve_table:
+            print(
+                "\n== sweep of the low-water mark: default_stack vs LangChain "
+                "summarization+editing at equal average prompt tokens"
+            )
+            print(
+                "   (each curve's frontier, interpolated linearly, over the range both cover; "
+                "the point where ours compares worst)"
+            )
+            print(
+                "   LangChain's trigger: 90% of the usable window, or 'over' (only a request that "
+                "would not fit, tinyctx's default)"
+            )
+            print(
+                f"{head} {'LC at':>5} {'avg tok':>9} {'tinyctx':>9} {'langchain':>9} {'diff':>7}"
+                "  verdict"
+            )
+            print("\n".join(curve_table))
         print(
-            f"\nno stack or layer costs more than none where none fits: {fits_ok}; "
-            f"default_stack <= 1 break per 20 calls at 32K: {breaks_ok}; "
-            f"sweep below LangChain's: {curve_ok if curve_table else 'not run'}"
+            f"\nnever worse than no management: {'MET' if fits_ok else 'NOT MET'}; "
+            f"default_stack <= 1 break per 20 calls at 32K: {'MET' if breaks_ok else 'NOT MET'}; "
+            "sweep below LangChain's: "
+            + (("MET" if curve_ok else "NOT MET") if curve_table else "not run")
         )
     return rows
+
+
+LANGCHAIN_TRIGGERS = (TRIGGER, 1.0)
+"""LangChain's pair is swept at 90% of the usable window and at tinyctx's own default (only a
+request that would not fit): the curve must lie below both."""
+
+
+def _langchain_at(trigger: float) -> Factory:
+    return lambda c, w, lw: langchain_stack(c, w, lw, editing=True, summary=True, trigger=trigger)
+
+
+def _trigger_label(trigger: float) -> str:
+    return "over" if trigger >= 1 else f"{trigger:.0%}"
 
 
 def _low_water() -> float:
@@ -501,26 +581,14 @@ def _low_water() -> float:
     return DEFAULT_LOW_WATER
 
 
-def _curve_line(
-    label: str,
-    ours: Sequence[SweepPoint],
-    theirs: Sequence[SweepPoint],
-    below: bool,
-    compared: int,
-) -> str:
+def _curve_points(ours: Sequence[SweepPoint], theirs: Sequence[SweepPoint]) -> str:
     def fmt(points: Sequence[SweepPoint]) -> str:
         return " ".join(
-            f"({p.average_prompt_tokens / 1000:.1f}k ${p.cost:.2f}{'*' if p.error else ''})"
+            f"({p.average_prompt_tokens / 1000:.1f}k ${p.cost:.3f}{'*' if p.error else ''})"
             for p in points
         )
 
-    verdict = "below" if below else "NOT below"
-    if below and not compared:
-        verdict = "below (LangChain overflows the window at every setting)"
-    return (
-        f"{label}: {verdict} ({compared} points compared)\n"
-        f"   tinyctx   {fmt(ours)}\n   langchain {fmt(theirs)}"
-    )
+    return f"     tinyctx   {fmt(ours)}\n     langchain {fmt(theirs)}"
 
 
 def main(argv: list[str] | None = None) -> int:

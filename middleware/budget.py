@@ -4,7 +4,10 @@ Before each model call :class:`BudgetGuard` estimates the prompt (messages, tool
 system prompt; calibrated by the provider's reported usage) against the usable window,
 ``max_tokens - reserved_output_tokens``:
 
-- below ``trigger`` (default 90 %) the request passes through untouched — the same object;
+- below ``trigger`` the request passes through untouched — the same object. By default
+  the trigger is the hard limit: the guard acts only on a request that would not fit, so
+  on a conversation that fits it never rewrites anything (and never breaks a provider's
+  cached prompt prefix); a lower trigger relieves ahead of need;
 - at or above it, a :class:`ContextPressure` event is emitted and the guard's policies run
   in order, re-estimating after each, until the estimate is at or under the low-water
   mark (``low_water``); each policy that changed something emits a
@@ -538,17 +541,20 @@ _SETTINGS_OUTPUT_KEYS = ("max_output_tokens", "max_completion_tokens", "max_toke
 class BudgetGuard(Layer):
     """Keeps each model request inside the usable context window (see the module doc).
 
-    ``trigger``, ``hard_limit`` and ``low_water`` are fractions of the usable window
-    (``window - reserved_output_tokens``) with ``0 < low_water <= trigger < hard_limit <= 1``.
-    When the guard acts it relieves in one batch down to the low-water mark, so the calls
-    after it append to a stable prefix (a provider's prompt cache reads it) until the
-    trigger is reached again: the lower the mark, the rarer the rewrites that break the
-    cached prefix, and the less context is kept. ``low_water`` defaults to half the usable
-    window (or the trigger, when that is lower); :func:`~tinyctx.middleware.stacks.default_stack`
-    acts at 0.95 and relieves to 0.4, which ``benchmarks/bench_cost.py`` shows is cheaper on
-    real transcripts. ``target`` is its older name (give one or the other). The built-in
-    policies free what the guard asks for, oldest first, so the mark decides how much
-    context a relief keeps.
+    ``trigger``, ``hard_limit`` and ``low_water`` are fractions of the usable window (``window -
+    reserved_output_tokens``) with ``0 < low_water <= trigger <= hard_limit <= 1``. ``trigger``
+    defaults to ``hard_limit``: the guard then acts only when the request would not fit under
+    the hard limit, never on a conversation that fits (acting earlier rewrites a cached prefix
+    the calls up to the limit would only have read, so it never costs less on a conversation
+    that ends before it; ``benchmarks/bench_cost.py`` checks this on real transcripts). When the
+    guard acts it relieves in one batch down to the low-water mark, so the calls after it append
+    to a stable prefix (a provider's prompt cache reads it) until the trigger is reached again:
+    the lower the mark, the rarer the rewrites that break the cached prefix, and the less
+    context is kept. ``low_water`` defaults to half the usable window (or the trigger, when that
+    is lower); :func:`~tinyctx.middleware.stacks.default_stack` relieves to 0.4, which
+    ``benchmarks/bench_cost.py`` shows is cheaper on real transcripts. ``target`` is its older
+    name (give one or the other). The built-in policies free what the guard asks for, oldest
+    first, so the mark decides how much context a relief keeps.
     ``reserved_output_tokens`` defaults to ``RunConfig.reserved_output_tokens``, or to the
     request's ``max_tokens``-style output setting when the config reserves nothing.
 
@@ -582,7 +588,7 @@ class BudgetGuard(Layer):
         *,
         max_tokens: int | None = None,
         reserved_output_tokens: int | None = None,
-        trigger: float = 0.9,
+        trigger: float | None = None,
         hard_limit: float = 1.0,
         target: float | None = None,
         low_water: float | None = None,
@@ -615,12 +621,12 @@ class BudgetGuard(Layer):
                 owner=owner,
             )
         self.hard_limit = _fraction("hard_limit", hard_limit, owner)
-        self.trigger = _fraction("trigger", trigger, owner)
-        if not self.trigger < self.hard_limit:
+        self.trigger = self.hard_limit if trigger is None else _fraction("trigger", trigger, owner)
+        if not self.trigger <= self.hard_limit:
             raise ConfigError(
                 "trigger",
                 trigger,
-                f"0 < trigger < hard_limit ({self.hard_limit:g}) <= 1",
+                f"0 < trigger <= hard_limit ({self.hard_limit:g}) <= 1",
                 owner=owner,
             )
         if target is not None and low_water is not None and target != low_water:
@@ -700,6 +706,19 @@ class BudgetGuard(Layer):
         # model name -> table window; a pure function of the configuration, shared safely
         self._table_cache: dict[str | None, int | None] = {}
 
+    def trigger_tokens(self, usable: int) -> int:
+        """The least estimate the guard acts on in a usable window of ``usable`` tokens:
+        ``trigger * usable``, or one token over the hard limit when the trigger is the hard
+        limit (the default: the guard acts only on a request that would not fit)."""
+        if self.trigger >= self.hard_limit:
+            return math.floor(self.hard_limit * usable) + 1
+        return math.ceil(self.trigger * usable)
+
+    def fires(self, estimate: int, usable: int) -> bool:
+        """Whether the guard acts on a request of ``estimate`` tokens (see
+        :meth:`trigger_tokens`)."""
+        return estimate >= self.trigger_tokens(usable)
+
     @property
     def target(self) -> float:
         """The low-water mark under its older name."""
@@ -724,7 +743,7 @@ class BudgetGuard(Layer):
         ``seed``), ``BREAKER_THRESHOLD``, ``BREAKER_COOLDOWN`` (an integer or ``none``).
         An invalid value — or an unknown variable with the prefix — raises ConfigError
         naming the variable; nothing is silently ignored, and the same cross-field rules
-        as the constructor apply (e.g. the trigger strictly below the hard limit).
+        as the constructor apply (e.g. the trigger at or below the hard limit).
         """
         env = os.environ if environ is None else environ
         overrides: dict[str, Any] = {}
@@ -859,7 +878,7 @@ class BudgetGuard(Layer):
         state.actions["checks"] += 1
         self._remember(state, estimate, window, reserved, source)
         sent, sent_raw = request, raw
-        if estimate >= self.trigger * usable:
+        if self.fires(estimate, usable):
             sent, sent_raw, estimate = await self._relieve(
                 request,
                 ctx,
@@ -970,7 +989,7 @@ class BudgetGuard(Layer):
                 usable=usable,
                 window=window,
                 reserved=reserved,
-                trigger_tokens=math.ceil(self.trigger * usable),
+                trigger_tokens=self.trigger_tokens(usable),
                 target_tokens=goal,
                 window_source=source,
                 model=request.model or ctx.config.model,

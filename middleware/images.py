@@ -54,6 +54,8 @@ from ._compaction import (
     remap_replaced,
 )
 from .policy import Relief
+from .triggers import Trigger, acts_on
+from .triggers import trigger as as_trigger
 
 __all__ = [
     "ClearOldImages",
@@ -206,7 +208,15 @@ class ImagesCleared(Event):
 
 
 class ClearOldImages(Layer):
-    """Keeps only the newest ``keep_images`` images (default 3) in every model request.
+    """Keeps only the newest ``keep_images`` images (default 3) in the model requests.
+
+    Clearing an image rewrites an old message, which breaks a provider's cached prompt
+    prefix, so the layer acts only when it is needed: ``trigger`` (tokens, a fraction of the
+    usable window, a message count, or AND/OR combinations:
+    :mod:`tinyctx.middleware.triggers`) says when; the default fires only when the request
+    would not fit the run's usable window (``RunConfig.usable_tokens``), so on a conversation
+    that fits it never costs more than no management (with no window known it clears on
+    every call). ``trigger=1`` clears on every call.
 
     ``persist=True`` (the default) commits the placeholders to the conversation, so the
     prompt-cache prefix stays stable and later calls have nothing to redo; ``persist=False``
@@ -224,10 +234,12 @@ class ClearOldImages(Layer):
         *,
         persist: bool = True,
         counter: TokenCounter | None = None,
+        trigger: Any = None,
         name: str | None = None,
     ) -> None:
         owner = type(self).__name__
         self.keep_images = check_int(keep_images, "keep_images", owner)
+        self.trigger: Trigger | None = None if trigger is None else as_trigger(trigger, owner=owner)
         self.persist = check_bool(persist, "persist", owner)
         self.counter = check_counter(counter, owner)
         if name is not None:
@@ -239,6 +251,12 @@ class ClearOldImages(Layer):
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
     ) -> ModelResponse:
         messages = request.messages
+        if self.trigger is not None or ctx.config.usable_tokens is not None:
+            counter = self.counter or default_counter()
+            tokens = counter.count_request(request)
+            usable = ctx.config.usable_tokens
+            if not acts_on(self.trigger, tokens, len(messages), usable, type(self).__name__):
+                return await call_next(request, ctx)
         memo: dict[int, tuple[Message, Message, int]] = ctx.state_for(self, dict)
         new, stats = clear_images_history(
             messages, self.keep_images, counter=self.counter, memo=memo

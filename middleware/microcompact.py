@@ -56,7 +56,7 @@ from ._compaction import (
 )
 from .images import clear_images_history
 from .policy import Relief
-from .triggers import Trigger
+from .triggers import Trigger, acts_on
 from .triggers import trigger as as_trigger
 
 __all__ = [
@@ -508,11 +508,12 @@ class Microcompact(Layer):
         """Whether the trigger says to clear before this request (see the class doc)."""
         if self._always:
             return True
-        usable = ctx.config.usable_tokens
-        if self.trigger is None:
-            return usable is None or counter.count_request(request) > usable
-        return self.trigger.fires(
-            counter.count_request(request), len(request.messages), usable, type(self).__name__
+        return acts_on(
+            self.trigger,
+            counter.count_request(request),
+            len(request.messages),
+            ctx.config.usable_tokens,
+            type(self).__name__,
         )
 
     def _run(

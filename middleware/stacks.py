@@ -15,7 +15,8 @@ from typing import Any
 from tinyctx import ConfigError, LayerLike
 from tinyctx.tokens import TokenCounter
 
-from .budget import BudgetGuard, default_policies
+from .budget import BudgetGuard, default_policies, policy_role
+from .policy import PressurePolicy
 from .summarize import ExtractiveSummarizer, Summarize
 from .tool_result_budget import ShrinkToolResults, ToolResultBudget
 
@@ -36,12 +37,22 @@ DEFAULT_LOW_WATER = 0.4
 """default_stack's low-water mark: a relief goes down to 40% of the usable window, so the
 calls after it grow the cached prefix for a while (see docs/budget-and-compaction.md)."""
 
-DEFAULT_TRIGGER = 0.95
-"""default_stack's trigger: relieve late (95% of the usable window) and deep (to the low-water
-mark), so that one relief buys the widest run of calls that append to a cached prefix."""
+DEFAULT_TRIGGER = 1.0
+"""default_stack's trigger: relieve only when a request would not fit the usable window, and
+deep (to the low-water mark), so that one relief buys the widest run of calls that append to
+a cached prefix, and a conversation that fits is never rewritten."""
 
 DEFAULT_RESULT_SHARE = 0.1
 """default_stack's cap on one tool result: 10% of the usable window (and 16 KiB)."""
+
+
+def _keeping_the_task(policies: list[PressurePolicy]) -> list[PressurePolicy]:
+    """``policies`` with the built-in summary keeping the task in front of it
+    (``Summarize(keep_task=True)``: the prefix up to the task stays cached across reliefs)."""
+    return [
+        Summarize(ExtractiveSummarizer(), keep_task=True) if policy_role(p) == "summarize" else p
+        for p in policies
+    ]
 
 
 def default_stack(
@@ -49,11 +60,12 @@ def default_stack(
 ) -> list[LayerLike]:
     """Budget every tool result (16 KiB, and at most 10% of the usable window), then guard
     the window with the default policy order — drop non-essential context → clear old
-    images → microcompact old tool results → summarize → trim — acting at 95% of the usable
-    window and relieving in one batch down to ``low_water`` (0.4 of it), so that rewrites,
+    images → microcompact old tool results → summarize → trim — acting only when a request
+    would not fit the usable window and relieving in one batch down to ``low_water`` (0.4 of
+    it), so that rewrites,
     which break a provider's cached prefix, stay rare; and, last, shrink tool results (the
     newest turn's too) before giving up."""
-    policies = [*default_policies(), ShrinkToolResults()]
+    policies = [*_keeping_the_task(default_policies()), ShrinkToolResults()]
     return [
         ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
         BudgetGuard(
@@ -66,7 +78,7 @@ def seed_order_stack(
     *, counter: TokenCounter | None = None, low_water: float = DEFAULT_LOW_WATER
 ) -> list[LayerLike]:
     """The same with seed 000's order: drop → trim → summarize → compact (→ shrink)."""
-    policies = [*default_policies("seed"), ShrinkToolResults()]
+    policies = [*_keeping_the_task(default_policies("seed")), ShrinkToolResults()]
     return [
         ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
         BudgetGuard(

@@ -136,13 +136,22 @@ def is_summary(message: Message) -> bool:
     return "summary" in tinyctx_meta(message)
 
 
-def summary_split(history: Sequence[Message], keep_recent: int = 10) -> tuple[int, int] | None:
+def summary_split(
+    history: Sequence[Message],
+    keep_recent: int = 10,
+    *,
+    keep_task: bool = False,
+    forward: bool = False,
+) -> tuple[int, int] | None:
     """``(lead, split)``: ``history[lead:split]`` is what a summary replaces, or None.
 
-    ``lead`` counts the leading system messages; ``split`` is ``len - keep_recent`` moved
-    back to the nearest cut that separates no tool call from its results (a call waiting
-    for its results at the end included). None when the history is not longer than
-    ``keep_recent`` or nothing but system messages would go.
+    ``lead`` counts the leading system messages, and with ``keep_task`` the first user
+    message after them too (the task, kept verbatim in front of the summary, unless it is
+    itself a summary); ``split`` is ``len - keep_recent`` moved back to the nearest cut that
+    separates no tool call from its results (a call waiting for its results at the end
+    included), or with ``forward`` on to the next such cut when one comes before the end
+    (the tail then holds at most ``keep_recent`` messages). None when the history is not
+    longer than ``keep_recent`` or nothing but system messages would go.
 
     Only the last tool-call turn before the target can straddle it (results come before
     the next assistant message), so the cut is snapped within the window from that turn's
@@ -155,9 +164,20 @@ def summary_split(history: Sequence[Message], keep_recent: int = 10) -> tuple[in
     lead = 0
     while lead < count and isinstance(history[lead], SystemMessage):
         lead += 1
+    if (
+        keep_task
+        and lead < count
+        and isinstance(history[lead], UserMessage)
+        and not is_summary(history[lead])
+    ):
+        lead += 1
     target = count - keep_recent
     if target <= lead:
         return None
+    if forward:
+        ahead = snap_boundary(history, target, direction="forward")
+        if ahead < count:
+            target = ahead
     window = target - 1
     while window >= 0 and not isinstance(history[window], AssistantMessage):
         window -= 1
@@ -177,8 +197,12 @@ async def summarize_history(
     keep_recent: int = 10,
     *,
     counter: TokenCounter | None = None,
+    keep_task: bool = False,
+    forward: bool = False,
 ) -> tuple[tuple[Message, ...], SummaryStats]:
     """Replace the older part of ``history`` with one summary message.
+
+    ``keep_task`` and ``forward`` choose the split as :func:`summary_split` does.
 
     Returns the input tuple itself (and no summarizer call is made) when there is nothing
     to summarize. Raises :class:`SummarizationError` when the summarizer fails or returns
@@ -186,7 +210,7 @@ async def summarize_history(
     input is not changed.
     """
     history = as_history(history)
-    plan = summary_split(history, keep_recent)
+    plan = summary_split(history, keep_recent, keep_task=keep_task, forward=forward)
     if plan is None:
         return history, SummaryStats(kept=len(history))
     lead, split = plan
@@ -660,8 +684,10 @@ def _tail_within(messages: tuple[Message, ...], budget: int, counter: TokenCount
 class Summarize(Layer):
     """Summarizes the older history once a request's estimate reaches ``trigger_tokens``.
 
-    ``trigger_tokens=None`` means 80% of the run's usable window (``RunConfig.max_tokens``
-    minus reserved output; an error when the window is unknown). ``trigger`` says when in
+    ``trigger_tokens=None`` (the default) summarizes only a request that would not fit the
+    run's usable window (``RunConfig.max_tokens`` minus reserved output; an error when the
+    window is unknown): a summary rewrites the cached prompt prefix, so on a conversation
+    that fits the layer never costs more than no management. ``trigger`` says when in
     any of the ways of :mod:`tinyctx.middleware.triggers` instead: tokens, a fraction of the
     window, a message count, AND (a mapping) and OR (a list) of them — LangChain's spellings
     such as ``[("fraction", 0.8), ("messages", 200)]`` work as they are. ``keep`` says how much
@@ -695,6 +721,7 @@ class Summarize(Layer):
         trigger: Any = None,
         keep: Any = None,
         max_failures: int = 3,
+        keep_task: bool = False,
         name: str | None = None,
     ) -> None:
         owner = type(self).__name__
@@ -730,12 +757,13 @@ class Summarize(Layer):
         self.persist = check_bool(persist, "persist", owner)
         self.counter = check_counter(counter, owner)
         self.max_failures = check_int(max_failures, "max_failures", owner)
+        self.keep_task = check_bool(keep_task, "keep_task", owner)
         if name is not None:
             self.name = name
 
     def fires(self, request: ModelRequest, ctx: RunContext[Any], counter: TokenCounter) -> bool:
         """Whether this request reaches the trigger (``trigger``, else ``trigger_tokens``,
-        else 80% of the usable window)."""
+        else one token over the usable window)."""
         if self.trigger is not None:
             return self.trigger.fires(
                 counter.count_request(request),
@@ -756,21 +784,55 @@ class Summarize(Layer):
         return _tail_within(messages, budget, counter)
 
     def _keep_for_need(
-        self, messages: tuple[Message, ...], ctx: RunContext[Any], counter: TokenCounter, need: int
+        self,
+        messages: tuple[Message, ...],
+        ctx: RunContext[Any],
+        counter: TokenCounter,
+        need: int,
+        kept_head: int,
     ) -> int:
         """As a guard's policy: keep the newest messages that leave the history ``need``
-        tokens smaller once the summary (``summary_tokens`` of the summarizer, else 1024) is
-        in; at least one message. ``need <= 0``: the layer's own ``keep``."""
+        tokens smaller once the summary (``max_tokens`` of the summarizer, else 1024, and its
+        heading) is in, besides the ``kept_head`` leading messages; at least one message.
+        ``need <= 0``: the layer's own ``keep``."""
         if need <= 0:
             return self.keep_for(messages, ctx, counter)
         allowance = getattr(self.summarizer, "max_tokens", None)
         if not isinstance(allowance, int) or isinstance(allowance, bool) or allowance <= 0:
             allowance = 1024
-        room = counter.count_messages(messages) - need - allowance
+        allowance += counter.count_text(SUMMARY_PREFIX) + 8  # the heading and its count
+        head = counter.count_messages(messages[:kept_head])
+        room = counter.count_messages(messages) - need - allowance - head
         return _tail_within(messages, room, counter)
 
+    def _pins_task(self, messages: tuple[Message, ...], counter: TokenCounter) -> bool:
+        """Whether the first user message stays in front of the summary (see
+        :meth:`_keeps_task`)."""
+        lead = 0
+        while lead < len(messages) and isinstance(messages[lead], SystemMessage):
+            lead += 1
+        return self._keeps_task(messages, counter) > lead
+
+    def _keeps_task(self, messages: tuple[Message, ...], counter: TokenCounter) -> int:
+        """How many leading messages stay in front of the summary: the system messages,
+        and with ``keep_task`` the first user message when it is at most an eighth of the
+        history (a long one is summarized like the rest)."""
+        lead = 0
+        while lead < len(messages) and isinstance(messages[lead], SystemMessage):
+            lead += 1
+        if not self.keep_task or lead >= len(messages):
+            return lead
+        first = messages[lead]
+        if not isinstance(first, UserMessage) or is_summary(first):
+            return lead
+        if counter.count_message(first) * 8 > counter.count_messages(messages):
+            return lead
+        return lead + 1
+
     def trigger_for(self, ctx: RunContext[Any]) -> int:
-        """The token estimate at which this layer summarizes, for ``ctx``'s window."""
+        """The token estimate at which this layer summarizes, for ``ctx``'s window
+        (``trigger_tokens``, else one token over the usable window: a request that would
+        not fit)."""
         if self.trigger_tokens is not None:
             return self.trigger_tokens
         usable = ctx.config.usable_tokens
@@ -781,7 +843,7 @@ class Summarize(Layer):
                 "an integer >= 1, or None only when RunConfig.max_tokens is set",
                 owner=type(self).__name__,
             )
-        return max(1, usable * 4 // 5)
+        return usable + 1
 
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
@@ -802,6 +864,7 @@ class Summarize(Layer):
                 ctx,
                 self.keep_for(messages, ctx, counter),
                 counter=counter,
+                keep_task=self._pins_task(messages, counter),
             )
             if stats.changed and stats.tokens_freed <= 0:
                 raise SummarizationError(
@@ -839,13 +902,16 @@ class Summarize(Layer):
         *,
         need: int,
     ) -> Relief:
+        head = self._keeps_task(messages, counter)
         try:
             new, stats = await summarize_history(
                 messages,
                 self.summarizer,
                 ctx,
-                self._keep_for_need(messages, ctx, counter, need),
+                self._keep_for_need(messages, ctx, counter, need, head),
                 counter=counter,
+                keep_task=self._pins_task(messages, counter),
+                forward=need > 0,
             )
         except SummarizationError as exc:
             ctx.emit(SummaryFailed(error=str(exc), source="policy"))

@@ -25,7 +25,7 @@ from attrs import frozen
 
 from tinyctx import ConfigError
 
-__all__ = ["Trigger", "Keep", "trigger", "keep", "KINDS"]
+__all__ = ["Trigger", "Keep", "trigger", "keep", "KINDS", "acts_on"]
 
 KINDS = ("tokens", "fraction", "messages")
 Kind = Literal["tokens", "fraction", "messages"]
@@ -131,6 +131,18 @@ def trigger(value: Any, *, field: str = "trigger", owner: str = "") -> Trigger:
             raise ConfigError(field, value, "a non-empty list of clauses (OR)", owner=owner)
         return Trigger(tuple(_clause(item, f"{field}[{i}]", owner) for i, item in enumerate(value)))
     return Trigger((_clause(value, field, owner),))
+
+
+def acts_on(
+    when: Trigger | None, tokens: int, messages: int, usable: int | None, owner: str = ""
+) -> bool:
+    """Whether a layer whose trigger is ``when`` acts on a request of ``tokens`` and
+    ``messages``: as the trigger says; with no trigger, only when the request would not fit
+    the usable window ``usable`` (so on a conversation that fits the layer never rewrites a
+    cached prompt prefix), and on every request when the window is unknown."""
+    if when is not None:
+        return when.fires(tokens, messages, usable, owner)
+    return usable is None or tokens > usable
 
 
 @frozen

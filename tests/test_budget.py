@@ -148,7 +148,7 @@ class TestBelowTrigger:
         history = (SystemMessage("rules"), UserMessage("hello"))
         request = _request(history)
         model = ScriptedModel([reply("hi", usage=(50, 5))])
-        guard = BudgetGuard(max_tokens=10_000, counter=COUNTER)
+        guard = BudgetGuard(trigger=0.9, max_tokens=10_000, counter=COUNTER)
         ctx = _ctx(history)
         with capture_events() as events:
             await run_layer(guard, request, ctx, model)
@@ -161,13 +161,32 @@ class TestBelowTrigger:
         assert stats.window == 10_000 and stats.window_source == "layer"
         assert (stats.last_input_tokens, stats.last_output_tokens) == (50, 5)
 
+    async def test_by_default_acts_only_on_a_request_that_would_not_fit(self) -> None:
+        """The default trigger is the hard limit: a request that fits, even at 100% of the
+        usable window, passes untouched; one token over it is relieved."""
+        history = tuple(_big(f"m{i}", words=20) for i in range(6))
+        request = _request(history)
+        raw = _raw(request)
+        for window, fires in ((raw, False), (raw - 1, True)):
+            model = ScriptedModel(["ok"])
+            guard = BudgetGuard(max_tokens=window, counter=COUNTER, policies=[TrimOldest(0)])
+            with capture_events() as events:
+                await run_layer(guard, request, _ctx(history), model)
+            assert bool(_of(events, ContextPressure)) is fires, window
+            assert (model.requests[0] is request) is not fires
+            if fires:
+                (pressure,) = _of(events, ContextPressure)
+                assert pressure.trigger_tokens == window + 1
+
     async def test_fires_at_the_trigger_not_before(self) -> None:
         history = tuple(_big(f"m{i}", words=20) for i in range(6))
         request = _request(history)
         raw = _raw(request)
         for window, fires in ((math.floor(raw / 0.9), True), (math.floor(raw / 0.9) + 2, False)):
             model = ScriptedModel(["ok"])
-            guard = BudgetGuard(max_tokens=window, counter=COUNTER, policies=[TrimOldest(0)])
+            guard = BudgetGuard(
+                trigger=0.9, max_tokens=window, counter=COUNTER, policies=[TrimOldest(0)]
+            )
             with capture_events() as events:
                 await run_layer(guard, request, _ctx(history), model)
             assert bool(_of(events, ContextPressure)) is fires, window
@@ -178,7 +197,7 @@ class TestWindow:
 
     async def test_precedence(self) -> None:
         request = _request((UserMessage("hi"),), model="gpt-4")
-        guard = BudgetGuard(max_tokens=50_000, counter=COUNTER)
+        guard = BudgetGuard(trigger=0.9, max_tokens=50_000, counter=COUNTER)
         assert guard.resolve_window(request, _ctx(max_tokens=30_000))[::2] == (30_000, "config")
         assert guard.resolve_window(request, _ctx())[::2] == (50_000, "layer")
         table_guard = BudgetGuard(counter=COUNTER)
@@ -210,9 +229,11 @@ class TestWindow:
 
     def test_reserve_from_layer_config_or_request_settings(self) -> None:
         request = _request((UserMessage("hi"),), settings={"max_tokens": 1_000})
-        assert BudgetGuard(max_tokens=8_000).resolve_window(request, _ctx())[1] == 1_000
         assert (
-            BudgetGuard(max_tokens=8_000, reserved_output_tokens=500).resolve_window(
+            BudgetGuard(trigger=0.9, max_tokens=8_000).resolve_window(request, _ctx())[1] == 1_000
+        )
+        assert (
+            BudgetGuard(trigger=0.9, max_tokens=8_000, reserved_output_tokens=500).resolve_window(
                 request, _ctx()
             )[1]
             == 500
@@ -220,7 +241,7 @@ class TestWindow:
         config_ctx = _ctx(max_tokens=8_000, reserved_output_tokens=2_000)
         assert BudgetGuard().resolve_window(request, config_ctx)[:2] == (8_000, 2_000)
         with pytest.raises(ConfigError, match="reserved_output_tokens"):
-            BudgetGuard(max_tokens=900).resolve_window(request, _ctx())
+            BudgetGuard(trigger=0.9, max_tokens=900).resolve_window(request, _ctx())
 
 
 def _usage_reply(input_tokens: int, *, window: int | None = None) -> ModelResponse:
@@ -237,7 +258,7 @@ class TestPolicies:
         history = (SystemMessage("rules"), doc, UserMessage("question?"))
         request = _request(history)
         guard = BudgetGuard(
-            max_tokens=_raw(request), counter=COUNTER, policies=[DropNonessential()]
+            trigger=0.9, max_tokens=_raw(request), counter=COUNTER, policies=[DropNonessential()]
         )
         model = ScriptedModel(["ok"])
         with capture_events() as events:
@@ -251,7 +272,9 @@ class TestPolicies:
     async def test_trim_oldest_alone(self) -> None:
         history = (SystemMessage("rules"), *(_big(f"turn {i}") for i in range(6)))
         request = _request(history)
-        guard = BudgetGuard(max_tokens=_raw(request), counter=COUNTER, policies=[TrimOldest(2)])
+        guard = BudgetGuard(
+            trigger=0.9, max_tokens=_raw(request), counter=COUNTER, policies=[TrimOldest(2)]
+        )
         model = ScriptedModel(["ok"])
         await run_layer(guard, request, _ctx(history), model)
         sent = model.requests[0].messages
@@ -267,7 +290,7 @@ class TestPolicies:
         outcomes = []
         for policies in ([DropNonessential(), TrimOldest(0)], [TrimOldest(0), DropNonessential()]):
             model = ScriptedModel(["ok"])
-            guard = BudgetGuard(max_tokens=window, counter=COUNTER, policies=policies)
+            guard = BudgetGuard(trigger=0.9, max_tokens=window, counter=COUNTER, policies=policies)
             await run_layer(guard, request, _ctx(history), model)
             outcomes.append(model.requests[0].messages)
         assert old in outcomes[0] and doc not in outcomes[0]
@@ -323,7 +346,10 @@ class TestPolicies:
         request = _request(history)
         trim = TrimOldest(0)
         guard = BudgetGuard(
-            max_tokens=_raw(request), counter=COUNTER, policies=[DropNonessential(), trim]
+            trigger=0.9,
+            max_tokens=_raw(request),
+            counter=COUNTER,
+            policies=[DropNonessential(), trim],
         )
         ctx = _ctx(history)
         with capture_events() as events:
@@ -342,7 +368,10 @@ class TestPolicies:
         request = _request(history)
         model = ScriptedModel(["ok"])
         guard = BudgetGuard(
-            max_tokens=_raw(request), counter=COUNTER, policies=[OrphanMaker(), TrimOldest(0)]
+            trigger=0.9,
+            max_tokens=_raw(request),
+            counter=COUNTER,
+            policies=[OrphanMaker(), TrimOldest(0)],
         )
         with capture_events() as events:
             await run_layer(guard, request, _ctx(history), model)
@@ -363,6 +392,7 @@ class TestExhaustion:
         request = _request(history)
         ctx = _ctx(history)
         guard = BudgetGuard(
+            trigger=0.9,
             max_tokens=1_000,
             reserved_output_tokens=200,
             counter=COUNTER,
@@ -390,7 +420,7 @@ class TestExhaustion:
         history = (SystemMessage("rules " * 300), UserMessage("question"))
         request = _request(history)
         raw = _raw(request)
-        guard = BudgetGuard(max_tokens=raw, counter=COUNTER, policies=[TrimOldest(0)])
+        guard = BudgetGuard(trigger=0.9, max_tokens=raw, counter=COUNTER, policies=[TrimOldest(0)])
         model = ScriptedModel(["ok"])
         await run_layer(guard, request, _ctx(history), model)
         assert model.requests[0].messages == (history[0],)
@@ -404,6 +434,7 @@ class TestCircuitBreaker:
         history = tuple(_big(f"turn {i}", words=60) for i in range(6))
         request = _request(history)
         guard = BudgetGuard(
+            trigger=0.9,
             max_tokens=_raw(request),
             counter=COUNTER,
             policies=[summarize, TrimOldest(0)],
@@ -481,7 +512,9 @@ class TestPersistence:
         history = tuple(_big(f"turn {i}") for i in range(6))
         ctx = _ctx(history)
         request = _request(ctx.conversation.messages)
-        guard = BudgetGuard(max_tokens=_raw(request), counter=COUNTER, policies=[TrimOldest(1)])
+        guard = BudgetGuard(
+            trigger=0.9, max_tokens=_raw(request), counter=COUNTER, policies=[TrimOldest(1)]
+        )
         model = ScriptedModel(["ok"])
         with capture_events() as events:
             await run_layer(guard, request, ctx, model)
@@ -496,7 +529,11 @@ class TestPersistence:
         ctx = _ctx(history)
         request = _request(ctx.conversation.messages)
         guard = BudgetGuard(
-            max_tokens=_raw(request), counter=COUNTER, policies=[TrimOldest(1)], persist=False
+            trigger=0.9,
+            max_tokens=_raw(request),
+            counter=COUNTER,
+            policies=[TrimOldest(1)],
+            persist=False,
         )
         model = ScriptedModel(["ok"])
         await run_layer(guard, request, ctx, model)
@@ -508,13 +545,15 @@ class TestPersistence:
         history = tuple(_big(f"turn {i}") for i in range(6))
         ctx = _ctx(history)
         injected = _request((SystemMessage("injected by an outer layer"), *history))
-        guard = BudgetGuard(max_tokens=_raw(injected), counter=COUNTER, policies=[TrimOldest(1)])
+        guard = BudgetGuard(
+            trigger=0.9, max_tokens=_raw(injected), counter=COUNTER, policies=[TrimOldest(1)]
+        )
         await run_layer(guard, injected, ctx, ScriptedModel(["ok"]))
         assert ctx.conversation.messages == history
         assert guard.stats(ctx).actions["transient"] == 1
 
     async def test_in_an_agent_the_next_turn_starts_from_the_relieved_history(self) -> None:
-        guard = BudgetGuard(max_tokens=600, counter=COUNTER, policies=[TrimOldest(2)])
+        guard = BudgetGuard(trigger=0.9, max_tokens=600, counter=COUNTER, policies=[TrimOldest(2)])
         model = ScriptedModel([reply("answer " * 40)], repeat_last=True)
         agent = Agent(model, middleware=[guard])
         async with Session(agent) as session:
@@ -543,7 +582,7 @@ class TestProviderRejection:
 
         ctx = _ctx(history)
         guard = BudgetGuard(
-            max_tokens=10 * _raw(request), counter=COUNTER, policies=[TrimOldest(1)]
+            trigger=0.9, max_tokens=10 * _raw(request), counter=COUNTER, policies=[TrimOldest(1)]
         )
         with capture_events() as events:
             response = await run_layer(guard, request, ctx, strict_model)
@@ -558,7 +597,9 @@ class TestProviderRejection:
     async def test_a_second_rejection_propagates(self) -> None:
         history = tuple(_big(f"turn {i}", words=50) for i in range(4))
         model = ScriptedModel([ContextLimitExceeded("too long"), ContextLimitExceeded("still")])
-        guard = BudgetGuard(max_tokens=100_000, counter=COUNTER, policies=[TrimOldest(1)])
+        guard = BudgetGuard(
+            trigger=0.9, max_tokens=100_000, counter=COUNTER, policies=[TrimOldest(1)]
+        )
         with pytest.raises(ContextLimitExceeded, match="still"):
             await run_layer(guard, _request(history), _ctx(history), model)
         assert model.calls == 2
@@ -566,7 +607,9 @@ class TestProviderRejection:
     async def test_nothing_left_to_relieve_reraises_the_provider_error(self) -> None:
         history = (UserMessage("only one"),)
         model = ScriptedModel([ContextLimitExceeded("too long")])
-        guard = BudgetGuard(max_tokens=100_000, counter=COUNTER, policies=[TrimOldest(1)])
+        guard = BudgetGuard(
+            trigger=0.9, max_tokens=100_000, counter=COUNTER, policies=[TrimOldest(1)]
+        )
         with pytest.raises(ContextLimitExceeded, match="too long"):
             await run_layer(guard, _request(history), _ctx(history), model)
         assert model.calls == 1
@@ -574,7 +617,9 @@ class TestProviderRejection:
     async def test_can_be_switched_off(self) -> None:
         history = tuple(_big(f"turn {i}") for i in range(4))
         model = ScriptedModel([ContextLimitExceeded("too long")])
-        guard = BudgetGuard(max_tokens=100_000, counter=COUNTER, retry_on_provider_limit=False)
+        guard = BudgetGuard(
+            trigger=0.9, max_tokens=100_000, counter=COUNTER, retry_on_provider_limit=False
+        )
         with pytest.raises(ContextLimitExceeded, match="too long"):
             await run_layer(guard, _request(history), _ctx(history), model)
         assert model.calls == 1
@@ -586,7 +631,7 @@ class TestCalibration:
     async def test_converges_on_a_history_with_a_hidden_system_prompt(self) -> None:
         truth = TokenizersCounter(train_bpe())
         hidden = 900
-        guard = BudgetGuard(max_tokens=1_000_000, counter=HeuristicCounter())
+        guard = BudgetGuard(trigger=0.9, max_tokens=1_000_000, counter=HeuristicCounter())
         errors: list[float] = []
 
         async def provider(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
@@ -609,7 +654,7 @@ class TestCalibration:
         assert 0.5 <= stats.calibration_ratio <= 2.0
 
     async def test_calibration_can_be_switched_off(self) -> None:
-        guard = BudgetGuard(max_tokens=100_000, counter=COUNTER, calibrate=False)
+        guard = BudgetGuard(trigger=0.9, max_tokens=100_000, counter=COUNTER, calibrate=False)
         history = (UserMessage("hello"),)
         request = _request(history)
         ctx = _ctx(history)
@@ -622,7 +667,7 @@ class TestStats:
     """Stats are per conversation: sessions of one agent, and sub-agents, keep their own."""
 
     async def test_sessions_of_one_agent_do_not_share_stats(self) -> None:
-        guard = BudgetGuard(max_tokens=100_000, counter=COUNTER)
+        guard = BudgetGuard(trigger=0.9, max_tokens=100_000, counter=COUNTER)
         agent = Agent(
             ScriptedModel([reply("ok", usage=(42, 2))], repeat_last=True), middleware=[guard]
         )
@@ -635,7 +680,7 @@ class TestStats:
             assert guard.stats(first.ctx).last_input_tokens == 42
 
     def test_a_sub_agent_conversation_has_its_own_state(self) -> None:
-        guard = BudgetGuard(max_tokens=100_000)
+        guard = BudgetGuard(trigger=0.9, max_tokens=100_000)
         ctx = _ctx()
         child = ctx.derive(conversation=Conversation())
         assert guard.stats(ctx) is not guard.stats(child)
@@ -659,11 +704,10 @@ class TestValidation:
                 "< max_tokens",
             ),
             ({"trigger": 0}, "trigger", "(0, 1]"),
-            ({"trigger": 1.0}, "trigger", "trigger < hard_limit"),
-            ({"trigger": 0.95, "hard_limit": 0.9}, "trigger", "trigger < hard_limit (0.9)"),
+            ({"trigger": 0.95, "hard_limit": 0.9}, "trigger", "trigger <= hard_limit (0.9)"),
             ({"hard_limit": 1.2}, "hard_limit", "(0, 1]"),
             ({"hard_limit": float("nan")}, "hard_limit", "(0, 1]"),
-            ({"target": 0.95}, "target", "target <= trigger"),
+            ({"target": 0.95, "trigger": 0.9}, "target", "target <= trigger"),
             ({"target": 0}, "target", "(0, 1]"),
             ({"policies": ["trim"]}, "policies[0]", "PressurePolicy"),
             ({"policies": [TrimOldest(), TrimOldest()]}, "policies[1].name", "unique"),
@@ -686,7 +730,7 @@ class TestValidation:
 
     def test_defaults(self) -> None:
         guard = BudgetGuard()
-        assert (guard.trigger, guard.hard_limit) == (0.9, 1.0)
+        assert (guard.trigger, guard.hard_limit) == (1.0, 1.0)
         assert guard.low_water == guard.target == 0.5
         assert guard.persist and guard.calibrate and guard.breaker_threshold == 3
         assert [p.name for p in guard.policies] == [
@@ -741,12 +785,12 @@ class TestFromEnv:
         assert info.value.value == value
         assert allowed in str(info.value)
 
-    def test_trigger_must_stay_strictly_below_the_hard_limit(
+    def test_trigger_must_stay_at_or_below_the_hard_limit(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setenv("TINYCTX_CONTEXT_TRIGGER", "0.9")
+        monkeypatch.setenv("TINYCTX_CONTEXT_TRIGGER", "0.95")
         monkeypatch.setenv("TINYCTX_CONTEXT_HARD_LIMIT", "0.9")
-        with pytest.raises(ConfigError, match="trigger < hard_limit") as info:
+        with pytest.raises(ConfigError, match="trigger <= hard_limit") as info:
             BudgetGuard.from_env()
         assert info.value.field == "TINYCTX_CONTEXT_TRIGGER"
         monkeypatch.setenv("TINYCTX_CONTEXT_MAX_TOKENS", "100")
@@ -758,7 +802,7 @@ class TestFromEnv:
     def test_custom_prefix_and_environ(self) -> None:
         guard = BudgetGuard.from_env("APP_CTX_", environ={"APP_CTX_TARGET": "0.5", "OTHER": "x"})
         assert guard.target == 0.5
-        assert BudgetGuard.from_env(environ={}).trigger == 0.9
+        assert BudgetGuard.from_env(environ={}).trigger == 1.0
 
 
 def _system_only(request: ModelRequest) -> ModelRequest:
@@ -784,6 +828,7 @@ class TestProperties:
         window = max(reserved + 1, math.ceil(raw / utilisation) + reserved)
         usable = window - reserved
         guard = BudgetGuard(
+            trigger=0.9,
             max_tokens=window,
             reserved_output_tokens=reserved,
             counter=COUNTER,
@@ -822,6 +867,25 @@ class TestProperties:
         if any(m.essential for m in removed):
             assert droppable_groups(after) == [], "an essential message went before a droppable one"
 
+    @given(
+        request=strategies.requests(strategies.histories(max_turns=12, text=st.text(max_size=120))),
+        slack=st.integers(0, 300),
+    )
+    async def test_by_default_a_request_that_fits_is_never_touched(
+        self, request: ModelRequest, slack: int
+    ) -> None:
+        """With its default trigger and policies the guard sends every request that fits the
+        usable window as it is (no rewrite, no cached prefix broken)."""
+        window = max(1, _raw(request) + slack)
+        guard = BudgetGuard(max_tokens=window, reserved_output_tokens=0, counter=COUNTER)
+        model = ScriptedModel(["ok"])
+        ctx = _ctx(request.messages)
+        with capture_events() as events:
+            await run_layer(guard, request, ctx, model)
+        assert model.requests[0] is request
+        assert _of(events, ContextPressure) == []
+        assert ctx.conversation.messages == request.messages
+
 
 class TestRealSummarizeAsAPolicy:
     """The built-in Summarize reports failure in its Relief; the guard's breaker counts it."""
@@ -835,6 +899,7 @@ class TestRealSummarizeAsAPolicy:
 
         history = tuple(UserMessage("x " * 400) for _ in range(30))
         guard = BudgetGuard(
+            trigger=0.9,
             max_tokens=2000,
             policies=[Summarize(Broken(), keep_recent=2)],
             persist=False,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,6 +17,7 @@ from tinyctx import (
     AssistantMessage,
     ConfigError,
     Conversation,
+    LayerLike,
     Message,
     ModelRequest,
     RunConfig,
@@ -32,7 +34,9 @@ from tinyctx.cost import (
     ModelPrice,
     PromptShape,
     SweepPoint,
+    compare_curves,
     cost_at,
+    frontier,
     load_price_table,
     parse_price,
     price_calls,
@@ -43,6 +47,7 @@ from tinyctx.cost import (
 from tinyctx.formats import load_transcript
 from tinyctx.middleware import (
     BudgetGuard,
+    ClearOldImages,
     ExtractiveSummarizer,
     Microcompact,
     Summarize,
@@ -53,7 +58,8 @@ from tinyctx.middleware.stacks import default_stack, seed_order_stack
 from tinyctx.middleware.triggers import keep, trigger
 from tinyctx.replay import replay_sync
 from tinyctx.testing import ScriptedModel, run_layer
-from tinyctx.testing.strategies import histories
+from tinyctx.testing.strategies import histories, requests
+from tinyctx.tokens import TokenCounter
 
 SONNET = PRICES["claude-sonnet-4-5"]
 
@@ -74,8 +80,28 @@ def history(n: int) -> tuple[Message, ...]:
 
 def real(shared: Path) -> list[tuple[str, tuple[Message, ...]]]:
     folder = shared / "transcripts"
-    files = sorted((folder / "openai").glob("*.jsonl")) + sorted((folder / "raw").glob("*.traj"))
+    files = [
+        *sorted((folder / "openai").glob("*.jsonl")),
+        *sorted((folder / "multimodal" / "openai").glob("*.jsonl")),
+        *sorted((folder / "raw").glob("*.traj")),
+    ]
     return [(p.name, tuple(load_transcript(p))) for p in files]
+
+
+CAPTCHA = "multimodal/openai/bytedance__UI-TARS-desktop__responses-api-captcha-doubao-1.6.jsonl"
+
+
+def contenders(counter: TokenCounter) -> dict[str, Callable[[], list[LayerLike]]]:
+    """The named stacks and each context layer at its defaults."""
+    return {
+        "default_stack": lambda: default_stack(counter=counter),
+        "seed_order_stack": lambda: seed_order_stack(counter=counter),
+        "BudgetGuard": lambda: [BudgetGuard(counter=counter)],
+        "Microcompact": lambda: [Microcompact(counter=counter)],
+        "Summarize": lambda: [Summarize(ExtractiveSummarizer(), counter=counter)],
+        "ToolResultBudget": lambda: [ToolResultBudget()],
+        "ClearOldImages": lambda: [ClearOldImages(counter=counter)],
+    }
 
 
 class TestPriceTable:
@@ -174,6 +200,66 @@ class TestPrefixAccounting:
             assert call.cache_read + call.cache_write + call.uncached == call.prompt_tokens
             assert call.cost > 0
         assert report.breaks == 0
+
+    def test_frontier_drops_dominated_and_failed_points(self) -> None:
+        """A setting that keeps less context for more money, or overflows, is no choice."""
+        points = [
+            SweepPoint(0.1, 1000, 1.0, 0, 5),
+            SweepPoint(0.2, 900, 1.5, 0, 5),  # less context, more money
+            SweepPoint(0.3, 3000, 3.0, 0, 5),
+            SweepPoint(0.4, 5000, 0.5, 0, 5, error="2 calls over"),
+        ]
+        assert [p.value for p in frontier(points)] == [0.1, 0.3]
+
+    @given(
+        points=st.lists(
+            st.builds(
+                SweepPoint,
+                value=st.floats(0, 1),
+                average_prompt_tokens=st.floats(100, 100_000),
+                cost=st.floats(0.01, 100),
+                breaks=st.integers(0, 50),
+                calls=st.integers(1, 200),
+                error=st.sampled_from([None, None, None, "over"]),
+            ),
+            max_size=12,
+        ),
+        factor=st.floats(0.5, 1.0),
+    )
+    def test_curve_comparison_properties(self, points: list[SweepPoint], factor: float) -> None:
+        """The frontier rises strictly in both coordinates; a curve is below itself and below
+        itself made dearer, and the comparison stays within the range both cover."""
+        front = frontier(points)
+        for a, b in zip(front, front[1:], strict=False):
+            assert a.average_prompt_tokens < b.average_prompt_tokens and a.cost < b.cost
+        for p in points:  # every good point is on the frontier or dominated by a point on it
+            if p.error is None:
+                assert any(
+                    q.average_prompt_tokens >= p.average_prompt_tokens and q.cost <= p.cost
+                    for q in front
+                )
+        cheaper = [attrs.evolve(p, cost=p.cost * factor) for p in points]
+        same = compare_curves(points, points)
+        assert same.below is bool(front)
+        comparison = compare_curves(cheaper, points)
+        assert comparison.below is bool(front)
+        for x, ours, theirs in comparison.samples:
+            assert comparison.low <= x <= comparison.high
+            assert ours <= theirs * (1 + 1e-9)
+            assert cost_at(cheaper, x) == pytest.approx(ours)
+
+    def test_compare_curves_only_where_both_exist(self) -> None:
+        """Curves that share no range of average prompt tokens are not compared at all."""
+        ours = [SweepPoint(0.1, 1000, 1.0, 0, 5), SweepPoint(0.2, 2000, 2.0, 0, 5)]
+        theirs = [SweepPoint(0.1, 3000, 0.5, 0, 5), SweepPoint(0.2, 4000, 0.6, 0, 5)]
+        assert compare_curves(ours, theirs).samples == () and not compare_curves(ours, theirs).below
+        overlap = [SweepPoint(0.1, 1500, 1.4, 0, 5), SweepPoint(0.2, 5000, 9.0, 0, 5)]
+        comparison = compare_curves(ours, overlap)
+        assert (comparison.low, comparison.high) == (1500, 2000)
+        assert [x for x, _, _ in comparison.samples] == [1500, 2000]
+        assert comparison.worst == pytest.approx((1500, 1.5, 1.4))  # dearer at 1500 tokens
+        assert not comparison.below
+        assert comparison.samples[1][1] < comparison.samples[1][2]  # cheaper at 2000
 
     def test_cost_at_interpolates_within_the_curve_only(self) -> None:
         """A curve answers between its points and not outside them."""
@@ -274,14 +360,6 @@ class TestRealTranscripts:
     ) -> None:
         """Where no management fits, no named stack and no layer at its defaults costs more."""
         counter = default_counter()
-        contenders = {
-            "default_stack": lambda: default_stack(counter=counter),
-            "seed_order_stack": lambda: seed_order_stack(counter=counter),
-            "BudgetGuard": lambda: [BudgetGuard(counter=counter)],
-            "Microcompact": lambda: [Microcompact(counter=counter)],
-            "Summarize": lambda: [Summarize(ExtractiveSummarizer(), counter=counter)],
-            "ToolResultBudget": lambda: [ToolResultBudget()],
-        }
         checked = 0
         for name, messages in real(shared_data):
             none = replay_sync(messages, [], window=window, reserved=4_000, counter=counter)
@@ -289,12 +367,32 @@ class TestRealTranscripts:
                 continue
             checked += 1
             baseline = none.cost().total
-            for label, build in contenders.items():
+            for label, build in contenders(counter).items():
                 report = replay_sync(
                     messages, build(), window=window, reserved=4_000, counter=counter
                 )
                 assert report.cost().total <= baseline * (1 + 1e-9), (name, label)
         assert checked >= 2
+
+    def test_a_run_that_nearly_fills_the_window_costs_nothing_extra(
+        self, shared_data: Path
+    ) -> None:
+        """A screenshot run whose last call fills 97% (then 100%) of the usable window: no
+        named stack and no layer at its defaults rewrites it, so none costs more than
+        sending it as it is."""
+        counter = default_counter()
+        messages = tuple(load_transcript(shared_data / "transcripts" / CAPTCHA))
+        none = replay_sync(messages, [], window=32_000, reserved=4_000, counter=counter)
+        peak = max(row.tokens for row in none.rows)
+        assert none.overflows_remaining == 0 and none.peak_utilisation > 0.95
+        for window in (32_000, peak + 4_000):
+            baseline = replay_sync(messages, [], window=window, reserved=4_000, counter=counter)
+            for label, build in contenders(counter).items():
+                report = replay_sync(
+                    messages, build(), window=window, reserved=4_000, counter=counter
+                )
+                assert report.cost().total <= baseline.cost().total * (1 + 1e-9), (window, label)
+                assert report.cost().breaks == 0, (window, label)
 
     def test_default_stack_breaks_the_prefix_at_most_once_per_20_calls(
         self, shared_data: Path
@@ -339,7 +437,7 @@ class TestLowWater:
             conversation=Conversation([UserMessage("go"), *turns]),
         )
         counter = default_counter()
-        guard = BudgetGuard(low_water=0.3, counter=counter, calibrate=False)
+        guard = BudgetGuard(trigger=0.9, low_water=0.3, counter=counter, calibrate=False)
         model = ScriptedModel(["ok"])
         request = ModelRequest(messages=ctx.conversation.messages)
         assert counter.count_request(request) >= 0.9 * 10_000  # over the trigger
@@ -414,6 +512,37 @@ class TestMicrocompactCacheAware:
             Microcompact(clear_tool_inputs="yes")  # type: ignore[arg-type]
         with pytest.raises(ConfigError, match="min_tokens"):
             Microcompact(min_tokens=5, trigger=10)
+
+
+class TestNeverActsOnWhatFits:
+    """At their defaults the context layers leave a request that fits the window alone."""
+
+    @given(
+        request=requests(histories(max_turns=10)),
+        slack=st.integers(0, 400),
+        layer=st.sampled_from(["Microcompact", "Summarize", "ClearOldImages", "BudgetGuard"]),
+    )
+    async def test_a_request_that_fits_passes_untouched(
+        self, request: ModelRequest, slack: int, layer: str
+    ) -> None:
+        """Any request within the usable window reaches the model as it is, and the
+        conversation is not rewritten (no cached prefix broken)."""
+        counter = default_counter()
+        built = {
+            "Microcompact": lambda: Microcompact(counter=counter),
+            "Summarize": lambda: Summarize(ExtractiveSummarizer(), counter=counter),
+            "ClearOldImages": lambda: ClearOldImages(counter=counter),
+            "BudgetGuard": lambda: BudgetGuard(counter=counter, calibrate=False),
+        }[layer]()
+        window = counter.count_request(request) + slack + 1
+        ctx = RunContext.new(
+            config=RunConfig(max_tokens=window, reserved_output_tokens=1),
+            conversation=Conversation(request.messages),
+        )
+        model = ScriptedModel(["ok"])
+        await run_layer(built, request, ctx, model)
+        assert model.requests[0].messages is request.messages
+        assert ctx.conversation.messages == request.messages
 
 
 class TestTriggersAndKeep:

@@ -102,10 +102,10 @@ class TestReplay:
         assert report.rows[-1].raw_images == RUNS[stem][2]  # every screenshot was sent
         assert all(row.images <= row.raw_images for row in report.rows)
 
-    def test_32k_clears_old_screenshots_first(self, shared_data: Path) -> None:
-        """The captcha run needs relief at 32K: old screenshots are the guard's first step."""
+    def test_24k_clears_old_screenshots_first(self, shared_data: Path) -> None:
+        """The captcha run needs relief at 24K: old screenshots are the guard's first step."""
         history = _normalized(shared_data, "responses-api-captcha-doubao-1.6")
-        report = replay_sync(history, default_stack(), window=32_000, reserved=4_000)
+        report = replay_sync(history, default_stack(), window=24_000, reserved=4_000)
         relieved = [row for row in report.rows if row.images < row.raw_images]
         assert relieved and relieved[0].images <= 3
         steps = [a for a in relieved[0].actions if not a.startswith("pressure")]

@@ -32,6 +32,7 @@ from tinyctx import (
     UserMessage,
     check_pairing,
     compose,
+    default_counter,
     safe_boundaries,
 )
 from tinyctx.middleware import (
@@ -112,6 +113,22 @@ class TestSummarySplit:
         #           0                  1 assistant, 2 3 4 results       5..8
         assert summary_split(history, keep_recent=6) == (0, 1)  # target 3 -> back to 1
         assert summary_split(history, keep_recent=4) == (0, 5)
+
+    def test_keep_task_leaves_the_first_user_message_in_front(self) -> None:
+        """With keep_task the first user message after the system messages is kept too."""
+        history = (SystemMessage("a"), *chat(6))
+        assert summary_split(history, keep_recent=4, keep_task=True) == (2, 9)
+        earlier = UserMessage("[auto-compacted] ...", metadata={"tinyctx": {"summary": {}}})
+        summarized = (SystemMessage("a"), earlier, *chat(3))  # a summary is no task
+        assert summary_split(summarized, keep_recent=2, keep_task=True) == (1, 6)
+
+    def test_forward_moves_past_a_turn_instead_of_keeping_it(self) -> None:
+        """forward snaps the split to the next safe cut (more summarized, a shorter tail)."""
+        history = (UserMessage("go"), *tool_turn(0, results=3), *chat(2))
+        assert summary_split(history, keep_recent=6) == (0, 1)
+        assert summary_split(history, keep_recent=6, forward=True) == (0, 5)
+        turn_at_end = (*chat(2), *tool_turn(0, results=2))
+        assert summary_split(turn_at_end, keep_recent=1, forward=True) == (0, 4)
 
     def test_leading_system_messages_are_not_summarized(self) -> None:
         history = (SystemMessage("a"), SystemMessage("b"), *chat(6))
@@ -594,10 +611,21 @@ class TestSummarizeLayer:
         await run_layer(quiet, request, RunContext.new())
         assert (spy.requests, failing.calls) == (4, 3)  # below the trigger: one estimate only
 
-    async def test_trigger_defaults_to_80_percent_of_the_usable_window(self) -> None:
+    async def test_trigger_defaults_to_a_request_that_would_not_fit(self) -> None:
+        """By default the layer summarizes only a request over the usable window (so a
+        conversation that fits is never rewritten); an unknown window is an error."""
         layer = Summarize(Fixed())
         ctx = RunContext.new(RunConfig(max_tokens=10_000, reserved_output_tokens=2_000))
-        assert layer.trigger_for(ctx) == 6_400
+        assert layer.trigger_for(ctx) == 8_001
+        history = long_history()
+        tokens = default_counter().count_request(ModelRequest(messages=history))
+        for window, fires in ((tokens, False), (tokens - 1, True)):
+            model = ScriptedModel(["ok"])
+            fitted = RunContext.new(
+                RunConfig(max_tokens=window), conversation=Conversation(history)
+            )
+            await run_layer(layer, ModelRequest(messages=history), fitted, model)
+            assert (model.requests[0].messages is history) is not fires
         with pytest.raises(ConfigError, match="Summarize.trigger_tokens"):
             await run_layer(layer, ModelRequest(messages=long_history()), RunContext.new())
 
@@ -710,3 +738,30 @@ class TestSummarizeLayer:
                     await session.run("go")
         assert before and session.conversation_messages[: len(before)] == before
         check_pairing(session.conversation_messages, allow_pending=False)
+
+
+class TestKeepTaskAsAPolicy:
+    """default_stack's summary keeps the task in front and frees what the guard asks for."""
+
+    async def test_relief_keeps_the_task_and_meets_the_need(self) -> None:
+        """The first user message survives the relief verbatim, ahead of the summary, and the
+        history shrinks by at least the need (no trim left to finish the job)."""
+        history = long_history()
+        counter = default_counter()
+        layer = Summarize(ExtractiveSummarizer(max_tokens=200), keep_task=True, counter=counter)
+        need = counter.count_messages(history) // 2
+        ctx = RunContext.new(conversation=Conversation(history))
+        relief = await layer.relieve(history, ctx, counter, need=need)
+        new = relief.messages
+        assert new[:2] == history[:2] and is_summary(new[2])
+        assert counter.count_messages(history) - counter.count_messages(new) >= need
+        check_pairing(new)
+
+    async def test_a_long_first_message_is_summarized_like_the_rest(self) -> None:
+        """A first user message over an eighth of the history is not kept in front."""
+        history = (SystemMessage("sys"), UserMessage("pasted " * 2000), *long_history()[1:])
+        counter = default_counter()
+        layer = Summarize(Fixed(), keep_task=True, counter=counter)
+        ctx = RunContext.new(conversation=Conversation(history))
+        relief = await layer.relieve(history, ctx, counter, need=1000)
+        assert is_summary(relief.messages[1])

@@ -68,6 +68,9 @@ __all__ = [
     "SweepPoint",
     "sweep",
     "cost_at",
+    "frontier",
+    "CurveComparison",
+    "compare_curves",
     "DEFAULT_PRICE",
     "call_fields",
     "summary_fields",
@@ -505,21 +508,110 @@ def sweep(
     return tuple(points)
 
 
+def frontier(points: Iterable[SweepPoint]) -> tuple[SweepPoint, ...]:
+    """The settings of a sweep a user would pick from, by average prompt tokens.
+
+    Points with an ``error`` (the stack did not keep the window) are left out, and so is
+    every point another point dominates: one that keeps at least as many average prompt
+    tokens for no more cost. What remains is sorted by average prompt tokens, and its cost
+    rises strictly with them (a sweep's points need not: the knob does not map monotonically
+    onto the average, so interpolating the raw points would zigzag)."""
+    ordered = sorted(
+        (p for p in points if p.error is None),
+        key=lambda p: (-p.average_prompt_tokens, p.cost),
+    )
+    kept: list[SweepPoint] = []
+    for point in ordered:  # from the most context down: keep what is cheaper than all above
+        if not kept or point.cost < kept[-1].cost:
+            kept.append(point)
+    return tuple(reversed(kept))
+
+
+def _interpolate(curve: Sequence[SweepPoint], x: float) -> float | None:
+    """The cost of a :func:`frontier` at ``x`` average prompt tokens, linear between its
+    points; None outside its range."""
+    if not curve or x < curve[0].average_prompt_tokens or x > curve[-1].average_prompt_tokens:
+        return None
+    for a, b in itertools.pairwise(curve):
+        x0, x1 = a.average_prompt_tokens, b.average_prompt_tokens
+        if x0 <= x <= x1:
+            return a.cost + (x - x0) / (x1 - x0) * (b.cost - a.cost)
+    return curve[0].cost  # a one-point frontier
+
+
 def cost_at(points: Sequence[SweepPoint], average_prompt_tokens: float) -> float | None:
-    """The cost a curve gives at ``average_prompt_tokens`` by linear interpolation between
-    its points (sorted by average prompt tokens), or None outside the curve's range."""
-    curve = sorted((p.average_prompt_tokens, p.cost) for p in points if p.error is None)
-    if not curve:
-        return None
-    if average_prompt_tokens < curve[0][0] or average_prompt_tokens > curve[-1][0]:
-        return None
-    for (x0, y0), (x1, y1) in itertools.pairwise(curve):
-        if x0 <= average_prompt_tokens <= x1:
-            if x1 == x0:
-                return min(y0, y1)
-            t = (average_prompt_tokens - x0) / (x1 - x0)
-            return y0 + t * (y1 - y0)
-    return curve[0][1]
+    """The cost a curve gives at ``average_prompt_tokens``: linear interpolation along its
+    :func:`frontier` (the points not dominated, sorted by average prompt tokens), or None
+    outside the frontier's range."""
+    return _interpolate(frontier(points), average_prompt_tokens)
+
+
+@frozen
+class CurveComparison:
+    """Two sweep curves compared at equal average prompt tokens (:func:`compare_curves`).
+
+    ``samples`` holds ``(average_prompt_tokens, ours, theirs)`` at every point of either
+    frontier inside the range both cover (``low`` to ``high``), each curve interpolated
+    linearly along its frontier; empty when the ranges do not meet."""
+
+    low: float
+    high: float
+    samples: tuple[tuple[float, float, float], ...]
+
+    @property
+    def below(self) -> bool:
+        """Whether ours costs no more than theirs at every compared point (and one was)."""
+        return bool(self.samples) and all(o <= t for _, o, t in self.samples)
+
+    @property
+    def worst(self) -> tuple[float, float, float] | None:
+        """The sample where ours compares worst (the highest ratio of our cost to theirs)."""
+        return max(self.samples, key=lambda s: s[1] / s[2] if s[2] else math.inf, default=None)
+
+    @property
+    def mean_ratio(self) -> float | None:
+        """Our cost over theirs, averaged over the samples."""
+        ratios = [o / t for _, o, t in self.samples if t]
+        return math.fsum(ratios) / len(ratios) if ratios else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "low": self.low,
+            "high": self.high,
+            "samples": [list(s) for s in self.samples],
+            "below": self.below,
+            "worst": list(self.worst) if self.worst else None,
+            "mean_ratio": self.mean_ratio,
+        }
+
+
+def compare_curves(ours: Iterable[SweepPoint], theirs: Iterable[SweepPoint]) -> CurveComparison:
+    """Compare two sweeps at equal average prompt tokens, over the range both cover.
+
+    Each curve is its :func:`frontier`; both are interpolated at every frontier point of
+    either that lies in the common range (its ends included). Outside that range one curve
+    has no setting to compare with, so nothing is claimed there."""
+    mine, other = frontier(ours), frontier(theirs)
+    if not mine or not other:
+        return CurveComparison(math.nan, math.nan, ())
+    low = max(mine[0].average_prompt_tokens, other[0].average_prompt_tokens)
+    high = min(mine[-1].average_prompt_tokens, other[-1].average_prompt_tokens)
+    if low > high:
+        return CurveComparison(low, high, ())
+    xs = sorted(
+        {low, high}
+        | {
+            p.average_prompt_tokens
+            for p in (*mine, *other)
+            if low <= p.average_prompt_tokens <= high
+        }
+    )
+    samples = []
+    for x in xs:
+        a, b = _interpolate(mine, x), _interpolate(other, x)
+        if a is not None and b is not None:
+            samples.append((x, a, b))
+    return CurveComparison(low, high, tuple(samples))
 
 
 def call_fields(call: CallCost) -> dict[str, Any]:
