@@ -40,6 +40,7 @@ from .threads import (
     validate_lease_request,
     validate_write,
 )
+from .worker import WorkerThread
 
 __all__ = [
     "Store",
@@ -1002,7 +1003,7 @@ class SqliteStore:
     """A :class:`Store` in one SQLite file: the embedded default for notes and data.
 
     - WAL journal (readers never wait for the writer), ``synchronous=NORMAL``.
-    - One connection per store, used from worker threads (``anyio.to_thread``) one
+    - One connection per store, used from the store's own thread (:class:`WorkerThread`) one
       operation at a time; nothing touches the disk on the event loop.
     - Writes that read-then-insert (note sequence numbers) run in ``BEGIN IMMEDIATE``
       transactions, and ``timeout`` is SQLite's busy timeout: many stores (or processes)
@@ -1033,7 +1034,7 @@ class SqliteStore:
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._closed = False
-        self._limiter: tuple[object, anyio.CapacityLimiter] | None = None
+        self._worker = WorkerThread(f"tinyctx-sqlite {self.path}")
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open" if self._conn is not None else "unopened"
@@ -1041,17 +1042,9 @@ class SqliteStore:
 
     # -- plumbing ------------------------------------------------------------------------
 
-    def _loop_limiter(self) -> anyio.CapacityLimiter:
-        # one worker thread per store and event loop: waiting callers wait on the loop,
-        # not in (and not exhausting) the shared thread pool
-        token = anyio.lowlevel.current_token()
-        cached = self._limiter
-        if cached is None or cached[0] != token:
-            cached = self._limiter = (token, anyio.CapacityLimiter(1))
-        return cached[1]
-
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await anyio.to_thread.run_sync(self._call, fn, limiter=self._loop_limiter())
+        # the store's own thread: waiting callers wait on the loop, not in the shared pool
+        return await self._worker.run(lambda: self._call(fn))
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
@@ -1100,7 +1093,10 @@ class SqliteStore:
                 if conn is not None:
                     conn.close()
 
-        await anyio.to_thread.run_sync(close, limiter=self._loop_limiter())
+        try:
+            await self._worker.run(close)
+        finally:
+            self._worker.stop()
 
     async def __aenter__(self) -> SqliteStore:
         await self.open()
