@@ -665,6 +665,9 @@ def _enable_wal(conn: sqlite3.Connection, timeout: float) -> None:
 
 # -- threads in SQLite (each function runs in the store's worker thread) -------------------
 
+_MMAP_BYTES = 256 << 20
+"""How much of the file SQLite may memory-map for reads (a limit, not an allocation)."""
+
 _GAP = 1 << 20
 """Distance between the positions of appended messages: room for inserting replacements."""
 
@@ -1060,6 +1063,9 @@ class SqliteStore:
         try:
             _enable_wal(conn, self.timeout)
             conn.execute("PRAGMA synchronous=NORMAL")
+            # reads map the file instead of copying each page through read(): loading a
+            # long thread reads a few MB, and this halves its time (writes still use the WAL)
+            conn.execute(f"PRAGMA mmap_size={_MMAP_BYTES}")
             _migrate(conn, self.path)
         except sqlite3.OperationalError:
             conn.close()  # cannot open the file, or busy past the timeout: as SQLite says
