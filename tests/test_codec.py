@@ -518,3 +518,48 @@ class TestEncodingRefusals:
         call = ToolCall("c1", "run", {"value": value})
         message = AssistantMessage("", (call,))
         assert decode_message(encode_message(message)) == message
+
+
+_wide_numbers = st.recursive(
+    st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([2**63 - 1, 2**63, -(2**63), 2**64, -(2**64) - 1, 10**30, 1e19, -1e19])
+    | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=8,
+)
+
+
+class TestFastReader:
+    """The fast parser (orjson) never changes what a document decodes to."""
+
+    @given(value=_wide_numbers)
+    def test_numbers_of_any_size_keep_their_type_and_value(self, value: Any) -> None:
+        """Integers past 64 bits stay ints and floats stay floats, in arguments and metadata."""
+        call = ToolCall("c1", "run", {"value": value})
+        message = AssistantMessage("", (call,), metadata={"m": value})
+        decoded = decode_message(encode_message(message))
+        assert decoded == message
+        want = json.dumps(value, sort_keys=True)  # the type of each number shows in the text
+        arguments = decoded.tool_calls[0].arguments
+        assert json.dumps(tinyctx.thaw(arguments["value"]), sort_keys=True) == want
+        assert json.dumps(tinyctx.thaw(decoded.metadata["m"]), sort_keys=True) == want
+
+    @given(history=histories(pending=True))
+    def test_a_history_decodes_as_the_stdlib_parser_reads_it(
+        self, history: tuple[Message, ...]
+    ) -> None:
+        """decode_messages equals building every message from the stdlib parser's objects."""
+        docs = encode_messages(history)
+        strict = tuple(tinyctx.codec._message_from(json.loads(doc)) for doc in docs)
+        assert decode_messages(docs) == strict == tuple(history)
+
+    def test_a_flat_object_is_adopted_but_still_frozen(self) -> None:
+        """A decoded tool call's arguments are read-only however they were built."""
+        decoded = decode_message(
+            encode_message(AssistantMessage("", (ToolCall("c", "t", {"a": [1]}),)))
+        )
+        arguments = decoded.tool_calls[0].arguments
+        assert arguments["a"] == (1,)
+        with pytest.raises(TypeError):
+            arguments["b"] = 2  # type: ignore[index]

@@ -1,0 +1,146 @@
+"""One dedicated thread for blocking calls that a resource serializes anyway.
+
+An SQLite connection runs one statement at a time, so the store needs no pool of threads:
+it needs one thread and the cheapest possible hand-off to it. ``anyio.to_thread.run_sync``
+spends most of a short call on its own bookkeeping (a capacity limiter, its thread cache,
+a cancel scope per call); a durable step is a ~30 µs SQLite transaction, so that overhead
+was most of the step's cost. :class:`WorkerThread` hands a call over through a queue and
+wakes the waiting task with the event loop's own thread-safe primitive (trio's
+``TrioToken.run_sync_soon``, asyncio's ``call_soon_threadsafe``).
+
+Semantics match ``anyio.to_thread.run_sync`` with ``abandon_on_cancel=False``: a call is a
+checkpoint (a cancelled caller never submits), and once submitted the caller waits for it
+to finish even when cancelled meanwhile, so a write is never left half-known. Calls run in
+submission order. The thread exits after ``idle`` seconds without work and is started
+again on the next call, so an unclosed store does not keep a thread forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+import outcome
+import sniffio
+
+__all__ = ["WorkerThread"]
+
+T = TypeVar("T")
+
+_Deliver = Callable[[outcome.Outcome[Any]], None]
+_Job = tuple[Callable[[], Any], _Deliver]
+_STOP: Final = None
+
+
+class WorkerThread:
+    """Runs blocking calls one at a time in a thread of its own; see the module docstring."""
+
+    __slots__ = ("_idle", "_lock", "_name", "_pid", "_queue", "_thread")
+
+    def __init__(self, name: str, *, idle: float = 10.0) -> None:
+        self._name = name
+        self._idle = idle
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def __repr__(self) -> str:
+        state = "running" if self._thread is not None else "idle"
+        return f"<WorkerThread {self._name!r} {state}>"
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """``fn()`` in the worker thread; its exception is raised here."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        library = sniffio.current_async_library()
+        if library == "trio":
+            return await self._run_trio(fn)
+        if library == "asyncio":
+            return await self._run_asyncio(fn)
+        return await anyio.to_thread.run_sync(fn)  # pragma: no cover - no other backend
+
+    def stop(self) -> None:
+        """Let the thread exit once the calls already submitted have run."""
+        with self._lock:
+            if self._thread is not None:
+                self._queue.put(_STOP)
+                # later calls go to a new thread and queue; the old one drains its own
+                self._queue = queue.SimpleQueue()
+                self._thread = None
+
+    # -- the two backends ---------------------------------------------------------------
+
+    async def _run_trio(self, fn: Callable[[], T]) -> T:
+        import trio
+
+        token = trio.lowlevel.current_trio_token()
+        task = trio.lowlevel.current_task()
+
+        def deliver(result: outcome.Outcome[Any]) -> None:
+            token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+
+        self._submit(fn, deliver)
+        # Abort.FAILED: a cancel waits for the call to finish, like to_thread's default
+        value: T = await trio.lowlevel.wait_task_rescheduled(
+            lambda _raise_cancel: trio.lowlevel.Abort.FAILED
+        )
+        return value
+
+    async def _run_asyncio(self, fn: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[outcome.Outcome[Any]] = loop.create_future()
+
+        def settle(result: outcome.Outcome[Any]) -> None:
+            if not future.done():
+                future.set_result(result)
+
+        def deliver(result: outcome.Outcome[Any]) -> None:
+            loop.call_soon_threadsafe(settle, result)
+
+        self._submit(fn, deliver)
+        with anyio.CancelScope(shield=True):
+            result = await future
+        value: T = result.unwrap()
+        return value
+
+    # -- the thread ---------------------------------------------------------------------
+
+    def _submit(self, fn: Callable[[], Any], deliver: _Deliver) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child does not inherit the thread
+                self._pid, self._thread = os.getpid(), None
+                self._queue = queue.SimpleQueue()
+            self._queue.put((fn, deliver))
+            if self._thread is None:
+                thread = threading.Thread(
+                    target=self._serve, args=(self._queue,), name=self._name, daemon=True
+                )
+                self._thread = thread
+                thread.start()
+
+    def _serve(self, jobs: queue.SimpleQueue[_Job | None]) -> None:
+        while True:
+            try:
+                job = jobs.get(timeout=self._idle)
+            except queue.Empty:
+                with self._lock:
+                    if jobs.empty() and self._thread is threading.current_thread():
+                        self._thread = None
+                        return
+                continue
+            if job is _STOP:
+                return
+            fn, deliver = job
+            result = outcome.capture(fn)
+            # a RuntimeError: the caller's event loop closed meanwhile, nobody waits
+            with contextlib.suppress(RuntimeError):
+                deliver(result)
+            del job, fn, deliver, result
