@@ -9,9 +9,11 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
+
+_T = TypeVar("_T")
 
 
 @attrs.frozen
@@ -54,6 +56,34 @@ def best_of(
             elapsed = clock() - start
         finally:
             gc.enable()
+        best = min(best, elapsed / number)
+    return best
+
+
+def best_of_fresh(
+    fn: Callable[[_T], Any],
+    make: Callable[[], _T],
+    *,
+    number: int,
+    repeat: int = 5,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Seconds per call of ``fn(make())``: best of ``repeat`` rounds of ``number`` calls, each
+    on a new input that ``make`` built before the round's clock started (a cold measurement
+    that no cache left on an earlier input can help)."""
+    best = float("inf")
+    for _ in range(repeat):
+        inputs = [make() for _ in range(number)]
+        gc.collect()
+        gc.disable()
+        try:
+            start = clock()
+            for value in inputs:
+                fn(value)
+            elapsed = clock() - start
+        finally:
+            gc.enable()
+        del inputs
         best = min(best, elapsed / number)
     return best
 

@@ -24,7 +24,7 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, best_of, fmt_seconds, print_table
+from _harness import Row, best_of, best_of_fresh, fmt_seconds, print_table
 
 from tinyctx import (
     AssistantMessage,
@@ -40,6 +40,8 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
+    decode_messages,
+    encode_messages,
     thaw,
 )
 from tinyctx.middleware import BudgetGuard
@@ -80,6 +82,12 @@ def synthetic_pool() -> list[Message]:
 def history_of(pool: Sequence[Message], n: int) -> tuple[Message, ...]:
     """``n`` distinct message objects cycling through ``pool`` (no shared memo entries)."""
     return tuple(attrs.evolve(pool[i % len(pool)]) for i in range(n))
+
+
+def fresh_copy(history: Sequence[Message]) -> tuple[Message, ...]:
+    """A new object for every message, tool call, argument mapping and string of ``history``,
+    as a thread loaded from a store has: nothing remembered on ``history`` carries over."""
+    return decode_messages(encode_messages(history))
 
 
 def to_langchain(messages: Sequence[Message]) -> list[Any]:
@@ -181,14 +189,19 @@ def timing_rows(pool: Sequence[Message], quick: bool) -> list[Row]:
         history = history_of(pool, n)
         number = max(1, 2000 // n) if quick else max(2, 20_000 // n)
         lc_seconds = None
+        # cold: both counters see new message objects each time, built off the clock
         if lc_count is not None:
-            lc_messages = to_langchain(history)
-            lc_seconds = best_of(
-                lambda m=lc_messages: lc_count(m), number=number, repeat=repeat, clock=CPU
+            lc_seconds = best_of_fresh(
+                lc_count,
+                lambda h=history: to_langchain(fresh_copy(h)),
+                number=number,
+                repeat=repeat,
+                clock=CPU,
             )
         baseline = "LangChain count_tokens_approximately" if lc_seconds is not None else None
-        cold = best_of(
-            lambda h=history: HeuristicCounter().count_messages(h),
+        cold = best_of_fresh(
+            lambda h: HeuristicCounter().count_messages(h),
+            lambda h=history: fresh_copy(h),
             number=number,
             repeat=repeat,
             clock=CPU,

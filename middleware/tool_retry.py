@@ -41,6 +41,7 @@ from attrs import frozen
 from tinyctx import (
     ConfigError,
     Event,
+    Inside,
     Layer,
     RunCancelled,
     RunContext,
@@ -54,6 +55,7 @@ from tinyctx import (
 from tinyctx.events import EventLevel
 
 from .retry import NEVER_RETRIED, RetryOn, backoff_schedule, backoff_sleep, error_matcher
+from .tool_result_budget import ToolResultBudget
 
 __all__ = ["ToolRetry", "ToolRetryAttempt", "ToolRetryFailed", "ToolFailurePolicy"]
 
@@ -130,6 +132,14 @@ def _failure_policy(value: Any) -> ToolFailurePolicy:
 
 class ToolRetry(Layer):
     """Retry failing tool calls (see the module doc)."""
+
+    constraints = (
+        Inside(
+            ToolResultBudget,
+            reason="the budget must see the final text: the failure note this layer adds "
+            "to an already budgeted error would grow it past the budget",
+        ),
+    )
 
     def __init__(
         self,

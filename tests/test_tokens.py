@@ -176,6 +176,63 @@ class TestColdCountingFastPath:
             )
 
 
+_ESCAPE_HEAVY = st.lists(
+    st.sampled_from(
+        [" ", "    ", '"', "\\", "\n", "\t", "\r", "\b", "\f", "\x00", "\x1f", "a", "é", "日"]
+    ),
+    max_size=12,
+).map("".join)
+_FLAT_VALUES = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _ESCAPE_HEAVY
+    | st.text(max_size=12)
+)
+
+
+class TestArgumentSize:
+    """Tool-call arguments count exactly what their JSON text counts, escapes included."""
+
+    @given(
+        arguments=st.dictionaries(
+            _ESCAPE_HEAVY | st.text(min_size=1, max_size=6),
+            _FLAT_VALUES | st.lists(_FLAT_VALUES, max_size=2),
+            max_size=4,
+        )
+    )
+    def test_argument_tokens_equal_counting_the_json_text(self, arguments: dict[str, Any]) -> None:
+        """Quotes, backslashes, control characters, indentation, numbers: same count."""
+        call = ToolCall("c1", "run", arguments)
+        message = AssistantMessage("", (call,))
+        counter = HeuristicCounter(chars_per_token=1.0)  # every character shows
+        expected = (
+            counter.message_overhead
+            + counter.tool_call_overhead
+            + counter.count_text(call.id)
+            + counter.count_text(call.name)
+            + counter.count_text(tokens_module.arguments_text(call))
+        )
+        assert counter.count_message(message) == expected
+        assert SpyCounter(chars_per_token=1.0).count_message(message) == expected  # general path
+        assert HeuristicCounter(chars_per_token=1.0).count_message(message) == expected  # kept
+
+    def test_escaped_characters_count_as_json_writes_them(self) -> None:
+        """A newline is two characters of JSON, a NUL six, a quote two: so is their count."""
+        counter = HeuristicCounter(chars_per_token=1.0, tool_call_overhead=0, message_overhead=0)
+        base = counter.count_message(AssistantMessage("", (ToolCall("c", "f", {"k": ""}),)))
+        for value, extra in (("\n", 2), ("\x00", 6), ('"', 2), ("\\", 2), ("é", None)):
+            call = ToolCall("c", "f", {"k": value})
+            tokens = counter.count_message(AssistantMessage("", (call,)))
+            if extra is None:  # not ASCII: counted by its UTF-8 bytes, like any such text
+                assert tokens == base - counter.count_text('{"k": ""}') + counter.count_text(
+                    tokens_module.arguments_text(call)
+                )
+            else:
+                assert tokens == base + extra
+
+
 class TestMemoization:
     """Re-checking a growing history measures only the new messages."""
 

@@ -14,6 +14,7 @@ from tinyctx import (
     ControlApplied,
     Interrupt,
     Interrupted,
+    OrderingError,
     RunCancelled,
     Session,
     ToolCall,
@@ -102,6 +103,30 @@ class TestToolFailuresReachLayers:
         assert result.is_error
         assert result.content.startswith("Error (ValueError): xxx")
         assert len(result.content.encode()) <= 200
+
+
+class TestToolRetryInsideTheBudget:
+    """An exhausted retry's error text stays within an outer ToolResultBudget."""
+
+    async def test_the_final_failure_text_is_within_the_budget(self) -> None:
+        """Budget outside the retry: the note 'failed after N attempts' is budgeted too."""
+        broken = FakeTool("broken", returns=ValueError("x" * 5000))
+        budget = ToolResultBudget(budget_bytes=200)
+        retry = ToolRetry(attempts=2, backoff=0)
+        _, history, _, _ = await run_once([broken.tool], [budget, retry], call("broken"))
+        (result,) = tool_results(history)
+        assert result.is_error
+        assert len(result.content.encode()) <= 200
+        assert len(broken.calls) == 2
+
+    def test_a_retry_outside_the_budget_is_refused_naming_both(self) -> None:
+        """ToolRetry outside ToolResultBudget is an ordering error with a working order."""
+        with pytest.raises(OrderingError, match="ToolRetry") as info:
+            Agent(
+                model=ScriptedModel(["x"]),
+                middleware=[ToolRetry(), ToolResultBudget(budget_bytes=200)],
+            )
+        assert "ToolResultBudget" in str(info.value)
 
 
 class TestToolRetry:

@@ -34,7 +34,7 @@ from .frozen import FrozenDict
 from .media_tokens import IMAGE_FORMULAS, ImageFormula, media_tokens
 from .messages import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 from .model import ModelRequest
-from .parts import Content
+from .parts import Content, content_text
 from .tools import ToolSpec
 
 if TYPE_CHECKING:
@@ -107,12 +107,60 @@ def _arguments_json(arguments: FrozenDict[str, Any]) -> str:
 def _json_chars(arguments: FrozenDict[str, Any]) -> int:
     """The length of ``arguments``' JSON text with four-space runs as 2 characters, or -1
     when it is not ASCII; remembered on the deep-frozen mapping (it always encodes the same),
-    so counting a call again, in any counter, skips the encoding."""
+    so counting a call again, in any counter, skips the work."""
     chars = arguments._json_chars
     if chars is None:
-        text = _arguments_json(arguments)
-        chars = len(text) - 2 * text.count(_FOUR_SPACES) if text.isascii() else -1
+        chars = _flat_json_chars(arguments._data)
+        if chars is None:  # nested values: measure the encoded text
+            text = _arguments_json(arguments)
+            chars = len(text) - 2 * text.count(_FOUR_SPACES) if text.isascii() else -1
         object.__setattr__(arguments, "_json_chars", chars)
+    return chars
+
+
+# bytes.translate(None, delete) tables: what JSON does NOT escape in a string (so deleting it
+# leaves the escaped characters), and the escaped ones written in two characters (\" \\ \b
+# \f \n \r \t; the other control characters take six, \u00XX)
+_NOT_JSON_ESCAPED = bytes(b for b in range(0x20, 256) if b not in b'"\\')
+_SHORT_ESCAPES = b'"\\\b\f\n\r\t'
+
+
+def _flat_json_chars(data: Mapping[str, Any]) -> int | None:
+    """What :func:`_json_chars` measures, for an object of strings, integers, finite floats,
+    booleans and nulls, without building its text: the lengths of the keys and values plus
+    what their escapes add (one C pass over each string, no copy of the whole); -1 when a
+    string is not ASCII, None when a value is nested (the caller encodes it)."""
+    if not data:
+        return 2
+    chars = 6 * len(data)  # the braces, the ", " between items, the quotes and ": " of each key
+    four, keep, short = _FOUR_SPACES, _NOT_JSON_ESCAPED, _SHORT_ESCAPES
+    for key, value in data.items():
+        kind = type(value)
+        if kind is str:
+            if not value.isascii():
+                return -1
+            escaped = value.encode().translate(None, keep)
+            chars += len(value) + 2 - 2 * value.count(four)
+            if escaped:
+                chars += len(escaped) + 4 * len(escaped.translate(None, short))
+        elif kind is bool:
+            chars += 4 if value else 5
+        elif kind is int:
+            chars += len(int.__repr__(value))
+        elif value is None:
+            chars += 4
+        elif kind is float and math.isfinite(value):
+            chars += len(float.__repr__(value))
+        else:
+            return None
+        if not key.isascii():
+            return -1
+        chars += len(key)
+        if not key.isidentifier():  # an identifier has nothing to escape and no spaces
+            escaped = key.encode().translate(None, keep)
+            chars -= 2 * key.count(four)
+            if escaped:
+                chars += len(escaped) + 4 * len(escaped.translate(None, short))
     return chars
 
 
@@ -412,6 +460,8 @@ _KANA = "\u3040-\u30ff"
 _NOT_LEADS = bytes(range(0xC0))
 _NOT_CJK_LEADS = bytes(b for b in range(256) if b not in (0xE1, *range(0xE3, 0xEE), 0xEF))
 _NOT_ASTRAL_LEADS = bytes(b for b in range(256) if not 0xF0 <= b <= 0xF4)
+# the message types whose ``content`` is their text (a str, or parts to join)
+_BUILT_IN = frozenset((UserMessage, AssistantMessage, ToolResult))
 _CJK_CLASSES = (re.compile(f"[{_HAN}]"), re.compile(f"[{_KANA}]"), re.compile(f"[{_HANGUL}]"))
 
 
@@ -485,36 +535,47 @@ class HeuristicCounter(MemoCounter):
         per_call = self.tool_call_overhead if whole else 0
         counts: list[int] = []
         append = counts.append
+        # an ASCII string costs ceil((len - 2 * four-space runs) / per): 0 for "", and at
+        # least 1 for any other (each run leaves 2 of its 4 characters)
         for message in messages:
-            text = message.text
-            if not text:
-                tokens = base
-            elif text.isascii():
-                tokens = base + (ceil((len(text) - 2 * text.count(four)) / per) or 1)
-            else:
-                tokens = base + count(text)
-            kind = type(message)
-            if kind is UserMessage:
-                if whole and type(message.content) is not str:  # type: ignore[attr-defined]
-                    tokens += self.count_media(message.content)  # type: ignore[attr-defined]
-            elif kind is ToolResult or (
-                kind is not AssistantMessage and isinstance(message, ToolResult)
-            ):
+            kind: type[Message] | None = type(message)
+            if kind in _BUILT_IN:
+                text = message.content  # type: ignore[attr-defined]
+                if type(text) is str:
+                    tokens = base
+                else:
+                    tokens = base + self.count_media(text) if whole else base
+                    text = content_text(text)
+            else:  # any other type: its text as it defines it, its kind by what it extends
+                text = message.text
+                content = getattr(message, "content", "")
+                tokens = (
+                    base + self.count_media(content) if whole and type(content) is not str else base
+                )
+                kind = (
+                    ToolResult
+                    if isinstance(message, ToolResult)
+                    else AssistantMessage
+                    if isinstance(message, AssistantMessage)
+                    else None
+                )
+            tokens += (
+                ceil((len(text) - 2 * text.count(four)) / per) if text.isascii() else count(text)
+            )
+            if kind is ToolResult:
                 part = message.tool_call_id  # type: ignore[attr-defined]  # never empty
                 if part.isascii():
-                    tokens += ceil((len(part) - 2 * part.count(four)) / per) or 1
+                    tokens += ceil((len(part) - 2 * part.count(four)) / per)
                 else:
                     tokens += count(part)
-                if whole and type(message.content) is not str:  # type: ignore[attr-defined]
-                    tokens += self.count_media(message.content)  # type: ignore[attr-defined]
-            elif kind is AssistantMessage or isinstance(message, AssistantMessage):
+            elif kind is AssistantMessage:
                 calls = message.tool_calls  # type: ignore[attr-defined]
                 if calls:
                     tokens += per_call * len(calls)
                 for call in calls:
                     # id and name: short, never empty; the JSON arguments
                     part, name = call.id, call.name
-                    if part.isascii() and name.isascii() and four not in part + name:
+                    if part.isascii() and name.isascii() and four not in part and four not in name:
                         tokens += ceil(len(part) / per) + ceil(len(name) / per)
                     else:
                         tokens += count(part) + count(name)
@@ -523,15 +584,12 @@ class HeuristicCounter(MemoCounter):
                         chars = call.arguments._json_chars
                         if chars is None:
                             chars = _json_chars(call.arguments)
-                        tokens += (
-                            (ceil(chars / per) or 1) if chars >= 0 else count(arguments_text(call))
-                        )
+                        # JSON text is never empty: chars >= 2
+                        tokens += ceil(chars / per) if chars >= 0 else count(arguments_text(call))
                     elif part.isascii():
-                        tokens += ceil((len(part) - 2 * part.count(four)) / per) or 1
+                        tokens += ceil((len(part) - 2 * part.count(four)) / per)
                     else:
                         tokens += count(part)
-            elif whole and type(getattr(message, "content", "")) is not str:
-                tokens += self.count_media(message.content)  # type: ignore[attr-defined]
             append(tokens)
         return counts
 
