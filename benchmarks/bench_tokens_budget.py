@@ -3,7 +3,8 @@ cold and warm, next to LangChain's ``count_tokens_approximately`` over the same 
 and the heuristic's error against a real tokenizer on real transcripts (prose, code, CJK),
 raw and calibrated by reported usage.
 
-Targets: a cold count of 2000 messages no slower than LangChain; a warm re-check <= 0.3 ms;
+Targets: a cold count of 2000 messages no slower than LangChain (both count new message
+objects every time, built off the clock, in CPU time); a warm re-check <= 0.3 ms;
 the calibrated estimate within 3 % of the real tokenizer. Real data comes from
 ``../shared/data`` (or ``TINYCTX_SHARED_DATA``); without it the timing runs on synthetic
 messages and the accuracy part is skipped.
