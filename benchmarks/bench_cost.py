@@ -413,6 +413,7 @@ def run(
     breaks_table: list[str] = []
     curve_table: list[str] = []
     fits_ok = breaks_ok = curve_ok = True
+    curve_counts: dict[float, list[int]] = {at: [0, 0] for at in LANGCHAIN_TRIGGERS}
     for window in WINDOWS:
         totals: dict[str, list[float]] = {}
         if verbose:
@@ -497,6 +498,8 @@ def run(
                     theirs_curve = sweep_points(messages, _langchain_at(at), window, counter, price)
                     below, cells = curve_verdict(ours_curve, theirs_curve)
                     curve_ok = curve_ok and below
+                    curve_counts[at][0] += below
+                    curve_counts[at][1] += 1
                     curve_table.append(f"{label} {_trigger_label(at):>5} {cells}")
                     if verbose:
                         curve_table.append(_curve_points(ours_curve, theirs_curve))
@@ -559,6 +562,12 @@ def run(
             "sweep below LangChain's: "
             + (("MET" if curve_ok else "NOT MET") if curve_table else "not run")
         )
+        for at, (met, runs) in curve_counts.items():
+            if runs:
+                print(
+                    f"   below LangChain triggered at {_trigger_label(at)}: "
+                    f"{met} of {runs} transcript windows"
+                )
     return rows
 
 
