@@ -268,6 +268,7 @@ async def _worker(kind: str, target: str, name: str, worker: int, seconds: float
     docs = encode_messages(split_steps(build_thread(40)[0])[1])
     threads = [f"w{worker}-t{index}" for index in range(20)]
     await store.open()
+    print("ready", flush=True)
     start_at = float(sys.stdin.readline())  # the parent's go: every worker starts together
     await anyio.sleep(max(0.0, start_at - time.time()))
     done = 0
@@ -295,8 +296,12 @@ def throughput(kind: str, target: str, workers: int, seconds: float) -> float:
         )
         for w in range(workers)
     ]
-    time.sleep(3.0)  # imports and connections, outside the measured window
-    start_at = f"{time.time() + 0.5}\n"
+    for proc in procs:  # imports and connections, outside the measured window
+        assert proc.stdout is not None
+        ready = proc.stdout.readline().strip()
+        if ready != "ready":
+            raise RuntimeError(f"a {kind} worker failed to start (said {ready!r})")
+    start_at = f"{time.time() + 0.2}\n"
     outputs = [proc.communicate(start_at, timeout=120)[0] for proc in procs]
     return sum(int(out.strip().splitlines()[-1]) for out in outputs) / seconds
 
