@@ -545,6 +545,15 @@ class TestFastReader:
         assert json.dumps(tinyctx.thaw(arguments["value"]), sort_keys=True) == want
         assert json.dumps(tinyctx.thaw(decoded.metadata["m"]), sort_keys=True) == want
 
+    @given(value=_wide_numbers)
+    def test_numbers_beside_content_parts_keep_their_type(self, value: Any) -> None:
+        """A message with parts (read by the strict reader) keeps big integers as ints."""
+        message = UserMessage((TextPart("see"), image_part()), metadata={"m": value})
+        decoded = decode_message(encode_message(message))
+        assert decoded == message
+        want = json.dumps(value, sort_keys=True)
+        assert json.dumps(tinyctx.thaw(decoded.metadata["m"]), sort_keys=True) == want
+
     @given(history=histories(pending=True))
     def test_a_history_decodes_as_the_stdlib_parser_reads_it(
         self, history: tuple[Message, ...]
