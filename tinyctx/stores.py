@@ -665,9 +665,6 @@ def _enable_wal(conn: sqlite3.Connection, timeout: float) -> None:
 
 # -- threads in SQLite (each function runs in the store's worker thread) -------------------
 
-_MMAP_BYTES = 256 << 20
-"""How much of the file SQLite may memory-map for reads (a limit, not an allocation)."""
-
 _GAP = 1 << 20
 """Distance between the positions of appended messages: room for inserting replacements."""
 
@@ -1000,6 +997,10 @@ def _delete_thread(conn: sqlite3.Connection, thread_id: str) -> bool:
         for table in ("tinyctx_messages", "tinyctx_archive", "tinyctx_archive_messages"):
             found += conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,)).rowcount
     return found > 0
+
+
+_MMAP_BYTES = 256 << 20
+"""How much of the file SQLite may memory-map for reads (a limit, not an allocation)."""
 
 
 class SqliteStore:
