@@ -31,7 +31,7 @@ def split_document(doc: str) -> tuple[str, str | None]:
     verbatim. A text that is not valid Unicode (a lone surrogate) stays in the document,
     where its escape keeps it exact.
     """
-    if not doc.startswith('{"content":"'):
+    if type(doc) is not str or not doc.startswith('{"content":"'):
         return doc, None
     try:
         text, end = _scan_string(doc, 12)
