@@ -392,7 +392,7 @@ class MemoCounter:
         if hot.pending:
             self._settle(hot)
         messages = hot.messages
-        refs = self._refs(messages, 0)
+        refs = self._refs(messages)
         if refs is not None:
             prefix, key = self._prefix, id(messages[0])
             if key not in prefix and len(prefix) >= 64:
@@ -463,11 +463,11 @@ class MemoCounter:
         counts = self._counts_of(messages)
         return _Hot(messages, sum(counts), 0, counts)
 
-    def _refs(self, messages: tuple[Message, ...], start: int) -> tuple[_KeyedRef, ...] | None:
-        """The memo's weak references to ``messages[start:]`` (None if one was evicted)."""
+    def _refs(self, messages: tuple[Message, ...]) -> tuple[_KeyedRef, ...] | None:
+        """The memo's weak references to ``messages`` (None if one was evicted)."""
         alive = self._alive
         try:
-            return tuple(map(alive.__getitem__, map(id, messages[start:])))
+            return tuple(map(alive.__getitem__, map(id, messages)))
         except KeyError:
             return None
 
