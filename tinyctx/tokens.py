@@ -539,9 +539,10 @@ class HeuristicCounter(MemoCounter):
     ``astral_extra`` per character outside the BMP (emoji). Defaults were fitted on real
     transcripts (code and prose) and CJK text against a byte-level BPE vocabulary; they err
     on the side of overcounting. ASCII strings take a fast path: two C-level passes and no
-    allocation, inlined for whole messages, so a cold count of a long history costs about
-    what LangChain's ``count_tokens_approximately`` does. Other ``options`` (overheads,
-    ``max_memo``) are :class:`MemoCounter`'s.
+    allocation, inlined for whole messages, so a cold count of a long history costs a little
+    more than LangChain's ``count_tokens_approximately``, which takes the strings' lengths
+    and reads none of their text (``benchmarks/bench_tokens_budget.py`` compares them).
+    Other ``options`` (overheads, ``max_memo``) are :class:`MemoCounter`'s.
     """
 
     def __init__(
