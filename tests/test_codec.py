@@ -37,6 +37,7 @@ from tinyctx import (
     encode_messages,
     encode_state,
 )
+from tinyctx.documents import SplitDocuments, join_document, split_document
 from tinyctx.parts import DocumentPart, ImagePart, Part, TextPart
 from tinyctx.testing.images import image_part, pdf_part
 from tinyctx.testing.strategies import (
@@ -572,3 +573,92 @@ class TestFastReader:
         assert arguments["a"] == (1,)
         with pytest.raises(TypeError):
             arguments["b"] = 2  # type: ignore[index]
+
+
+# strings shaped like the start of a message document, so splitting meets its edge cases
+_DOC_TAILS = st.sampled_from(
+    ["", "}", ',"role":"user","v":1}', ",}", " ,", ',"content":"again","role":"user","v":1}', ","]
+)
+
+
+@st.composite
+def _doc_like(draw: st.DrawFn) -> str:
+    text = draw(texts())
+    spelled = json.dumps(text, ensure_ascii=draw(st.booleans()))
+    return '{"content":' + spelled + draw(_DOC_TAILS)
+
+
+def _outcome(docs: Any) -> tuple[str, Any]:
+    try:
+        return ("ok", decode_messages(docs))
+    except CodecError as exc:
+        return ("error", str(exc))
+
+
+class TestSplitDocuments:
+    """A document kept as head and text reads, joins and decodes exactly as the whole one."""
+
+    @given(value=st.text() | _doc_like())
+    def test_splitting_then_joining_gives_back_any_string(self, value: str) -> None:
+        """join_document(*split_document(s)) == s for every string, byte for byte."""
+        head, text = split_document(value)
+        assert join_document(head, text) == value
+        if text is None:
+            assert head == value
+
+    @given(history=histories(pending=True))
+    def test_a_history_kept_split_decodes_and_reads_as_its_documents(
+        self, history: tuple[Message, ...]
+    ) -> None:
+        """Every text content is taken out; the documents read back and decode unchanged."""
+        docs = encode_messages(history)
+        split = SplitDocuments([split_document(doc) for doc in docs])
+        for message, (head, text) in zip(history, split.rows, strict=True):
+            content = getattr(message, "content", None)
+            if type(content) is str and content:
+                surrogate = any(0xD800 <= ord(c) <= 0xDFFF for c in content)
+                assert text == (None if surrogate else content)
+                assert text is None or '"content"' not in head[:12]
+        assert decode_messages(split) == tuple(history)
+        assert split == docs and docs == split and hash(split) == hash(docs)
+        assert list(split) == list(docs) and len(split) == len(docs)
+        assert tuple(split[1:]) == docs[1:]
+        if docs:
+            assert split[-1] == docs[-1]
+
+    @pytest.mark.parametrize(
+        "doc",
+        [
+            '{"content":"x","role":"user","v":2}',
+            '{"content":"x","role":"user","v":1,"extra":1}',
+            '{"content":"x","role":"tool","tool_call_id":5,"v":1}',
+            '{"content":"x","role":"tool","v":1}',
+            '{"content":"x","role":"nobody","v":1}',
+            '{"content":"x","role":"user","v":1.0}',
+            '{"content":"x","metadata":{"n":123456789012345678901234567890},"role":"user","v":1}',
+            '{"content":"first","content":"second","role":"user","v":1}',
+            '{"content":"x","role":"assistant","tool_calls":[{"id":"a","name":"t"},'
+            '{"id":"a","name":"t"}],"v":1}',
+            '{"content":"x",}',
+            '{"content":"x"}',
+        ],
+    )
+    def test_a_malformed_or_unusual_document_decodes_as_the_whole_document(self, doc: str) -> None:
+        """The same message or the same error naming the same path, split or not."""
+        split = SplitDocuments([split_document("{}"), split_document(doc)])
+        assert _outcome(split) == _outcome(("{}", doc))
+
+    def test_a_repeated_content_key_decodes_to_the_last_one_either_way(self) -> None:
+        """JSON's last-wins rule holds for a split document too."""
+        doc = '{"content":"first","content":"second","role":"user","v":1}'
+        assert split_document(doc)[1] == "first"
+        split = SplitDocuments([split_document(doc)])
+        assert decode_messages(split) == (UserMessage("second"),)
+
+    def test_a_lone_surrogate_stays_in_the_document(self) -> None:
+        """Text a database cannot hold as UTF-8 is not taken out, and still round-trips."""
+        doc = encode_message(UserMessage("half \ud800 pair"))
+        assert split_document(doc) == (doc, None)
+        assert decode_messages(SplitDocuments([split_document(doc)])) == (
+            UserMessage("half \ud800 pair"),
+        )

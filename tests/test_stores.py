@@ -15,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinyctx import (
+    AssistantMessage,
+    Compaction,
     ConfigError,
     MemoryStore,
     Note,
@@ -26,9 +28,10 @@ from tinyctx import (
     ThreadWrite,
     UserMessage,
     append_notes,
+    decode_messages,
     encode_messages,
 )
-from tinyctx.stores import SCHEMA_VERSION
+from tinyctx.stores import _MIGRATIONS, SCHEMA_VERSION
 from tinyctx.testing.store_conformance import StoreConformance, StoreFactory
 
 
@@ -217,7 +220,7 @@ class TestSchemaMigration:
         path = tmp_path / "v1.db"
         _write_v1_file(path)
         async with SqliteStore(path) as store:
-            assert await store.schema_version() == SCHEMA_VERSION == 3
+            assert await store.schema_version() == SCHEMA_VERSION == 4
             assert await store.get("ns", "k") == {"old": True}
             old = await store.notes("ns")
             assert [(n.seq, n.text, n.created_at, n.metadata) for n in old] == [
@@ -234,7 +237,7 @@ class TestSchemaMigration:
             columns = {row[1] for row in raw.execute("PRAGMA table_info(tinyctx_notes)")}
             version = raw.execute("SELECT version FROM tinyctx_schema").fetchone()[0]
         assert "metadata" in columns
-        assert version == 3
+        assert version == 4
 
     async def test_two_stores_opening_an_old_file_migrate_it_once(self, tmp_path: Path) -> None:
         # concurrent first opens race for the exclusive lock the switch to WAL needs; SQLite
@@ -251,6 +254,56 @@ class TestSchemaMigration:
                 assert await store.schema_version() == SCHEMA_VERSION
                 assert len(await store.notes("ns")) == 2
                 await store.aclose()
+
+    async def test_threads_written_by_version_3_load_and_grow_after_the_migration(
+        self, tmp_path: Path
+    ) -> None:
+        """Version 4 keeps a message's text in a column of its own; rows written before
+        (whole documents) load as they were, beside new split rows and compactions."""
+        path = tmp_path / "v3.db"
+        old_docs = encode_messages(
+            [UserMessage("old \u00e9\n  text"), AssistantMessage("old answer")]
+        )
+        with sqlite3.connect(path) as raw:
+            raw.execute(
+                "CREATE TABLE tinyctx_schema (id INTEGER PRIMARY KEY CHECK (id = 1), "
+                "version INTEGER NOT NULL, updated_at REAL NOT NULL)"
+            )
+            for statements in _MIGRATIONS[:3]:
+                for statement in statements:
+                    raw.execute(statement)
+            raw.execute("INSERT INTO tinyctx_schema VALUES (1, 3, 0)")
+            raw.execute(
+                "INSERT INTO tinyctx_threads VALUES "
+                "('t', 1, 2, 2048, NULL, NULL, NULL, NULL, NULL, 0)"
+            )
+            raw.executemany(
+                "INSERT INTO tinyctx_messages VALUES ('t', ?, ?)",
+                [(1024, old_docs[0]), (2048, old_docs[1])],
+            )
+        raw.close()
+        async with SqliteStore(path) as store:
+            assert await store.schema_version() == SCHEMA_VERSION == 4
+            record = await store.load_thread("t")
+            assert record.messages == old_docs
+            new_docs = encode_messages([UserMessage("new"), AssistantMessage("new answer")])
+            summary = encode_messages([AssistantMessage("summary")])
+            await store.write("t", ThreadWrite(new_docs), expected_version=1)
+            await store.write(
+                "t", ThreadWrite(compaction=Compaction(0, 3, summary)), expected_version=2
+            )
+            record = await store.load_thread("t")
+            assert record.messages == summary + new_docs[1:]
+            assert decode_messages(record.messages) == decode_messages(summary + new_docs[1:])
+            (archived,) = await store.archived("t")
+            assert archived.messages == old_docs + new_docs[:1]
+        with sqlite3.connect(path) as raw:
+            stored = raw.execute(
+                "SELECT doc, content FROM tinyctx_messages ORDER BY pos"
+            ).fetchall()
+        raw.close()
+        head = '{"role":"assistant","v":1}'  # the texts in their column
+        assert stored == [(head, "summary"), (head, "new answer")]
 
     async def test_a_file_from_a_newer_version_is_refused_untouched(self, tmp_path: Path) -> None:
         path = tmp_path / "new.db"

@@ -25,6 +25,7 @@ from tinyctx import (
     decode_messages,
     encode_messages,
 )
+from tinyctx.documents import join_document
 from tinyctx.testing.store_conformance import StoreFactory, ThreadStoreConformance
 
 
@@ -119,10 +120,11 @@ anyio.run(main, sys.argv[1])
 
 
 def _rows(path: Path) -> list[tuple[int, str]]:
+    """Each stored message's position and document (joined from its head and text)."""
     with sqlite3.connect(path) as raw:
-        rows = raw.execute("SELECT pos, doc FROM tinyctx_messages ORDER BY pos").fetchall()
+        rows = raw.execute("SELECT pos, doc, content FROM tinyctx_messages ORDER BY pos").fetchall()
     raw.close()
-    return [(int(p), str(d)) for p, d in rows]
+    return [(int(p), join_document(d, c)) for p, d, c in rows]
 
 
 class TestSqliteThreads:

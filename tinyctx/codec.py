@@ -40,6 +40,7 @@ from typing import Any, Final, TypeVar, cast, overload
 
 from .agent import Checkpoint
 from .context import RunConfig
+from .documents import SplitDocuments, join_document
 from .errors import ConfigError, TinyCtxError
 from .frozen import EMPTY, FrozenDict
 from .messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult, UserMessage
@@ -711,15 +712,6 @@ _TRUSTED: Final = (
 )
 
 
-def _fast_mapping(obj: dict[str, Any], key: str) -> FrozenDict[str, Any]:
-    value = obj.get(key, EMPTY)
-    if type(value) is dict:
-        return _freeze_object(value) if value else EMPTY
-    if value is not EMPTY:
-        raise _Slow
-    return EMPTY  # type: ignore[no-any-return]
-
-
 _BIG_FLOAT: Final = float(1 << 63)
 """orjson reads an integer literal beyond 64 bits as a float: such a float sends the
 document to the stdlib parser, which keeps the integer (and reads real floats alike)."""
@@ -731,8 +723,8 @@ def _freeze_object(value: dict[str, Any]) -> FrozenDict[str, Any]:
     for item in value.values():
         kind = type(item)
         if kind is dict or kind is list or kind is float:
-            return FrozenDict._wrap({k: _freeze_value(v) for k, v in value.items()})
-    return FrozenDict._wrap(value)
+            return _adopt({k: _freeze_value(v) for k, v in value.items()})
+    return _adopt(value)
 
 
 def _freeze_value(value: Any) -> Any:
@@ -761,6 +753,34 @@ def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[_Setter, ...]:
     return tuple(setters)
 
 
+# FrozenDict._wrap by its slots' setters: ``_data`` adopts the dict, every other slot (the
+# remembered hash and sizes) starts empty
+_FROZEN_SLOTS: Final = tuple(getattr(FrozenDict, "__slots__", ()))
+_FROZEN_SETTERS: Final = (
+    _slot_setters(FrozenDict, _FROZEN_SLOTS) if _FROZEN_SLOTS[:1] == ("_data",) else ()
+)
+
+
+def _no_setter(target: Any, value: Any) -> None:  # pragma: no cover - _FAST is off then
+    raise _Slow
+
+
+def _unpacked(setters: tuple[_Setter, ...], count: int) -> tuple[_Setter, ...]:
+    """The setters to unpack into module constants (never called unless ``_FAST``)."""
+    return setters if len(setters) == count else (_no_setter,) * count
+
+
+_SET_FROZEN_DATA, _SET_FROZEN_HASH, _SET_FROZEN_CHARS = _unpacked(_FROZEN_SETTERS, 3)
+
+
+def _adopt(data: dict[str, Any]) -> FrozenDict[str, Any]:
+    frozen: FrozenDict[str, Any] = _new(FrozenDict)
+    _SET_FROZEN_DATA(frozen, data)
+    _SET_FROZEN_HASH(frozen, None)
+    _SET_FROZEN_CHARS(frozen, None)
+    return frozen
+
+
 _BASE_SLOTS: Final = ("essential", "metadata", _HASH_SLOT)
 _CALL_SETTERS: Final = _slot_setters(
     ToolCall, ("id", "name", "arguments", "invalid_arguments", _HASH_SLOT)
@@ -771,17 +791,71 @@ _TOOL_SETTERS: Final = _slot_setters(
 _ASSISTANT_SETTERS: Final = _slot_setters(AssistantMessage, ("content", "tool_calls", *_BASE_SLOTS))
 _USER_SETTERS: Final = _slot_setters(UserMessage, ("content", *_BASE_SLOTS))
 _SYSTEM_SETTERS: Final = _slot_setters(SystemMessage, ("content", *_BASE_SLOTS))
-_FAST: Final = _TRUSTED and all(
-    (_CALL_SETTERS, _TOOL_SETTERS, _ASSISTANT_SETTERS, _USER_SETTERS, _SYSTEM_SETTERS)
+_FAST: Final = (
+    _TRUSTED
+    and len(_FROZEN_SETTERS) == 3
+    and all((_CALL_SETTERS, _TOOL_SETTERS, _ASSISTANT_SETTERS, _USER_SETTERS, _SYSTEM_SETTERS))
 )
+# the slots' setters as constants: unpacking a tuple per message costs as much as a field
+_SET_CALL_ID, _SET_CALL_NAME, _SET_CALL_ARGUMENTS, _SET_CALL_INVALID, _SET_CALL_HASH = _unpacked(
+    _CALL_SETTERS, 5
+)
+(
+    _SET_TOOL_ID,
+    _SET_TOOL_CONTENT,
+    _SET_TOOL_NAME,
+    _SET_TOOL_ERROR,
+    _SET_TOOL_ESSENTIAL,
+    _SET_TOOL_METADATA,
+    _SET_TOOL_HASH,
+) = _unpacked(_TOOL_SETTERS, 7)
+(
+    _SET_ASSISTANT_CONTENT,
+    _SET_ASSISTANT_CALLS,
+    _SET_ASSISTANT_ESSENTIAL,
+    _SET_ASSISTANT_METADATA,
+    _SET_ASSISTANT_HASH,
+) = _unpacked(_ASSISTANT_SETTERS, 5)
+
+
+def _fast_metadata(obj: dict[str, Any]) -> FrozenDict[str, Any]:
+    """A message's metadata (or a call's arguments) for the fast reader."""
+    value = obj.get("metadata", EMPTY)
+    if value is EMPTY:
+        return EMPTY  # type: ignore[no-any-return]
+    if type(value) is not dict:
+        raise _Slow
+    return _freeze_object(value) if value else EMPTY
+
+
+def _fill_base(
+    message: Message,
+    obj: dict[str, Any],
+    set_essential: _Setter,
+    set_metadata: _Setter,
+    set_hash: _Setter,
+) -> Message:
+    """The fields every message has: the essential flag, metadata, no hash yet."""
+    essential = obj.get("essential", True)
+    if type(essential) is not bool:
+        raise _Slow
+    set_essential(message, essential)
+    set_metadata(message, _fast_metadata(obj) if "metadata" in obj else EMPTY)
+    set_hash(message, None)
+    return message
 
 
 def _fast_call(obj: Any) -> ToolCall:
-    if type(obj) is not dict or not obj.keys() <= _CALL_KEYS:
+    if type(obj) is not dict:
+        raise _Slow
+    # id, name and arguments (the usual call) need no look at the keys beyond these
+    usual = len(obj) == 3 and "arguments" in obj
+    if not usual and not obj.keys() <= _CALL_KEYS:
         raise _Slow
     call_id = obj["id"]
     name = obj["name"]
-    invalid = obj.get("invalid_arguments")
+    invalid = None if usual else obj.get("invalid_arguments")
+    arguments = obj.get("arguments", EMPTY)
     if (
         type(call_id) is not str
         or type(name) is not str
@@ -790,13 +864,16 @@ def _fast_call(obj: Any) -> ToolCall:
         or (invalid is not None and type(invalid) is not str)
     ):
         raise _Slow
-    set_id, set_name, set_arguments, set_invalid, set_hash = _CALL_SETTERS
+    if arguments is not EMPTY:
+        if type(arguments) is not dict:
+            raise _Slow
+        arguments = _freeze_object(arguments) if arguments else EMPTY
     call = _new(ToolCall)
-    set_id(call, call_id)
-    set_name(call, name)
-    set_arguments(call, _fast_mapping(obj, "arguments"))
-    set_invalid(call, invalid)
-    set_hash(call, None)
+    _SET_CALL_ID(call, call_id)
+    _SET_CALL_NAME(call, name)
+    _SET_CALL_ARGUMENTS(call, arguments)
+    _SET_CALL_INVALID(call, invalid)
+    _SET_CALL_HASH(call, None)
     return call
 
 
@@ -815,13 +892,12 @@ def _fast_tool(obj: dict[str, Any]) -> Message:
         or type(is_error) is not bool
     ):
         raise _Slow
-    set_id, set_content, set_name, set_error, *base = _TOOL_SETTERS
     message = _new(ToolResult)
-    set_id(message, call_id)
-    set_content(message, content)
-    set_name(message, name)
-    set_error(message, is_error)
-    return _fill_base(message, obj, base)
+    _SET_TOOL_ID(message, call_id)
+    _SET_TOOL_CONTENT(message, content)
+    _SET_TOOL_NAME(message, name)
+    _SET_TOOL_ERROR(message, is_error)
+    return _fill_base(message, obj, _SET_TOOL_ESSENTIAL, _SET_TOOL_METADATA, _SET_TOOL_HASH)
 
 
 def _fast_assistant(obj: dict[str, Any]) -> Message:
@@ -836,16 +912,20 @@ def _fast_assistant(obj: dict[str, Any]) -> Message:
             raise _Slow
         tool_calls: tuple[ToolCall, ...] = ()
     elif type(calls) is list:
-        tool_calls = tuple([_fast_call(call) for call in calls])
-        if len(tool_calls) > 1 and len({c.id for c in tool_calls}) != len(tool_calls):
-            raise _Slow
+        if len(calls) == 1:
+            tool_calls = (_fast_call(calls[0]),)
+        else:
+            tool_calls = tuple([_fast_call(call) for call in calls])
+            if len({c.id for c in tool_calls}) != len(tool_calls):
+                raise _Slow
     else:
         raise _Slow
-    set_content, set_calls, *base = _ASSISTANT_SETTERS
     message = _new(AssistantMessage)
-    set_content(message, content)
-    set_calls(message, tool_calls)
-    return _fill_base(message, obj, base)
+    _SET_ASSISTANT_CONTENT(message, content)
+    _SET_ASSISTANT_CALLS(message, tool_calls)
+    return _fill_base(
+        message, obj, _SET_ASSISTANT_ESSENTIAL, _SET_ASSISTANT_METADATA, _SET_ASSISTANT_HASH
+    )
 
 
 def _fast_text(obj: dict[str, Any], cls: type[Message], setters: tuple[_Setter, ...]) -> Message:
@@ -854,21 +934,10 @@ def _fast_text(obj: dict[str, Any], cls: type[Message], setters: tuple[_Setter, 
     content = obj["content"]
     if type(content) is not str:
         raise _Slow
-    set_content, *base = setters
+    set_content, set_essential, set_metadata, set_hash = setters
     message = _new(cls)
     set_content(message, content)
-    return _fill_base(message, obj, base)
-
-
-def _fill_base(message: Message, obj: dict[str, Any], base: list[_Setter]) -> Message:
-    essential = obj.get("essential", True)
-    if type(essential) is not bool:
-        raise _Slow
-    set_essential, set_metadata, set_hash = base
-    set_essential(message, essential)
-    set_metadata(message, _fast_mapping(obj, "metadata"))
-    set_hash(message, None)
-    return message
+    return _fill_base(message, obj, set_essential, set_metadata, set_hash)
 
 
 def _fast_message(obj: dict[str, Any]) -> Message:
@@ -952,8 +1021,12 @@ def decode_messages(docs: Sequence[str | bytes], *, path: str = "messages") -> t
     if pause:
         gc.disable()
     try:
-        for index, doc in enumerate(docs):  # noqa: B007 - read in the handler
-            out.append(_decode_message(doc))
+        if type(docs) is SplitDocuments:
+            for index, (head, text) in enumerate(docs.rows):  # noqa: B007 - read in the handler
+                out.append(_decode_message(head) if text is None else _decode_split(head, text))
+        else:
+            for index, doc in enumerate(docs):  # noqa: B007 - read in the handler
+                out.append(_decode_message(doc))
     except CodecError as exc:
         raise _rebase(f"{path}[{index}]", exc) from None
     finally:
@@ -963,6 +1036,29 @@ def decode_messages(docs: Sequence[str | bytes], *, path: str = "messages") -> t
 
 
 _GC_PAUSE_FROM: Final = 64
+
+
+def _decode_split(head: str, text: str) -> Message:
+    """The message of a split document, by the fast reader on the head with the text put
+    back; on any doubt the joined document goes the usual way (same result, same errors)."""
+    if _orjson_loads is not None and _FAST:
+        try:
+            obj = _orjson_loads(head)
+        except ValueError:
+            pass
+        else:
+            if (
+                type(obj) is dict
+                and obj.get("v") == CODEC_VERSION
+                and type(obj["v"]) is int
+                and "content" not in obj  # a repeated key: the whole document decides
+            ):
+                obj["content"] = text
+                try:
+                    return _fast_message(obj)
+                except _FAST_FAILURES:
+                    pass
+    return _decode_message(join_document(head, text))
 
 
 _USAGE_KEYS: Final = frozenset(

@@ -24,6 +24,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import anyio
 from attrs import field, frozen
 
+from .documents import SplitDocuments, join_document, split_document
 from .errors import ConfigError, TinyCtxError
 from .frozen import EMPTY, FrozenDict, frozen_mapping, thaw
 from .messages import valid_text
@@ -492,7 +493,7 @@ class StoreClosed(TinyCtxError):
     """The store was closed with ``aclose()``."""
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version :class:`SqliteStore` writes; older files are migrated on open."""
 
 # _MIGRATIONS[n] takes a file from version n to version n + 1, inside one transaction.
@@ -530,6 +531,13 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "PRIMARY KEY (thread_id, version, idx)) WITHOUT ROWID",
         "CREATE TABLE tinyctx_counters (name TEXT NOT NULL PRIMARY KEY, "
         "value INTEGER NOT NULL) WITHOUT ROWID",
+    ),
+    # 4: a message's text content in a column of its own (``codec.split_document``): read
+    # back as text, not unescaped out of JSON. NULL: ``doc`` is the whole document (every
+    # row written before, and documents whose text stays in them).
+    (
+        "ALTER TABLE tinyctx_messages ADD COLUMN content TEXT",
+        "ALTER TABLE tinyctx_archive_messages ADD COLUMN content TEXT",
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -703,11 +711,12 @@ def _load_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRecord:
         row = conn.execute(_THREAD_ROW, (thread_id,)).fetchone()
         if row is None:
             return ThreadRecord(thread_id, 0, ())
-        docs = conn.execute(
-            "SELECT doc FROM tinyctx_messages WHERE thread_id = ? ORDER BY pos", (thread_id,)
+        rows = conn.execute(
+            "SELECT doc, content FROM tinyctx_messages WHERE thread_id = ? ORDER BY pos",
+            (thread_id,),
         ).fetchall()
     return ThreadRecord(
-        thread_id, row[0], tuple([d for (d,) in docs]), row[3], row[4], _lease_of(thread_id, row)
+        thread_id, row[0], SplitDocuments(rows), row[3], row[4], _lease_of(thread_id, row)
     )
 
 
@@ -743,7 +752,7 @@ def _compact(
     thread_id: str,
     start: int,
     end: int,
-    replacement: tuple[str, ...],
+    replacement: list[tuple[str, str | None]],
     length: int,
     last_pos: int,
     version: int,
@@ -767,8 +776,8 @@ def _compact(
     if removed:
         low_pos, high_pos = by_index[start], by_index[end - 1]
         docs = conn.execute(
-            "SELECT doc FROM tinyctx_messages WHERE thread_id = ? AND pos BETWEEN ? AND ? "
-            "ORDER BY pos",
+            "SELECT doc, content FROM tinyctx_messages WHERE thread_id = ? "
+            "AND pos BETWEEN ? AND ? ORDER BY pos",
             (thread_id, low_pos, high_pos),
         ).fetchall()
         conn.execute(
@@ -777,9 +786,9 @@ def _compact(
             (thread_id, version, start, end, now),
         )
         conn.executemany(
-            "INSERT INTO tinyctx_archive_messages (thread_id, version, idx, doc) "
-            "VALUES (?, ?, ?, ?)",
-            [(thread_id, version, i, d) for i, (d,) in enumerate(docs)],
+            "INSERT INTO tinyctx_archive_messages (thread_id, version, idx, doc, content) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(thread_id, version, i, d, c) for i, (d, c) in enumerate(docs)],
         )
         conn.execute(
             "DELETE FROM tinyctx_messages WHERE thread_id = ? AND pos BETWEEN ? AND ?",
@@ -808,8 +817,8 @@ def _compact(
         last_pos += shift
     placed = spread[1]
     conn.executemany(
-        "INSERT INTO tinyctx_messages (thread_id, pos, doc) VALUES (?, ?, ?)",
-        [(thread_id, p, d) for p, d in zip(placed, replacement, strict=True)],
+        "INSERT INTO tinyctx_messages (thread_id, pos, doc, content) VALUES (?, ?, ?, ?)",
+        [(thread_id, p, d, c) for p, (d, c) in zip(placed, replacement, strict=True)],
     )
     return max(last_pos, placed[-1])
 
@@ -822,6 +831,12 @@ def _write_thread(
     lease: Lease | None,
     retention: float | None,
 ) -> int:
+    # texts apart from their documents before the write lock is taken
+    append = [split_document(doc) for doc in change.append]
+    compaction = change.compaction
+    replacement = (
+        [split_document(doc) for doc in compaction.replacement] if compaction is not None else []
+    )
     with _Immediate(conn):
         row = conn.execute(
             "SELECT version, length, last_pos, lease_token FROM tinyctx_threads "
@@ -842,14 +857,13 @@ def _write_thread(
                 "VALUES (?, 0, 0, 0, ?)",
                 (thread_id, now),
             )
-        compaction = change.compaction
         if compaction is not None:
             last_pos = _compact(
                 conn,
                 thread_id,
                 compaction.start,
                 compaction.end,
-                compaction.replacement,
+                replacement,
                 length,
                 last_pos,
                 new_version,
@@ -857,11 +871,10 @@ def _write_thread(
             )
             length += len(compaction.replacement) - (compaction.end - compaction.start)
             _purge_archive(conn, retention, now)
-        append = change.append
         if append:
             conn.executemany(
-                "INSERT INTO tinyctx_messages (thread_id, pos, doc) VALUES (?, ?, ?)",
-                [(thread_id, last_pos + _GAP * (i + 1), d) for i, d in enumerate(append)],
+                "INSERT INTO tinyctx_messages (thread_id, pos, doc, content) VALUES (?, ?, ?, ?)",
+                [(thread_id, last_pos + _GAP * i, d, c) for i, (d, c) in enumerate(append, 1)],
             )
             last_pos += _GAP * len(append)
             length += len(append)
@@ -975,14 +988,14 @@ def _archived(
             (thread_id, cutoff),
         ).fetchall()
         rows = conn.execute(
-            "SELECT m.version, m.doc FROM tinyctx_archive_messages AS m "
+            "SELECT m.version, m.doc, m.content FROM tinyctx_archive_messages AS m "
             "JOIN tinyctx_archive AS a ON a.thread_id = m.thread_id AND a.version = m.version "
             "WHERE m.thread_id = ? AND a.archived_at >= ? ORDER BY m.version, m.idx",
             (thread_id, cutoff),
         ).fetchall()
     docs: dict[int, list[str]] = {}
-    for version, doc in rows:
-        docs.setdefault(version, []).append(doc)
+    for version, doc, content in rows:
+        docs.setdefault(version, []).append(join_document(doc, content))
     return [
         ArchivedRange(thread_id, v, start, stop, tuple(docs.get(v, ())), at)
         for v, start, stop, at in ranges
@@ -1016,6 +1029,9 @@ class SqliteStore:
       with :class:`StoreSchemaError`.
     - Values are JSON (a value that is not raises ``TypeError`` before anything is
       written); notes carry a per-namespace ``seq`` from 1, a timestamp and JSON metadata.
+    - A thread's message keeps its text content in a column of its own
+      (:func:`~tinyctx.documents.split_document`), so a load reads the text as text; the
+      documents read back unchanged (:class:`~tinyctx.documents.SplitDocuments`).
 
     The file is opened lazily on first use (or with ``await store.open()`` /
     ``async with store:``); ``aclose()`` closes it for good.

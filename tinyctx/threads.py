@@ -19,7 +19,7 @@ the thread's newest.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final, Literal, Protocol, runtime_checkable
 
 from attrs import field, frozen
@@ -112,7 +112,9 @@ class ThreadRecord:
 
     thread_id: str
     version: int
-    messages: tuple[str, ...]
+    messages: Sequence[str]
+    """The message documents, in order (a backend may keep them split:
+    :class:`~tinyctx.codec.SplitDocuments` reads as the same documents)."""
     checkpoint: str | None = None
     state: str | None = None
     lease: Lease | None = None
