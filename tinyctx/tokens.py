@@ -24,7 +24,7 @@ import math
 import os
 import re
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
 from operator import call as _call
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -104,17 +104,22 @@ def _arguments_json(arguments: FrozenDict[str, Any]) -> str:
     return _ARGUMENTS.encode(arguments)  # pragma: no cover - CPython always has _json
 
 
+# the setter of FrozenDict's ``_json_chars`` slot (FrozenDict refuses attribute assignment)
+_SET_JSON_CHARS: Callable[[FrozenDict[str, Any], int], None] = FrozenDict.__dict__[
+    "_json_chars"
+].__set__
+
+
 def _json_chars(arguments: FrozenDict[str, Any]) -> int:
     """The length of ``arguments``' JSON text with four-space runs as 2 characters, or -1
-    when it is not ASCII; remembered on the deep-frozen mapping (it always encodes the same),
-    so counting a call again, in any counter, skips the work."""
-    chars = arguments._json_chars
-    if chars is None:
-        chars = _flat_json_chars(arguments._data)
-        if chars is None:  # nested values: measure the encoded text
-            text = _arguments_json(arguments)
-            chars = len(text) - 2 * text.count(_FOUR_SPACES) if text.isascii() else -1
-        object.__setattr__(arguments, "_json_chars", chars)
+    when it is not ASCII, measured (the caller found ``arguments._json_chars`` unset) and
+    remembered on the deep-frozen mapping (it always encodes the same), so counting a call
+    again, in any counter, skips the work."""
+    chars = _flat_json_chars(arguments._data)
+    if chars is None:  # nested values: measure the encoded text
+        text = _arguments_json(arguments)
+        chars = len(text) - 2 * text.count(_FOUR_SPACES) if text.isascii() else -1
+    _SET_JSON_CHARS(arguments, chars)
     return chars
 
 
