@@ -4,7 +4,9 @@
 
 Replays every transcript of ``../shared/data/transcripts/`` (the ones tinyctx can load) at a
 32K and a 128K window through: no management; the named stacks (``default_stack``,
-``seed_order_stack``); each context layer alone at its defaults; and LangChain's
+``seed_order_stack``), and ``default_stack`` with folded instead of stacked summaries
+(``keep_summaries=0``), to show what stacking them saves; each context layer alone at its
+defaults; and LangChain's
 ``SummarizationMiddleware`` and ``ContextEditingMiddleware`` (``bench`` extra) at matched
 settings — the same trigger (90% of the usable window in the policy table), the same tail
 kept (the low-water mark, as tokens) and the same offline summary text (tinyctx's
@@ -294,6 +296,10 @@ def policies(with_langchain: bool) -> dict[str, Factory]:
     named: dict[str, Factory] = {
         "none": lambda c, w, lw: [],
         "default_stack": lambda c, w, lw: default_stack(counter=c, low_water=lw),
+        # the same with every summary folding the previous one (no stacked summaries)
+        "default_stack(keep_summaries=0)": lambda c, w, lw: default_stack(
+            counter=c, low_water=lw, keep_summaries=0
+        ),
         "seed_order_stack": lambda c, w, lw: seed_order_stack(counter=c, low_water=lw),
         "BudgetGuard()": lambda c, w, lw: [BudgetGuard(counter=c)],
         "Microcompact()": lambda c, w, lw: [Microcompact(counter=c)],

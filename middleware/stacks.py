@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_LOW_WATER",
     "DEFAULT_TRIGGER",
     "DEFAULT_RESULT_SHARE",
+    "DEFAULT_KEEP_SUMMARIES",
 ]
 
 SUMMARIZERS = ("extractive",)
@@ -45,18 +46,30 @@ a cached prefix, and a conversation that fits is never rewritten."""
 DEFAULT_RESULT_SHARE = 0.1
 """default_stack's cap on one tool result: 10% of the usable window (and 16 KiB)."""
 
+DEFAULT_KEEP_SUMMARIES = 3
+"""default_stack's summaries stack: up to 3 earlier summaries stay verbatim in front of a new
+one (``Summarize(keep_summaries=3)``), the 5th folds them all into one."""
 
-def _keeping_the_task(policies: list[PressurePolicy]) -> list[PressurePolicy]:
-    """``policies`` with the built-in summary keeping the task in front of it
-    (``Summarize(keep_task=True)``: the prefix up to the task stays cached across reliefs)."""
+
+def _keeping_the_task(
+    policies: list[PressurePolicy], keep_summaries: int = DEFAULT_KEEP_SUMMARIES
+) -> list[PressurePolicy]:
+    """``policies`` with the built-in summary keeping the task and the earlier summaries in
+    front of it (``Summarize(keep_task=True, keep_summaries=...)``: the prefix up to the
+    last summary stays cached across reliefs)."""
     return [
-        Summarize(ExtractiveSummarizer(), keep_task=True) if policy_role(p) == "summarize" else p
+        Summarize(ExtractiveSummarizer(), keep_task=True, keep_summaries=keep_summaries)
+        if policy_role(p) == "summarize"
+        else p
         for p in policies
     ]
 
 
 def default_stack(
-    *, counter: TokenCounter | None = None, low_water: float = DEFAULT_LOW_WATER
+    *,
+    counter: TokenCounter | None = None,
+    low_water: float = DEFAULT_LOW_WATER,
+    keep_summaries: int = DEFAULT_KEEP_SUMMARIES,
 ) -> list[LayerLike]:
     """Budget every tool result (16 KiB, and at most 10% of the usable window), then guard
     the window with the default policy order — drop non-essential context → clear old
@@ -64,8 +77,10 @@ def default_stack(
     would not fit the usable window and relieving in one batch down to ``low_water`` (0.4 of
     it), so that rewrites,
     which break a provider's cached prefix, stay rare; and, last, shrink tool results (the
-    newest turn's too) before giving up."""
-    policies = [*_keeping_the_task(default_policies()), ShrinkToolResults()]
+    newest turn's too) before giving up. Summaries keep the task in front of them and stack
+    (``keep_summaries`` earlier ones stay verbatim, see :class:`Summarize`), so a relief
+    rewrites only what follows the last summary."""
+    policies = [*_keeping_the_task(default_policies(), keep_summaries), ShrinkToolResults()]
     return [
         ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
         BudgetGuard(
@@ -75,10 +90,13 @@ def default_stack(
 
 
 def seed_order_stack(
-    *, counter: TokenCounter | None = None, low_water: float = DEFAULT_LOW_WATER
+    *,
+    counter: TokenCounter | None = None,
+    low_water: float = DEFAULT_LOW_WATER,
+    keep_summaries: int = DEFAULT_KEEP_SUMMARIES,
 ) -> list[LayerLike]:
     """The same with seed 000's order: drop → trim → summarize → compact (→ shrink)."""
-    policies = [*_keeping_the_task(default_policies("seed")), ShrinkToolResults()]
+    policies = [*_keeping_the_task(default_policies("seed"), keep_summaries), ShrinkToolResults()]
     return [
         ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
         BudgetGuard(

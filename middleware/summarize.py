@@ -136,28 +136,47 @@ def is_summary(message: Message) -> bool:
     return "summary" in tinyctx_meta(message)
 
 
+def _stack(history: Sequence[Message], lead: int, keep_summaries: int) -> tuple[int, int]:
+    """``(lead, fold)`` for the summaries that follow ``history[:lead]``: when there are at
+    most ``keep_summaries`` of them they stay in front (``lead`` moves past them, ``fold``
+    is the new lead), else they are all folded into the next summary (``lead`` stays,
+    ``fold`` is where they end: the summarized part reaches at least there)."""
+    end = lead
+    while end < len(history) and is_summary(history[end]):
+        end += 1
+    return (end, end) if end - lead <= keep_summaries else (lead, end)
+
+
+def _past_stack(history: Sequence[Message], lead: int, keep_summaries: int) -> int:
+    return _stack(history, lead, keep_summaries)[0]
+
+
 def summary_split(
     history: Sequence[Message],
     keep_recent: int = 10,
     *,
     keep_task: bool = False,
     forward: bool = False,
+    keep_summaries: int = 0,
 ) -> tuple[int, int] | None:
     """``(lead, split)``: ``history[lead:split]`` is what a summary replaces, or None.
 
     ``lead`` counts the leading system messages, and with ``keep_task`` the first user
     message after them too (the task, kept verbatim in front of the summary, unless it is
-    itself a summary); ``split`` is ``len - keep_recent`` moved back to the nearest cut that
-    separates no tool call from its results (a call waiting for its results at the end
-    included), or with ``forward`` on to the next such cut when one comes before the end
-    (the tail then holds at most ``keep_recent`` messages). None when the history is not
-    longer than ``keep_recent`` or nothing but system messages would go.
+    itself a summary), and then the earlier summaries that follow when there are at most
+    ``keep_summaries`` of them (more: they are all summarized again, folded into the new
+    one, whatever ``keep_recent`` says); ``split`` is ``len - keep_recent`` moved back to
+    the nearest cut that separates no tool call from its results (a call waiting for its
+    results at the end included), or with ``forward`` on to the next such cut when one comes
+    before the end (the tail then holds at most ``keep_recent`` messages). None when the
+    history is not longer than ``keep_recent`` or nothing but system messages would go.
 
     Only the last tool-call turn before the target can straddle it (results come before
     the next assistant message), so the cut is snapped within the window from that turn's
     assistant message on: the cost grows with ``keep_recent``, not with the history.
     """
     check_int(keep_recent, "keep_recent", "summary_split")
+    check_int(keep_summaries, "keep_summaries", "summary_split")
     count = len(history)
     if count <= keep_recent:
         return None
@@ -171,7 +190,8 @@ def summary_split(
         and not is_summary(history[lead])
     ):
         lead += 1
-    target = count - keep_recent
+    lead, fold = _stack(history, lead, keep_summaries)
+    target = max(count - keep_recent, fold)
     if target <= lead:
         return None
     if forward:
@@ -199,10 +219,12 @@ async def summarize_history(
     counter: TokenCounter | None = None,
     keep_task: bool = False,
     forward: bool = False,
+    keep_summaries: int = 0,
 ) -> tuple[tuple[Message, ...], SummaryStats]:
     """Replace the older part of ``history`` with one summary message.
 
-    ``keep_task`` and ``forward`` choose the split as :func:`summary_split` does.
+    ``keep_task``, ``forward`` and ``keep_summaries`` choose the split as
+    :func:`summary_split` does.
 
     Returns the input tuple itself (and no summarizer call is made) when there is nothing
     to summarize. Raises :class:`SummarizationError` when the summarizer fails or returns
@@ -210,7 +232,9 @@ async def summarize_history(
     input is not changed.
     """
     history = as_history(history)
-    plan = summary_split(history, keep_recent, keep_task=keep_task, forward=forward)
+    plan = summary_split(
+        history, keep_recent, keep_task=keep_task, forward=forward, keep_summaries=keep_summaries
+    )
     if plan is None:
         return history, SummaryStats(kept=len(history))
     lead, split = plan
@@ -443,10 +467,12 @@ class ModelSummarizer:
 class ExtractiveSummarizer:
     """An offline, deterministic summary: no model, the same input gives the same text.
 
-    Keeps, within ``max_tokens``: an earlier summary being rolled up, the user's goals,
-    the last assistant statements, and each tool call with its arguments and the first
-    lines of its result. When not everything fits, the first and latest goals and the latest
-    statements go first, then tool calls from the newest back; what did not fit is counted.
+    Keeps, within ``max_tokens``: the earlier summaries being rolled up (together at most
+    ``4 * line_chars`` characters, shared evenly, so folding a stack of them leaves room for
+    the rest), the user's goals, the last assistant statements, and each tool call with its
+    arguments and the first lines of its result. When not everything fits, the first and
+    latest goals and the latest statements go first, then tool calls from the newest back;
+    what did not fit is counted.
     """
 
     def __init__(
@@ -477,6 +503,7 @@ class ExtractiveSummarizer:
         statements: list[str] = []
         calls: list[str] = []
         results: dict[str, str] = {}
+        rolled = sum(1 for m in messages if is_summary(m))
         for message in messages:
             if isinstance(message, ToolResult):
                 if "cleared" in tinyctx_meta(message):
@@ -487,7 +514,7 @@ class ExtractiveSummarizer:
         for message in messages:
             if is_summary(message):
                 body = message.text.split("\n", 1)[1] if "\n" in message.text else ""
-                earlier.append(_middle_cut(_squash(body), self.line_chars * 4))
+                earlier.append(_middle_cut(_squash(body), self.line_chars * 4 // rolled))
             elif (
                 isinstance(message, UserMessage)
                 and message.essential
@@ -705,6 +732,16 @@ class Summarize(Layer):
     guard needs (the kept tail is the newest messages that fit once the summary is in),
     whatever the trigger says, reports failure in ``Relief.detail["failed"]``,
     and leaves the history as it was when the summary would not make it smaller.
+
+    ``keep_task=True`` keeps the first user message (the task, when it is at most an eighth
+    of the history) verbatim in front of the summary. ``keep_summaries=N`` stacks summaries
+    instead of folding them: the earlier summaries at the front of the history (after the
+    system messages and the kept task) stay verbatim while there are at most ``N`` of them,
+    and only what follows them is summarized, into a new summary placed after them; so the
+    provider's cached prefix survives through the last summary and each summary rewrites
+    less. When there are more than ``N``, the next summary folds them all into one (a single
+    bigger rewrite), so at most ``N + 1`` summaries ever stand in front. ``0`` (the default)
+    folds every time: each summary replaces the previous one.
     """
 
     role = "summarize"  # its place in a BudgetGuard's policy order
@@ -722,6 +759,7 @@ class Summarize(Layer):
         keep: Any = None,
         max_failures: int = 3,
         keep_task: bool = False,
+        keep_summaries: int = 0,
         name: str | None = None,
     ) -> None:
         owner = type(self).__name__
@@ -758,6 +796,7 @@ class Summarize(Layer):
         self.counter = check_counter(counter, owner)
         self.max_failures = check_int(max_failures, "max_failures", owner)
         self.keep_task = check_bool(keep_task, "keep_task", owner)
+        self.keep_summaries = check_int(keep_summaries, "keep_summaries", owner)
         if name is not None:
             self.name = name
 
@@ -816,7 +855,8 @@ class Summarize(Layer):
     def _keeps_task(self, messages: tuple[Message, ...], counter: TokenCounter) -> int:
         """How many leading messages stay in front of the summary: the system messages,
         and with ``keep_task`` the first user message when it is at most an eighth of the
-        history (a long one is summarized like the rest)."""
+        history (a long one is summarized like the rest) or was kept in front of an earlier
+        summary (it stays there, and so does the cached prefix up to it)."""
         lead = 0
         while lead < len(messages) and isinstance(messages[lead], SystemMessage):
             lead += 1
@@ -825,9 +865,27 @@ class Summarize(Layer):
         first = messages[lead]
         if not isinstance(first, UserMessage) or is_summary(first):
             return lead
-        if counter.count_message(first) * 8 > counter.count_messages(messages):
+        kept_before = lead + 1 < len(messages) and is_summary(messages[lead + 1])
+        if not kept_before and counter.count_message(first) * 8 > counter.count_messages(messages):
             return lead
         return lead + 1
+
+    def _stack_for_need(
+        self, messages: tuple[Message, ...], counter: TokenCounter, need: int
+    ) -> tuple[int, int]:
+        """As a guard's policy: ``(keep_summaries, kept_head)`` for this relief. The earlier
+        summaries stay in front (``keep_summaries``, when there are at most that many) only
+        while they take at most half of what the relief leaves (the history less ``need``);
+        else this summary folds them all in (``0``), so they never crowd out the recent
+        tail. ``kept_head`` counts the leading messages left in front of the summary."""
+        lead = self._keeps_task(messages, counter)
+        stacked = _past_stack(messages, lead, self.keep_summaries)
+        if stacked == lead:
+            return self.keep_summaries, lead
+        left = counter.count_messages(messages) - max(need, 0)
+        if counter.count_messages(messages[lead:stacked]) * 2 > left:
+            return 0, lead
+        return self.keep_summaries, stacked
 
     def trigger_for(self, ctx: RunContext[Any]) -> int:
         """The token estimate at which this layer summarizes, for ``ctx``'s window
@@ -865,6 +923,7 @@ class Summarize(Layer):
                 self.keep_for(messages, ctx, counter),
                 counter=counter,
                 keep_task=self._pins_task(messages, counter),
+                keep_summaries=self.keep_summaries,
             )
             if stats.changed and stats.tokens_freed <= 0:
                 raise SummarizationError(
@@ -902,7 +961,7 @@ class Summarize(Layer):
         *,
         need: int,
     ) -> Relief:
-        head = self._keeps_task(messages, counter)
+        keep_summaries, head = self._stack_for_need(messages, counter, need)
         try:
             new, stats = await summarize_history(
                 messages,
@@ -912,6 +971,7 @@ class Summarize(Layer):
                 counter=counter,
                 keep_task=self._pins_task(messages, counter),
                 forward=need > 0,
+                keep_summaries=keep_summaries,
             )
         except SummarizationError as exc:
             ctx.emit(SummaryFailed(error=str(exc), source="policy"))

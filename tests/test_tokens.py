@@ -4,6 +4,8 @@ the model -> context-window table."""
 from __future__ import annotations
 
 import gc
+import math
+import re
 import weakref
 from pathlib import Path
 from typing import Any
@@ -176,6 +178,85 @@ class TestColdCountingFastPath:
             )
 
 
+def reference_count_text(counter: HeuristicCounter, text: str) -> int:
+    """HeuristicCounter's formula written out character by character (the same float
+    operations in the same order, so the result is bit for bit what the counter gives)."""
+    if not text:
+        return 0
+    four = sum(len(run) // 4 for run in re.findall(" +", text))
+    ascii_chars = sum(1 for ch in text if ord(ch) < 0x80)
+    if ascii_chars == len(text):
+        return max(1, math.ceil((ascii_chars - 2 * four) / counter.chars_per_token))
+    han = kana = hangul = astral = 0
+    bytes_left = 0
+    for ch in text:
+        code = ord(ch)
+        if code < 0x80:
+            continue
+        size = len(ch.encode("utf-8", "surrogatepass"))
+        astral += size == 4
+        if 0x3400 <= code <= 0x4DBF or 0x4E00 <= code <= 0x9FFF or 0xF900 <= code <= 0xFAFF:
+            han += 1
+        elif 0x3040 <= code <= 0x30FF:
+            kana += 1
+        elif 0xAC00 <= code <= 0xD7A3 or 0x1100 <= code <= 0x11FF or 0x3130 <= code <= 0x318F:
+            hangul += 1
+        else:
+            bytes_left += size
+    estimate = (ascii_chars - 2 * four) / counter.chars_per_token
+    if han or kana or hangul:
+        estimate += (
+            han * counter.han_tokens + kana * counter.kana_tokens + hangul * counter.hangul_tokens
+        )
+    estimate += bytes_left / counter.nonascii_bytes_per_token
+    estimate += astral * counter.astral_extra
+    return max(1, math.ceil(estimate))
+
+
+_MIXED_TEXT = st.lists(
+    st.sampled_from(
+        [" ", "    ", "  ", "a", "\n", "é", "─", "日", "ア", "한", "ᄀ", "ㅏ", "豈", "😀", "\ud800"]
+    )
+    | st.characters(),
+    max_size=40,
+).map("".join)
+
+
+class TestReferenceFormula:
+    """The fast counter gives exactly what the formula, written out per character, gives."""
+
+    @given(text=_MIXED_TEXT | st.text(max_size=80))
+    def test_count_text_equals_the_per_character_formula(self, text: str) -> None:
+        """ASCII, Latin, box drawing, Han, kana, Hangul, emoji, lone surrogates: same count."""
+        for counter in (HeuristicCounter(), HeuristicCounter(chars_per_token=1.0)):
+            assert counter.count_text(text) == reference_count_text(counter, text)
+
+    @given(history=strategies.histories(), extra=_MIXED_TEXT)
+    def test_message_counts_equal_the_formula_over_their_parts(
+        self, history: tuple[Message, ...], extra: str
+    ) -> None:
+        """A history's count is the overheads plus the formula over each part of each message."""
+        messages = (*history, UserMessage(extra or "x"), ToolResult("c9", extra + "    "))
+        counter = HeuristicCounter()
+
+        def expected(message: Message) -> int:
+            tokens = counter.message_overhead + reference_count_text(counter, message.text)
+            if isinstance(message, ToolResult):
+                tokens += reference_count_text(counter, message.tool_call_id)
+            if isinstance(message, AssistantMessage):
+                for call in message.tool_calls:
+                    tokens += counter.tool_call_overhead + sum(
+                        reference_count_text(counter, part)
+                        for part in (call.id, call.name, tokens_module.arguments_text(call))
+                    )
+            content = getattr(message, "content", "")
+            if not isinstance(content, str):
+                tokens += counter.count_media(content)
+            return tokens
+
+        assert counter.count_messages(messages) == sum(map(expected, messages))
+
+
 _ESCAPE_HEAVY = st.lists(
     st.sampled_from(
         [" ", "    ", '"', "\\", "\n", "\t", "\r", "\b", "\f", "\x00", "\x1f", "a", "é", "日"]
@@ -335,6 +416,92 @@ class TestMemoization:
         expected = sum(HeuristicCounter().count_message(m) for m in history)
         assert counter.count_messages(history) == expected
         assert counter.count_messages(history) == expected
+
+    def test_a_cold_count_adds_nothing_to_the_messages(self) -> None:
+        """Counting a history once keeps only the history: no weak reference per message."""
+        counter = HeuristicCounter()
+        history = tuple(UserMessage(f"message {i}") for i in range(100))
+        counter.count_messages(history)
+        assert [weakref.getweakrefcount(m) for m in history] == [0] * 100
+        assert counter.memo_size == 100  # their counts are remembered with the history
+
+    def test_a_message_of_the_last_history_is_a_lookup(self) -> None:
+        """count_message on a message of the history counted last measures nothing again."""
+        counter = SpyCounter()
+        history = tuple(UserMessage(f"message {i}") for i in range(50))
+        counter.count_messages(history)
+        grown = (*history, ToolResult("c1", "a result"))
+        counter.count_messages(grown)
+        counter.measured.clear()
+        fresh = HeuristicCounter()
+        assert [counter.count_message(m) for m in grown] == [fresh.count_message(m) for m in grown]
+        assert counter.measured == []
+        assert counter.memo_size == 51
+
+    def test_a_released_history_is_not_kept_alive_and_its_counts_go(self) -> None:
+        """Counting another history lets the last one go; its counts leave with it."""
+        counter = HeuristicCounter()
+        history = tuple(UserMessage(f"old {i}") for i in range(30))
+        refs = [weakref.ref(m) for m in history]
+        counter.count_messages(history)
+        del history
+        counter.count_messages((UserMessage("new"),))
+        gc.collect()
+        assert [r for r in refs if r() is not None] == []
+        assert counter.memo_size == 1
+
+    def test_two_sessions_sharing_a_counter_count_only_their_new_messages(self) -> None:
+        """Histories that grow in turn on one counter each cost only what was added."""
+        counter = SpyCounter()
+        a = tuple(UserMessage(f"a{i}") for i in range(20))
+        b = tuple(UserMessage(f"b{i}") for i in range(20))
+        counter.count_messages(a)
+        counter.count_messages(b)
+        for turn in range(3):
+            counter.measured.clear()
+            a = (*a, UserMessage(f"a more {turn}"))
+            b = (*b, UserMessage(f"b more {turn}"))
+            fresh = HeuristicCounter()
+            assert counter.count_messages(a) == fresh.count_messages(a)
+            assert counter.count_messages(b) == fresh.count_messages(b)
+            assert counter.measured == [f"a more {turn}", f"b more {turn}"]
+
+    @given(
+        sessions=st.lists(strategies.histories(max_turns=4), min_size=1, max_size=3),
+        steps=st.lists(
+            st.tuples(
+                st.sampled_from(["grow", "count", "one", "edit", "clear"]),
+                st.integers(0, 2),
+                st.integers(0, 30),
+            ),
+            max_size=25,
+        ),
+    )
+    def test_any_interleaving_counts_like_a_fresh_counter(
+        self, sessions: list[tuple[Message, ...]], steps: list[tuple[str, int, int]]
+    ) -> None:
+        """Sessions growing, edited, counted whole or one message, in any order, on one
+        counter (a small memo, cleared now and then): every answer is a fresh count, and at
+        most max_memo counts are remembered."""
+        counter = HeuristicCounter(max_memo=16)
+        shown = [history[:1] for history in sessions]
+        for action, which, at in steps:
+            which %= len(sessions)
+            full, history = sessions[which], shown[which]
+            if action == "grow":
+                history = shown[which] = full[: len(history) + 1 + at % 3]
+            elif action == "edit" and history:
+                at %= len(history)
+                edited = UserMessage(f"edited {at}")
+                history = shown[which] = (*history[:at], edited, *history[at + 1 :])
+            elif action == "clear":
+                counter.clear()
+            if action == "one" and history:
+                message = history[at % len(history)]
+                assert counter.count_message(message) == HeuristicCounter().count_message(message)
+            else:
+                assert counter.count_messages(history) == HeuristicCounter().count_messages(history)
+            assert counter.memo_size <= 16
 
 
 class _RecordingTokenizer:

@@ -24,7 +24,7 @@ import math
 import os
 import re
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
 from operator import call as _call
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -104,17 +104,22 @@ def _arguments_json(arguments: FrozenDict[str, Any]) -> str:
     return _ARGUMENTS.encode(arguments)  # pragma: no cover - CPython always has _json
 
 
+# the setter of FrozenDict's ``_json_chars`` slot (FrozenDict refuses attribute assignment)
+_SET_JSON_CHARS: Callable[[FrozenDict[str, Any], int], None] = FrozenDict.__dict__[
+    "_json_chars"
+].__set__
+
+
 def _json_chars(arguments: FrozenDict[str, Any]) -> int:
     """The length of ``arguments``' JSON text with four-space runs as 2 characters, or -1
-    when it is not ASCII; remembered on the deep-frozen mapping (it always encodes the same),
-    so counting a call again, in any counter, skips the work."""
-    chars = arguments._json_chars
-    if chars is None:
-        chars = _flat_json_chars(arguments._data)
-        if chars is None:  # nested values: measure the encoded text
-            text = _arguments_json(arguments)
-            chars = len(text) - 2 * text.count(_FOUR_SPACES) if text.isascii() else -1
-        object.__setattr__(arguments, "_json_chars", chars)
+    when it is not ASCII, measured (the caller found ``arguments._json_chars`` unset) and
+    remembered on the deep-frozen mapping (it always encodes the same), so counting a call
+    again, in any counter, skips the work."""
+    chars = _flat_json_chars(arguments._data)
+    if chars is None:  # nested values: measure the encoded text
+        text = _arguments_json(arguments)
+        chars = len(text) - 2 * text.count(_FOUR_SPACES) if text.isascii() else -1
+    _SET_JSON_CHARS(arguments, chars)
     return chars
 
 
@@ -199,21 +204,40 @@ class _KeyedRef(weakref.ref):  # type: ignore[type-arg]
     key: int
 
 
+class _Hot:
+    """The history counted last, held strongly, with the counts of its messages from
+    ``start`` on (``pending``) that are not yet remembered by weak reference."""
+
+    __slots__ = ("messages", "pending", "start", "total")
+
+    def __init__(
+        self, messages: tuple[Message, ...], total: int, start: int, pending: list[int]
+    ) -> None:
+        self.messages = messages
+        self.total = total
+        self.start = start
+        self.pending = pending
+
+
 class MemoCounter:
     """The memoizing core both built-in counters share.
 
     Subclasses implement :meth:`count_text` (and may override :meth:`count_texts` to
     count many strings at once). Everything else is memoized here:
 
-    - per message, keyed by identity; a weak reference forgets the count when the message
-      is garbage collected (so an id is never reused for another message, and a shared
-      counter keeps no old session's messages alive); at most ``max_memo`` messages, the
-      oldest half forgotten when full;
+    - per history: the history counted last is held (strongly) with its total and its
+      messages' counts, so re-counting it is an identity check and a history that only
+      grew since costs a prefix comparison plus the new messages; a cold count builds
+      nothing more;
+    - per message, keyed by identity, once a message's count is needed outside that last
+      history (another history is counted, or :meth:`count_message` asks): a weak
+      reference forgets the count when the message is garbage collected (so an id is
+      never reused for another message, and a shared counter keeps no old session's
+      messages alive); at most ``max_memo`` messages, the oldest half forgotten when full;
     - per history prefix: the total of the last history that started with the same first
-      message, so a history that only grew costs a prefix comparison plus the new messages
-      (the 64 most recent histories are remembered by weak references, and only the one
-      counted last strongly: a shared counter keeps no finished session's history alive
-      once another history is counted);
+      message (the 64 most recent), by weak references: a history that grew while another
+      one was counted in between still costs only its new messages, and a shared counter
+      keeps no finished session's history alive once another history is counted;
     - per tool list (by identity) and per system prompt (by value).
 
     Images and documents in a message's content parts are counted by the ``images``
@@ -249,10 +273,9 @@ class MemoCounter:
         self._max_memo = max_memo
         self._counts: dict[int, int] = {}
         self._alive: dict[int, _KeyedRef] = {}
-        # first message's id -> weak refs to a counted history and its total; only the
-        # history counted last is held strongly (re-counting it is one identity check)
+        # first message's id -> weak refs to a counted history and its total
         self._prefix: dict[int, tuple[tuple[_KeyedRef, ...], int]] = {}
-        self._hot: tuple[tuple[Message, ...], int] | None = None
+        self._hot: _Hot | None = None
         self._tools: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
         self._texts: dict[str, int] = {}
 
@@ -273,8 +296,12 @@ class MemoCounter:
 
     @property
     def memo_size(self) -> int:
-        """How many messages are remembered."""
-        return len(self._counts)
+        """How many messages' counts are remembered (by weak reference, or with the
+        history counted last)."""
+        memo, hot = self._counts, self._hot
+        if hot is None or not hot.pending:
+            return len(memo)
+        return len(memo) + len({id(m) for m in hot.messages[hot.start :]} - memo.keys())
 
     def clear(self) -> None:
         """Forget every memoized count."""
@@ -287,9 +314,20 @@ class MemoCounter:
 
     def _remember(self, messages: Sequence[Message]) -> list[int]:
         """Measure ``messages`` (none of them memoized) in one :meth:`count_texts` call,
-        remember them, and return their counts."""
+        remember them by weak reference, and return their counts."""
         counts = self._message_counts(messages)
+        self._keep(messages, counts)
+        return counts
+
+    def _keep(self, messages: Sequence[Message], counts: Sequence[int]) -> None:
+        """Remember ``counts`` of ``messages`` by weak reference (those not remembered yet),
+        forgetting the oldest when the memo is full."""
         memo, alive, limit = self._counts, self._alive, self._max_memo
+        if memo:
+            new = [(m, c) for m, c in zip(messages, counts, strict=True) if id(m) not in alive]
+            if not new:
+                return
+            messages, counts = [m for m, _ in new], [c for _, c in new]
         overflow = len(memo) + len(messages) - limit
         if overflow > 0:
             # forget the oldest (dicts keep insertion order), at least half of the memo so
@@ -300,13 +338,14 @@ class MemoCounter:
                 del alive[key]
             self._prefix.clear()
         start = max(0, len(messages) - limit)
+        if start:
+            messages, counts = messages[start:], counts[start:]
         forget = self._forget
-        keys = list(map(id, messages[start:] if start else messages))
-        memo.update(zip(keys, counts[start:] if start else counts, strict=True))
-        for key, message in zip(keys, messages[start:] if start else messages, strict=True):
+        keys = list(map(id, messages))
+        memo.update(zip(keys, counts, strict=True))
+        for key, message in zip(keys, messages, strict=True):
             ref = alive[key] = _KeyedRef(message, forget)
             ref.key = key
-        return counts
 
     def _message_counts(self, messages: Sequence[Message]) -> list[int]:
         """Whole counts of ``messages``: payload, per-message and per-call overhead, media."""
@@ -338,31 +377,49 @@ class MemoCounter:
     def count_message(self, message: Message) -> int:
         count = self._counts.get(id(message))
         if count is None:
-            count = self._remember((message,))[0]
+            hot = self._hot
+            if hot is not None and hot.pending:  # it may be one of the last history's
+                self._settle(hot)
+                count = self._counts.get(id(message))
+            if count is None:
+                count = self._remember((message,))[0]
         return count
 
-    def _sum(self, messages: Sequence[Message]) -> int:
+    def _settle(self, hot: _Hot) -> None:
+        """Remember the last history's pending counts by weak reference."""
+        self._keep(hot.messages[hot.start :], hot.pending)
+        hot.start, hot.pending = len(hot.messages), []
+
+    def _release(self, hot: _Hot) -> None:
+        """Another history is counted: the last one is held no more, its counts and its
+        total (as a prefix entry) are remembered by weak reference."""
+        self._hot = None
+        if hot.pending:
+            self._settle(hot)
+        messages = hot.messages
+        refs = self._refs(messages)
+        if refs is not None:
+            prefix, key = self._prefix, id(messages[0])
+            if key not in prefix and len(prefix) >= 64:
+                del prefix[next(iter(prefix))]
+            prefix[key] = (refs, hot.total)
+
+    def _counts_of(self, messages: Sequence[Message]) -> list[int]:
+        """The counts of ``messages``: remembered ones looked up, the others measured
+        (all in one :meth:`count_texts` call) but not remembered."""
         memo = self._counts
+        if not memo:
+            return self._message_counts(messages)
         try:
-            return sum(map(memo.__getitem__, map(id, messages)))
+            return list(map(memo.__getitem__, map(id, messages)))
         except KeyError:
             pass
-        if not memo:  # a cold counter: measure all at once (a repeated message twice)
-            return sum(self._remember(messages))
-        missing = {id(m): m for m in messages if id(m) not in memo}
-        if len(missing) == len(messages):  # every message is new and distinct
-            return sum(self._remember(messages))
-        fresh = dict(zip(missing, self._remember(list(missing.values())), strict=True))
-        total = 0
-        for message in messages:
-            key = id(message)
-            count = fresh.get(key)
-            if count is None:
-                count = memo.get(key)
-                if count is None:  # evicted by this very batch (a history over max_memo)
-                    count = self.count_message(message)
-            total += count
-        return total
+        counts = list(map(memo.get, map(id, messages)))
+        missing = [i for i, count in enumerate(counts) if count is None]
+        measured = self._message_counts([messages[i] for i in missing])
+        for i, count in zip(missing, measured, strict=True):
+            counts[i] = count
+        return counts  # type: ignore[return-value]  # no None is left
 
     def count_messages(self, messages: Sequence[Message]) -> int:
         if type(messages) is not tuple:
@@ -370,16 +427,33 @@ class MemoCounter:
         if not messages:
             return 0
         hot = self._hot
-        if hot is not None and hot[0] is messages:
-            return hot[1]
-        total = self._count_history(messages)
-        self._hot = (messages, total)
-        return total
+        if hot is not None:
+            held = hot.messages
+            if held is messages:
+                return hot.total
+            k = len(held)
+            if len(messages) >= k and messages[k - 1] is held[-1] and messages[:k] == held:
+                # it only grew (equal messages have equal counts, so the total still holds)
+                hot.messages = messages
+                if len(messages) > k:
+                    new = self._counts_of(messages[k:])
+                    hot.total += sum(new)
+                    hot.pending += new
+                    self._bound(hot)
+                return hot.total
+            self._release(hot)
+        hot = self._hot = self._count_history(messages)
+        self._bound(hot)
+        return hot.total
 
-    def _count_history(self, messages: tuple[Message, ...]) -> int:
-        key = id(messages[0])
-        prefix = self._prefix
-        entry = prefix.get(key)
+    def _bound(self, hot: _Hot) -> None:
+        """Keep at most ``max_memo`` counts: past it, the last history's go to the memo
+        (which forgets the oldest)."""
+        if len(hot.pending) + len(self._counts) > self._max_memo:
+            self._settle(hot)
+
+    def _count_history(self, messages: tuple[Message, ...]) -> _Hot:
+        entry = self._prefix.get(id(messages[0]))
         if entry is not None:
             refs, total = entry
             k = len(refs)
@@ -389,26 +463,16 @@ class MemoCounter:
                 and tuple(map(_call, refs)) == messages[:k]
             ):
                 # equal messages have equal counts, so the remembered total still holds
-                if len(messages) == k:
-                    return total
-                total += self._sum(messages[k:])
-                grown = self._refs(messages, k)
-                if grown is not None:
-                    prefix[key] = (refs + grown, total)
-                return total
-        total = self._sum(messages)
-        weak = self._refs(messages, 0)
-        if weak is not None:
-            if key not in prefix and len(prefix) >= 64:
-                del prefix[next(iter(prefix))]
-            prefix[key] = (weak, total)
-        return total
+                new = self._counts_of(messages[k:])
+                return _Hot(messages, total + sum(new), k, new)
+        counts = self._counts_of(messages)
+        return _Hot(messages, sum(counts), 0, counts)
 
-    def _refs(self, messages: tuple[Message, ...], start: int) -> tuple[_KeyedRef, ...] | None:
-        """The memo's weak references to ``messages[start:]`` (None if one was evicted)."""
+    def _refs(self, messages: tuple[Message, ...]) -> tuple[_KeyedRef, ...] | None:
+        """The memo's weak references to ``messages`` (None if one was evicted)."""
         alive = self._alive
         try:
-            return tuple(map(alive.__getitem__, map(id, messages[start:])))
+            return tuple(map(alive.__getitem__, map(id, messages)))
         except KeyError:
             return None
 
@@ -475,9 +539,10 @@ class HeuristicCounter(MemoCounter):
     ``astral_extra`` per character outside the BMP (emoji). Defaults were fitted on real
     transcripts (code and prose) and CJK text against a byte-level BPE vocabulary; they err
     on the side of overcounting. ASCII strings take a fast path: two C-level passes and no
-    allocation, inlined for whole messages, so a cold count of a long history costs about
-    what LangChain's ``count_tokens_approximately`` does. Other ``options`` (overheads,
-    ``max_memo``) are :class:`MemoCounter`'s.
+    allocation, inlined for whole messages, so a cold count of a long history costs a little
+    more than LangChain's ``count_tokens_approximately``, which takes the strings' lengths
+    and reads none of their text (``benchmarks/bench_tokens_budget.py`` compares them).
+    Other ``options`` (overheads, ``max_memo``) are :class:`MemoCounter`'s.
     """
 
     def __init__(
