@@ -228,7 +228,8 @@ class MemoCounter:
     - per history: the history counted last is held (strongly) with its total and its
       messages' counts, so re-counting it is an identity check and a history that only
       grew since costs a prefix comparison plus the new messages; a cold count builds
-      nothing more;
+      nothing more (these counts and the per-message memo below hold at most ``max_memo``
+      messages together: past it, they join the memo, which forgets its oldest);
     - per message, keyed by identity, once a message's count is needed outside that last
       history (another history is counted, or :meth:`count_message` asks): a weak
       reference forgets the count when the message is garbage collected (so an id is
