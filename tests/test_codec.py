@@ -6,7 +6,7 @@ import gc
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
@@ -654,6 +654,11 @@ class TestSplitDocuments:
         assert split_document(doc)[1] == "first"
         split = SplitDocuments([split_document(doc)])
         assert decode_messages(split) == (UserMessage("second"),)
+
+    def test_anything_but_a_string_is_left_whole(self) -> None:
+        """A store handed bytes keeps them as they are (the split reads only strings)."""
+        doc = encode_message(UserMessage("hi")).encode()
+        assert split_document(cast(str, doc)) == (doc, None)
 
     def test_a_lone_surrogate_stays_in_the_document(self) -> None:
         """Text a database cannot hold as UTF-8 is not taken out, and still round-trips."""
