@@ -37,7 +37,7 @@ from tinyctx import (
     encode_messages,
     encode_state,
 )
-from tinyctx.documents import SplitDocuments, join_document, split_document
+from tinyctx.documents import TEXT_HOLE, SplitDocuments, join_document, split_document
 from tinyctx.parts import DocumentPart, ImagePart, Part, TextPart
 from tinyctx.testing.images import image_part, pdf_part
 from tinyctx.testing.strategies import (
@@ -618,7 +618,7 @@ class TestSplitDocuments:
             if type(content) is str and content:
                 surrogate = any(0xD800 <= ord(c) <= 0xDFFF for c in content)
                 assert text == (None if surrogate else content)
-                assert text is None or '"content"' not in head[:12]
+                assert text is None or head.startswith(TEXT_HOLE)
         assert decode_messages(split) == tuple(history)
         assert split == docs and docs == split and hash(split) == hash(docs)
         assert list(split) == list(docs) and len(split) == len(docs)
@@ -654,6 +654,26 @@ class TestSplitDocuments:
         assert split_document(doc)[1] == "first"
         split = SplitDocuments([split_document(doc)])
         assert decode_messages(split) == (UserMessage("second"),)
+
+    @given(message=messages())
+    def test_a_head_read_alone_is_refused_never_a_message_without_its_text(
+        self, message: Message
+    ) -> None:
+        """A reader that knows nothing of splitting (an older release reading the stored
+        document only) gets a CodecError for every role, never an empty-text message."""
+        head, text = split_document(encode_message(message))
+        if text is not None:
+            with pytest.raises(CodecError, match="content"):
+                decode_message(head)
+
+    def test_a_text_beside_a_head_without_its_hole_is_refused_naming_the_message(self) -> None:
+        """A pair split_document did not make (a damaged row) is an error, not a guess."""
+        good = split_document(encode_message(UserMessage("fine")))
+        bad = ('{"role":"user","v":1}', "lost")
+        with pytest.raises(CodecError, match=r"messages\[1\].*head must start with"):
+            decode_messages(SplitDocuments([good, bad]))
+        with pytest.raises(ValueError, match="head starts with"):
+            join_document(*bad)
 
     def test_anything_but_a_string_is_left_whole(self) -> None:
         """A store handed bytes keeps them as they are (the split reads only strings)."""

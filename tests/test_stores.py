@@ -302,7 +302,7 @@ class TestSchemaMigration:
                 "SELECT doc, content FROM tinyctx_messages ORDER BY pos"
             ).fetchall()
         raw.close()
-        head = '{"role":"assistant","v":1}'  # the texts in their column
+        head = '{"content":null,"role":"assistant","v":1}'  # the texts in their column
         assert stored == [(head, "summary"), (head, "new answer")]
 
     async def test_a_file_from_a_newer_version_is_refused_untouched(self, tmp_path: Path) -> None:

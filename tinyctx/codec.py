@@ -40,7 +40,7 @@ from typing import Any, Final, TypeVar, cast, overload
 
 from .agent import Checkpoint
 from .context import RunConfig
-from .documents import SplitDocuments, join_document
+from .documents import TEXT_HOLE, SplitDocuments, join_document
 from .errors import ConfigError, TinyCtxError
 from .frozen import EMPTY, FrozenDict
 from .messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult, UserMessage
@@ -1040,7 +1040,10 @@ _GC_PAUSE_FROM: Final = 64
 
 def _decode_split(head: str, text: str) -> Message:
     """The message of a split document, by the fast reader on the head with the text put
-    back; on any doubt the joined document goes the usual way (same result, same errors)."""
+    in its hole; on any doubt the joined document goes the usual way (same result, same
+    errors)."""
+    if not head.startswith(TEXT_HOLE):
+        raise CodecError("", f"a split document's head must start with {TEXT_HOLE!r}")
     if _orjson_loads is not None and _FAST:
         try:
             obj = _orjson_loads(head)
@@ -1051,7 +1054,7 @@ def _decode_split(head: str, text: str) -> Message:
                 type(obj) is dict
                 and obj.get("v") == CODEC_VERSION
                 and type(obj["v"]) is int
-                and "content" not in obj  # a repeated key: the whole document decides
+                and obj["content"] is None  # a repeated key: the whole document decides
             ):
                 obj["content"] = text
                 try:

@@ -15,16 +15,24 @@ from _json import scanstring as _scan_string  # the C scanner json.decoder uses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, overload
 
-__all__ = ["split_document", "join_document", "SplitDocuments"]
+__all__ = ["split_document", "join_document", "SplitDocuments", "TEXT_HOLE"]
 
 _CONTENT_HEAD: Final = '{"content":'
+TEXT_HOLE: Final = '{"content":null'
+"""How a split document's head starts: the text's place, held by ``null``."""
+_HOLE_END: Final = len(TEXT_HOLE)
 _encode_string: Final[Callable[[str], str]] = json.encoder.encode_basestring_ascii
 
 
 def split_document(doc: str) -> tuple[str, str | None]:
     """``(head, text)``: a message document whose text content is its first member, taken
     apart, so a store can keep the text as text (read back without JSON unescaping) and
-    the small rest as the document; ``(doc, None)`` for any other string.
+    the rest as a small document; ``(doc, None)`` for any other string.
+
+    The head is the document with the text replaced by ``null``: valid JSON exactly when
+    the document is, and a document no reader takes for a message without its text (every
+    role refuses a ``null`` content, so a process of an older release reading the head
+    alone fails loudly instead of reading an assistant message with no text).
 
     ``join_document(*split_document(doc)) == doc`` for every string, byte for byte: only
     a text spelled exactly as the encoder spells it is taken out, and the rest is kept
@@ -40,27 +48,22 @@ def split_document(doc: str) -> tuple[str, str | None]:
     spelled = _encode_string(text)
     if len(spelled) != end - 11 or not doc.startswith(spelled, 11):
         return doc, None
-    if doc.startswith(',"', end):
-        head = "{" + doc[end + 1 :]
-    elif len(doc) == end + 1 and doc[end] == "}":
-        head = "{}"
-    else:  # not an object member followed by another one or by the end
-        return doc, None
     if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
             return doc, None
-    return head, text
+    return TEXT_HOLE + doc[end:], text
 
 
 def join_document(head: str, text: str | None) -> str:
-    """The document :func:`split_document` took apart."""
+    """The document :func:`split_document` took apart (``ValueError`` for a pair it did
+    not make: a text beside a head without its hole)."""
     if text is None:
         return head
-    if head == "{}":
-        return f"{_CONTENT_HEAD}{_encode_string(text)}}}"
-    return f"{_CONTENT_HEAD}{_encode_string(text)},{head[1:]}"
+    if not head.startswith(TEXT_HOLE):
+        raise ValueError(f"a split document's head starts with {TEXT_HOLE!r}, got {head[:20]!r}")
+    return f"{_CONTENT_HEAD}{_encode_string(text)}{head[_HOLE_END:]}"
 
 
 class SplitDocuments(Sequence[str]):

@@ -532,9 +532,11 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE tinyctx_counters (name TEXT NOT NULL PRIMARY KEY, "
         "value INTEGER NOT NULL) WITHOUT ROWID",
     ),
-    # 4: a message's text content in a column of its own (``codec.split_document``): read
-    # back as text, not unescaped out of JSON. NULL: ``doc`` is the whole document (every
-    # row written before, and documents whose text stays in them).
+    # 4: a message's text content in a column of its own (``documents.split_document``):
+    # read back as text, not unescaped out of JSON; ``doc`` then holds the document with
+    # ``null`` in the text's place, which an older release refuses to decode (loudly) rather
+    # than misread. NULL: ``doc`` is the whole document (every row written before, and
+    # documents whose text stays in them).
     (
         "ALTER TABLE tinyctx_messages ADD COLUMN content TEXT",
         "ALTER TABLE tinyctx_archive_messages ADD COLUMN content TEXT",
@@ -1031,7 +1033,10 @@ class SqliteStore:
       written); notes carry a per-namespace ``seq`` from 1, a timestamp and JSON metadata.
     - A thread's message keeps its text content in a column of its own
       (:func:`~tinyctx.documents.split_document`), so a load reads the text as text; the
-      documents read back unchanged (:class:`~tinyctx.documents.SplitDocuments`).
+      documents read back unchanged (:class:`~tinyctx.documents.SplitDocuments`). Upgrade
+      every process that shares a file together: a process of an older release that opened
+      the file before the migration fails loudly on such a row (its decoder refuses the
+      stored head) instead of reading a message without its text.
 
     The file is opened lazily on first use (or with ``await store.open()`` /
     ``async with store:``); ``aclose()`` closes it for good.
