@@ -305,6 +305,35 @@ class TestSchemaMigration:
         head = '{"content":null,"role":"assistant","v":1}'  # the texts in their column
         assert stored == [(head, "summary"), (head, "new answer")]
 
+    async def test_a_file_migrated_by_a_newer_release_while_open_is_refused_untouched(
+        self, tmp_path: Path
+    ) -> None:
+        """Another process migrating the file past this release stops this store at its next
+        transaction (nothing read in a layout it does not know, nothing written); a schema
+        change that keeps the version (another process adding an index) does not."""
+        path = tmp_path / "shared.db"
+        docs = encode_messages([UserMessage("hi"), AssistantMessage("hello")])
+        async with SqliteStore(path) as store:
+            await store.write("t", ThreadWrite(docs[:1]), expected_version=0)
+            with sqlite3.connect(path) as raw:
+                raw.execute("CREATE INDEX tinyctx_notes_age ON tinyctx_notes (created_at)")
+            raw.close()
+            assert (await store.load_thread("t")).messages == docs[:1]
+            with sqlite3.connect(path) as raw:
+                raw.execute("CREATE TABLE tinyctx_future (x INTEGER)")
+                raw.execute("UPDATE tinyctx_schema SET version = 99")
+            raw.close()
+            newer = r"migrated to schema version 99 by a newer tinyctx while this store had it"
+            with pytest.raises(StoreSchemaError, match=newer):
+                await store.load_thread("t")
+            with pytest.raises(StoreSchemaError, match=newer):
+                await store.write("t", ThreadWrite(docs[1:]), expected_version=1)
+        with sqlite3.connect(path) as raw:
+            version = raw.execute("SELECT version FROM tinyctx_threads").fetchone()[0]
+            rows = raw.execute("SELECT count(*) FROM tinyctx_messages").fetchone()[0]
+        raw.close()
+        assert (version, rows) == (1, 1)
+
     async def test_a_file_from_a_newer_version_is_refused_untouched(self, tmp_path: Path) -> None:
         path = tmp_path / "new.db"
         async with SqliteStore(path) as store:

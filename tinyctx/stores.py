@@ -545,9 +545,39 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
+class _Connection(sqlite3.Connection):
+    """A store's connection: its file's path and the schema cookie (SQLite's
+    ``schema_version``, changed by every schema change) it last found at this release's
+    schema version."""
+
+    path = ""
+    schema_cookie: int | None = None
+
+
+def _check_schema(conn: sqlite3.Connection) -> None:
+    """Inside a transaction: refuse a file another process migrated past this release's
+    schema while this connection was open (its rows may be in a layout this code misreads).
+    One pragma when nothing changed."""
+    known = getattr(conn, "schema_cookie", None)
+    if known is None:
+        return
+    (cookie,) = conn.execute("PRAGMA schema_version").fetchone()
+    if cookie == known:
+        return
+    version = _stored_version(conn)
+    if version > SCHEMA_VERSION:
+        raise StoreSchemaError(
+            f"{getattr(conn, 'path', '')}: migrated to schema version {version} by a newer "
+            f"tinyctx while this store had it open (this one reads up to version "
+            f"{SCHEMA_VERSION}); run this process on the newer release"
+        )
+    conn.schema_cookie = cookie  # type: ignore[attr-defined]
+
+
 class _Immediate:
     """``BEGIN IMMEDIATE`` ... ``COMMIT``: the write lock is taken up front, so two writers
-    wait for each other (busy timeout) instead of failing on a lock upgrade."""
+    wait for each other (busy timeout) instead of failing on a lock upgrade. A file a newer
+    release migrated meanwhile is refused before anything is read or written."""
 
     __slots__ = ("_conn",)
 
@@ -555,7 +585,7 @@ class _Immediate:
         self._conn = conn
 
     def __enter__(self) -> sqlite3.Connection:
-        self._conn.execute("BEGIN IMMEDIATE")
+        _begin(self._conn, "BEGIN IMMEDIATE")
         return self._conn
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -570,6 +600,15 @@ class _Immediate:
                 raise
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+
+
+def _begin(conn: sqlite3.Connection, statement: str) -> None:
+    conn.execute(statement)
+    try:
+        _check_schema(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _stored_version(conn: sqlite3.Connection) -> int:
@@ -688,7 +727,7 @@ class _Read:
         self._conn = conn
 
     def __enter__(self) -> sqlite3.Connection:
-        self._conn.execute("BEGIN")
+        _begin(self._conn, "BEGIN")
         return self._conn
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -1080,7 +1119,11 @@ class SqliteStore:
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
-            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            self.path,
+            timeout=self.timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            factory=_Connection,
         )
         try:
             _enable_wal(conn, self.timeout)
@@ -1089,6 +1132,8 @@ class SqliteStore:
             # long thread reads a few MB, and this halves its time (writes still use the WAL)
             conn.execute(f"PRAGMA mmap_size={_MMAP_BYTES}")
             _migrate(conn, self.path)
+            conn.path = self.path
+            (conn.schema_cookie,) = conn.execute("PRAGMA schema_version").fetchone()
         except sqlite3.OperationalError:
             conn.close()  # cannot open the file, or busy past the timeout: as SQLite says
             raise
