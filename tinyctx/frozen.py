@@ -7,7 +7,7 @@ but neither hashable nor safe against the caller keeping the original dict.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
 __all__ = ["FrozenDict", "freeze", "thaw", "frozen_mapping", "EMPTY", "clone_with"]
@@ -36,11 +36,12 @@ class FrozenDict(Mapping[K, V]):
 
     @classmethod
     def _wrap(cls, data: dict[K, V]) -> FrozenDict[K, V]:
-        """Adopt ``data`` without copying; the caller gives up its reference."""
-        new = cls.__new__(cls)
-        object.__setattr__(new, "_data", data)
-        object.__setattr__(new, "_hash", None)
-        object.__setattr__(new, "_json_chars", None)
+        """Adopt ``data`` without copying; the caller gives up its reference. (Through the
+        slots' own setters: decoding a long thread wraps thousands of mappings.)"""
+        new: FrozenDict[K, V] = object.__new__(cls)
+        _SET_DATA(new, data)
+        _SET_HASH(new, None)
+        _SET_JSON_CHARS(new, None)
         return new
 
     def __getitem__(self, key: K) -> V:
@@ -99,6 +100,17 @@ class FrozenDict(Mapping[K, V]):
     def to_dict(self) -> dict[K, V]:
         """A shallow, mutable copy."""
         return dict(self._data)
+
+
+# the slots' own setters (FrozenDict refuses attribute assignment): what _wrap fills a new
+# mapping with, and how tinyctx.tokens remembers a measured JSON size
+_SET_DATA: Callable[[FrozenDict[Any, Any], dict[Any, Any]], None] = FrozenDict.__dict__[
+    "_data"
+].__set__
+_SET_HASH: Callable[[FrozenDict[Any, Any], int | None], None] = FrozenDict.__dict__["_hash"].__set__
+_SET_JSON_CHARS: Callable[[FrozenDict[Any, Any], int | None], None] = FrozenDict.__dict__[
+    "_json_chars"
+].__set__
 
 
 EMPTY: FrozenDict[Any, Any] = FrozenDict()

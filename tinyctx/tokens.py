@@ -24,13 +24,13 @@ import math
 import os
 import re
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import islice
 from operator import call as _call
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .errors import ConfigError
-from .frozen import FrozenDict
+from .frozen import _SET_JSON_CHARS, FrozenDict
 from .media_tokens import IMAGE_FORMULAS, ImageFormula, media_tokens
 from .messages import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 from .model import ModelRequest
@@ -102,12 +102,6 @@ def _arguments_json(arguments: FrozenDict[str, Any]) -> str:
         # the FrozenDict's own dict: the C encoder takes it without a default() call
         return "".join(_ARGUMENTS_C(arguments._data, 0))
     return _ARGUMENTS.encode(arguments)  # pragma: no cover - CPython always has _json
-
-
-# the setter of FrozenDict's ``_json_chars`` slot (FrozenDict refuses attribute assignment)
-_SET_JSON_CHARS: Callable[[FrozenDict[str, Any], int], None] = FrozenDict.__dict__[
-    "_json_chars"
-].__set__
 
 
 def _json_chars(arguments: FrozenDict[str, Any]) -> int:
