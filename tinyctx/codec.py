@@ -717,14 +717,17 @@ _BIG_FLOAT: Final = float(1 << 63)
 document to the stdlib parser, which keeps the integer (and reads real floats alike)."""
 
 
+_wrap: Final = FrozenDict._wrap
+
+
 def _freeze_object(value: dict[str, Any]) -> FrozenDict[str, Any]:
     """``_freeze_json`` of a parsed object for the fast reader: a flat object (most tool
     arguments, most metadata) is adopted as it is, without copying."""
     for item in value.values():
         kind = type(item)
         if kind is dict or kind is list or kind is float:
-            return _adopt({k: _freeze_value(v) for k, v in value.items()})
-    return _adopt(value)
+            return _wrap({k: _freeze_value(v) for k, v in value.items()})
+    return _wrap(value)
 
 
 def _freeze_value(value: Any) -> Any:
@@ -753,14 +756,6 @@ def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[_Setter, ...]:
     return tuple(setters)
 
 
-# FrozenDict._wrap by its slots' setters: ``_data`` adopts the dict, every other slot (the
-# remembered hash and sizes) starts empty
-_FROZEN_SLOTS: Final = tuple(getattr(FrozenDict, "__slots__", ()))
-_FROZEN_SETTERS: Final = (
-    _slot_setters(FrozenDict, _FROZEN_SLOTS) if _FROZEN_SLOTS[:1] == ("_data",) else ()
-)
-
-
 def _no_setter(target: Any, value: Any) -> None:  # pragma: no cover - _FAST is off then
     raise _Slow
 
@@ -768,17 +763,6 @@ def _no_setter(target: Any, value: Any) -> None:  # pragma: no cover - _FAST is 
 def _unpacked(setters: tuple[_Setter, ...], count: int) -> tuple[_Setter, ...]:
     """The setters to unpack into module constants (never called unless ``_FAST``)."""
     return setters if len(setters) == count else (_no_setter,) * count
-
-
-_SET_FROZEN_DATA, _SET_FROZEN_HASH, _SET_FROZEN_CHARS = _unpacked(_FROZEN_SETTERS, 3)
-
-
-def _adopt(data: dict[str, Any]) -> FrozenDict[str, Any]:
-    frozen: FrozenDict[str, Any] = _new(FrozenDict)
-    _SET_FROZEN_DATA(frozen, data)
-    _SET_FROZEN_HASH(frozen, None)
-    _SET_FROZEN_CHARS(frozen, None)
-    return frozen
 
 
 _BASE_SLOTS: Final = ("essential", "metadata", _HASH_SLOT)
@@ -791,10 +775,8 @@ _TOOL_SETTERS: Final = _slot_setters(
 _ASSISTANT_SETTERS: Final = _slot_setters(AssistantMessage, ("content", "tool_calls", *_BASE_SLOTS))
 _USER_SETTERS: Final = _slot_setters(UserMessage, ("content", *_BASE_SLOTS))
 _SYSTEM_SETTERS: Final = _slot_setters(SystemMessage, ("content", *_BASE_SLOTS))
-_FAST: Final = (
-    _TRUSTED
-    and len(_FROZEN_SETTERS) == 3
-    and all((_CALL_SETTERS, _TOOL_SETTERS, _ASSISTANT_SETTERS, _USER_SETTERS, _SYSTEM_SETTERS))
+_FAST: Final = _TRUSTED and all(
+    (_CALL_SETTERS, _TOOL_SETTERS, _ASSISTANT_SETTERS, _USER_SETTERS, _SYSTEM_SETTERS)
 )
 # the slots' setters as constants: unpacking a tuple per message costs as much as a field
 _SET_CALL_ID, _SET_CALL_NAME, _SET_CALL_ARGUMENTS, _SET_CALL_INVALID, _SET_CALL_HASH = _unpacked(
@@ -991,18 +973,25 @@ def _decode_message(doc: str | bytes) -> Message:
         except ValueError:
             pass
         else:
-            if type(obj) is dict and obj.get("v") == CODEC_VERSION and type(obj["v"]) is int:
-                try:
-                    return _fast_message(obj)
-                except _FAST_FAILURES:
-                    pass
-            try:
-                doubtful = _has_big_float(obj)
-            except RecursionError:
-                doubtful = True
-            if not doubtful:
-                return _message_from(_checked(obj))
+            message = _from_parsed(obj)
+            if message is not None:
+                return message
     return _read_message(_parse(doc))
+
+
+def _from_parsed(obj: Any) -> Message | None:
+    """The message of what orjson parsed: the fast reader, else the strict one; None when
+    the stdlib must parse the text again (a float past 64 bits may be an integer there)."""
+    if type(obj) is dict and obj.get("v") == CODEC_VERSION and type(obj["v"]) is int:
+        try:
+            return _fast_message(obj)
+        except _FAST_FAILURES:
+            pass
+    try:
+        doubtful = _has_big_float(obj)
+    except RecursionError:
+        doubtful = True
+    return None if doubtful else _message_from(_checked(obj))
 
 
 def decode_message(doc: str | bytes) -> Message:
@@ -1039,9 +1028,10 @@ _GC_PAUSE_FROM: Final = 64
 
 
 def _decode_split(head: str, text: str) -> Message:
-    """The message of a split document, by the fast reader on the head with the text put
-    in its hole; on any doubt the joined document goes the usual way (same result, same
-    errors)."""
+    """The message of a split document: the head parsed, the text put in its hole, then
+    read as a whole document's object is (same result, same errors); the joined document
+    goes the usual way when orjson cannot have the last word (a repeated ``content`` key,
+    a number the stdlib must read, text orjson refuses)."""
     if not head.startswith(TEXT_HOLE):
         raise CodecError("", f"a split document's head must start with {TEXT_HOLE!r}")
     if _orjson_loads is not None and _FAST:
@@ -1050,17 +1040,11 @@ def _decode_split(head: str, text: str) -> Message:
         except ValueError:
             pass
         else:
-            if (
-                type(obj) is dict
-                and obj.get("v") == CODEC_VERSION
-                and type(obj["v"]) is int
-                and obj["content"] is None  # a repeated key: the whole document decides
-            ):
+            if obj["content"] is None:  # else a repeated key: the whole document decides
                 obj["content"] = text
-                try:
-                    return _fast_message(obj)
-                except _FAST_FAILURES:
-                    pass
+                message = _from_parsed(obj)
+                if message is not None:
+                    return message
     return _decode_message(join_document(head, text))
 
 
