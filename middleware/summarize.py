@@ -147,8 +147,12 @@ def _stack(history: Sequence[Message], lead: int, keep_summaries: int) -> tuple[
     return (end, end) if end - lead <= keep_summaries else (lead, end)
 
 
-def _past_stack(history: Sequence[Message], lead: int, keep_summaries: int) -> int:
-    return _stack(history, lead, keep_summaries)[0]
+def _system_lead(history: Sequence[Message]) -> int:
+    """How many system messages the history starts with."""
+    lead = 0
+    while lead < len(history) and isinstance(history[lead], SystemMessage):
+        lead += 1
+    return lead
 
 
 def summary_split(
@@ -180,9 +184,7 @@ def summary_split(
     count = len(history)
     if count <= keep_recent:
         return None
-    lead = 0
-    while lead < count and isinstance(history[lead], SystemMessage):
-        lead += 1
+    lead = _system_lead(history)
     if (
         keep_task
         and lead < count
@@ -847,19 +849,14 @@ class Summarize(Layer):
     def _pins_task(self, messages: tuple[Message, ...], counter: TokenCounter) -> bool:
         """Whether the first user message stays in front of the summary (see
         :meth:`_keeps_task`)."""
-        lead = 0
-        while lead < len(messages) and isinstance(messages[lead], SystemMessage):
-            lead += 1
-        return self._keeps_task(messages, counter) > lead
+        return self._keeps_task(messages, counter) > _system_lead(messages)
 
     def _keeps_task(self, messages: tuple[Message, ...], counter: TokenCounter) -> int:
         """How many leading messages stay in front of the summary: the system messages,
         and with ``keep_task`` the first user message when it is at most an eighth of the
         history (a long one is summarized like the rest) or was kept in front of an earlier
         summary (it stays there, and so does the cached prefix up to it)."""
-        lead = 0
-        while lead < len(messages) and isinstance(messages[lead], SystemMessage):
-            lead += 1
+        lead = _system_lead(messages)
         if not self.keep_task or lead >= len(messages):
             return lead
         first = messages[lead]
@@ -879,7 +876,7 @@ class Summarize(Layer):
         else this summary folds them all in (``0``), so they never crowd out the recent
         tail. ``kept_head`` counts the leading messages left in front of the summary."""
         lead = self._keeps_task(messages, counter)
-        stacked = _past_stack(messages, lead, self.keep_summaries)
+        stacked = _stack(messages, lead, self.keep_summaries)[0]
         if stacked == lead:
             return self.keep_summaries, lead
         left = counter.count_messages(messages) - max(need, 0)

@@ -558,20 +558,19 @@ def _check_schema(conn: sqlite3.Connection) -> None:
     """Inside a transaction: refuse a file another process migrated past this release's
     schema while this connection was open (its rows may be in a layout this code misreads).
     One pragma when nothing changed."""
-    known = getattr(conn, "schema_cookie", None)
-    if known is None:
-        return
+    if not isinstance(conn, _Connection) or conn.schema_cookie is None:
+        return  # migrating on open, or not a store's connection
     (cookie,) = conn.execute("PRAGMA schema_version").fetchone()
-    if cookie == known:
+    if cookie == conn.schema_cookie:
         return
     version = _stored_version(conn)
     if version > SCHEMA_VERSION:
         raise StoreSchemaError(
-            f"{getattr(conn, 'path', '')}: migrated to schema version {version} by a newer "
-            f"tinyctx while this store had it open (this one reads up to version "
-            f"{SCHEMA_VERSION}); run this process on the newer release"
+            f"{conn.path}: migrated to schema version {version} by a newer tinyctx while "
+            f"this store had it open (this one reads up to version {SCHEMA_VERSION}); run "
+            "this process on the newer release"
         )
-    conn.schema_cookie = cookie  # type: ignore[attr-defined]
+    conn.schema_cookie = cookie
 
 
 class _Immediate:
