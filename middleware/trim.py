@@ -4,6 +4,11 @@ Removes messages from the start of the history, keeping every system message (wh
 it stands) and at least the newest ``keep_recent`` messages. Cuts only where no tool call
 is separated from its results (:func:`tinyctx.safe_boundaries`), so a tool turn goes as a
 whole or stays as a whole.
+
+A summarized history starts with a digest: the summaries :class:`Summarize` wrote, and the
+task it keeps in front of them. They stand for everything before them in a few tokens, so
+the oldest raw turns after them go first; the digest goes only when that is not enough
+(its summaries oldest first, the task last).
 """
 
 from __future__ import annotations
@@ -11,12 +16,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tinyctx import ConfigError, Message, RunContext, SystemMessage, safe_boundaries, snap_boundary
+from tinyctx import (
+    ConfigError,
+    Message,
+    RunContext,
+    SystemMessage,
+    UserMessage,
+    safe_boundaries,
+    snap_boundary,
+)
 from tinyctx.tokens import TokenCounter, default_counter
 
 from .policy import Relief
+from .summarize import is_summary
 
-__all__ = ["TrimOldest", "trim_oldest", "check_keep", "check_name"]
+__all__ = ["TrimOldest", "trim_oldest", "digest_end", "check_keep", "check_name"]
 
 
 def check_keep(value: Any, *, field: str = "keep_recent", owner: str = "") -> int:
@@ -44,7 +58,9 @@ def trim_oldest(
     everything older than the newest ``keep_recent`` messages).
 
     Pure: the cut is the first safe boundary at which enough is freed, never later than
-    the safe boundary at or before ``len - keep_recent``. Returns a :class:`Relief` with
+    the safe boundary at or before ``len - keep_recent``. A summarized history's digest
+    (:func:`digest_end`) is skipped over: the cut starts after it, and the digest's own
+    messages go only when everything up to that limit was not enough. Returns a :class:`Relief` with
     ``detail = {"removed": n, "kept": m}``; the input as is when nothing is removed.
     """
     check_keep(keep_recent, owner="trim_oldest")
@@ -56,30 +72,62 @@ def trim_oldest(
     count = (counter or default_counter()).count_message
     safe = safe_boundaries(history)
     limit = snap_boundary(history, n - keep_recent, direction="backward", boundaries=safe)
+    digest = min(digest_end(history), limit)
     cut = limit
+    freed = 0
     if need is not None:
-        freed = 0
-        for index in range(limit):
+        for index in range(digest, limit):
             message = history[index]
             if not isinstance(message, SystemMessage):
                 freed += count(message)
             if freed >= need and safe[index + 1]:
                 cut = index + 1
                 break
-    head = history[:cut]
-    removed = [m for m in head if not isinstance(m, SystemMessage)]
-    if not removed:
+    # the digest (summaries oldest first, the task last) goes only when the raw turns after
+    # it, all of them up to the kept tail, did not free enough
+    gone = {i for i in range(digest, cut) if not isinstance(history[i], SystemMessage)}
+    if digest and cut == limit and (need is None or freed < need):
+        pinned = [i for i in range(digest) if not isinstance(history[i], SystemMessage)]
+        if pinned and not is_summary(history[pinned[0]]):
+            pinned.append(pinned.pop(0))  # the task
+        for index in pinned:
+            if need is not None and freed >= need:
+                break
+            gone.add(index)
+            freed += count(history[index])
+    if not gone:
         return unchanged
-    kept = (*(m for m in head if isinstance(m, SystemMessage)), *history[cut:])
-    freed_tokens = sum(count(m) for m in removed)
-    return Relief(kept, freed_tokens, {"removed": len(removed), "kept": len(kept)})
+    kept = tuple(m for i, m in enumerate(history) if i not in gone)
+    freed_tokens = sum(count(history[i]) for i in gone)
+    return Relief(kept, freed_tokens, {"removed": len(gone), "kept": len(kept)})
+
+
+def digest_end(history: Sequence[Message]) -> int:
+    """Where the digest a summarized history starts with ends: the leading system messages,
+    the task :class:`Summarize` keeps in front of its summaries, the summaries (and system
+    messages among them); 0 when the history does not start with one."""
+    index, n = 0, len(history)
+    while index < n and isinstance(history[index], SystemMessage):
+        index += 1
+    if index < n and isinstance(history[index], UserMessage) and not is_summary(history[index]):
+        index += 1
+    end = 0
+    while index < n:
+        message = history[index]
+        if is_summary(message):
+            end = index + 1
+        elif not isinstance(message, SystemMessage):
+            break
+        index += 1
+    return end
 
 
 class TrimOldest:
     """Context-pressure policy: :func:`trim_oldest` with the guard's ``need``.
 
     ``keep_recent`` (default 4) messages at the end are never removed; 0 lets the guard
-    trim down to the system messages.
+    trim down to the system messages. After a summary, the raw turns that follow it go
+    before the summary and the task in front of it.
     """
 
     role = "trim"

@@ -426,6 +426,33 @@ class TestExhaustion:
         assert model.requests[0].messages == (history[0],)
 
 
+class TestTrimAfterSummary:
+    """When summarizing fails, the trim keeps the earlier summary and the task in front of it."""
+
+    async def test_the_model_still_sees_the_task_and_the_summary(self) -> None:
+        task = UserMessage("the task: port the parser to the new grammar")
+        summary = UserMessage(
+            "[summary of turns 0-20]", metadata={"tinyctx": {"summary": {"messages": 20}}}
+        )
+        turns = tuple(_big(f"turn {i}", words=80) for i in range(8))
+        request = _request((SystemMessage("rules"), task, summary, *turns))
+        guard = BudgetGuard(
+            trigger=0.9,
+            max_tokens=_raw(request) // 2,
+            counter=COUNTER,
+            policies=[FakeSummarize([False]), TrimOldest(1)],
+            persist=False,
+        )
+        model = ScriptedModel(["ok"])
+        with capture_events() as events:
+            await run_layer(guard, request, _ctx(request.messages), model)
+        assert [e.policy for e in _of(events, ContextPolicyApplied)] == ["TrimOldest"]
+        seen = model.requests[0].messages
+        assert seen[:3] == request.messages[:3]  # the rules, the task, the summary
+        assert seen[3:] == turns[-len(seen) + 3 :] and len(seen) < 3 + len(turns)
+        assert COUNTER.count_request(model.requests[0]) <= _raw(request) // 2
+
+
 class TestCircuitBreaker:
     """Three consecutive summarization failures skip it until a success."""
 

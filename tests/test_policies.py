@@ -30,6 +30,7 @@ from tinyctx.middleware import (
     trim_oldest,
 )
 from tinyctx.middleware.drop_nonessential import droppable_groups
+from tinyctx.middleware.trim import digest_end
 from tinyctx.testing import assert_pairing_intact, strategies
 
 COUNTER = HeuristicCounter()
@@ -50,6 +51,22 @@ def _turn(
 def _removed(before: tuple[Message, ...], after: tuple[Message, ...]) -> list[Message]:
     kept = {id(m) for m in after}
     return [m for m in before if id(m) not in kept]
+
+
+def _summary(text: str) -> UserMessage:
+    """A summary as Summarize marks it."""
+    return UserMessage(text, metadata={"tinyctx": {"summary": {"messages": 3}}})
+
+
+def _digested(
+    raw: tuple[Message, ...], *, system: bool = True, task: bool = True, summaries: int = 2
+) -> tuple[tuple[Message, ...], int]:
+    """``raw`` behind a digest (system prompt, task, summaries), and where the digest ends."""
+    head: list[Message] = [SystemMessage("rules")] if system else []
+    if task:
+        head.append(UserMessage("the task: fix the failing test"))
+    head += [_summary(f"summary {i}: " + "earlier work " * 10) for i in range(summaries)]
+    return (*head, *raw), len(head) if summaries else 0
 
 
 def _assert_systems_kept(before: tuple[Message, ...], after: tuple[Message, ...]) -> None:
@@ -174,6 +191,90 @@ class TestTrimOldest:
         history = (UserMessage("a"), UserMessage("b"))
         relief = await policy.relieve(history, RunContext.new(), COUNTER, need=10_000)
         assert relief.messages == (history[1],)
+
+    def test_raw_turns_after_a_summary_go_before_it(self) -> None:
+        """The task and the summaries stay while the raw turns after them free enough."""
+        raw = (*_turn("c1"), *_turn("c2"), UserMessage("next"), *_turn("c3"))
+        history, digest = _digested(raw)
+        assert digest_end(history) == digest == 4
+        need = sum(COUNTER.count_message(m) for m in raw[:3])
+        relief = trim_oldest(history, keep_recent=2, need=need, counter=COUNTER)
+        assert relief.messages == (*history[:digest], *raw[4:])  # the two turns went
+        assert relief.detail == {"removed": 4, "kept": 7}
+
+    def test_the_digest_goes_last_summaries_first_and_the_task_last(self) -> None:
+        """Not enough in the raw turns: the oldest summary goes next, the task after all."""
+        raw = (*_turn("c1"), UserMessage("latest"))
+        history, digest = _digested(raw, summaries=2)
+        task, first, second = history[1:4]
+        raw_tokens = sum(COUNTER.count_message(m) for m in raw[:2])
+        step = trim_oldest(
+            history, keep_recent=1, need=raw_tokens + COUNTER.count_message(first), counter=COUNTER
+        )
+        assert step.messages == (history[0], task, second, raw[-1])
+        everything = trim_oldest(history, keep_recent=1, need=10**9, counter=COUNTER)
+        assert everything.messages == (history[0], raw[-1])
+        just_task = trim_oldest(
+            history,
+            keep_recent=1,
+            need=raw_tokens + COUNTER.count_message(first) + COUNTER.count_message(second) + 1,
+            counter=COUNTER,
+        )
+        assert just_task.messages == (history[0], raw[-1])
+        assert trim_oldest(history, keep_recent=1).messages == (history[0], raw[-1])
+
+    def test_a_history_without_a_summary_has_no_digest(self) -> None:
+        """A first user message alone is not a digest: it goes first, as before."""
+        history, _ = _digested((UserMessage("a"), UserMessage("b")), summaries=0)
+        assert digest_end(history) == 0
+        assert digest_end((_summary("s"), SystemMessage("late"), _summary("t"))) == 3
+        relief = trim_oldest(history, keep_recent=1, need=1, counter=COUNTER)
+        assert relief.messages == (history[0], *history[2:])
+
+    @given(
+        strategies.histories(max_turns=10),
+        st.integers(0, 10),
+        needs,
+        st.booleans(),
+        st.integers(1, 3),
+    )
+    def test_properties_with_a_digest_in_front(
+        self,
+        raw: tuple[Message, ...],
+        keep_recent: int,
+        need: int | None,
+        task: bool,
+        summaries: int,
+    ) -> None:
+        """Pairing, system messages and the tail kept; a digest message goes only when every
+        raw message before the kept tail went, summaries oldest first, the task last."""
+        raw = tuple(m for m in raw if not isinstance(m, SystemMessage))
+        history, digest = _digested(raw, task=task, summaries=summaries)
+        relief = trim_oldest(history, keep_recent=keep_recent, need=need, counter=COUNTER)
+        after = relief.messages
+        assert_pairing_intact(after, history)
+        _assert_systems_kept(history, after)
+        n = len(history)
+        assert after[len(after) - min(keep_recent, n) :] == history[n - min(keep_recent, n) :]
+        removed = _removed(history, after)
+        gone = {id(m) for m in removed}
+        safe = safe_boundaries(history)
+        limit = max(i for i in range(n - min(keep_recent, n) + 1) if safe[i])
+        digest = min(digest, limit)  # a digest inside the kept tail is kept with it
+        pinned = [m for m in history[:digest] if not isinstance(m, SystemMessage)]
+        if task and pinned:
+            pinned.append(pinned.pop(0))
+        went = [id(m) for m in pinned if id(m) in gone]
+        assert went == [id(m) for m in pinned[: len(went)]], "the digest goes in its order"
+        if went:
+            assert all(id(m) in gone for m in history[digest:limit]), "raw turns go first"
+        assert relief.freed_tokens == sum(COUNTER.count_message(m) for m in removed)
+        if need is not None and need > 0 and relief.freed_tokens >= need and went:
+            # the digest lost no more than it had to
+            spared = relief.freed_tokens - COUNTER.count_message(
+                next(m for m in reversed(pinned) if id(m) in gone)
+            )
+            assert spared < need
 
     @given(strategies.histories(max_turns=14), st.integers(0, 12), needs)
     def test_properties_on_generated_histories(
