@@ -20,6 +20,7 @@ from tinyctx import (
     Calibration,
     ConfigError,
     HeuristicCounter,
+    ImagePart,
     Message,
     ModelRequest,
     SystemMessage,
@@ -794,10 +795,30 @@ class TestTranscriptLoader:
         calls = messages[2].tool_calls  # type: ignore[attr-defined]
         assert calls[0].arguments == {"x": 1} and calls[0].invalid_arguments is None
         assert calls[1].invalid_arguments == "[1]"
-        with pytest.raises(ValueError, match="unknown role"):
+        with pytest.raises(ValueError, match="unknown role 'robot'.*allowed: system"):
             messages_from_openai([{"role": "robot", "content": ""}])
-        with pytest.raises(TypeError, match="string content"):
-            messages_from_openai([{"role": "user", "content": [{"type": "text"}]}])
+        with pytest.raises(ValueError, match="message 1: content part 0 has no 'text'"):
+            messages_from_openai([records[0], {"role": "user", "content": [{"type": "text"}]}])
+
+    def test_content_parts_load_as_parts(self) -> None:
+        """A multimodal transcript (text and image parts) loads; its images count as images."""
+        url = "https://example.com/screen.png"
+        (message,) = messages_from_openai(
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "what is on the screen?"},
+                        {"type": "image_url", "image_url": {"url": url}},
+                    ],
+                }
+            ]
+        )
+        assert message.text == "what is on the screen?"
+        (image,) = (p for p in message.content if isinstance(p, ImagePart))  # type: ignore[union-attr]
+        assert image.url == url
+        counter = HeuristicCounter()
+        assert counter.count_message(message) > counter.count_message(UserMessage(message.text))
 
     def test_loads_a_jsonl_file(self, tmp_path: Path) -> None:
         path = tmp_path / "t.jsonl"

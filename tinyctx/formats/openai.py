@@ -45,6 +45,7 @@ __all__ = [
     "from_openai",
     "openai_message",
     "read_openai_message",
+    "parse_openai_message",
     "read_tool_calls",
     "text_of",
     "content_of",
@@ -330,6 +331,13 @@ def _parse(raw: Mapping[str, Any], index: int, name_of: Callable[[str], str]) ->
         raise
     except (TypeError, ValueError) as exc:
         raise FormatError(str(exc), format=OPENAI, index=index) from exc
+
+
+def parse_openai_message(raw: object, index: int) -> Message:
+    """One OpenAI message as the tinyctx message it says, nothing more: no metadata, and a
+    tool result without ``name`` named "" (no pairing is known)."""
+    unit = expect_mapping(raw, "a message", fmt=OPENAI, index=index)
+    return _parse(unit, index, lambda call_id: "")
 
 
 def read_openai_message(raw: object, index: int, calls: CallNames) -> Message:

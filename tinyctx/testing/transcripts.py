@@ -2,8 +2,9 @@
 messages.
 
 ``load_openai_jsonl(path)`` reads one JSON object per line (``role``, ``content``,
-``tool_calls`` with JSON-string ``arguments``, ``tool_call_id``). Arguments that are not a
-JSON object are kept verbatim in ``ToolCall.invalid_arguments``, as a provider adapter would.
+``tool_calls`` with JSON-string ``arguments``, ``tool_call_id``); content is a string or
+a list of parts. Arguments that are not a JSON object are kept verbatim in
+``ToolCall.invalid_arguments``, as a provider adapter would.
 """
 
 from __future__ import annotations
@@ -14,43 +15,18 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult, UserMessage
+from ..formats.openai import parse_openai_message
+from ..messages import Message
 
 __all__ = ["messages_from_openai", "load_openai_jsonl"]
 
 
-def _tool_call(raw: Mapping[str, Any]) -> ToolCall:
-    function = raw["function"]
-    text = function.get("arguments") or "{}"
-    try:
-        arguments = json.loads(text)
-    except ValueError:
-        arguments = None
-    if isinstance(arguments, dict):
-        return ToolCall(raw["id"], function["name"], arguments)
-    return ToolCall(raw["id"], function["name"], invalid_arguments=text)
-
-
 def messages_from_openai(records: Iterable[Mapping[str, Any]]) -> tuple[Message, ...]:
-    """OpenAI chat messages (dicts) as tinyctx messages, in order."""
-    messages: list[Message] = []
-    for index, raw in enumerate(records):
-        role = raw.get("role")
-        content = raw.get("content") or ""
-        if not isinstance(content, str):
-            raise TypeError(f"message {index}: only string content is supported")
-        if role == "assistant":
-            calls = tuple(_tool_call(c) for c in raw.get("tool_calls") or ())
-            messages.append(AssistantMessage(content, calls))
-        elif role == "tool":
-            messages.append(ToolResult(raw["tool_call_id"], content, raw.get("name") or ""))
-        elif role in ("system", "developer"):
-            messages.append(SystemMessage(content))
-        elif role == "user":
-            messages.append(UserMessage(content))
-        else:
-            raise ValueError(f"message {index}: unknown role {role!r}")
-    return tuple(messages)
+    """OpenAI chat messages (dicts) as tinyctx messages, in order: text or content parts
+    (text, images, files), as :func:`tinyctx.formats.openai.from_openai` reads them, but
+    nothing kept beyond what a tinyctx message holds and no pairing check (a real transcript
+    may end with a call waiting for its result). A tool result without ``name`` gets ""."""
+    return tuple(parse_openai_message(raw, index) for index, raw in enumerate(records))
 
 
 def load_openai_jsonl(path: str | os.PathLike[str]) -> tuple[Message, ...]:
