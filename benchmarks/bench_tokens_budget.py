@@ -238,11 +238,19 @@ def timing_rows(pool: Sequence[Message], quick: bool) -> list[Row]:
 
 
 def _calibrated_errors(
-    messages: Sequence[Message], real: TokenizersCounter
+    messages: Sequence[Message],
+    real: TokenizersCounter,
+    estimate: Callable[[int], int] | None = None,
 ) -> tuple[list[float], list[float]]:
     """Raw and calibrated relative errors at each model call of a transcript: the request
-    before each assistant message, with a hidden system prompt the counter cannot see."""
-    heuristic = HeuristicCounter()
+    before each assistant message, with a hidden system prompt the counter cannot see.
+    ``estimate(k)`` counts the first ``k`` messages (the heuristic's count when None)."""
+    if estimate is None:
+        heuristic = HeuristicCounter()
+
+        def estimate(k: int) -> int:
+            return heuristic.count_messages(tuple(messages[:k]))
+
     calibration = Calibration()
     raw_errors: list[float] = []
     calibrated: list[float] = []
@@ -251,7 +259,7 @@ def _calibrated_errors(
             continue
         request = tuple(messages[:index])
         truth = real.count_messages(request) + HIDDEN_PROMPT_TOKENS
-        raw = heuristic.count_messages(request)
+        raw = estimate(index)
         raw_errors.append((raw + HIDDEN_PROMPT_TOKENS - truth) / truth)
         if calibration.observations >= 2:
             calibrated.append((calibration.estimate(raw) - truth) / truth)
@@ -262,6 +270,7 @@ def _calibrated_errors(
 def accuracy_rows(data: Path) -> list[Row]:
     tokenizer = data / "tokenizers" / "claude-legacy" / "tokenizer.json"
     real = TokenizersCounter.from_file(tokenizer)
+    lc_count = langchain_counter()
     rows: list[Row] = []
     kinds = {
         "OpenHands": "prose",
@@ -287,6 +296,16 @@ def accuracy_rows(data: Path) -> list[Row]:
         raw_errors, calibrated = _calibrated_errors(messages, real)
         errors = sorted(abs(e) for e in calibrated) or [0.0]
         mean = sum(errors) / len(errors)
+        langchain: dict[str, float] = {}
+        if lc_count is not None:  # the same checks of LangChain's approximate counter
+            converted = to_langchain(messages)
+            lc_raw, lc_calibrated = _calibrated_errors(
+                messages, real, lambda k, c=converted: lc_count(c[:k])
+            )
+            langchain = {
+                "lc_error": (lc_count(converted) - truth) / truth,
+                "lc_calibrated_mean": sum(map(abs, lc_calibrated)) / max(1, len(lc_calibrated)),
+            }
         within = sum(e <= CALIBRATED_TARGET for e in errors) / len(errors)
         rows.append(
             Row(
@@ -307,6 +326,7 @@ def accuracy_rows(data: Path) -> list[Row]:
                     "calibrated_p95": errors[min(len(errors) - 1, int(0.95 * len(errors)))],
                     "calibrated_max": errors[-1],
                     "within_target": within,
+                    **langchain,
                 },
             )
         )
@@ -337,6 +357,7 @@ def print_accuracy(rows: list[Row]) -> None:
     print(
         f"{'transcript':<36} {'msgs':>5} {'real':>8} {'heuristic':>9} {'error':>7} "
         f"{'calls':>5} {'calib. mean':>11} {'p95':>6} {'max':>6} {'<=3%':>5}  target"
+        f"{'':>16} {'LangChain: error':>16} {'calib. mean':>11}"
     )
     for row in accuracy:
         x = row.extra
@@ -345,12 +366,18 @@ def print_accuracy(rows: list[Row]) -> None:
             f"{row.case:<36} {x['messages']:>5} {x['real']:>8} {x['heuristic']:>9} "
             f"{x['error']:>+7.1%} {x['calls']:>5} {x['calibrated_mean']:>11.2%} "
             f"{x['calibrated_p95']:>6.1%} {x['calibrated_max']:>6.1%} {x['within_target']:>5.0%}"
-            f"  mean <= 3% {met}"
+            f"  mean <= 3% {met:<7}"
+            + (
+                f" {x['lc_error']:>+16.1%} {x['lc_calibrated_mean']:>11.2%}"
+                if "lc_error" in x
+                else ""
+            )
         )
     print(
         f"(hidden system prompt of {HIDDEN_PROMPT_TOKENS} tokens in every real count; "
         "calibrated from the third call on; '<=3%' = share of calls within 3 %; heuristic "
-        "counted in " + ", ".join(fmt_seconds(r.seconds) for r in accuracy) + ")"
+        "counted in " + ", ".join(fmt_seconds(r.seconds) for r in accuracy) + "; LangChain: "
+        "count_tokens_approximately over the same messages, calibrated the same way)"
     )
 
 
