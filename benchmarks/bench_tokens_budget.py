@@ -299,7 +299,7 @@ def accuracy_rows(data: Path) -> list[Row]:
         langchain: dict[str, float] = {}
         if lc_count is not None:  # the same checks of LangChain's approximate counter
             converted = to_langchain(messages)
-            lc_raw, lc_calibrated = _calibrated_errors(
+            _, lc_calibrated = _calibrated_errors(
                 messages, real, lambda k, c=converted: lc_count(c[:k])
             )
             langchain = {
