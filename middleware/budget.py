@@ -384,6 +384,7 @@ class _GuardState:
         "estimate",
         "last_input_tokens",
         "last_output_tokens",
+        "relief_mark",
         "reported_window",
         "reserved",
         "utilisation",
@@ -403,6 +404,9 @@ class _GuardState:
         self.last_output_tokens: int | None = None
         self.breakers: dict[str, _Breaker] = {}
         self.actions: Counter[str] = Counter()
+        # (estimate, checks) after the last relief (at the first check before any): the
+        # conversation's growth per call since then sizes the next relief (relief_run)
+        self.relief_mark: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -412,6 +416,7 @@ class _GuardState:
             "last_output_tokens": self.last_output_tokens,
             "breakers": {group: b.to_json() for group, b in sorted(self.breakers.items())},
             "actions": dict(sorted(self.actions.items())),
+            "relief_mark": None if self.relief_mark is None else list(self.relief_mark),
         }
 
     @classmethod
@@ -430,6 +435,14 @@ class _GuardState:
             raise TypeError("breakers and actions must be objects")
         state.breakers = {str(g): _Breaker.from_json(b) for g, b in breakers.items()}
         state.actions = Counter({str(k): _state_int(actions, k) for k in actions})
+        mark = data.get("relief_mark")
+        if mark is not None:
+            if not isinstance(mark, list | tuple) or len(mark) != 2:
+                raise TypeError("relief_mark must be [estimate, checks] or null")
+            state.relief_mark = (
+                _state_int({"estimate": mark[0]}, "estimate"),
+                _state_int({"checks": mark[1]}, "checks"),
+            )
         return state
 
 
@@ -529,6 +542,8 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "BREAKER_THRESHOLD": ("breaker_threshold", lambda k, v: _parse_int(k, v, 1)),
     "BREAKER_COOLDOWN": ("breaker_cooldown", lambda k, v: _parse_optional_int(k, v, 0)),
     "RETRY_ON_PROVIDER_LIMIT": ("retry_on_provider_limit", _parse_bool),
+    "RELIEF_RUN": ("relief_run", lambda k, v: _parse_int(k, v, 0)),
+    "RELIEF_FLOOR": ("relief_floor", _parse_fraction),
 }
 
 _SETTINGS_OUTPUT_KEYS = ("max_output_tokens", "max_completion_tokens", "max_tokens")
@@ -555,6 +570,13 @@ class BudgetGuard(Layer):
     ``benchmarks/bench_cost.py`` shows is cheaper on real transcripts. ``target`` is its older
     name (give one or the other). The built-in policies free what the guard asks for, oldest
     first, so the mark decides how much context a relief keeps.
+
+    ``relief_run`` (default 0, off; ``default_stack`` sets 20) makes a relief buy room for at
+    least that many calls: at the rate the conversation grew per call since the last relief,
+    a relief goes below ``low_water`` when the mark would leave room for fewer calls, but
+    never below ``relief_floor`` (0.2 of the usable window, or ``low_water`` when that is
+    lower). A fast-growing conversation then breaks the cached prefix about once per
+    ``relief_run`` calls instead of at every few, and a slow one keeps the mark's context.
     ``reserved_output_tokens`` defaults to ``RunConfig.reserved_output_tokens``, or to the
     request's ``max_tokens``-style output setting when the config reserves nothing.
 
@@ -602,6 +624,8 @@ class BudgetGuard(Layer):
         breaker_cooldown: int | None = 5,
         retry_on_provider_limit: bool = True,
         provider_retry_factor: float = 0.5,
+        relief_run: int = 0,
+        relief_floor: float = 0.2,
         name: str | None = None,
     ) -> None:
         owner = "BudgetGuard"
@@ -699,6 +723,12 @@ class BudgetGuard(Layer):
                 "provider_retry_factor", provider_retry_factor, "a number in (0, 1)", owner=owner
             )
         self.provider_retry_factor = factor
+        if isinstance(relief_run, bool) or not isinstance(relief_run, int) or relief_run < 0:
+            raise ConfigError(
+                "relief_run", relief_run, "an integer >= 0 (calls; 0 is off)", owner=owner
+            )
+        self.relief_run = relief_run
+        self.relief_floor = _fraction("relief_floor", relief_floor, owner)
         if name is not None:
             if not isinstance(name, str) or not name:
                 raise ConfigError("name", name, "a non-empty string", owner=owner)
@@ -719,6 +749,16 @@ class BudgetGuard(Layer):
         :meth:`trigger_tokens`)."""
         return estimate >= self.trigger_tokens(usable)
 
+    def relief_goal(self, usable: int, estimate: int, growth: float | None) -> int:
+        """The estimate a relief goes down to: ``low_water * usable``, or lower when
+        ``relief_run`` calls at ``growth`` tokens per call would not fit above it (never
+        below ``relief_floor``, or the mark when that is lower). ``growth`` None: unknown."""
+        goal = math.floor(self.low_water * usable)
+        if self.relief_run and growth is not None and growth > 0:
+            floor = math.floor(min(self.relief_floor, self.low_water) * usable)
+            goal = min(goal, max(floor, math.floor(usable - self.relief_run * growth)))
+        return goal
+
     @property
     def target(self) -> float:
         """The low-water mark under its older name."""
@@ -737,8 +777,8 @@ class BudgetGuard(Layer):
         """A guard from ``options`` with overrides from ``{prefix}*`` environment variables.
 
         Variables: ``MAX_TOKENS``, ``RESERVED_OUTPUT_TOKENS``, ``TRIGGER``, ``HARD_LIMIT``,
-        ``LOW_WATER`` (or its older name ``TARGET``; fractions like ``0.9`` or percentages
-        like ``90%``), ``PERSIST``,
+        ``LOW_WATER`` (or its older name ``TARGET``), ``RELIEF_FLOOR`` (fractions like
+        ``0.9`` or percentages like ``90%``), ``RELIEF_RUN`` (calls), ``PERSIST``,
         ``CALIBRATE``, ``RETRY_ON_PROVIDER_LIMIT`` (booleans), ``ORDER`` (``default`` or
         ``seed``), ``BREAKER_THRESHOLD``, ``BREAKER_COOLDOWN`` (an integer or ``none``).
         An invalid value — or an unknown variable with the prefix — raises ConfigError
@@ -876,9 +916,15 @@ class BudgetGuard(Layer):
         raw = self.counter.count_request(request)
         estimate = state.calibration.estimate(raw) if self.calibrate else raw
         state.actions["checks"] += 1
+        checks = state.actions["checks"]
+        mark = state.relief_mark
+        if mark is None or mark[1] > checks:  # the first check (or counts from elsewhere)
+            mark = state.relief_mark = (estimate, checks)
         self._remember(state, estimate, window, reserved, source)
         sent, sent_raw = request, raw
         if self.fires(estimate, usable):
+            calls = checks - mark[1]
+            growth = (estimate - mark[0]) / calls if calls > 0 else None
             sent, sent_raw, estimate = await self._relieve(
                 request,
                 ctx,
@@ -888,7 +934,7 @@ class BudgetGuard(Layer):
                 window=window,
                 reserved=reserved,
                 source=source,
-                goal=math.floor(self.low_water * usable),
+                goal=self.relief_goal(usable, estimate, growth),
             )
         try:
             response = await call_next(sent, ctx)
@@ -1075,6 +1121,7 @@ class BudgetGuard(Layer):
                 provider_message=str(provider_error) if provider_error is not None else None,
             )
         self._remember(state, estimate, window, reserved, source)
+        state.relief_mark = (estimate, state.actions["checks"])
         if messages is original:
             return request, raw, estimate
         if persist:

@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_TRIGGER",
     "DEFAULT_RESULT_SHARE",
     "DEFAULT_KEEP_SUMMARIES",
+    "DEFAULT_RELIEF_RUN",
 ]
 
 SUMMARIZERS = ("extractive",)
@@ -42,6 +43,12 @@ DEFAULT_TRIGGER = 1.0
 """default_stack's trigger: relieve only when a request would not fit the usable window, and
 deep (to the low-water mark), so that one relief buys the widest run of calls that append to
 a cached prefix, and a conversation that fits is never rewritten."""
+
+DEFAULT_RELIEF_RUN = 20
+"""default_stack's relief run: a relief leaves room for at least 20 calls at the rate the
+conversation grew since the last one (going below the low-water mark when it must, never
+below 0.2 of the usable window), so it breaks the cached prefix about once per 20 calls
+(``BudgetGuard(relief_run=...)``)."""
 
 DEFAULT_RESULT_SHARE = 0.1
 """default_stack's cap on one tool result: 10% of the usable window (and 16 KiB)."""
@@ -75,8 +82,9 @@ def default_stack(
     the window with the default policy order — drop non-essential context → clear old
     images → microcompact old tool results → summarize → trim — acting only when a request
     would not fit the usable window and relieving in one batch down to ``low_water`` (0.4 of
-    it), so that rewrites,
-    which break a provider's cached prefix, stay rare; and, last, shrink tool results (the
+    it), or deeper when the conversation grows so fast that the mark would not leave room
+    for 20 calls (``relief_run``), so that rewrites, which break a provider's cached
+    prefix, stay rare; and, last, shrink tool results (the
     newest turn's too) before giving up. Summaries keep the task in front of them and stack
     (``keep_summaries`` earlier ones stay verbatim, see :class:`Summarize`), so a relief
     rewrites only what follows the last summary."""
@@ -84,7 +92,11 @@ def default_stack(
     return [
         ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
         BudgetGuard(
-            policies=policies, counter=counter, trigger=DEFAULT_TRIGGER, low_water=low_water
+            policies=policies,
+            counter=counter,
+            trigger=DEFAULT_TRIGGER,
+            low_water=low_water,
+            relief_run=DEFAULT_RELIEF_RUN,
         ),
     ]
 
@@ -100,7 +112,11 @@ def seed_order_stack(
     return [
         ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
         BudgetGuard(
-            policies=policies, counter=counter, trigger=DEFAULT_TRIGGER, low_water=low_water
+            policies=policies,
+            counter=counter,
+            trigger=DEFAULT_TRIGGER,
+            low_water=low_water,
+            relief_run=DEFAULT_RELIEF_RUN,
         ),
     ]
 

@@ -51,6 +51,7 @@ from tinyctx.middleware import (
 )
 from tinyctx.middleware.budget import breaker_group
 from tinyctx.middleware.drop_nonessential import droppable_groups
+from tinyctx.replay import CallRow, replay_sync
 from tinyctx.testing import (
     ScriptedModel,
     assert_pairing_intact,
@@ -426,6 +427,107 @@ class TestExhaustion:
         assert model.requests[0].messages == (history[0],)
 
 
+def _reading_transcript(turns: int, size: int) -> tuple[Message, ...]:
+    """An agent reading one file per call: every call adds the same number of tokens."""
+    messages: list[Message] = [SystemMessage("rules"), UserMessage("the task")]
+    for i in range(turns):
+        call = ToolCall(f"c{i:04d}", "read", {"path": f"src/f{i:04d}.py"})
+        messages += [
+            AssistantMessage("", (call,)),
+            ToolResult(call.id, f"line {i:04d} " * size, "read"),
+        ]
+    return (*messages, AssistantMessage("done"))
+
+
+def _relief_calls(transcript: tuple[Message, ...], **options: Any) -> list[CallRow]:
+    """The replayed calls at which the guard relieved."""
+    guard = BudgetGuard(
+        max_tokens=8_000, counter=COUNTER, calibrate=False, policies=[TrimOldest(2)], **options
+    )
+    report = replay_sync(transcript, [guard], counter=COUNTER)
+    assert report.error is None
+    return [r for r in report.rows if any(isinstance(e, ContextPressure) for e in r.events)]
+
+
+class TestReliefRun:
+    """relief_run: a relief leaves room for that many calls at the rate the conversation
+    grows, going below the low-water mark when it must, never below relief_floor."""
+
+    def test_the_goal_follows_the_growth(self) -> None:
+        """Slow growth keeps the mark; fast growth goes deeper; the floor bounds it."""
+        guard = BudgetGuard(low_water=0.4, relief_run=20)
+        assert guard.relief_goal(10_000, 12_000, None) == 4_000  # growth not known yet
+        assert guard.relief_goal(10_000, 12_000, 100.0) == 4_000  # 20 calls fit above 0.4
+        assert guard.relief_goal(10_000, 12_000, 350.0) == 3_000  # 10_000 - 20 * 350
+        assert guard.relief_goal(10_000, 12_000, 5_000.0) == 2_000  # the floor, 0.2
+        assert BudgetGuard(low_water=0.4).relief_goal(10_000, 12_000, 5_000.0) == 4_000  # off
+        low = BudgetGuard(low_water=0.1, relief_run=20)
+        assert low.relief_goal(10_000, 12_000, 5_000.0) == 1_000  # never above the mark
+
+    @pytest.mark.parametrize("size", [40, 60])
+    def test_reliefs_come_at_least_relief_run_calls_apart(self, size: int) -> None:
+        """Growing the same every call, a relief buys relief_run calls, not a handful."""
+        transcript = _reading_transcript(120, size)
+        often = [r.index for r in _relief_calls(transcript, low_water=0.9)]
+        rare = [r.index for r in _relief_calls(transcript, low_water=0.9, relief_run=20)]
+        assert len(rare) >= 2 and len(often) > len(rare)
+        assert min(b - a for a, b in zip(rare, rare[1:])) >= 20
+        assert min(b - a for a, b in zip(often, often[1:])) < 20
+
+    def test_the_floor_bounds_how_deep_a_relief_goes(self) -> None:
+        """A run no window can hold relieves down to relief_floor, and no further."""
+        transcript = _reading_transcript(120, 60)
+        rows = _relief_calls(transcript, low_water=0.9, relief_run=1_000, relief_floor=0.3)
+        assert rows  # the growth since the first call is known at the first relief
+        for row in rows:
+            assert 0.3 * 8_000 - 600 <= row.tokens <= 0.3 * 8_000
+
+    @given(
+        history=strategies.histories(max_turns=24, text=st.text(max_size=300)),
+        relief_run=st.integers(0, 40),
+        low_water=st.floats(0.2, 1.0),
+        fraction=st.floats(0.1, 1.0),
+    )
+    def test_every_call_fits_and_a_relief_reaches_at_least_the_mark(
+        self, history: tuple[Message, ...], relief_run: int, low_water: float, fraction: float
+    ) -> None:
+        """On generated conversations: each call fits the window, each relief goes at least
+        to the low-water mark, and pairing holds, whatever the run."""
+        transcript = (*history, AssistantMessage("done"))
+        window = max(300, math.ceil(COUNTER.count_messages(transcript) * fraction))
+        guard = BudgetGuard(
+            max_tokens=window,
+            low_water=low_water,
+            relief_run=relief_run,
+            counter=COUNTER,
+            calibrate=False,
+            policies=[DropNonessential(), TrimOldest(0)],
+        )
+        report = replay_sync(transcript, [guard], counter=COUNTER)
+        assert report.error is None  # TrimOldest(0) can always make room
+        reliefs = 0
+        for row in report.rows:
+            assert row.tokens <= window
+            if any(isinstance(e, ContextPressure) for e in row.events):
+                reliefs += 1
+                assert row.tokens <= math.floor(low_water * window)
+        event(f"reliefs: {min(reliefs, 3)}{'+' if reliefs >= 3 else ''}")
+        assert_pairing_intact(report.final_messages, transcript)
+
+    def test_the_mark_survives_in_the_thread_state(self) -> None:
+        """The growth since the last relief is durable state, like the calibration."""
+        transcript = _reading_transcript(60, 60)
+        guard = BudgetGuard(max_tokens=8_000, counter=COUNTER, relief_run=20)
+        ctx = _ctx()
+        state = guard._state(ctx)
+        state.relief_mark = (5_000, 7)
+        restored = type(state).from_json(state.to_json())
+        assert restored.relief_mark == (5_000, 7)
+        with pytest.raises(TypeError, match="relief_mark"):
+            type(state).from_json({**state.to_json(), "relief_mark": [1]})
+        assert replay_sync(transcript, [guard], counter=COUNTER).error is None
+
+
 class TestTrimAfterSummary:
     """When summarizing fails, the trim keeps the earlier summary and the task in front of it."""
 
@@ -746,6 +848,11 @@ class TestValidation:
             ({"breaker_cooldown": -1}, "breaker_cooldown", ">= 0"),
             ({"provider_retry_factor": 1.0}, "provider_retry_factor", "(0, 1)"),
             ({"windows": {"gpt": -5}}, "windows['gpt']", "> 0"),
+            ({"relief_run": -1}, "relief_run", "integer >= 0 (calls"),
+            ({"relief_run": 2.5}, "relief_run", "integer >= 0 (calls"),
+            ({"relief_run": None}, "relief_run", "integer >= 0 (calls"),
+            ({"relief_floor": 0}, "relief_floor", "(0, 1]"),
+            ({"relief_floor": 1.5}, "relief_floor", "(0, 1]"),
         ],
     )
     def test_bad_option(self, options: dict[str, Any], field: str, allowed: str) -> None:
@@ -779,7 +886,10 @@ class TestFromEnv:
         monkeypatch.setenv("TINYCTX_CONTEXT_PERSIST", "off")
         monkeypatch.setenv("TINYCTX_CONTEXT_ORDER", "seed")
         monkeypatch.setenv("TINYCTX_CONTEXT_BREAKER_COOLDOWN", "none")
+        monkeypatch.setenv("TINYCTX_CONTEXT_RELIEF_RUN", "25")
+        monkeypatch.setenv("TINYCTX_CONTEXT_RELIEF_FLOOR", "15%")
         guard = BudgetGuard.from_env(reserved_output_tokens=1_000, trigger=0.5)
+        assert guard.relief_run == 25 and guard.relief_floor == pytest.approx(0.15)
         assert guard.max_tokens == 32_000 and guard.reserved_output_tokens == 1_000
         assert guard.trigger == pytest.approx(0.85) and guard.hard_limit == 0.95
         assert not guard.persist and guard.breaker_cooldown is None
@@ -796,6 +906,7 @@ class TestFromEnv:
             ("MAX_TOKENS", "12k", "integer >= 1"),
             ("MAX_TOKENS", "0", "integer >= 1"),
             ("RESERVED_OUTPUT_TOKENS", "-5", "integer >= 0"),
+            ("RELIEF_RUN", "twenty", "integer >= 0"),
             ("PERSIST", "maybe", "boolean"),
             ("ORDER", "random", "one of"),
             ("BREAKER_THRESHOLD", "0", "integer >= 1"),
