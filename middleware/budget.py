@@ -1048,6 +1048,7 @@ class BudgetGuard(Layer):
         original = request.messages
         current = conversation.messages
         persist = self.persist and (original is current or original == current)
+        before = estimate
         fixed = raw - counter.count_messages(original)
         messages = original
         current_raw = raw
@@ -1121,7 +1122,8 @@ class BudgetGuard(Layer):
                 provider_message=str(provider_error) if provider_error is not None else None,
             )
         self._remember(state, estimate, window, reserved, source)
-        state.relief_mark = (estimate, state.actions["checks"])
+        # the growth is the conversation's: a relief that is not kept leaves it as it was
+        state.relief_mark = (estimate if persist else before, state.actions["checks"])
         if messages is original:
             return request, raw, estimate
         if persist:

@@ -482,6 +482,15 @@ class TestReliefRun:
         for row in rows:
             assert 0.3 * 8_000 - 600 <= row.tokens <= 0.3 * 8_000
 
+    def test_a_transient_relief_measures_the_conversation_growth(self) -> None:
+        """persist=False: the conversation keeps its size, so the growth is the turns', not
+        the gap between the conversation and the relieved request (which hit the floor)."""
+        transcript = _reading_transcript(120, 60)
+        rows = _relief_calls(transcript, low_water=0.6, relief_run=20, persist=False)
+        assert len(rows) > 20  # every call over the window is relieved on its way
+        # one turn adds ~200 tokens: 20 of them fit above half the usable window
+        assert all(0.4 * 8_000 < r.tokens <= 0.6 * 8_000 for r in rows)
+
     @given(
         history=strategies.histories(max_turns=24, text=st.text(max_size=300)),
         relief_run=st.integers(0, 40),
