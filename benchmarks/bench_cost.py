@@ -20,8 +20,9 @@ three checks of issue #20, each MET or NOT MET per transcript:
   no single layer at its defaults costs more than none;
 - few prefix breaks: ``default_stack`` breaks the cached prefix at most once per 20 calls
   at 32K;
-- the sweep: ``default_stack`` swept over its low-water mark against LangChain's pair swept
-  over the same knob (the tokens kept after a summary), LangChain triggered at 90% of the
+- the sweep: ``default_stack`` swept over its low-water mark (with its relief run of 20 and
+  without it, so the curve reaches the most context the stack can keep) against LangChain's
+  pair swept over the same knob (the tokens kept after a summary), LangChain triggered at 90% of the
   usable window and at tinyctx's default (only a request that would not fit). Each curve is
   its frontier (settings no other setting beats on both cost and context), interpolated
   linearly; they are compared at equal average prompt tokens over the range both cover
@@ -499,7 +500,13 @@ def run(
                     )
                 )
             if with_langchain and not quick and none_over > 0 and sweeps:
-                ours_curve = sweep_points(messages, named["default_stack"], window, counter, price)
+                # both settings of its relief run: at 20 (its default) a relief never leaves
+                # room for fewer than 20 calls, which caps the context a high mark keeps on
+                # a fast-growing transcript; at 0 the mark alone decides, so the curve covers
+                # every context the stack can keep (its frontier takes the cheaper)
+                ours_curve = sweep_points(
+                    messages, named["default_stack"], window, counter, price
+                ) + sweep_points(messages, _default_stack_run_off, window, counter, price)
                 for at in LANGCHAIN_TRIGGERS:
                     theirs_curve = sweep_points(messages, _langchain_at(at), window, counter, price)
                     below, cells = curve_verdict(ours_curve, theirs_curve)
@@ -580,6 +587,12 @@ def run(
 LANGCHAIN_TRIGGERS = (TRIGGER, 1.0)
 """LangChain's pair is swept at 90% of the usable window and at tinyctx's own default (only a
 request that would not fit): the curve must lie below both."""
+
+
+def _default_stack_run_off(counter: TokenCounter, window: int, low_water: float) -> list[LayerLike]:
+    """``default_stack`` with ``relief_run=0``: relieved to the low-water mark, whatever the
+    conversation's growth."""
+    return default_stack(counter=counter, low_water=low_water, relief_run=0)
 
 
 def _langchain_at(trigger: float) -> Factory:

@@ -77,6 +77,7 @@ def default_stack(
     counter: TokenCounter | None = None,
     low_water: float = DEFAULT_LOW_WATER,
     keep_summaries: int = DEFAULT_KEEP_SUMMARIES,
+    relief_run: int = DEFAULT_RELIEF_RUN,
 ) -> list[LayerLike]:
     """Budget every tool result (16 KiB, and at most 10% of the usable window), then guard
     the window with the default policy order — drop non-essential context → clear old
@@ -87,7 +88,8 @@ def default_stack(
     prefix, stay rare; and, last, shrink tool results (the
     newest turn's too) before giving up. Summaries keep the task in front of them and stack
     (``keep_summaries`` earlier ones stay verbatim, see :class:`Summarize`), so a relief
-    rewrites only what follows the last summary."""
+    rewrites only what follows the last summary. ``relief_run=0`` lets the mark alone decide
+    how much a relief keeps (more context on a fast-growing conversation, more breaks)."""
     policies = [*_keeping_the_task(default_policies(), keep_summaries), ShrinkToolResults()]
     return [
         ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
@@ -96,7 +98,7 @@ def default_stack(
             counter=counter,
             trigger=DEFAULT_TRIGGER,
             low_water=low_water,
-            relief_run=DEFAULT_RELIEF_RUN,
+            relief_run=relief_run,
         ),
     ]
 
@@ -106,6 +108,7 @@ def seed_order_stack(
     counter: TokenCounter | None = None,
     low_water: float = DEFAULT_LOW_WATER,
     keep_summaries: int = DEFAULT_KEEP_SUMMARIES,
+    relief_run: int = DEFAULT_RELIEF_RUN,
 ) -> list[LayerLike]:
     """The same with seed 000's order: drop → trim → summarize → compact (→ shrink)."""
     policies = [*_keeping_the_task(default_policies("seed"), keep_summaries), ShrinkToolResults()]
@@ -116,7 +119,7 @@ def seed_order_stack(
             counter=counter,
             trigger=DEFAULT_TRIGGER,
             low_water=low_water,
-            relief_run=DEFAULT_RELIEF_RUN,
+            relief_run=relief_run,
         ),
     ]
 

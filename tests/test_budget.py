@@ -51,6 +51,7 @@ from tinyctx.middleware import (
 )
 from tinyctx.middleware.budget import breaker_group
 from tinyctx.middleware.drop_nonessential import droppable_groups
+from tinyctx.middleware.stacks import DEFAULT_RELIEF_RUN, default_stack, seed_order_stack
 from tinyctx.replay import CallRow, replay_sync
 from tinyctx.testing import (
     ScriptedModel,
@@ -481,6 +482,16 @@ class TestReliefRun:
         assert rows  # the growth since the first call is known at the first relief
         for row in rows:
             assert 0.3 * 8_000 - 600 <= row.tokens <= 0.3 * 8_000
+
+    def test_the_named_stacks_run_20_and_take_another(self) -> None:
+        """default_stack and seed_order_stack relieve for 20 calls; relief_run= changes it."""
+        for build in (default_stack, seed_order_stack):
+            (guard,) = [layer for layer in build() if isinstance(layer, BudgetGuard)]
+            assert guard.relief_run == DEFAULT_RELIEF_RUN == 20
+            (off,) = [layer for layer in build(relief_run=0) if isinstance(layer, BudgetGuard)]
+            assert off.relief_run == 0
+            with pytest.raises(ConfigError, match="relief_run"):
+                build(relief_run=-3)
 
     def test_a_transient_relief_measures_the_conversation_growth(self) -> None:
         """persist=False: the conversation keeps its size, so the growth is the turns', not
