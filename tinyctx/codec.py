@@ -800,9 +800,9 @@ _SET_CALL_ID, _SET_CALL_NAME, _SET_CALL_ARGUMENTS, _SET_CALL_INVALID, _SET_CALL_
 ) = _unpacked(_ASSISTANT_SETTERS, 5)
 
 
-def _fast_metadata(obj: dict[str, Any]) -> FrozenDict[str, Any]:
-    """A message's metadata (or a call's arguments) for the fast reader."""
-    value = obj.get("metadata", EMPTY)
+def _fast_mapping(value: Any) -> FrozenDict[str, Any]:
+    """A message's metadata or a call's arguments (``EMPTY`` when absent) for the fast
+    reader."""
     if value is EMPTY:
         return EMPTY  # type: ignore[no-any-return]
     if type(value) is not dict:
@@ -822,7 +822,7 @@ def _fill_base(
     if type(essential) is not bool:
         raise _Slow
     set_essential(message, essential)
-    set_metadata(message, _fast_metadata(obj) if "metadata" in obj else EMPTY)
+    set_metadata(message, _fast_mapping(obj.get("metadata", EMPTY)))
     set_hash(message, None)
     return message
 
@@ -837,7 +837,6 @@ def _fast_call(obj: Any) -> ToolCall:
     call_id = obj["id"]
     name = obj["name"]
     invalid = None if usual else obj.get("invalid_arguments")
-    arguments = obj.get("arguments", EMPTY)
     if (
         type(call_id) is not str
         or type(name) is not str
@@ -846,10 +845,7 @@ def _fast_call(obj: Any) -> ToolCall:
         or (invalid is not None and type(invalid) is not str)
     ):
         raise _Slow
-    if arguments is not EMPTY:
-        if type(arguments) is not dict:
-            raise _Slow
-        arguments = _freeze_object(arguments) if arguments else EMPTY
+    arguments = _fast_mapping(obj.get("arguments", EMPTY))
     call = _new(ToolCall)
     _SET_CALL_ID(call, call_id)
     _SET_CALL_NAME(call, name)

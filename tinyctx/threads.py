@@ -114,7 +114,7 @@ class ThreadRecord:
     version: int
     messages: Sequence[str]
     """The message documents, in order (a backend may keep them split:
-    :class:`~tinyctx.codec.SplitDocuments` reads as the same documents)."""
+    :class:`~tinyctx.documents.SplitDocuments` reads as the same documents)."""
     checkpoint: str | None = None
     state: str | None = None
     lease: Lease | None = None
