@@ -58,9 +58,7 @@ DEFAULT_KEEP_SUMMARIES = 3
 one (``Summarize(keep_summaries=3)``), the 5th folds them all into one."""
 
 
-def _keeping_the_task(
-    policies: list[PressurePolicy], keep_summaries: int = DEFAULT_KEEP_SUMMARIES
-) -> list[PressurePolicy]:
+def _keeping_the_task(policies: list[PressurePolicy], keep_summaries: int) -> list[PressurePolicy]:
     """``policies`` with the built-in summary keeping the task and the earlier summaries in
     front of it (``Summarize(keep_task=True, keep_summaries=...)``: the prefix up to the
     last summary stays cached across reliefs)."""
@@ -85,22 +83,12 @@ def default_stack(
     would not fit the usable window and relieving in one batch down to ``low_water`` (0.4 of
     it), or deeper when the conversation grows so fast that the mark would not leave room
     for 20 calls (``relief_run``), so that rewrites, which break a provider's cached
-    prefix, stay rare; and, last, shrink tool results (the
-    newest turn's too) before giving up. Summaries keep the task in front of them and stack
+    prefix, stay rare; and, last, shrink tool results (the newest turn's too) before giving
+    up. Summaries keep the task in front of them and stack
     (``keep_summaries`` earlier ones stay verbatim, see :class:`Summarize`), so a relief
     rewrites only what follows the last summary. ``relief_run=0`` lets the mark alone decide
     how much a relief keeps (more context on a fast-growing conversation, more breaks)."""
-    policies = [*_keeping_the_task(default_policies(), keep_summaries), ShrinkToolResults()]
-    return [
-        ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
-        BudgetGuard(
-            policies=policies,
-            counter=counter,
-            trigger=DEFAULT_TRIGGER,
-            low_water=low_water,
-            relief_run=relief_run,
-        ),
-    ]
+    return _guarded(default_policies(), counter, low_water, keep_summaries, relief_run)
 
 
 def seed_order_stack(
@@ -111,11 +99,23 @@ def seed_order_stack(
     relief_run: int = DEFAULT_RELIEF_RUN,
 ) -> list[LayerLike]:
     """The same with seed 000's order: drop → trim → summarize → compact (→ shrink)."""
-    policies = [*_keeping_the_task(default_policies("seed"), keep_summaries), ShrinkToolResults()]
+    return _guarded(default_policies("seed"), counter, low_water, keep_summaries, relief_run)
+
+
+def _guarded(
+    policies: list[PressurePolicy],
+    counter: TokenCounter | None,
+    low_water: float,
+    keep_summaries: int,
+    relief_run: int,
+) -> list[LayerLike]:
+    """The named stacks' shape for one policy order: every tool result budgeted, then the
+    guard (acting only on a request that would not fit) with ``policies``, their summary
+    keeping the task and stacking, and shrinking tool results last."""
     return [
         ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
         BudgetGuard(
-            policies=policies,
+            policies=[*_keeping_the_task(policies, keep_summaries), ShrinkToolResults()],
             counter=counter,
             trigger=DEFAULT_TRIGGER,
             low_water=low_water,

@@ -73,6 +73,7 @@ __all__ = [
     "summary_split",
     "summarize_history",
     "is_summary",
+    "digest_end",
     "render_transcript",
     "ModelSummarizer",
     "ExtractiveSummarizer",
@@ -155,6 +156,31 @@ def _system_lead(history: Sequence[Message]) -> int:
     return lead
 
 
+def _may_be_task(message: Message) -> bool:
+    """Whether ``message``, first after the system messages, is a task a summary can keep
+    in front of it: a user message that is not itself a summary."""
+    return isinstance(message, UserMessage) and not is_summary(message)
+
+
+def digest_end(history: Sequence[Message]) -> int:
+    """Where the digest a summarized history starts with ends: the leading system messages,
+    the task kept in front of the summaries (``keep_task``), the summaries (and system
+    messages among them); 0 when the history does not start with one. A trim keeps it
+    until the raw turns after it are gone (:func:`~tinyctx.middleware.trim.trim_oldest`)."""
+    index, n = _system_lead(history), len(history)
+    if index < n and _may_be_task(history[index]):
+        index += 1
+    end = 0
+    while index < n:
+        message = history[index]
+        if is_summary(message):
+            end = index + 1
+        elif not isinstance(message, SystemMessage):
+            break
+        index += 1
+    return end
+
+
 def summary_split(
     history: Sequence[Message],
     keep_recent: int = 10,
@@ -185,12 +211,7 @@ def summary_split(
     if count <= keep_recent:
         return None
     lead = _system_lead(history)
-    if (
-        keep_task
-        and lead < count
-        and isinstance(history[lead], UserMessage)
-        and not is_summary(history[lead])
-    ):
+    if keep_task and lead < count and _may_be_task(history[lead]):
         lead += 1
     lead, fold = _stack(history, lead, keep_summaries)
     target = max(count - keep_recent, fold)
@@ -860,7 +881,7 @@ class Summarize(Layer):
         if not self.keep_task or lead >= len(messages):
             return lead
         first = messages[lead]
-        if not isinstance(first, UserMessage) or is_summary(first):
+        if not _may_be_task(first):
             return lead
         kept_before = lead + 1 < len(messages) and is_summary(messages[lead + 1])
         if not kept_before and counter.count_message(first) * 8 > counter.count_messages(messages):

@@ -16,19 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tinyctx import (
-    ConfigError,
-    Message,
-    RunContext,
-    SystemMessage,
-    UserMessage,
-    safe_boundaries,
-    snap_boundary,
-)
+from tinyctx import ConfigError, Message, RunContext, SystemMessage, safe_boundaries, snap_boundary
 from tinyctx.tokens import TokenCounter, default_counter
 
 from .policy import Relief
-from .summarize import is_summary
+from .summarize import digest_end, is_summary
 
 __all__ = ["TrimOldest", "trim_oldest", "digest_end", "check_keep", "check_name"]
 
@@ -60,8 +52,9 @@ def trim_oldest(
     Pure: the cut is the first safe boundary at which enough is freed, never later than
     the safe boundary at or before ``len - keep_recent``. A summarized history's digest
     (:func:`digest_end`) is skipped over: the cut starts after it, and the digest's own
-    messages go only when everything up to that limit was not enough. Returns a :class:`Relief` with
-    ``detail = {"removed": n, "kept": m}``; the input as is when nothing is removed.
+    messages go only when everything up to that limit was not enough. Returns a
+    :class:`Relief` with ``detail = {"removed": n, "kept": m}``; the input as is when
+    nothing is removed.
     """
     check_keep(keep_recent, owner="trim_oldest")
     history = tuple(messages)
@@ -100,26 +93,6 @@ def trim_oldest(
     kept = tuple(m for i, m in enumerate(history) if i not in gone)
     freed_tokens = sum(count(history[i]) for i in gone)
     return Relief(kept, freed_tokens, {"removed": len(gone), "kept": len(kept)})
-
-
-def digest_end(history: Sequence[Message]) -> int:
-    """Where the digest a summarized history starts with ends: the leading system messages,
-    the task :class:`Summarize` keeps in front of its summaries, the summaries (and system
-    messages among them); 0 when the history does not start with one."""
-    index, n = 0, len(history)
-    while index < n and isinstance(history[index], SystemMessage):
-        index += 1
-    if index < n and isinstance(history[index], UserMessage) and not is_summary(history[index]):
-        index += 1
-    end = 0
-    while index < n:
-        message = history[index]
-        if is_summary(message):
-            end = index + 1
-        elif not isinstance(message, SystemMessage):
-            break
-        index += 1
-    return end
 
 
 class TrimOldest:

@@ -69,6 +69,20 @@ def _digested(
     return (*head, *raw), len(head) if summaries else 0
 
 
+def _trimmed(
+    history: tuple[Message, ...], keep_recent: int, need: int | None
+) -> tuple[Relief, list[Message]]:
+    """trim_oldest's relief and what it removed, checked for what every trim keeps: pairing,
+    the system messages and the newest keep_recent messages."""
+    relief = trim_oldest(history, keep_recent=keep_recent, need=need, counter=COUNTER)
+    after = relief.messages
+    assert_pairing_intact(after, history)
+    _assert_systems_kept(history, after)
+    n = len(history)
+    assert after[len(after) - min(keep_recent, n) :] == history[n - min(keep_recent, n) :]
+    return relief, _removed(history, after)
+
+
 def _assert_systems_kept(before: tuple[Message, ...], after: tuple[Message, ...]) -> None:
     kept = {id(m) for m in after}
     assert all(id(m) in kept for m in before if isinstance(m, SystemMessage))
@@ -250,13 +264,8 @@ class TestTrimOldest:
         raw message before the kept tail went, summaries oldest first, the task last."""
         raw = tuple(m for m in raw if not isinstance(m, SystemMessage))
         history, digest = _digested(raw, task=task, summaries=summaries)
-        relief = trim_oldest(history, keep_recent=keep_recent, need=need, counter=COUNTER)
-        after = relief.messages
-        assert_pairing_intact(after, history)
-        _assert_systems_kept(history, after)
+        relief, removed = _trimmed(history, keep_recent, need)
         n = len(history)
-        assert after[len(after) - min(keep_recent, n) :] == history[n - min(keep_recent, n) :]
-        removed = _removed(history, after)
         gone = {id(m) for m in removed}
         safe = safe_boundaries(history)
         limit = max(i for i in range(n - min(keep_recent, n) + 1) if safe[i])
@@ -280,13 +289,7 @@ class TestTrimOldest:
     def test_properties_on_generated_histories(
         self, history: tuple[Message, ...], keep_recent: int, need: int | None
     ) -> None:
-        relief = trim_oldest(history, keep_recent=keep_recent, need=need, counter=COUNTER)
-        after = relief.messages
-        assert_pairing_intact(after, history)
-        _assert_systems_kept(history, after)
-        n = len(history)
-        assert after[len(after) - min(keep_recent, n) :] == history[n - min(keep_recent, n) :]
-        removed = _removed(history, after)
+        relief, removed = _trimmed(history, keep_recent, need)
         if removed:
             # what went is a head of the history (system messages aside), cut at a safe place
             last = max(i for i, m in enumerate(history) if any(m is r for r in removed))
