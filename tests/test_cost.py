@@ -340,8 +340,95 @@ class TestSweep:
         svg = tmp_path / "c.svg"
         code, out, _ = run_cli("replay", "--json", "--sweep", "0.3,0.6", "--plot", str(svg))
         points = json.loads(out)["sweep"]["points"]
-        assert [p["value"] for p in points] == [0.3, 0.6]
+        assert [p["value"] for p in points] == [0.3, 0.6] * 2  # with the relief run, without
         assert "sweep of low_water: cost against average prompt tokens" in svg.read_text()
+
+    def test_python_sweep_labels_its_series(self, shared_data: Path) -> None:
+        """sweep(series=...) labels every point, and only a labelled point says so in JSON."""
+        path = shared_data / "transcripts/openai/marot__spotter__cc-subagent-a2898e3.jsonl"
+        counter = default_counter()
+        messages = load_transcript(path)
+        for series in ("relief_run=0", None):
+            (point,) = sweep(
+                messages,
+                lambda v: default_stack(counter=counter, low_water=v, relief_run=0),
+                [0.4],
+                window=32_000,
+                reserved=4_000,
+                counter=counter,
+                series=series,
+            )
+            assert point.series == series
+            assert point.to_json().get("series") == series
+            assert ("series" in point.to_json()) is (series is not None)
+
+    def test_cli_sweep_reaches_the_context_a_relief_run_holds_back(
+        self, shared_data: Path, tmp_path: Path
+    ) -> None:
+        """With a relief run, --sweep replays each mark with it and without it, so the curve
+        reaches the context a fast-growing agent keeps only without the run, and marks the
+        settings worth picking."""
+        path = shared_data / "transcripts/openai/marot__spotter__cc-main-4d5611e5.jsonl"
+        svg = tmp_path / "c.svg"
+        code, out, _ = run_cli(
+            "replay", str(path), "--window", "32000", "--json", "--sweep", "0.4,0.6,0.8",
+            "--plot", str(svg),
+        )  # fmt: skip
+        assert code == 0
+        points = json.loads(out)["sweep"]["points"]
+        assert [(p["series"], p["value"]) for p in points] == [
+            ("relief_run=20", 0.4),
+            ("relief_run=20", 0.6),
+            ("relief_run=20", 0.8),
+            ("relief_run=0", 0.4),
+            ("relief_run=0", 0.6),
+            ("relief_run=0", 0.8),
+        ]
+        most = {
+            series: max(p["average_prompt_tokens"] for p in points if p["series"] == series)
+            for series in ("relief_run=20", "relief_run=0")
+        }
+        assert most["relief_run=0"] > 1.15 * most["relief_run=20"]
+        picked = sorted((p["average_prompt_tokens"], p["cost"]) for p in points if p["frontier"])
+        assert picked and all(a[1] < b[1] for a, b in zip(picked, picked[1:], strict=False))
+        for p in points:  # a point off the curve: another keeps as much for less
+            if not p["frontier"]:
+                assert any(
+                    q["average_prompt_tokens"] >= p["average_prompt_tokens"]
+                    and q["cost"] <= p["cost"]
+                    for q in points
+                    if q is not p
+                )
+        chart = svg.read_text()
+        assert "relief_run=20" in chart and "relief_run=0" in chart
+        code, out, _ = run_cli(
+            "replay", str(path), "--window", "32000", "--sweep", "0.4,0.8"
+        )  # fmt: skip
+        assert code == 0 and "relief_run=0" in out and "pick" in out
+
+    def test_cli_sweep_of_a_guard_without_relief_run_is_one_series(
+        self, shared_data: Path, tmp_path: Path
+    ) -> None:
+        """A stack file whose guard has no relief run sweeps the mark alone; one that sets
+        one gets the second series with the run off."""
+        path = shared_data / "transcripts/openai/marot__spotter__cc-main-4d5611e5.jsonl"
+
+        def swept(guard: str) -> list[dict[str, Any]]:
+            stack = tmp_path / "stack.toml"
+            stack.write_text(f'[[layers]]\nuse = "budget_guard"\n{guard}')
+            code, out, _ = run_cli(
+                "replay", str(path), "--window", "32000", "--json", "--stack", str(stack),
+                "--sweep", "0.4,0.8",
+            )  # fmt: skip
+            assert code == 0
+            points: list[dict[str, Any]] = json.loads(out)["sweep"]["points"]
+            return points
+
+        points = swept("")
+        assert [p["value"] for p in points] == [0.4, 0.8]
+        assert all("series" not in p for p in points)
+        points = swept("relief_run = 10\n")
+        assert [p["series"] for p in points] == ["relief_run=10"] * 2 + ["relief_run=0"] * 2
 
     def test_bad_sweep_values_exit_2(self) -> None:
         """A value that is no fraction is a usage error naming it."""

@@ -247,6 +247,7 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
 
 
 _SWEEP_H = 340
+_SWEEP_COLORS = ("#2a9d8f", "#e08a00", "#9b4dca", "#1f6fb2")
 
 
 def _sweep_panel(points: Sequence[Mapping[str, Any]], knob: str, top: float) -> list[str]:
@@ -279,18 +280,43 @@ def _sweep_panel(points: Sequence[Mapping[str, Any]], knob: str, top: float) -> 
             f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" text-anchor="end" fill="#444">'
             f"${tick:.2f}</text>"
         )
-    ordered = sorted(good, key=lambda p: p["average_prompt_tokens"])
-    line = " ".join(f"{x(p['average_prompt_tokens']):.1f},{y(p['cost']):.1f}" for p in ordered)
-    out.append(f'<polyline fill="none" stroke="#2a9d8f" stroke-width="2" points="{line}"/>')
-    for p in ordered:
-        px, py = x(p["average_prompt_tokens"]), y(p["cost"])
-        title = (
-            f"{knob} {p['value']:g}: ${p['cost']:.4f}, {p['average_prompt_tokens']:,.0f} "
-            f"tokens per call, {p['prefix_breaks']} prefix breaks"
-        )
-        out.append(_marker("circle", px, py, "#2a9d8f", title))
+    # one line per series (a stack with a relief run is swept with it and without it); the
+    # points on the frontier, the settings worth picking, are filled, the others hollow
+    series: dict[str | None, list[Mapping[str, Any]]] = {}
+    for p in good:
+        series.setdefault(p.get("series"), []).append(p)
+    for n, (label, members) in enumerate(series.items()):
+        color = _SWEEP_COLORS[n % len(_SWEEP_COLORS)]
+        ordered = sorted(members, key=lambda p: p["average_prompt_tokens"])
+        line = " ".join(f"{x(p['average_prompt_tokens']):.1f},{y(p['cost']):.1f}" for p in ordered)
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{line}"/>')
+        if label is not None:  # in the legend column, at the right of the panel
+            row = upper + 20 * n
+            out.append(
+                f'<line x1="{right + 24}" y1="{row - 4}" x2="{right + 46}" y2="{row - 4}" '
+                f'stroke="{color}" stroke-width="2"/>'
+            )
+            out.append(f'<text x="{right + 54}" y="{row}">{escape(label)}</text>')
+        for p in ordered:
+            px, py = x(p["average_prompt_tokens"]), y(p["cost"])
+            title = (
+                f"{knob} {p['value']:g}{'' if label is None else ', ' + label}: "
+                f"${p['cost']:.4f}, {p['average_prompt_tokens']:,.0f} tokens per call, "
+                f"{p['prefix_breaks']} prefix breaks"
+            )
+            marker = _marker("circle", px, py, color, title)
+            if p.get("frontier") is False:
+                marker = marker.replace(
+                    f'fill="{color}" stroke="white"', f'fill="white" stroke="{color}"'
+                )
+            out.append(marker)
+            out.append(
+                f'<text x="{px:.1f}" y="{py - 10:.1f}" text-anchor="middle">{p["value"]:g}</text>'
+            )
+    if any(p.get("frontier") is False for p in good):
         out.append(
-            f'<text x="{px:.1f}" y="{py - 10:.1f}" text-anchor="middle">{p["value"]:g}</text>'
+            f'<text x="{right}" y="{lower - 8}" text-anchor="end" fill="#444">filled: on the '
+            "curve (no other setting keeps as much context for less)</text>"
         )
     out.append(
         f'<text x="{(left + right) / 2}" y="{lower + 36}" text-anchor="middle">'

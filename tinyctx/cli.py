@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import metadata, resources
 from pathlib import Path
-from typing import IO, Any, NoReturn, TextIO
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import urlparse
 
 from .chain import LayerLike
@@ -35,6 +35,9 @@ from .errors import ConfigError, TinyCtxError
 from .messages import AssistantMessage, Message, ToolResult
 from .ordering import OrderingError, check_ordering
 from .tokens import TokenCounter, default_counter
+
+if TYPE_CHECKING:  # the command imports the cost module only when it prices
+    from .cost import ModelPrice, SweepPoint
 
 __all__ = [
     "main",
@@ -194,17 +197,26 @@ def load_stack(spec: str, *, counter: TokenCounter | None = None) -> list[LayerL
 
 
 def load_stack_at(
-    spec: str, low_water: float, *, counter: TokenCounter | None = None
+    spec: str,
+    low_water: float,
+    *,
+    counter: TokenCounter | None = None,
+    relief_run: int | None = None,
 ) -> list[LayerLike]:
     """``spec`` with its budget guard's low-water mark set to ``low_water`` (for sweeps): a
     named stack whose factory takes ``low_water``, or a TOML file whose ``budget_guard``
-    layers get ``low_water`` (replacing any ``target``/``low_water`` they set)."""
+    layers get ``low_water`` (replacing any ``target``/``low_water`` they set). A
+    ``relief_run`` other than None replaces the guard's relief run the same way."""
     stacks = _entry_points("tinyctx.stacks")
     if spec in stacks:
         factory: StackFactory = stacks[spec].load()
         if not _accepts(factory, "low_water"):
             raise StackError(f"--sweep: stack {spec!r} has no low_water knob to sweep")
-        return list(factory(counter=counter, low_water=low_water))
+        if relief_run is None:
+            return list(factory(counter=counter, low_water=low_water))
+        if not _accepts(factory, "relief_run"):
+            raise StackError(f"--sweep: stack {spec!r} has no relief_run to set")
+        return list(factory(counter=counter, low_water=low_water, relief_run=relief_run))
     path = Path(spec)
     load_stack(spec, counter=counter)  # the file, validated as it is
     tables = tomllib.loads(path.read_text(encoding="utf-8"))["layers"]
@@ -214,6 +226,8 @@ def load_stack_at(
         if t.get("use") == "budget_guard":
             t.pop("target", None)
             t["low_water"] = low_water
+            if relief_run is not None:
+                t["relief_run"] = relief_run
     return [
         _build(_use(t, f"{path}: layers[{i}]"), _args(t), f"{path}: layers[{i}]", counter)
         for i, t in enumerate(tables)
@@ -372,6 +386,60 @@ def _price(args: argparse.Namespace) -> Any:
 DEFAULT_SWEEP = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
+def _relief_run(stack: Sequence[LayerLike]) -> int:
+    """The relief run of the stack's budget guard (0 when it has none, or it is off)."""
+    runs = [getattr(layer, "relief_run", 0) for layer in stack]
+    return max((r for r in runs if isinstance(r, int) and not isinstance(r, bool)), default=0)
+
+
+def _swept_stacks(
+    spec: str, stack: Sequence[LayerLike], values: Sequence[float], counter: TokenCounter
+) -> list[tuple[str | None, list[list[LayerLike]]]]:
+    """The stacks a sweep replays, by series. A guard with a relief run (``default_stack``:
+    20) goes deeper than the mark when the conversation grows fast, so above some mark
+    every setting keeps the same context: the sweep then replays each mark without the run
+    too, and the curve reaches every context the stack can keep."""
+    run = _relief_run(stack)
+    own = [load_stack_at(spec, v, counter=counter) for v in values]
+    if not values or not run:
+        return [(None, own)]
+    off = [load_stack_at(spec, v, counter=counter, relief_run=0) for v in values]
+    return [(f"relief_run={run}", own), ("relief_run=0", off)]
+
+
+def _sweep_payload(
+    transcript: Sequence[Message],
+    swept: list[tuple[str | None, list[list[LayerLike]]]],
+    values: Sequence[float],
+    price: ModelPrice,
+    window: int | None,
+    reserve: int,
+    counter: TokenCounter,
+) -> dict[str, Any]:
+    """``--sweep``'s points, each series in turn, each marked whether it is on the frontier
+    (no other point keeps as much context for less: the settings worth picking)."""
+    from .cost import frontier, sweep
+
+    points: list[SweepPoint] = []
+    for series, stacks in swept:
+        built = iter(stacks)  # one fresh stack per value, even for a value given twice
+        points += sweep(
+            transcript,
+            lambda _value, built=built: next(built),  # type: ignore[misc]
+            values,
+            price=price,
+            window=window,
+            reserved=reserve,
+            counter=counter,
+            series=series,
+        )
+    best = {id(p) for p in frontier(points)}
+    return {
+        "knob": "low_water",
+        "points": [{**p.to_json(), "frontier": id(p) in best} for p in points],
+    }
+
+
 def _sweep_values(text: str) -> tuple[float, ...]:
     if text == "default":
         return DEFAULT_SWEEP
@@ -471,7 +539,7 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
     values = _sweep_values(args.sweep) if args.sweep is not None else ()
     try:
         stack = load_stack(args.stack, counter=counter)
-        swept = [load_stack_at(args.stack, v, counter=counter) for v in values]
+        swept = _swept_stacks(args.stack, stack, values, counter)
     except StackError as exc:
         _fail(str(exc))
     try:
@@ -495,19 +563,9 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
 
         add_to_payload(payload, report.cost(price))
     if values:
-        from .cost import sweep
-
-        stacks = iter(swept)
-        points = sweep(
-            transcript,
-            lambda _value: next(stacks),
-            values,
-            price=price,
-            window=args.window,
-            reserved=reserve,
-            counter=counter,
+        payload["sweep"] = _sweep_payload(
+            transcript, swept, values, price, args.window, reserve, counter
         )
-        payload["sweep"] = {"knob": "low_water", "points": [p.to_json() for p in points]}
     if args.json:
         json.dump(payload, io.out, indent=2)
         io.out.write("\n")

@@ -449,7 +449,12 @@ def price_replay(report: ReplayReport, price: ModelPrice | str = DEFAULT_PRICE) 
 
 @frozen
 class SweepPoint:
-    """One setting of a sweep: the knob's value and what the replay cost at it."""
+    """One setting of a sweep: the knob's value and what the replay cost at it.
+
+    ``series`` names the other settings the point was replayed with when a sweep has more
+    than one (``tinyctx replay --sweep`` replays a stack whose guard has a relief run with
+    it and without it: ``"relief_run=20"``, ``"relief_run=0"``); None in a one-series sweep.
+    """
 
     value: float
     average_prompt_tokens: float
@@ -457,9 +462,10 @@ class SweepPoint:
     breaks: int
     calls: int
     error: str | None = None
+    series: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "value": self.value,
             "average_prompt_tokens": self.average_prompt_tokens,
             "cost": self.cost,
@@ -467,6 +473,9 @@ class SweepPoint:
             "calls": self.calls,
             "error": self.error,
         }
+        if self.series is not None:
+            out["series"] = self.series
+        return out
 
 
 def sweep(
@@ -478,11 +487,14 @@ def sweep(
     window: int | None = None,
     reserved: int = 0,
     counter: TokenCounter | None = None,
+    series: str | None = None,
 ) -> tuple[SweepPoint, ...]:
     """Replay ``transcript`` through ``stack_for(value)`` for each value and price it.
 
-    The points come back in the order of ``values``; a replay the stack could not keep
-    in the window carries its ``error`` (and the cost of the calls made until then).
+    The points come back in the order of ``values``, labelled ``series``; a replay the
+    stack could not keep in the window carries its ``error`` (and the cost of the calls
+    made until then). Sweep again with another ``stack_for`` and ``series`` to put a second
+    knob on the same curve (:func:`frontier` takes the points of both).
     """
     from .replay import replay_sync
     from .tokens import default_counter
@@ -503,6 +515,7 @@ def sweep(
                 cost.breaks,
                 len(cost.calls),
                 report.error,
+                series,
             )
         )
     return tuple(points)

@@ -132,11 +132,19 @@ SUMMARY_ITEMS: list[SummaryItem] = [
 
 SWEEP_COLUMNS: list[Column] = [
     Column("value", "low_water", "the knob's value", "{:g}".format),
+    Column("series", "with", "the other settings of the point", str, "left"),
     Column("average_prompt_tokens", "avg prompt", "tokens sent per call", lambda v: f"{v:,.0f}"),
     Column("cost", "cost", "USD for the replay", "${:.4f}".format),
     Column("prefix_breaks", "breaks", "calls that broke the cached prefix"),
     Column("calls", "calls", "model calls replayed"),
     Column("error", "stopped", "why the replay stopped", str, "left", wrap=True),
+    Column(
+        "frontier",
+        "pick",
+        "on the curve: no other setting keeps as much context for less",
+        lambda on: "*" if on else "",
+        "center",
+    ),
 ]
 """The ``--sweep`` table's columns."""
 
