@@ -4,6 +4,7 @@ on (fencing, optimistic versions, atomic writes) against real servers."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -275,6 +276,50 @@ class TestSchema:
             assert await store.schema_version() == PG_SCHEMA_VERSION
             assert (await store.load_thread("t")).messages == ("kept",)
             assert await store.delete_thread("t") is True
+
+    async def test_a_version_2_schema_gets_lz4_and_reads_its_pglz_rows(
+        self, postgres_url: str, postgres_schema: str
+    ) -> None:
+        """Migration 3 compresses documents with lz4 (a long thread loads faster); rows
+        written before, compressed with pglz, still load, and new rows are lz4."""
+        with psycopg.connect(postgres_url) as conn:
+            (values,) = conn.execute(  # type: ignore[misc]
+                "SELECT enumvals FROM pg_settings WHERE name = 'default_toast_compression'"
+            ).fetchone() or ([],)
+        if "lz4" not in (values or []):
+            pytest.skip("this PostgreSQL server has no lz4")
+        big = json.dumps({"text": "a long tool result line\n" * 4000})  # compressible
+        async with PostgresStore(postgres_url, schema=postgres_schema) as store:
+            pass
+        with psycopg.connect(postgres_url, autocommit=True) as conn:  # back to version 2
+            conn.execute(
+                f"ALTER TABLE {postgres_schema}.messages ALTER COLUMN doc SET COMPRESSION pglz"
+            )
+            conn.execute(f"UPDATE {postgres_schema}.schema_version SET version = 2")
+
+        def compression() -> list[str | None]:
+            with psycopg.connect(postgres_url) as conn:
+                rows = conn.execute(
+                    f"SELECT pg_column_compression(doc) FROM {postgres_schema}.messages "
+                    "ORDER BY pos"
+                ).fetchall()
+            return [row[0] for row in rows]
+
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(
+                f"INSERT INTO {postgres_schema}.threads (thread_id, version, length, updated_at) "
+                "VALUES ('t', 1, 1, 0)"
+            )
+            conn.execute(
+                f"INSERT INTO {postgres_schema}.messages (thread_id, pos, doc) VALUES ('t', 0, %s)",
+                (big.encode(),),
+            )
+        assert compression() == ["pglz"]
+        async with PostgresStore(postgres_url, schema=postgres_schema) as store:
+            assert await store.schema_version() == PG_SCHEMA_VERSION == 3
+            await store.write("t", ThreadWrite(append=[big]), expected_version=1)
+            assert (await store.load_thread("t")).messages == (big, big)
+        assert compression() == ["pglz", "lz4"]
 
     async def test_a_newer_postgres_schema_is_refused_untouched(
         self, postgres_url: str, postgres_schema: str
