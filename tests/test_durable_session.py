@@ -31,7 +31,13 @@ from tinyctx import (
     UserMessage,
     check_pairing,
 )
-from tinyctx.codec import decode_checkpoint, decode_messages, decode_state, encode_messages
+from tinyctx.codec import (
+    CodecError,
+    decode_checkpoint,
+    decode_messages,
+    decode_state,
+    encode_messages,
+)
 from tinyctx.middleware import CallLimits, Microcompact
 from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply
 from tinyctx.testing.strategies import histories
@@ -352,6 +358,96 @@ class TestLeases:
                 await session.run("b")
         _, messages = await stored(store, "stale")
         assert messages[-1] == UserMessage("intruder")
+
+
+class FlakyStore(MemoryStore):
+    """A MemoryStore whose lease renewals and releases fail while an error is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.renew_error: Exception | None = None
+        self.release_error: Exception | None = None
+
+    async def renew_lease(self, lease: Any, ttl: float) -> Any:
+        if self.renew_error is not None:
+            raise self.renew_error
+        return await super().renew_lease(lease, ttl)
+
+    async def release_lease(self, lease: Any) -> None:
+        if self.release_error is not None:
+            raise self.release_error
+        await super().release_lease(lease)
+
+
+class TestLeaseAndStoreFailures:
+    """What a worker sees when its store misbehaves: nothing lost, nothing half-written."""
+
+    async def test_a_renewal_hiccup_is_reported_and_a_lost_lease_refuses_the_next_write(
+        self,
+    ) -> None:
+        """Failed renewals are reported and retried; once another worker has taken the
+        expired lease, the session learns it lost the thread and its next write is fenced
+        out, leaving the other worker's messages untouched."""
+        store = FlakyStore()
+        store.renew_error = ConnectionError("store unreachable")
+        mine = Agent(model=ScriptedModel(["never sent"]))
+        theirs = Agent(model=ScriptedModel(["theirs"]))
+        late: list[BaseException] = []
+        with capture_events("thread.lease_renew_failed") as events:
+            # leaving writes what is left ("late"): refused too, and said so
+            with pytest.raises(FencedOut):
+                async with Session(mine, thread_id="t", store=store, owner="a", lease_ttl=0.3) as a:
+                    await anyio.sleep(0.5)  # renewals fail; the lease expires at 0.3 s
+                    assert events and not any(e.lost for e in events)  # type: ignore[attr-defined]
+                    assert "ConnectionError: store unreachable" in events[0].error  # type: ignore[attr-defined]
+                    async with Session(theirs, thread_id="t", store=store, owner="b") as b:
+                        await b.run("mine now")
+                        store.renew_error = None
+                        for _ in range(250):  # the next renewal finds the lease taken
+                            if any(e.lost for e in events):  # type: ignore[attr-defined]
+                                break
+                            await anyio.sleep(0.02)
+                        try:
+                            await a.run("late")
+                        except FencedOut as exc:
+                            late.append(exc)
+        assert any(e.lost for e in events)  # type: ignore[attr-defined]
+        assert len(late) == 1 and "lease token 2 is current" in str(late[0])
+        _, messages = await stored(store, "t")
+        assert [m.text for m in messages] == ["mine now", "theirs"]
+
+    async def test_a_thread_that_cannot_be_decoded_fails_clearly_and_frees_the_lease(
+        self,
+    ) -> None:
+        """A stored document the codec refuses fails the session's entry naming the message,
+        and the lease is released at once: no worker waits out a TTL for a broken thread."""
+        store = MemoryStore()
+        broken = ThreadWrite(append=(*encode_messages([UserMessage("fine")]), '{"v": 1}'))
+        await store.write("bad", broken, expected_version=0)
+        agent = Agent(model=ScriptedModel([]))
+        with pytest.raises(CodecError, match=r"messages\[1\]"):
+            async with Session(agent, thread_id="bad", store=store, owner="a", lease_ttl=60):
+                pass
+        lease = await store.acquire_lease("bad", "b", 60)  # not LeaseHeld
+        assert lease.owner == "b"
+        assert (await store.load_thread("bad")).version == 1  # nothing written
+
+    async def test_a_failed_lease_release_is_reported_not_raised(self) -> None:
+        """The session's work is durable when its lease cannot be released (the lease then
+        expires by itself): leaving reports the failure instead of raising it."""
+        store = FlakyStore()
+        store.release_error = ConnectionError("store unreachable")
+        agent = Agent(model=ScriptedModel(["kept"]))
+        with capture_events("events.subscriber_failed") as events:
+            async with Session(agent, thread_id="r", store=store, lease_ttl=0.2) as session:
+                await session.run("hello")
+        assert [e.subscriber for e in events] == ["lease"]  # type: ignore[attr-defined]
+        _, messages = await stored(store, "r")
+        assert [m.text for m in messages] == ["hello", "kept"]
+        store.release_error = None
+        await anyio.sleep(0.3)  # the unreleased lease expires by itself
+        async with Session(agent, thread_id="r", store=store):
+            pass
 
 
 class TestAbandonedSteps:
