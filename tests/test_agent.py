@@ -681,6 +681,114 @@ class TestInputs:
         assert result.final_text == "fine"
 
 
+class BadToolLayer(Layer):
+    """Answers every tool call with a result for another call (a layer bug)."""
+
+    async def wrap_tool(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+    ) -> ToolResult:
+        await call_next(call, ctx)
+        return ToolResult("someone-else", "wrong")
+
+
+class BadModelLayer(Layer):
+    """Returns the answer's message instead of the ModelResponse (a layer bug)."""
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        response = await call_next(request, ctx)
+        return response.message  # type: ignore[return-value]
+
+
+class BadCheckpointLayer(Layer):
+    """Returns None from on_checkpoint (forgot to return the checkpoint)."""
+
+    def on_checkpoint(self, checkpoint: Any, ctx: RunContext[Any]) -> Any:
+        return None
+
+
+class TestMisuseIsNamed:
+    """Wrong arguments and buggy layers fail with an error naming what is wrong, and the
+    conversation stays well-paired."""
+
+    async def test_wrong_constructor_and_call_arguments(self) -> None:
+        """Agent, Session, enter and resume refuse what they cannot use, saying why."""
+        with pytest.raises(TypeError, match="Agent.model must be an async callable"):
+            Agent(model="gpt-4o")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="Session needs an Agent, got str"):
+            Session("agent")  # type: ignore[arg-type]
+        agent = Agent(model=ScriptedModel(["ok"]))
+        with pytest.raises(ValueError, match="grace_period"):
+            Session(agent, grace_period=-1)
+        session = Session(agent)
+        async with session:
+            with pytest.raises(RuntimeError, match="entered once"):
+                await session.__aenter__()
+            with pytest.raises(TypeError, match="resume needs a Checkpoint, got dict"):
+                await session.resume({"phase": "model"})  # type: ignore[arg-type]
+        with pytest.raises(RuntimeError, match="entered once"):
+            await session.__aenter__()  # not after leaving either
+
+    @pytest.mark.parametrize(
+        ("decisions", "message"),
+        [
+            (["approve"], "decisions must be a mapping of call id to decision, got list"),
+            ({1: "approve"}, "decision keys must be call ids"),
+            ({"g1": "approve"}, r"decisions\['g1'\] must be Approve, Edit, Reject or Respond"),
+        ],
+        ids=["not-a-mapping", "key-not-a-call-id", "not-a-decision"],
+    )
+    async def test_bad_decisions_are_refused_and_the_session_stays_paused(
+        self, decisions: Any, message: str
+    ) -> None:
+        """resume(decisions=...) of the wrong shape raises TypeError; the run is still paused."""
+        gate = FakeTool("gate", control=Interrupt("approve", "ok?"))
+        model = ScriptedModel([reply("", call("gate", id="g1")), "done"])
+        async with Session(Agent(model=model, tools=[gate.tool])) as session:
+            with pytest.raises(Interrupted):
+                await session.run("go")
+            paused = session.paused
+            with pytest.raises(TypeError, match=message):
+                await session.resume(decisions=decisions)
+            assert session.paused is paused
+
+    async def test_a_tool_layer_answering_the_wrong_call_is_named(self) -> None:
+        """A tool layer returning another call's result fails the run naming the call;
+        the call is still answered in the history."""
+        tool = FakeTool("t")
+        model = ScriptedModel([reply("", call("t", id="c1")), "never"])
+        agent = Agent(model=model, tools=[tool.tool], middleware=[BadToolLayer()])
+        async with Session(agent) as session:
+            with pytest.raises(Exception, match="answered call 'c1'.*same tool_call_id"):
+                await session.run("go")
+            check_pairing(session.conversation_messages, allow_pending=False)
+
+    async def test_a_model_layer_returning_no_response_is_named(self) -> None:
+        """A model layer that returns something else than a ModelResponse fails the run
+        naming the type, and nothing is appended for that call."""
+        model = ScriptedModel(["hello"])
+        async with Session(Agent(model=model, middleware=[BadModelLayer()])) as session:
+            with pytest.raises(
+                TypeError, match="returned AssistantMessage, expected ModelResponse"
+            ):
+                await session.run("hi")
+            assert session.conversation_messages == (UserMessage("hi"),)
+
+    async def test_an_on_checkpoint_hook_returning_none_is_named(self) -> None:
+        """on_checkpoint must return a Checkpoint: None fails the pause naming the layer."""
+        gate = FakeTool("gate", control=Interrupt("approve", "ok?"))
+        model = ScriptedModel([reply("", call("gate", id="g1"))])
+        agent = Agent(model=model, tools=[gate.tool], middleware=[BadCheckpointLayer()])
+        async with Session(agent) as session:
+            with pytest.raises(
+                TypeError, match="BadCheckpointLayer.*on_checkpoint returned NoneType"
+            ):
+                await session.run("go")
+            assert session.paused is None  # no half-made pause to resume
+            check_pairing(session.conversation_messages, allow_pending=False)
+
+
 class TestRunHooks:
     """Layers see a run start and end, in layer order and reverse, however it ends."""
 
