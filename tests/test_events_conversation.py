@@ -144,6 +144,37 @@ class TestConversation:
         assert seen == [(1, UserMessage("hi"), Usage(1, 2))]
         assert conversation.messages == (UserMessage("hi"),)
 
+    async def test_an_unsubscribed_listener_hears_nothing_more(self) -> None:
+        """subscribe() returns the way out: after it the listener is not called again,
+        the others still are, and calling it twice is harmless."""
+        conversation = Conversation()
+        first: list[Message] = []
+        second: list[Message] = []
+
+        async def one(message: Message, usage: Usage | None) -> None:
+            first.append(message)
+
+        async def two(message: Message, usage: Usage | None) -> None:
+            second.append(message)
+
+        leave = conversation.subscribe(one)
+        conversation.subscribe(two)
+        await conversation.append(UserMessage("a"))
+        leave()
+        leave()
+        await conversation.append(UserMessage("b"))
+        assert first == [UserMessage("a")]
+        assert second == [UserMessage("a"), UserMessage("b")]
+
+    def test_wrong_message_types_are_named(self) -> None:
+        """append/add/replace take Messages only, and say which item was not one."""
+        conversation = Conversation([UserMessage("kept")])
+        with pytest.raises(TypeError, match="expected a Message, got str"):
+            conversation.add("text")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"messages\[1\] must be a Message, got dict"):
+            conversation.replace([UserMessage("a"), {"role": "user"}])  # type: ignore[list-item]
+        assert conversation.messages == (UserMessage("kept"),)
+
     def test_replace_refuses_a_history_that_breaks_pairing(self) -> None:
         """replace() checks the pairing rule and leaves the log alone on a violation."""
         conversation = Conversation([UserMessage("hi")])
