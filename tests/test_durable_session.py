@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import anyio
@@ -448,6 +449,55 @@ class TestLeaseAndStoreFailures:
         await anyio.sleep(0.3)  # the unreleased lease expires by itself
         async with Session(agent, thread_id="r", store=store):
             pass
+
+
+class TestWhatAStoreCannotKeep:
+    """Input a store cannot keep is refused before it is appended, so it never makes every
+    later write of the session fail."""
+
+    async def test_input_with_metadata_that_is_not_json_is_refused_up_front(self) -> None:
+        """CodecError names input[i] and the field; nothing is appended or sent, and the
+        session goes on."""
+        store = MemoryStore()
+        model = ScriptedModel(["answered"])
+        async with Session(Agent(model=model), thread_id="m", store=store) as session:
+            bad = UserMessage("when?", metadata={"when": datetime.date(2026, 1, 1)})
+            with pytest.raises(CodecError, match=r"input\[1\]\.metadata\.when: a date"):
+                await session.run([UserMessage("fine"), bad])
+            assert session.conversation_messages == ()
+            assert model.requests == []
+            assert (await session.run("hello")).final_text == "answered"
+        _, messages = await stored(store, "m")
+        assert [m.text for m in messages] == ["hello", "answered"]
+
+    async def test_without_a_store_metadata_need_not_be_json(self) -> None:
+        """Only a store needs JSON: an in-memory session keeps any metadata."""
+        model = ScriptedModel(["ok"])
+        when = datetime.date(2026, 1, 1)
+        async with Session(Agent(model=model)) as session:
+            await session.run(UserMessage("x", metadata={"when": when}))
+            assert session.conversation_messages[0].metadata["when"] == when
+
+    async def test_a_layer_message_the_store_cannot_keep_is_named_by_its_place(self) -> None:
+        """A message a layer added that the codec refuses fails the write naming its index
+        in the conversation (not in the write's batch)."""
+
+        class Tagger(Layer):
+            async def wrap_model(
+                self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+            ) -> ModelResponse:
+                if len(ctx.conversation) > 2:
+                    ctx.conversation.add(UserMessage("note", metadata={"raw": b"bytes"}))
+                return await call_next(request, ctx)
+
+        store = MemoryStore()
+        agent = Agent(model=ScriptedModel(["one", "two"]), middleware=[Tagger()])
+        with pytest.raises(CodecError, match=r"conversation\[3\]\.metadata\.raw"):
+            async with Session(agent, thread_id="l", store=store) as session:
+                await session.run("first")
+                await session.run("second")
+        _, messages = await stored(store, "l")
+        assert [m.text for m in messages] == ["first", "one", "second"]
 
 
 class TestAbandonedSteps:

@@ -632,7 +632,9 @@ class Session(Generic[Data]):
 
         Input that would break the pairing rule (a result answering no call, a call left
         without its result, a call id the thread used already) raises ``PairingError``
-        naming ``input[i]`` and the id, before anything is appended. Text from outside
+        naming ``input[i]`` and the id, before anything is appended; with a store, input
+        the store cannot keep (metadata that is not JSON) raises ``CodecError`` naming
+        ``input[i]`` and the field, before anything is appended too. Text from outside
         (input, model output, tool results) enters history valid: lone surrogates become
         U+FFFD; a call id the model reuses is renamed (``renamed_ids`` in the metadata)."""
         self._enter_run()
@@ -645,6 +647,13 @@ class Session(Generic[Data]):
                 # a pause's (or a dead worker's) pending calls are answered before the input
                 paused=self._paused is not None or bool(self._abandoned),
             )
+            if self._link is not None:
+                # what the store cannot keep (metadata that is not JSON, a Message type the
+                # codec does not know) is refused here, not found by the next write: once in
+                # the conversation it would fail every write of the session
+                from .codec import encode_messages
+
+                encode_messages(messages, path="input")
             if self._paused is not None:
                 await self._abandon_pause()
             if self._abandoned:

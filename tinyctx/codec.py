@@ -400,11 +400,15 @@ def encode_message(message: Message) -> str:
     return _document(_message_obj, message)
 
 
-def encode_messages(messages: Iterable[Message]) -> tuple[str, ...]:
-    """One document per message; an error names ``messages[i]`` and below."""
+def encode_messages(
+    messages: Iterable[Message], *, path: str = "messages", start: int = 0
+) -> tuple[str, ...]:
+    """One document per message; an error names ``messages[i]`` and below (``path`` and
+    ``start`` name the sequence and the first message's index: ``input[0]``,
+    ``conversation[512]``)."""
     return tuple(
-        _document(_message_obj, message, f"messages[{index}]")
-        for index, message in enumerate(messages)
+        _document(_message_obj, message, f"{path}[{index}]")
+        for index, message in enumerate(messages, start)
     )
 
 

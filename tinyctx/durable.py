@@ -202,11 +202,18 @@ class ThreadLink:
         checkpoint = self.checkpoint
         if not change and state_doc is UNCHANGED and checkpoint is UNCHANGED:
             return False
+        # an error names the message by its place in the conversation
         compaction = None
         if change.compaction:
-            compaction = Compaction(change.start, change.end, encode_messages(change.replacement))
+            replacement = encode_messages(
+                change.replacement, path="conversation", start=change.start
+            )
+            compaction = Compaction(change.start, change.end, replacement)
+        appended = change.appended
         write = ThreadWrite(
-            append=encode_messages(change.appended),
+            append=encode_messages(
+                appended, path="conversation", start=len(written) - len(appended)
+            ),
             compaction=compaction,
             checkpoint=checkpoint,
             state=state_doc,
