@@ -368,6 +368,13 @@ class FlakyStore(MemoryStore):
         super().__init__()
         self.renew_error: Exception | None = None
         self.release_error: Exception | None = None
+        self.write_error: Exception | None = None
+
+    async def write(self, thread_id: str, change: ThreadWrite, **kwargs: Any) -> int:
+        if self.write_error is not None:
+            raise self.write_error
+        version: int = await super().write(thread_id, change, **kwargs)
+        return version
 
     async def renew_lease(self, lease: Any, ttl: float) -> Any:
         if self.renew_error is not None:
@@ -432,6 +439,40 @@ class TestLeaseAndStoreFailures:
         lease = await store.acquire_lease("bad", "b", 60)  # not LeaseHeld
         assert lease.owner == "b"
         assert (await store.load_thread("bad")).version == 1  # nothing written
+
+    async def test_a_store_outage_loses_nothing_and_the_next_write_catches_up(self) -> None:
+        """A write that fails before the model call fails the run with the store's error
+        and sends nothing; the input stays in the session, and the next write (here a
+        run(None) that continues) stores it exactly once. A write failing after the model
+        answered keeps the answer the same way."""
+        store = FlakyStore()
+        model = ScriptedModel(["first answer", "second answer"])
+        async with Session(Agent(model=model), thread_id="o", store=store) as session:
+            store.write_error = ConnectionError("store unreachable")
+            with pytest.raises(ConnectionError):
+                await session.run("hello")
+            assert model.requests == []  # nothing is sent before it is durable
+            assert [m.text for m in session.conversation_messages] == ["hello"]
+            store.write_error = None
+            assert (await session.run(None)).final_text == "first answer"
+            _, messages = await stored(store, "o")
+            assert [m.text for m in messages] == ["hello", "first answer"]
+
+            class FailAfterAnswer(Layer):
+                async def wrap_model(
+                    self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+                ) -> ModelResponse:
+                    response = await call_next(request, ctx)
+                    store.write_error = ConnectionError("store unreachable")
+                    return response
+
+        agent = Agent(model=ScriptedModel(["kept"]), middleware=[FailAfterAnswer()])
+        with pytest.raises(ConnectionError):  # leaving cannot write either: said so
+            async with Session(agent, thread_id="o2", store=store) as session:
+                await session.run("question")
+        store.write_error = None
+        _, messages = await stored(store, "o2")
+        assert [m.text for m in messages] == ["question"]  # what was durable before
 
     async def test_a_failed_lease_release_is_reported_not_raised(self) -> None:
         """The session's work is durable when its lease cannot be released (the lease then
