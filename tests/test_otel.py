@@ -128,6 +128,59 @@ class TestContextActions:
         assert applied[0].attributes["tinyctx.policy"] == "TrimOldest"  # type: ignore[index]
 
 
+class TestReviewAndRetries:
+    """A review pause and its decisions, and retried tool calls, are on the run spans a
+    trace shows."""
+
+    async def test_review_requested_and_decided_are_span_events(self, anyio_backend: str) -> None:
+        """The paused run's span says which calls wait for review; the resumed run's span
+        says what was decided for each."""
+        from tinyctx import Interrupted
+        from tinyctx.decisions import Approve
+        from tinyctx.middleware import Approvals
+
+        exporter, memory = tracing()
+        model = ScriptedModel([reply("", call("search", id="s1", q="x")), reply("done")])
+        agent = Agent(model=model, tools=[SEARCH], middleware=[Approvals("search")])
+        sink = EventSink(logger=None, subscribers=[exporter])
+        async with Session(agent, events=sink) as session:
+            with pytest.raises(Interrupted):
+                await session.run("look")
+            await session.resume(decisions={"s1": Approve()})
+        paused, resumed = sorted(
+            by_name(memory.get_finished_spans(), "invoke_agent"), key=lambda s: s.start_time or 0
+        )
+        (requested,) = [e for e in paused.events if e.name == "review.requested"]
+        assert list(requested.attributes["tinyctx.tool_call_ids"]) == ["s1"]  # type: ignore[index,arg-type]
+        assert list(requested.attributes["tinyctx.tools"]) == ["search"]  # type: ignore[index,arg-type]
+        (decided,) = [e for e in resumed.events if e.name == "review.decided"]
+        assert decided.attributes["tinyctx.decision"] == "approve"  # type: ignore[index]
+        assert decided.attributes["tinyctx.tool_call_id"] == "s1"  # type: ignore[index]
+
+    async def test_a_tool_retry_is_a_span_event(self, anyio_backend: str) -> None:
+        """A tool call retried after a failure shows the attempt on the run's span."""
+        from tinyctx.middleware import ToolRetry
+
+        calls = 0
+
+        async def flaky(arguments: Any, ctx: RunContext[Any]) -> str:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise OSError("disk busy")
+            return "ok"
+
+        exporter, memory = tracing()
+        model = ScriptedModel([reply("", call("flaky", id="f1")), reply("done")])
+        tool = Tool("flaky", "Flaky.", handler=flaky)
+        agent = Agent(model=model, tools=[tool], middleware=[ToolRetry(attempts=2, backoff=0)])
+        await run(agent, exporter)
+        (root,) = by_name(memory.get_finished_spans(), "invoke_agent")
+        (attempt,) = [e for e in root.events if e.name == "tool_retry.attempt"]
+        assert attempt.attributes["tinyctx.tool"] == "flaky"  # type: ignore[index]
+        assert attempt.attributes["tinyctx.attempt"] == 2  # type: ignore[index]
+
+
 class TestContent:
     """Message content is off by default and recorded only when asked."""
 

@@ -63,10 +63,21 @@ CONTEXT_ACTIONS: tuple[str, ...] = (
     "subagent.",
     "retry.",
     "fallback.",
+    "tool_retry.",
+    "review.",
 )
-"""Prefixes of the event kinds recorded as span events (context actions and outcomes)."""
+"""Prefixes of the event kinds recorded as span events (context actions and outcomes,
+retries, human review)."""
 
 _NS = 1_000_000_000
+
+
+def _homogeneous(value: Any) -> bool:
+    """A non-empty tuple of one primitive type: an OTel attribute may hold it."""
+    if not isinstance(value, tuple) or not value:
+        return False
+    kind = type(value[0])
+    return kind in (str, bool, int, float) and all(type(item) is kind for item in value)
 
 
 def _ns(seconds: float) -> int:
@@ -306,6 +317,8 @@ class OtelExporter:
         for key, value in event.payload().items():
             if isinstance(value, (str, bool, int, float)):
                 attributes[f"tinyctx.{key}"] = value
+            elif _homogeneous(value):  # e.g. the call ids under review
+                attributes[f"tinyctx.{key}"] = list(value)
         label = event.describe()
         if label:
             attributes["tinyctx.label"] = label
