@@ -84,6 +84,21 @@ async def stored(store: MemoryStore, thread: str) -> tuple[ThreadRecord, tuple[M
 class TestLoadAndWrite:
     """A thread survives its session: a later session continues it."""
 
+    async def test_entering_reports_what_was_loaded_and_how_long_it_took(self) -> None:
+        """thread.loaded carries the version, the message count, the owner and the seconds
+        the lease, read and decode took (what a request pays to load its thread)."""
+        store = MemoryStore()
+        agent = Agent(model=ScriptedModel(["one"]))
+        async with Session(agent, thread_id="l", store=store) as session:
+            await session.run("hi")
+        with capture_events("thread.loaded") as events:
+            async with Session(agent, thread_id="l", store=store, owner="w2"):
+                pass
+        (loaded,) = events
+        version = (await store.load_thread("l")).version
+        assert (loaded.version, loaded.messages, loaded.owner) == (version, 2, "w2")  # type: ignore[attr-defined]
+        assert 0 < loaded.seconds < 5  # type: ignore[attr-defined]
+
     async def test_a_new_session_continues_the_thread(self) -> None:
         """Messages written by one session are loaded by the next one of the thread."""
         store = MemoryStore()

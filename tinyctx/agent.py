@@ -495,6 +495,7 @@ class Session(Generic[Data]):
             raise RuntimeError("a Session can be entered once")
         link = self._link
         if link is not None:
+            started = time.perf_counter()
             paused, abandoned = await link.open(self._base.conversation)
             self._paused, self._abandoned = paused, abandoned
             from .durable import ThreadLoaded
@@ -506,6 +507,7 @@ class Session(Generic[Data]):
                 paused=paused is not None,
                 abandoned_calls=tuple(c.id for c in abandoned),
                 owner=link.owner,
+                seconds=time.perf_counter() - started,
             )
         group = anyio.create_task_group()
         await group.__aenter__()

@@ -70,7 +70,8 @@ def default_owner() -> str:
 
 @frozen
 class ThreadLoaded(Event):
-    """A session loaded its thread from the store."""
+    """A session loaded its thread from the store; ``seconds`` it took to lease, read and
+    decode it (what one Session per request adds to each request)."""
 
     kind: ClassVar[str] = "thread.loaded"
     level: ClassVar[EventLevel] = "info"
@@ -79,6 +80,7 @@ class ThreadLoaded(Event):
     paused: bool = False
     abandoned_calls: tuple[str, ...] = ()
     owner: str = ""
+    seconds: float = 0.0
 
 
 @frozen
