@@ -15,6 +15,7 @@ from tinyctx import (
     Interrupt,
     Interrupted,
     Layer,
+    MemoryStore,
     Message,
     ModelCall,
     ModelRequest,
@@ -27,6 +28,7 @@ from tinyctx import (
     Usage,
     check_pairing,
 )
+from tinyctx.codec import decode_messages
 from tinyctx.errors import InvalidCheckpoint
 from tinyctx.testing import FakeTool, ScriptedModel, call, reply
 
@@ -223,6 +225,120 @@ class TestResumeValidation:
             else:
                 with pytest.raises(InvalidCheckpoint):
                     await session.resume(forged)
+
+
+class TestEachPauseResumesOnce:
+    """A checkpoint resumes only the pause its session or thread is on: a second resume of
+    the same checkpoint (a double-clicked approval), or one of a pause the thread went on
+    from (a stale review page), is refused and runs nothing."""
+
+    def agent(self, deploy: FakeTool, *script: Any) -> Agent:
+        return Agent(model=ScriptedModel(list(script)), tools=[deploy.tool], middleware=[Gate()])
+
+    async def paused_thread(self, store: MemoryStore, deploy: FakeTool) -> Checkpoint:
+        """Stored thread 't' paused on deploy 'd1': the pause's checkpoint."""
+        agent = self.agent(deploy, reply("", call("deploy", id="d1")))
+        async with Session(agent, thread_id="t", store=store) as session:
+            return await paused_session(session)
+
+    async def test_the_same_checkpoint_twice_in_one_session(self) -> None:
+        """The second resume is refused naming the thread; deploy ran once."""
+        deploy = FakeTool("deploy")
+        agent = self.agent(deploy, reply("", call("deploy", id="d1")), "shipped", "again")
+        async with Session(agent, thread_id="m") as session:
+            checkpoint = await paused_session(session)
+            assert (await session.resume(checkpoint)).final_text == "shipped"
+            history = session.conversation_messages
+            with pytest.raises(InvalidCheckpoint, match="'m' is not paused on this checkpoint"):
+                await session.resume(checkpoint)
+            assert session.conversation_messages == history
+        assert len(deploy.calls) == 1
+
+    async def test_the_same_checkpoint_twice_across_durable_sessions(self) -> None:
+        """Two workers given the same checkpoint: the first resumes, the second is refused
+        and leaves the stored thread as the first left it."""
+        store = MemoryStore()
+        deploy = FakeTool("deploy")
+        checkpoint = await self.paused_thread(store, deploy)
+        async with Session(self.agent(deploy, "shipped"), thread_id="t", store=store) as s:
+            assert (await s.resume(checkpoint)).final_text == "shipped"  # a decoded copy
+        version = (await store.load_thread("t")).version
+        async with Session(self.agent(deploy, "again"), thread_id="t", store=store) as s:
+            with pytest.raises(InvalidCheckpoint, match="resumed or abandoned already"):
+                await s.resume(checkpoint)
+        assert (await store.load_thread("t")).version == version
+        assert len(deploy.calls) == 1
+
+    async def test_a_pause_the_thread_went_on_from_is_not_rolled_back(self) -> None:
+        """The user moved on instead of approving; a late approval of the old checkpoint
+        is refused: the later turns stay, deploy never runs."""
+        store = MemoryStore()
+        deploy = FakeTool("deploy")
+        checkpoint = await self.paused_thread(store, deploy)
+        async with Session(self.agent(deploy, "not shipping"), thread_id="t", store=store) as s:
+            await s.run("never mind")
+        before = (await store.load_thread("t")).messages
+        async with Session(self.agent(deploy, "shipped"), thread_id="t", store=store) as s:
+            with pytest.raises(InvalidCheckpoint, match="not paused on this checkpoint"):
+                await s.resume(checkpoint)
+        after = decode_messages((await store.load_thread("t")).messages)
+        assert after == decode_messages(before)
+        assert [m.text for m in after][-2:] == ["never mind", "not shipping"]
+        assert deploy.calls == []
+
+    async def test_a_session_paused_on_another_run_refuses_an_older_checkpoint(self) -> None:
+        """Paused again after a resume: the first pause's checkpoint is refused, the
+        session stays paused on the second, and resume() resumes it."""
+        deploy = FakeTool("deploy")
+        agent = self.agent(
+            deploy,
+            reply("", call("deploy", id="d1")),
+            reply("", call("deploy", id="d2")),
+            "both shipped",
+        )
+        async with Session(agent, thread_id="p") as session:
+            first = await paused_session(session)
+            with pytest.raises(Interrupted) as info:
+                await session.resume(first)
+            second = info.value.checkpoint
+            with pytest.raises(InvalidCheckpoint, match="paused on another run.*pending 'd2'"):
+                await session.resume(first)
+            assert session.paused is second
+            assert (await session.resume()).final_text == "both shipped"
+        assert len(deploy.calls) == 2
+
+    async def test_a_fresh_session_takes_a_checkpoint_from_elsewhere(self) -> None:
+        """Without a store, a new session restores the checkpoint's history and resumes."""
+        deploy = FakeTool("deploy")
+        async with Session(
+            self.agent(deploy, reply("", call("deploy", id="d1"))), thread_id="f"
+        ) as session:
+            checkpoint = await paused_session(session)
+        async with Session(self.agent(deploy, "shipped"), thread_id="f") as session:
+            assert (await session.resume(checkpoint)).final_text == "shipped"
+        assert len(deploy.calls) == 1
+
+    @given(steps=st.lists(st.sampled_from(["resume_checkpoint", "resume", "run"]), max_size=5))
+    async def test_any_order_of_resumes_runs_the_approved_call_at_most_once(
+        self, steps: list[str]
+    ) -> None:
+        """Whatever workers do with one paused thread (resume the checkpoint they hold,
+        resume the stored pause, or move on), deploy runs at most once and the thread
+        stays paired."""
+        store = MemoryStore()
+        deploy = FakeTool("deploy")
+        checkpoint = await self.paused_thread(store, deploy)
+        for step in steps:
+            async with Session(self.agent(deploy, "ok"), thread_id="t", store=store) as s:
+                try:
+                    if step == "run":
+                        await s.run("next")
+                    else:
+                        await s.resume(checkpoint if step == "resume_checkpoint" else None)
+                except InvalidCheckpoint:
+                    pass
+        assert len(deploy.calls) <= 1
+        check_pairing(decode_messages((await store.load_thread("t")).messages))
 
 
 class TestExceptionPath:

@@ -719,7 +719,10 @@ class Session(Generic[Data]):
 
         Without ``checkpoint`` the session's paused run is resumed (the one a store loaded,
         or this session's own last interrupt). The checkpoint is checked first
-        (:meth:`Checkpoint.check`). ``decisions`` (one per call id, e.g.
+        (:meth:`Checkpoint.check`), and it must be the pause the session (or its stored
+        thread) is on, or be given to a fresh session without a store: one the thread went
+        on from (resumed or abandoned already) raises ``InvalidCheckpoint``, so an approval
+        never runs its calls twice. ``decisions`` (one per call id, e.g.
         ``{"call_1": Approve()}``) reach the layers' ``on_resume`` hooks before anything
         runs; a refused input raises :class:`~tinyctx.ResumeError`. A resume that fails
         before the run goes on (refused decisions, a run-start hook raised, the caller
@@ -742,6 +745,8 @@ class Session(Generic[Data]):
                     f"thread {self._base.thread_id!r}"
                 )
             checkpoint.check()
+            if checkpoint is not self._paused:
+                self._check_resumable(checkpoint)
             ctx = self._base._for_run(checkpoint.run_config)
             ctx.run_states.load(ctx.run_id, checkpoint.state)
             taken = False
@@ -772,6 +777,30 @@ class Session(Generic[Data]):
             )
         finally:
             self._busy = False
+
+    def _check_resumable(self, checkpoint: Checkpoint) -> None:
+        """A checkpoint given to :meth:`resume` must be the pause this session (or its
+        stored thread) is on, or come to a fresh in-memory session: resuming one the
+        conversation moved on from would roll the thread back to the pause and run the
+        approved calls a second time (a double-clicked approval, a stale review page)."""
+        paused = self._paused
+        thread = self._base.thread_id
+        if paused is not None:
+            if not _same_pause(checkpoint, paused):
+                raise InvalidCheckpoint(
+                    f"thread {thread!r} is paused on another run ({_pause_label(paused)}), "
+                    f"not on this checkpoint ({_pause_label(checkpoint)}); resume() with no "
+                    "checkpoint resumes the run it is paused on"
+                )
+            return
+        history = self._base.conversation.messages
+        if self._link is None and (not history or history == checkpoint.messages):
+            return  # a fresh session takes a checkpoint from elsewhere
+        raise InvalidCheckpoint(
+            f"thread {thread!r} is not paused on this checkpoint ({_pause_label(checkpoint)}): "
+            "its run was resumed or abandoned already, and the thread went on "
+            f"({len(history)} messages, the checkpoint has {len(checkpoint.messages)})"
+        )
 
     async def _abandon_pause(self) -> None:
         ctx = self._base
@@ -1209,6 +1238,24 @@ def _holder(messages: Sequence[Message], call_id: str) -> AssistantMessage | Non
         ):
             return message
     return None
+
+
+def _same_pause(a: Checkpoint, b: Checkpoint) -> bool:
+    """Whether two checkpoints are the same pause (one may be a decoded copy of the other,
+    or a redacted one): the same run, at the same point, waiting on the same calls."""
+    return a is b or (
+        a.run_id == b.run_id
+        and a.phase == b.phase
+        and a.model_calls == b.model_calls
+        and a.tool_calls == b.tool_calls
+        and len(a.messages) == len(b.messages)
+        and [c.id for c in a.pending] == [c.id for c in b.pending]
+    )
+
+
+def _pause_label(checkpoint: Checkpoint) -> str:
+    pending = ", ".join(repr(c.id) for c in checkpoint.pending) or "no calls"
+    return f"run {checkpoint.run_id!r} at node {checkpoint.node!r}, pending {pending}"
 
 
 def _checked_decisions(decisions: Mapping[str, Decision] | None) -> FrozenDict[str, Decision]:
