@@ -26,6 +26,7 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     Usage,
+    UserMessage,
     check_pairing,
 )
 from tinyctx.codec import decode_messages
@@ -303,6 +304,9 @@ class TestEachPauseResumesOnce:
             second = info.value.checkpoint
             with pytest.raises(InvalidCheckpoint, match="paused on another run.*pending 'd2'"):
                 await session.resume(first)
+            edited = (UserMessage("ship everything"), *second.messages[1:])
+            with pytest.raises(InvalidCheckpoint, match="paused on another run"):
+                await session.resume(second.evolve(messages=edited))  # same ids, other history
             assert session.paused is second
             assert (await session.resume()).final_text == "both shipped"
         assert len(deploy.calls) == 2

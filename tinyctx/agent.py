@@ -1242,14 +1242,15 @@ def _holder(messages: Sequence[Message], call_id: str) -> AssistantMessage | Non
 
 def _same_pause(a: Checkpoint, b: Checkpoint) -> bool:
     """Whether two checkpoints are the same pause (one may be a decoded copy of the other,
-    or a redacted one): the same run, at the same point, waiting on the same calls."""
+    or a redacted one): the same run, at the same point, waiting on the same calls, over
+    the same history (compared last: a copy's messages are equal, not identical)."""
     return a is b or (
         a.run_id == b.run_id
         and a.phase == b.phase
         and a.model_calls == b.model_calls
         and a.tool_calls == b.tool_calls
-        and len(a.messages) == len(b.messages)
         and [c.id for c in a.pending] == [c.id for c in b.pending]
+        and a.messages == b.messages
     )
 
 
