@@ -321,6 +321,45 @@ class TestSchema:
             assert (await store.load_thread("t")).messages == (big, big)
         assert compression() == ["pglz", "lz4"]
 
+    async def test_a_role_with_data_rights_only_uses_a_current_schema(
+        self, postgres_url: str, postgres_schema: str
+    ) -> None:
+        """An application role without DDL rights opens a schema its owner created and
+        migrated; one that needs migrating is refused with an error saying what to do."""
+        role = f"app_{uuid.uuid4().hex[:8]}"
+        s = postgres_schema
+        async with PostgresStore(postgres_url, schema=s) as owner:
+            await owner.write("t", ThreadWrite(append=["kept"]), expected_version=0)
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {role} LOGIN")
+            conn.execute(f"GRANT USAGE ON SCHEMA {s} TO {role}")
+            conn.execute(
+                f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {role}"
+            )
+            conn.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {role}")
+            conn.execute(f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {role}")
+        app_url = postgres_url.replace("://postgres@", f"://{role}@")
+        try:
+            async with PostgresStore(app_url, schema=s) as app:
+                assert (await app.load_thread("t")).messages == ("kept",)
+                lease = await app.acquire_lease("t", "worker", 10)
+                await app.write("t", ThreadWrite(append=["more"]), expected_version=1, lease=lease)
+            for version, refusal in ((2, "must be created or migrated"), (99, "newer tinyctx")):
+                with psycopg.connect(postgres_url, autocommit=True) as conn:
+                    conn.execute(f"UPDATE {s}.schema_version SET version = %s", (version,))
+                with pytest.raises(StoreSchemaError, match=refusal):
+                    await PostgresStore(app_url, schema=s).open()
+            with psycopg.connect(postgres_url, autocommit=True) as conn:
+                conn.execute(f"UPDATE {s}.schema_version SET version = 2")
+            async with PostgresStore(postgres_url, schema=s) as owner:  # the owner migrates
+                assert await owner.schema_version() == PG_SCHEMA_VERSION
+            async with PostgresStore(app_url, schema=s) as app:
+                assert (await app.load_thread("t")).messages == ("kept", "more")
+        finally:
+            with psycopg.connect(postgres_url, autocommit=True) as conn:
+                conn.execute(f"DROP OWNED BY {role}")
+                conn.execute(f"DROP ROLE {role}")
+
     async def test_a_newer_postgres_schema_is_refused_untouched(
         self, postgres_url: str, postgres_schema: str
     ) -> None:

@@ -267,8 +267,8 @@ $$""",
     # with lz4, as Debian's and the official images are): a long thread decompresses in a
     # fraction of pglz's time, so a 2000-message load takes ~6 ms instead of ~8, for about
     # the same size on disk. Values written before stay as they are (both read back); a
-    # server without lz4 keeps pglz. EXECUTE: an older server parses the statement only
-    # when it runs, inside the handler.
+    # server without lz4, or a role that may not alter the tables, keeps pglz. EXECUTE: an
+    # older server parses the statement only when it runs, inside the handler.
     (
         """
 DO $$
@@ -278,7 +278,8 @@ BEGIN
         'ALTER COLUMN state SET COMPRESSION lz4';
     EXECUTE 'ALTER TABLE {s}.archive ALTER COLUMN messages SET COMPRESSION lz4';
     EXECUTE 'ALTER TABLE {s}.notes ALTER COLUMN text SET COMPRESSION lz4';
-EXCEPTION WHEN feature_not_supported OR syntax_error OR invalid_parameter_value THEN
+EXCEPTION WHEN feature_not_supported OR syntax_error OR invalid_parameter_value
+    OR insufficient_privilege THEN
     NULL;
 END
 $$""",
@@ -288,6 +289,14 @@ assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 _UNSET = 0
 _SET = 1
+
+
+def _check_not_newer(schema: str, version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreSchemaError(
+            f"PostgreSQL schema {schema!r}: version {version} was written by a newer "
+            f"tinyctx (this one reads up to version {SCHEMA_VERSION})"
+        )
 
 
 def _check_text(what: str, value: object) -> str:
@@ -387,6 +396,29 @@ class PostgresStore(NetworkedStore):
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         s = self.schema
+        # a current schema opens without DDL, so a role with only data rights (SELECT,
+        # INSERT, UPDATE, DELETE, EXECUTE) may use one its owner created and migrated
+        with conn.transaction():
+            found = conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL", (f"{s}.schema_version",)
+            ).fetchone()
+            if found is not None and found[0]:
+                row = conn.execute(f"SELECT version FROM {s}.schema_version").fetchone()
+                if row is not None:
+                    _check_not_newer(s, int(row[0]))
+                    if int(row[0]) == SCHEMA_VERSION:
+                        return
+        try:
+            self._migrate_now(conn)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise StoreSchemaError(
+                f"PostgreSQL schema {s!r} must be created or migrated to version "
+                f"{SCHEMA_VERSION}, and this role may not ({exc}); open the store once as a "
+                "role that owns the schema (or may create it), then this role can use it"
+            ) from None
+
+    def _migrate_now(self, conn: psycopg.Connection[Any]) -> None:
+        s = self.schema
         with conn.transaction():
             # one migrator per schema at a time, across every process
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(s),))
@@ -397,11 +429,7 @@ class PostgresStore(NetworkedStore):
             )
             row = conn.execute(f"SELECT version FROM {s}.schema_version").fetchone()
             version = 0 if row is None else int(row[0])
-            if version > SCHEMA_VERSION:
-                raise StoreSchemaError(
-                    f"PostgreSQL schema {s!r}: version {version} was written by a newer "
-                    f"tinyctx (this one reads up to version {SCHEMA_VERSION})"
-                )
+            _check_not_newer(s, version)
             for number in range(version, SCHEMA_VERSION):
                 for statement in _MIGRATIONS[number]:
                     conn.execute(statement.replace("{s}", s))
