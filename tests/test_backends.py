@@ -243,6 +243,57 @@ class TestDeleteNotes:
         assert (await backend.append_note("user:ada", "again")).seq == 1
 
 
+class TestServerRestart:
+    """A PostgreSQL restart or failover drops the pooled connections; the store goes on."""
+
+    async def test_dropped_connections_retry_reads_and_fail_writes_clearly(
+        self, postgres_url: str, postgres_schema: str
+    ) -> None:
+        """After the server drops every pooled connection, loads and leases work at once
+        (they run again on a fresh connection); a write is not repeated: it fails with the
+        driver's error, changes nothing, and the next write goes through."""
+
+        def drop_connections() -> int:
+            with psycopg.connect(postgres_url, autocommit=True) as conn:
+                rows = conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (f"tinyctx-{postgres_schema}",),
+                ).fetchall()
+            return len(rows)
+
+        async with PostgresStore(postgres_url, schema=postgres_schema, pool_size=2) as store:
+            await store.write("t", ThreadWrite(append=["kept"]), expected_version=0)
+            assert drop_connections() >= 1
+            assert (await store.load_thread("t")).messages == ("kept",)
+            assert drop_connections() >= 1
+            lease = await store.acquire_lease("t", "worker", 10)
+            assert drop_connections() >= 1
+            with pytest.raises(psycopg.OperationalError):
+                await store.write(
+                    "t", ThreadWrite(append=["lost"]), expected_version=1, lease=lease
+                )
+            assert (await store.load_thread("t")).version == 1
+            await store.write("t", ThreadWrite(append=["more"]), expected_version=1, lease=lease)
+            assert (await store.load_thread("t")).messages == ("kept", "more")
+
+    async def test_the_url_may_name_the_application(
+        self, postgres_url: str, postgres_schema: str
+    ) -> None:
+        """Connections say tinyctx-<schema> in pg_stat_activity unless the URL names one."""
+        named = f"{postgres_url}?application_name=billing"
+        async with PostgresStore(named, schema=postgres_schema) as store:
+            await store.list_threads()
+            with psycopg.connect(postgres_url) as conn:
+                names = {
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT application_name FROM pg_stat_activity"
+                    ).fetchall()
+                }
+        assert "billing" in names
+
+
 class TestSchema:
     """The schema (PostgreSQL) or key layout (Redis) is created on open, once, and a newer
     one is refused untouched."""

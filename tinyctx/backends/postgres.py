@@ -291,6 +291,18 @@ _UNSET = 0
 _SET = 1
 
 
+def _dropped(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server closed the connection (not a query's own error):
+    the connection failed or was shut down by an administrator (a restart, a failover)."""
+    if _MISSING is not None:  # pragma: no cover - no psycopg, no store
+        return False
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return False
+    return isinstance(exc, psycopg.errors.AdminShutdown | psycopg.errors.ConnectionFailure) or (
+        type(exc) is psycopg.OperationalError and "connection" in str(exc).lower()
+    )
+
+
 def _check_not_newer(schema: str, version: int) -> None:
     if version > SCHEMA_VERSION:
         raise StoreSchemaError(
@@ -376,13 +388,17 @@ class PostgresStore(NetworkedStore):
     # -- plumbing ------------------------------------------------------------------------
 
     def _connect(self) -> psycopg_pool.ConnectionPool[Any]:
+        options: dict[str, Any] = {"autocommit": True}
+        if "application_name" not in _conninfo.conninfo_to_dict(self.url):
+            # what a DBA sees in pg_stat_activity (the URL's own name wins)
+            options["application_name"] = f"tinyctx-{self.schema}"
         pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             self.url,
             min_size=1,
             max_size=self.pool_size,
             open=False,
             timeout=self.timeout,
-            kwargs={"autocommit": True},
+            kwargs=options,
             name=f"tinyctx-{self.schema}",
         )
         try:
@@ -441,19 +457,39 @@ class PostgresStore(NetworkedStore):
                     (SCHEMA_VERSION, time.time()),
                 )
 
-    async def _fetchone(self, query: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-        def run(pool: psycopg_pool.ConnectionPool[Any]) -> tuple[Any, ...] | None:
-            with pool.connection() as conn:
-                row: tuple[Any, ...] | None = conn.execute(query, params, binary=True).fetchone()
-                return row
+    async def _fetchone(
+        self, query: str, params: Sequence[Any], *, once: bool = False
+    ) -> tuple[Any, ...] | None:
+        rows = await self._fetchall(query, params, once=once, first=True)
+        return rows[0] if rows else None
 
-        return await self._threads.run(run)
+    async def _fetchall(
+        self, query: str, params: Sequence[Any], *, once: bool = False, first: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """The statement's rows (only the first when ``first``). A pooled connection the
+        server dropped (a restart, a failover: the pool finds out only by using it) fails
+        the statement before it ran, and a statement that is safe to repeat runs once more
+        on a fresh connection; ``once`` marks one that is not (an append, a delete whose
+        count is returned), whose caller gets the error."""
 
-    async def _fetchall(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        def run(pool: psycopg_pool.ConnectionPool[Any]) -> list[tuple[Any, ...]]:
+        def attempt(pool: psycopg_pool.ConnectionPool[Any]) -> list[tuple[Any, ...]]:
             with pool.connection() as conn:
-                rows: list[tuple[Any, ...]] = conn.execute(query, params, binary=True).fetchall()
+                cursor = conn.execute(query, params, binary=True)
+                if first:
+                    row: tuple[Any, ...] | None = cursor.fetchone()
+                    return [] if row is None else [row]
+                rows: list[tuple[Any, ...]] = cursor.fetchall()
                 return rows
+
+        def run(pool: psycopg_pool.ConnectionPool[Any]) -> list[tuple[Any, ...]]:
+            try:
+                return attempt(pool)
+            except psycopg.OperationalError as exc:
+                if once or not _dropped(exc):
+                    raise
+            # the server dropped the others too: let the pool find them before the retry
+            pool.check()
+            return attempt(pool)
 
         return await self._threads.run(run)
 
@@ -509,7 +545,7 @@ class PostgresStore(NetworkedStore):
         now = time.time()
         params = (namespace, len(items), now, meta, _docs(items))
         if fence is None:
-            rows = await self._fetchall(self._sql.append_notes, params)
+            rows = await self._fetchall(self._sql.append_notes, params, once=True)
         else:
             rows = await self._fenced_append(fence, params)
         first = int(rows[0][0])
@@ -553,7 +589,7 @@ class PostgresStore(NetworkedStore):
     async def delete_notes(self, namespace: str) -> int:
         """Remove every note of ``namespace`` (its ``seq`` starts at 1 again); how many."""
         _check_text("namespace", namespace)
-        row = await self._fetchone(self._sql.delete_notes, (namespace, namespace))
+        row = await self._fetchone(self._sql.delete_notes, (namespace, namespace), once=True)
         return 0 if row is None else int(row[0])
 
     # -- threads -------------------------------------------------------------------------
@@ -605,7 +641,7 @@ class PostgresStore(NetworkedStore):
             now,
             keep_after,
         )
-        row = await self._fetchone(self._sql.write, params)
+        row = await self._fetchone(self._sql.write, params, once=True)
         assert row is not None
         outcome, figure = row
         if outcome == "ok":
@@ -676,7 +712,9 @@ class PostgresStore(NetworkedStore):
         ]
 
     async def delete_thread(self, thread_id: str) -> bool:
-        row = await self._fetchone(self._sql.delete_thread, (_check_text("thread_id", thread_id),))
+        row = await self._fetchone(
+            self._sql.delete_thread, (_check_text("thread_id", thread_id),), once=True
+        )
         return bool(row is not None and row[0])
 
 
