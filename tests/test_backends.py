@@ -4,11 +4,15 @@ on (fencing, optimistic versions, atomic writes) against real servers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -241,6 +245,82 @@ class TestDeleteNotes:
         assert await backend.notes("user:ada") == []
         assert [n.text for n in await backend.notes("user:bob")] == ["kept"]
         assert (await backend.append_note("user:ada", "again")).seq == 1
+
+
+def _fork_and_use(store: Any, children: int, backend: str) -> list[int]:
+    """Fork ``children`` processes that each load and write the thread through the store
+    object they inherited, while the parent does the same; their exit codes (0: every
+    load read the right thread, every write was applied or refused as stale)."""
+
+    async def use(who: str) -> None:
+        for _ in range(50):
+            record = await store.load_thread("t")
+            assert record.messages[0] == "first", record
+        for _ in range(5):
+            version = (await store.load_thread("t")).version
+            # another process writing first is the version check at work, not a failure
+            with contextlib.suppress(StaleThreadVersion):
+                await store.write("t", ThreadWrite(append=[who]), expected_version=version)
+
+    pids = []
+    for index in range(children):
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 0
+            try:
+                anyio.run(use, f"child{index}", backend=backend)
+            except BaseException as exc:
+                print(f"child{index}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                code = 1
+            os._exit(code)
+        pids.append(pid)
+    anyio.run(use, "parent", backend=backend)
+    codes = []
+    deadline = time.monotonic() + 60
+    for pid in pids:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                codes.append(os.waitstatus_to_exitcode(status))
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                codes.append(-9)
+                break
+            time.sleep(0.02)
+    return codes
+
+
+class TestForkedWorkers:
+    """A store opened before a pre-forking server forks (gunicorn --preload) works in
+    every child: each connects anew, and the parent's connections are left to the parent."""
+
+    @pytest.mark.parametrize("kind", ["sqlite", "postgres", "redis"])
+    def test_a_store_opened_before_fork_works_in_the_children_and_the_parent(
+        self, kind: str, request: pytest.FixtureRequest, tmp_path: Path
+    ) -> None:
+        """Two children and the parent load and write one thread through the same store
+        object: no process sees another's replies, and every applied write is there."""
+        store = make_backend(kind, request, tmp_path)
+
+        async def prepare() -> None:
+            await store.write("t", ThreadWrite(append=["first"]), expected_version=0)
+            await store.load_thread("t")  # the parent's connection is open and in use
+
+        anyio.run(prepare, backend="trio")
+        try:
+            assert _fork_and_use(store, 2, "trio") == [0, 0]
+
+            async def check() -> tuple[int, tuple[str, ...]]:
+                record = await store.load_thread("t")
+                return record.version, tuple(record.messages)
+
+            version, messages = anyio.run(check, backend="trio")
+            assert messages[0] == "first" and len(messages) == version
+            assert {"parent", "child0", "child1"} >= set(messages[1:])
+        finally:
+            anyio.run(store.aclose, backend="trio")
 
 
 class TestServerRestart:

@@ -41,7 +41,7 @@ from .threads import (
     validate_lease_request,
     validate_write,
 )
-from .worker import WorkerThread
+from .worker import WorkerThread, keep_inherited
 
 __all__ = [
     "Store",
@@ -1097,6 +1097,7 @@ class SqliteStore:
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
         self._worker = WorkerThread(f"tinyctx-sqlite {self.path}")
 
     def __repr__(self) -> str:
@@ -1110,6 +1111,15 @@ class SqliteStore:
         return await self._worker.run(lambda: self._call(fn))
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._pid != os.getpid():
+            # a child of a fork (a store opened before a pre-forking server forked): SQLite
+            # forbids using the parent's connection here, so the child opens its own and
+            # leaves that one alone (closing it could checkpoint under the parent's feet)
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+            if self._conn is not None:
+                keep_inherited(self._conn)
+                self._conn = None
         with self._lock:
             if self._closed:
                 raise StoreClosed(f"{self!r} was closed")

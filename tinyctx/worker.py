@@ -40,6 +40,16 @@ _Job = tuple[Callable[[], Any], _Deliver]
 _STOP: Final = None
 
 
+_INHERITED: list[object] = []
+
+
+def keep_inherited(client: object) -> None:
+    """Keep a database client a forked child inherited from its parent alive and unused:
+    it must not be closed in the child (that would end or disturb the parent's
+    connections), nor collected."""
+    _INHERITED.append(client)
+
+
 class WorkerThread:
     """Runs blocking calls one at a time in a thread of its own; see the module docstring."""
 

@@ -4,6 +4,7 @@ and close, argument checks, and the install hint for a missing extra."""
 from __future__ import annotations
 
 import math
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +17,7 @@ import anyio.to_thread
 
 from ..errors import ConfigError
 from ..stores import Note, StoreClosed
+from ..worker import keep_inherited
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -95,6 +97,7 @@ class WorkerThreads(Generic[C]):
         self._lock = threading.Lock()
         self._closed = False
         self._limiter: tuple[object, anyio.CapacityLimiter] | None = None
+        self._pid = os.getpid()
 
     @property
     def state(self) -> str:
@@ -109,6 +112,8 @@ class WorkerThreads(Generic[C]):
 
     def client(self) -> C:
         """The open client (connecting on first use); call from a worker thread."""
+        if self._pid != os.getpid():
+            self._after_fork()
         client = self._client
         if client is not None and not self._closed:
             return client
@@ -118,6 +123,18 @@ class WorkerThreads(Generic[C]):
             if self._client is None:
                 self._client = self._connect()
             return self._client
+
+    def _after_fork(self) -> None:
+        """In a child process (a store opened before a pre-forking server forked): the
+        parent's client talks over the parent's sockets, so the child connects anew. The
+        inherited one is left alone, never closed: closing it would end the parent's
+        sessions (psycopg's own finalizer knows not to in a child)."""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        self._limiter = None
+        if self._client is not None:
+            keep_inherited(self._client)
+            self._client = None
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(client, *args)`` in a worker thread."""
