@@ -489,6 +489,56 @@ class TestLeaseAndStoreFailures:
         _, messages = await stored(store, "o2")
         assert [m.text for m in messages] == ["question"]  # what was durable before
 
+    @pytest.mark.parametrize(
+        "lost_reply",
+        [ConnectionError("reply lost"), StaleThreadVersion("t", 1, 2)],
+        ids=["connection-dropped", "driver-retried"],
+    )
+    async def test_a_write_whose_reply_was_lost_is_found_landed(
+        self, lost_reply: Exception
+    ) -> None:
+        """A write that committed but whose reply never came (the connection dropped, or
+        the driver retried it and the retry was refused as stale) is found in the store:
+        the session goes on at the new version, with nothing written twice."""
+
+        class ReplyLost(MemoryStore):
+            lose_next = False
+
+            async def write(self, thread_id: str, change: ThreadWrite, **kwargs: Any) -> int:
+                version: int = await super().write(thread_id, change, **kwargs)
+                if self.lose_next:
+                    self.lose_next = False
+                    raise lost_reply
+                return version
+
+        store = ReplyLost()
+        model = ScriptedModel(["one", "two"])
+        async with Session(Agent(model=model), thread_id="t", store=store) as session:
+            store.lose_next = True  # the write before the first model call
+            assert (await session.run("first")).final_text == "one"
+            assert (await session.run("second")).final_text == "two"
+            assert session.thread_version == (await store.load_thread("t")).version
+        _, messages = await stored(store, "t")
+        assert [m.text for m in messages] == ["first", "one", "second", "two"]
+
+    async def test_a_write_that_did_not_land_still_fails(self) -> None:
+        """When the store does not hold the write (another writer moved the thread), the
+        write's own error stands."""
+
+        class Moved(MemoryStore):
+            async def write(self, thread_id: str, change: ThreadWrite, **kwargs: Any) -> int:
+                if kwargs.get("lease") is not None and change.append:
+                    other = ThreadWrite(append=encode_messages([UserMessage("other")]))
+                    current = (await self.load_thread(thread_id)).version
+                    await super().write(thread_id, other, expected_version=current)
+                version: int = await super().write(thread_id, change, **kwargs)
+                return version
+
+        agent = Agent(model=ScriptedModel(["never"]))
+        with pytest.raises(StaleThreadVersion):
+            async with Session(agent, thread_id="m", store=Moved()) as session:
+                await session.run("mine")
+
     async def test_a_failed_lease_release_is_reported_not_raised(self) -> None:
         """The session's work is durable when its lease cannot be released (the lease then
         expires by itself): leaving reports the failure instead of raising it."""

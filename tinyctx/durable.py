@@ -37,7 +37,7 @@ from .codec import (
 )
 from .events import Event, EventLevel
 from .frozen import thaw
-from .messages import ToolCall, pending_tool_calls
+from .messages import Message, ToolCall, pending_tool_calls
 from .threads import (
     UNCHANGED,
     Compaction,
@@ -220,14 +220,43 @@ class ThreadLink:
             checkpoint=checkpoint,
             state=state_doc,
         )
-        self.version = await self.store.write(
-            self.thread_id, write, expected_version=self.version, lease=self.lease
-        )
+        try:
+            self.version = await self.store.write(
+                self.thread_id, write, expected_version=self.version, lease=self.lease
+            )
+        except Exception:
+            # the reply may be what was lost (a connection dropped after the commit, or a
+            # driver's retry of a write that had landed refused as stale): if the store
+            # holds exactly this write, it landed; anything else is the error it says
+            landed = await self._landed(write, written, state_doc)
+            if landed is None:
+                raise
+            self.version = landed
         conversation.mark_synced(written)  # what changed while writing stays pending
         self.checkpoint = UNCHANGED
         if state_doc is not UNCHANGED:
             self.state_json = state
         return True
+
+    async def _landed(
+        self, write: ThreadWrite, written: tuple[Message, ...], state_doc: str | Unchanged
+    ) -> int | None:
+        """The version ``write`` made when the store holds it (one version on from ours,
+        with exactly the conversation and the checkpoint and state it wrote), else None;
+        None as well when the store cannot be read now."""
+        try:
+            record = await self.store.load_thread(self.thread_id)
+            if record.version != self.version + 1 or len(record.messages) != len(written):
+                return None
+            if write.checkpoint is not UNCHANGED and record.checkpoint != write.checkpoint:
+                return None
+            if state_doc is not UNCHANGED and record.state != state_doc:
+                return None
+            if decode_messages(record.messages) != written:
+                return None
+        except Exception:
+            return None
+        return record.version
 
     # -- the lease -----------------------------------------------------------------------
 
