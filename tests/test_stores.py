@@ -175,9 +175,12 @@ class TestSqliteStore:
             SqliteStore("x.db", timeout=0)
 
     async def test_an_unopenable_path_raises_what_sqlite_says(self, tmp_path: Path) -> None:
-        store = SqliteStore(tmp_path / "missing-dir" / "x.db")
-        with pytest.raises(sqlite3.OperationalError, match="unable to open"):
+        """SQLite's own error, with the file it could not open and what to check."""
+        path = tmp_path / "missing-dir" / "x.db"
+        store = SqliteStore(path)
+        with pytest.raises(sqlite3.OperationalError, match="unable to open") as info:
             await store.put("ns", "k", 1)
+        assert str(path) in str(info.value) and "directory exist" in str(info.value)
         await store.aclose()
 
     async def test_a_file_that_is_not_sqlite_is_refused(self, tmp_path: Path) -> None:

@@ -1127,13 +1127,19 @@ class SqliteStore:
             return fn(conn)
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path,
-            timeout=self.timeout,
-            isolation_level=None,
-            check_same_thread=False,
-            factory=_Connection,
-        )
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                factory=_Connection,
+            )
+        except sqlite3.OperationalError as exc:  # SQLite's message names no file
+            raise sqlite3.OperationalError(
+                f"{exc}: {self.path!r} (does its directory exist, and may this process "
+                "write there?)"
+            ) from exc
         try:
             _enable_wal(conn, self.timeout)
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -1143,9 +1149,9 @@ class SqliteStore:
             _migrate(conn, self.path)
             conn.path = self.path
             (conn.schema_cookie,) = conn.execute("PRAGMA schema_version").fetchone()
-        except sqlite3.OperationalError:
+        except sqlite3.OperationalError as exc:
             conn.close()  # cannot open the file, or busy past the timeout: as SQLite says
-            raise
+            raise sqlite3.OperationalError(f"{exc}: {self.path!r}") from exc
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise StoreSchemaError(f"{self.path}: not a tinyctx SQLite store ({exc})") from exc
