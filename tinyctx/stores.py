@@ -41,7 +41,7 @@ from .threads import (
     validate_lease_request,
     validate_write,
 )
-from .worker import WorkerThread, keep_inherited
+from .worker import WorkerThread, keep_inherited, reset_after_fork
 
 __all__ = [
     "Store",
@@ -1097,8 +1097,8 @@ class SqliteStore:
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._closed = False
-        self._pid = os.getpid()
         self._worker = WorkerThread(f"tinyctx-sqlite {self.path}")
+        reset_after_fork(self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open" if self._conn is not None else "unopened"
@@ -1110,16 +1110,16 @@ class SqliteStore:
         # the store's own thread: waiting callers wait on the loop, not in the shared pool
         return await self._worker.run(lambda: self._call(fn))
 
+    def _after_fork(self) -> None:
+        # in a forked child: SQLite forbids using the parent's connection here, so the child
+        # opens its own and leaves that one alone (closing it could checkpoint under the
+        # parent's feet); the lock a parent's thread held at the fork is replaced
+        self._lock = threading.Lock()
+        if self._conn is not None:
+            keep_inherited(self._conn)
+            self._conn = None
+
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._pid != os.getpid():
-            # a child of a fork (a store opened before a pre-forking server forked): SQLite
-            # forbids using the parent's connection here, so the child opens its own and
-            # leaves that one alone (closing it could checkpoint under the parent's feet)
-            self._pid = os.getpid()
-            self._lock = threading.Lock()
-            if self._conn is not None:
-                keep_inherited(self._conn)
-                self._conn = None
         with self._lock:
             if self._closed:
                 raise StoreClosed(f"{self!r} was closed")

@@ -22,8 +22,9 @@ import contextlib
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -50,10 +51,32 @@ def keep_inherited(client: object) -> None:
     _INHERITED.append(client)
 
 
+class _ForkAware(Protocol):
+    def _after_fork(self) -> None: ...
+
+
+_FORK_AWARE: weakref.WeakSet[_ForkAware] = weakref.WeakSet()
+
+
+def reset_after_fork(obj: _ForkAware) -> None:
+    """Have ``obj._after_fork()`` called in the child of every later ``os.fork`` (a store
+    used before a pre-forking server forked), before the child runs anything else: the
+    child drops the threads, locks and connections it inherited and starts its own."""
+    _FORK_AWARE.add(obj)
+
+
+def _in_forked_child() -> None:
+    for obj in list(_FORK_AWARE):
+        obj._after_fork()
+
+
+os.register_at_fork(after_in_child=_in_forked_child)
+
+
 class WorkerThread:
     """Runs blocking calls one at a time in a thread of its own; see the module docstring."""
 
-    __slots__ = ("_idle", "_lock", "_name", "_pid", "_queue", "_thread")
+    __slots__ = ("__weakref__", "_idle", "_lock", "_name", "_queue", "_thread")
 
     def __init__(self, name: str, *, idle: float = 10.0) -> None:
         self._name = name
@@ -61,7 +84,7 @@ class WorkerThread:
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
+        reset_after_fork(self)
 
     def __repr__(self) -> str:
         state = "running" if self._thread is not None else "idle"
@@ -123,11 +146,14 @@ class WorkerThread:
 
     # -- the thread ---------------------------------------------------------------------
 
+    def _after_fork(self) -> None:
+        # a forked child does not inherit the thread, and its lock may be held forever
+        self._lock = threading.Lock()
+        self._thread = None
+        self._queue = queue.SimpleQueue()
+
     def _submit(self, fn: Callable[[], Any], deliver: _Deliver) -> None:
         with self._lock:
-            if self._pid != os.getpid():  # a forked child does not inherit the thread
-                self._pid, self._thread = os.getpid(), None
-                self._queue = queue.SimpleQueue()
             self._queue.put((fn, deliver))
             if self._thread is None:
                 thread = threading.Thread(

@@ -4,7 +4,6 @@ and close, argument checks, and the install hint for a missing extra."""
 from __future__ import annotations
 
 import math
-import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +16,7 @@ import anyio.to_thread
 
 from ..errors import ConfigError
 from ..stores import Note, StoreClosed
-from ..worker import keep_inherited
+from ..worker import keep_inherited, reset_after_fork
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -97,7 +96,7 @@ class WorkerThreads(Generic[C]):
         self._lock = threading.Lock()
         self._closed = False
         self._limiter: tuple[object, anyio.CapacityLimiter] | None = None
-        self._pid = os.getpid()
+        reset_after_fork(self)
 
     @property
     def state(self) -> str:
@@ -112,8 +111,6 @@ class WorkerThreads(Generic[C]):
 
     def client(self) -> C:
         """The open client (connecting on first use); call from a worker thread."""
-        if self._pid != os.getpid():
-            self._after_fork()
         client = self._client
         if client is not None and not self._closed:
             return client
@@ -129,7 +126,6 @@ class WorkerThreads(Generic[C]):
         parent's client talks over the parent's sockets, so the child connects anew. The
         inherited one is left alone, never closed: closing it would end the parent's
         sessions (psycopg's own finalizer knows not to in a child)."""
-        self._pid = os.getpid()
         self._lock = threading.Lock()  # another thread may have held it at the fork
         self._limiter = None
         if self._client is not None:
