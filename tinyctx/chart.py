@@ -60,9 +60,12 @@ def _label(value: float) -> str:
     return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
 
 
-def _marker(shape: str, x: float, y: float, color: str, title: str = "") -> str:
+def _marker(
+    shape: str, x: float, y: float, color: str, title: str = "", *, hollow: bool = False
+) -> str:
     tip = f"<title>{escape(title)}</title>" if title else ""
-    attrs = f'fill="{color}" stroke="white" stroke-width="0.8"'
+    fill, stroke = ("white", color) if hollow else (color, "white")
+    attrs = f'fill="{fill}" stroke="{stroke}" stroke-width="0.8"'
     if shape == "circle":
         return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4.5" {attrs}>{tip}</circle>'
     if shape == "square":
@@ -304,12 +307,8 @@ def _sweep_panel(points: Sequence[Mapping[str, Any]], knob: str, top: float) -> 
                 f"${p['cost']:.4f}, {p['average_prompt_tokens']:,.0f} tokens per call, "
                 f"{p['prefix_breaks']} prefix breaks"
             )
-            marker = _marker("circle", px, py, color, title)
-            if p.get("frontier") is False:
-                marker = marker.replace(
-                    f'fill="{color}" stroke="white"', f'fill="white" stroke="{color}"'
-                )
-            out.append(marker)
+            hollow = p.get("frontier") is False
+            out.append(_marker("circle", px, py, color, title, hollow=hollow))
             out.append(
                 f'<text x="{px:.1f}" y="{py - 10:.1f}" text-anchor="middle">{p["value"]:g}</text>'
             )
