@@ -15,11 +15,17 @@ parent cancels it, not the reverse). What its outcomes do to the parent:
 * **completed**: its final text is the result.
 * **StopWithFinal** inside the sub-agent stops the sub-agent only; its final text is the
   result (``propagate_stop=True`` also requests the stop on the parent's slot).
-* **Interrupt** inside the sub-agent pauses the sub-agent, and the same Interrupt is
-  requested on the *parent's* control slot, so the parent pauses at its next safe point
-  (after the current tool returns) with a resumable checkpoint: never swallowed, never
-  raised through the parent's tool onion. The sub-agent's own checkpoint is on the result
-  (``resume=`` continues it).
+* **Interrupt** inside the sub-agent pauses the sub-agent. With ``suspend=True`` (what
+  :func:`subagent_tool` passes) the tool call running it is suspended
+  (:class:`~tinyctx.Suspend`): the parent pauses *at that call*, with the sub-agent's node
+  (``"<name>/<node>"``), message and payload (a review card, as is) and the sub-agent's
+  checkpoint in the parent's run state, so the pause is stored with the parent's
+  checkpoint. The parent's ``resume(decisions=...)`` (in any process) checks the decisions
+  against the sub-agent's layers first, then runs the call again, which resumes the
+  sub-agent with them; its answer is the call's result. Without ``suspend`` the same
+  Interrupt is requested on the parent's control slot, so the parent pauses at its next
+  safe point after the call returned a note, and the sub-agent's checkpoint is on the
+  result (``resume=`` continues it; the parent's resume does not).
 * **RunCancelled**: when the parent's token is cancelled the whole tree stops and the error
   propagates; a cancellation local to the sub-agent ends only the sub-agent (status
   ``"cancelled"``).
@@ -29,19 +35,23 @@ parent cancels it, not the reverse). What its outcomes do to the parent:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
-from attrs import frozen
+from attrs import field, frozen
 
 from tinyctx import (
     Agent,
     Checkpoint,
+    CodecError,
     ConfigError,
     Conversation,
+    Decision,
     Event,
     FrozenDict,
     Interrupt,
     Interrupted,
+    InvalidCheckpoint,
     Layer,
     Message,
     ModelCall,
@@ -52,16 +62,21 @@ from tinyctx import (
     RunResult,
     Session,
     StopWithFinal,
+    Suspend,
     Tool,
     ToolCall,
     ToolCallHandler,
     ToolRegistry,
     ToolResult,
+    decode_checkpoint,
+    encode_checkpoint,
     freeze,
+    resumption,
+    thaw,
 )
 from tinyctx.events import EventLevel
 
-from .context_view import ContextPolicy, ContextViewBuilt, ViewSpec
+from .context_view import ContextPolicy, ContextViewBuilt, ViewSpec, view_as_tier
 
 __all__ = [
     "Inherit",
@@ -70,6 +85,7 @@ __all__ = [
     "SubagentResult",
     "SubagentStatus",
     "SubagentFinished",
+    "SubagentTool",
 ]
 
 SubagentStatus = Literal["completed", "stopped", "interrupted", "cancelled"]
@@ -228,6 +244,8 @@ async def run_subagent(
     inherit_tools: bool = False,
     propagate_stop: bool = False,
     resume: Checkpoint | None = None,
+    decisions: Mapping[str, Decision] | None = None,
+    suspend: bool = False,
     grace_period: float = 5.0,
 ) -> SubagentResult:
     """Run ``agent`` nested under ``ctx`` with its own conversation; see the module doc.
@@ -235,39 +253,26 @@ async def run_subagent(
     The sub-agent's events carry the tag ``subagent:<name>`` (``name`` defaults to
     ``agent.name``) and its metadata ``{"subagent": name}``, besides ``tags``/``metadata``.
     With ``inherit_tools`` it may also call the parent run's tools (its own win on a name
-    clash); by default it sees only its own.
+    clash); by default it sees only its own. ``resume`` continues the sub-agent's paused
+    run from its checkpoint, with ``decisions`` for its layers. With ``suspend`` (inside a
+    tool call) a pause of the sub-agent suspends the call, and the call's run after the
+    parent's resume continues the sub-agent (see the module doc).
     """
     if not isinstance(agent, Agent):
         raise TypeError(f"run_subagent needs an Agent, got {type(agent).__name__}")
     label = name or agent.name
     ctx.cancellation.raise_if_cancelled("subagent")
-    derive_options: dict[str, Any] = {} if data is _UNSET else {"data": data}
-    child = ctx.derive(
-        thread_id=thread_id,
-        tags=(f"subagent:{label}", *_tags(tags, "run_subagent")),
-        metadata={"subagent": label, **_metadata(metadata, "run_subagent")},
-        conversation=Conversation(),
-        tools=_child_tools(agent, ctx, inherit_tools),
-        **derive_options,
-    )
-    outcome: SubagentResult
+    if suspend and resume is None:
+        resume, decisions = _suspended_subagent(label, decisions)
+    child = _child_context(agent, ctx, label, tags, metadata, thread_id, data, inherit_tools)
     try:
         async with Session(agent, ctx=child, grace_period=grace_period) as session:
             if resume is not None:
-                result = await session.resume(resume)
+                result = await session.resume(resume, decisions=decisions)
             else:
                 result = await session.run(input)
     except Interrupted as paused:
-        # the parent pauses at its next safe point; the child's checkpoint stays resumable
-        ctx.request_control(Interrupt(paused.node, paused.message))
         pause = paused.checkpoint
-        detail = f"{paused.node}: {paused.message}" if paused.message else paused.node
-        outcome = SubagentResult(
-            "interrupted",
-            f"[sub-agent {label!r} paused at {detail}]",
-            run_id=pause.run_id,
-            checkpoint=pause,
-        )
         ctx.emit(
             SubagentFinished(
                 agent=label,
@@ -277,7 +282,27 @@ async def run_subagent(
                 tool_calls=pause.tool_calls,
             )
         )
-        return outcome
+        if suspend:
+            # the call running the sub-agent stays open; the parent's resume runs it again
+            config = pause.run_config
+            pause = pause.evolve(
+                run_config=config.evolve(configurable=view_as_tier(config.configurable))
+            )
+            raise Suspend(
+                f"{label}/{paused.node}",
+                paused.message,
+                payload=pause.payload,
+                state={"subagent": label, "checkpoint": encode_checkpoint(pause)},
+            ) from None
+        # the parent pauses at its next safe point; the child's checkpoint stays resumable
+        ctx.request_control(Interrupt(paused.node, paused.message, pause.payload))
+        detail = f"{paused.node}: {paused.message}" if paused.message else paused.node
+        return SubagentResult(
+            "interrupted",
+            f"[sub-agent {label!r} paused at {detail}]",
+            run_id=pause.run_id,
+            checkpoint=pause,
+        )
     except RunCancelled as cancelled:
         if ctx.cancellation.is_cancelled():
             raise
@@ -298,6 +323,81 @@ async def run_subagent(
     return SubagentResult(result.status, result.final_text, run_id=result.run_id, result=result)
 
 
+def _child_context(
+    agent: Agent,
+    ctx: RunContext[Any],
+    label: str,
+    tags: Iterable[str],
+    metadata: Mapping[str, Any] | None,
+    thread_id: str | None,
+    data: Any,
+    inherit_tools: bool,
+) -> RunContext[Any]:
+    derive_options: dict[str, Any] = {} if data is _UNSET else {"data": data}
+    return ctx.derive(
+        thread_id=thread_id,
+        tags=(f"subagent:{label}", *_tags(tags, "run_subagent")),
+        metadata={"subagent": label, **_metadata(metadata, "run_subagent")},
+        conversation=Conversation(),
+        tools=_child_tools(agent, ctx, inherit_tools),
+        **derive_options,
+    )
+
+
+def _paused_subagent(label: str, state: Any) -> Checkpoint:
+    """The sub-agent checkpoint a suspended call kept in ``state``."""
+    if not isinstance(state, Mapping) or state.get("subagent") != label:
+        raise InvalidCheckpoint(
+            f"the suspended call's state is not a pause of sub-agent {label!r}: {thaw(state)!r}"
+        )
+    document = state.get("checkpoint")
+    if not isinstance(document, str):
+        raise InvalidCheckpoint(f"the pause of sub-agent {label!r} keeps no checkpoint")
+    try:
+        return decode_checkpoint(document)
+    except CodecError as exc:
+        raise InvalidCheckpoint(f"the checkpoint of sub-agent {label!r}: {exc}") from exc
+
+
+def _suspended_subagent(
+    label: str, decisions: Mapping[str, Decision] | None
+) -> tuple[Checkpoint | None, Mapping[str, Decision] | None]:
+    """The sub-agent pause this call resumes, with the parent's resume's decisions, if the
+    run is resuming the call (see :func:`tinyctx.resumption`)."""
+    resumed = resumption()
+    if resumed is None:
+        return None, decisions
+    return _paused_subagent(label, resumed.state), resumed.decisions
+
+
+@frozen
+class SubagentTool(Tool):
+    """The tool :func:`subagent_tool` makes: it checks a resume's decisions against the
+    paused sub-agent's layers before the parent's run goes on."""
+
+    agent: Agent = field(kw_only=True, eq=False, repr=False)
+    subagent_options: Mapping[str, Any] = field(kw_only=True, eq=False, repr=False)
+
+    async def check_resume(
+        self, state: Any, decisions: Mapping[str, Decision], ctx: RunContext[Any]
+    ) -> None:
+        options = self.subagent_options
+        label = options.get("name") or self.agent.name
+        checkpoint = _paused_subagent(label, state)
+        child = _child_context(
+            self.agent,
+            ctx,
+            label,
+            options.get("tags", ()),
+            options.get("metadata"),
+            options.get("thread_id"),
+            options.get("data", _UNSET),
+            bool(options.get("inherit_tools", False)),
+        )
+        async with Session(self.agent, ctx=child) as session:
+            await session.check_resume(checkpoint, decisions=decisions)
+
+
 def subagent_tool(
     agent: Agent,
     *,
@@ -308,10 +408,18 @@ def subagent_tool(
     """A tool ``name(task: str)`` that delegates ``task`` to ``agent`` with run_subagent.
 
     ``name`` (default ``agent.name``) names the tool and the sub-agent; ``options`` are
-    passed to :func:`run_subagent`. The tool's result is the sub-agent's final text (or a
-    bracketed note when it paused or was cancelled locally).
+    passed to :func:`run_subagent`, with ``suspend=True`` unless given: a pause of the
+    sub-agent (a review) pauses the parent at this call, and the parent's resume continues
+    the sub-agent. The tool's result is the sub-agent's final text (or a bracketed note when
+    it was cancelled locally, or paused with ``suspend=False``).
     """
     label = name or agent.name
+    options.setdefault("suspend", True)
+    for reserved in ("resume", "decisions"):
+        if reserved in options:
+            raise ConfigError(
+                reserved, options[reserved], "not set (a resume brings them)", owner="subagent_tool"
+            )
 
     async def delegate(arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         task = arguments.get("task")
@@ -320,7 +428,7 @@ def subagent_tool(
         outcome = await run_subagent(agent, task, ctx, name=label, **options)
         return outcome.text
 
-    return Tool(
+    return SubagentTool(
         label,
         description or f"Delegate a task to the {label!r} sub-agent and return its answer.",
         {
@@ -330,4 +438,6 @@ def subagent_tool(
             "additionalProperties": False,
         },
         handler=delegate,
+        agent=agent,
+        subagent_options=MappingProxyType({**options, "name": label}),
     )

@@ -54,11 +54,13 @@ from tinyctx import (
     Usage,
     UserMessage,
     check_pairing,
+    decisions_from_json,
     pending_tool_calls,
+    thaw,
     tool,
 )
 from tinyctx.codec import decode_checkpoint, decode_messages
-from tinyctx.middleware import CallLimits, SessionMemory
+from tinyctx.middleware import Approvals, CallLimits, SessionMemory, subagent_tool
 from tinyctx.middleware.stacks import default_stack
 from tinyctx.threads import LeaseHeld
 
@@ -371,11 +373,49 @@ def approval_agent(directory: Path) -> Agent:
     return Agent(model=model, tools=[deploy], middleware=[DeployGate()])
 
 
+def subagent_approval_agent(directory: Path) -> Agent:
+    """A parent whose ``helper`` sub-agent deploys under ``Approvals``."""
+    effects = directory / "deploys.txt"
+
+    async def child_model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+        if not any(isinstance(m, ToolResult) for m in request.messages):
+            return ModelResponse(AssistantMessage("", (ToolCall("d1", "deploy"),)))
+        return ModelResponse(AssistantMessage("helper deployed"))
+
+    async def parent_model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+        if not any(isinstance(m, ToolResult) for m in request.messages):
+            call = ToolCall("h1", "helper", {"task": "ship it"})
+            return ModelResponse(AssistantMessage("", (call,)))
+        return ModelResponse(AssistantMessage("parent done"))
+
+    @tool
+    async def deploy() -> str:
+        """Deploy to production (needs approval)."""
+        append_line(effects, f"deploy by {os.getpid()}")
+        return "deployed"
+
+    helper = Agent(model=child_model, tools=[deploy], middleware=[Approvals("deploy")])
+    return Agent(model=parent_model, tools=[subagent_tool(helper, name="helper")])
+
+
 async def approve_phase(db: str, directory: Path, phase: str) -> None:
     store = SqliteStore(db)
-    agent = approval_agent(directory)
+    subagent = phase.startswith("sub-")
+    phase = phase.removeprefix("sub-")
+    agent = subagent_approval_agent(directory) if subagent else approval_agent(directory)
     async with Session(agent, thread_id="ops", store=store) as s:
-        if phase == "approve":
+        if phase == "approve" and subagent:
+            try:
+                await s.run("ship it")
+            except Interrupted as paused:
+                card = thaw(paused.payload)
+                print(f"paused {paused.node} {[c['id'] for c in card['calls']]}")
+        elif subagent:
+            assert s.paused is not None, "process B found no paused run"
+            decisions = decisions_from_json(json.loads('{"d1": {"type": "approve"}}'))
+            result = await s.resume(decisions=decisions)
+            print(f"resumed {result.status} {result.final_text}")
+        elif phase == "approve":
             try:
                 await s.run("ship it")
             except Interrupted as paused:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 WORKER = Path(__file__).with_name("durable_worker.py")
@@ -117,9 +118,30 @@ class TestApprovalAcrossProcesses:
 
     def test_process_b_resumes_what_process_a_paused(self, tmp_path: Path) -> None:
         """A runs to the approval and exits; B (a new interpreter) resumes and completes."""
+        phase = self.phases(tmp_path)
+        assert "paused approval ['deploy']" in phase("approve")
+        assert not (tmp_path / "deploys.txt").exists()
+        assert "resumed completed deployed, all done" in phase("resume")
+        deploys = (tmp_path / "deploys.txt").read_text().splitlines()
+        assert len(deploys) == 1
+
+    def test_a_subagents_review_is_decided_in_another_process(self, tmp_path: Path) -> None:
+        """A's sub-agent pauses for review and A exits; B resumes the parent with the
+        reviewer's decision, which reaches the sub-agent; the reviewed call runs once, in B."""
+        phase = self.phases(tmp_path)
+        assert "paused helper/Approvals ['d1']" in phase("sub-approve")
+        assert not (tmp_path / "deploys.txt").exists()
+        assert "resumed completed parent done" in phase("sub-resume")
+        deploys = (tmp_path / "deploys.txt").read_text().splitlines()
+        assert len(deploys) == 1
+        assert "process B found no paused run" in phase("sub-resume", ok=False)
+        assert len((tmp_path / "deploys.txt").read_text().splitlines()) == 1
+
+    @staticmethod
+    def phases(tmp_path: Path) -> Callable[..., str]:
         db = str(tmp_path / "ops.db")
 
-        def phase(name: str) -> str:
+        def phase(name: str, ok: bool = True) -> str:
             done = subprocess.run(
                 [sys.executable, str(WORKER), name, db, str(tmp_path)],
                 capture_output=True,
@@ -127,11 +149,10 @@ class TestApprovalAcrossProcesses:
                 timeout=120,
                 check=False,
             )
+            if not ok:
+                assert done.returncode != 0
+                return done.stderr
             assert done.returncode == 0, done.stderr
             return done.stdout
 
-        assert "paused approval ['deploy']" in phase("approve")
-        assert not (tmp_path / "deploys.txt").exists()
-        assert "resumed completed deployed, all done" in phase("resume")
-        deploys = (tmp_path / "deploys.txt").read_text().splitlines()
-        assert len(deploys) == 1
+        return phase

@@ -223,6 +223,20 @@ def _delegating_agent(sub: Agent, *, extra_tools: tuple[Tool, ...] = (), **optio
     return Agent(model=model, tools=[tool, *extra_tools], name="parent"), model
 
 
+def _pausing_child(*, suspend: bool) -> tuple[FakeTool, FakeTool, Agent]:
+    """A parent delegating to ``helper``, whose ``approve`` tool requests an Interrupt,
+    then calling ``after``: (approve, after, parent)."""
+    approve = FakeTool("approve", control=Interrupt("review", "approve?"))
+    child_model = ScriptedModel([reply("", call("approve")), "approved and done"])
+    sub = Agent(model=child_model, tools=[approve.tool], name="helper")
+    after = FakeTool("after")
+    parent_model = ScriptedModel(
+        [reply("", call("helper", task="x"), call("after")), "parent done"]
+    )
+    parent = Agent(model=parent_model, tools=[subagent_tool(sub, suspend=suspend), after.tool])
+    return approve, after, parent
+
+
 class TestRunSubagent:
     """A sub-agent inherits the parent's context and keeps its own conversation."""
 
@@ -299,15 +313,10 @@ class TestRunSubagent:
         assert own_lookup.calls == [{}]
         assert shared.calls == []
 
-    async def test_interrupt_in_the_child_pauses_the_parent_at_its_next_safe_point(self) -> None:
-        approve = FakeTool("approve", control=Interrupt("review", "approve?"))
-        child_model = ScriptedModel([reply("", call("approve")), "approved and done"])
-        sub = Agent(model=child_model, tools=[approve.tool], name="helper")
-        after = FakeTool("after")
-        parent_model = ScriptedModel(
-            [reply("", call("helper", task="x"), call("after")), "parent done"]
-        )
-        parent = Agent(model=parent_model, tools=[subagent_tool(sub), after.tool])
+    async def test_without_suspend_a_child_interrupt_pauses_the_parent_after_the_call(
+        self,
+    ) -> None:
+        approve, after, parent = _pausing_child(suspend=False)
         async with Session(parent) as session:
             with capture_events() as events:
                 with pytest.raises(Interrupted) as info:
@@ -331,6 +340,28 @@ class TestRunSubagent:
         assert resumed.final_text == "parent done"
         assert after.calls == [{}]
         check_pairing(session.conversation_messages, allow_pending=False)
+
+    async def test_a_child_interrupt_suspends_the_delegating_call(self) -> None:
+        approve, after, parent = _pausing_child(suspend=True)
+        async with Session(parent) as session:
+            with capture_events() as events:
+                with pytest.raises(Interrupted) as info:
+                    await session.run("go")
+            paused = info.value.checkpoint
+            assert (info.value.node, info.value.message) == ("helper/review", "approve?")
+            # the delegating call has no result: it is pending with the call after it
+            assert [c.name for c in paused.pending] == ["helper", "after"]
+            assert not any(isinstance(m, ToolResult) for m in session.conversation_messages)
+            finished = [e for e in events if isinstance(e, SubagentFinished)]
+            assert [e.status for e in finished] == ["interrupted"]
+            resumed = await session.resume(paused)
+            history = session.conversation_messages
+        assert resumed.final_text == "parent done"
+        assert approve.calls == [{}] and after.calls == [{}]
+        helper_result = history[2]
+        assert isinstance(helper_result, ToolResult)
+        assert helper_result.content == "approved and done"
+        check_pairing(history, allow_pending=False)
 
     async def test_a_paused_child_can_be_resumed_from_its_checkpoint(self) -> None:
         approve = FakeTool("approve", control=Interrupt("review"))

@@ -58,7 +58,10 @@ from .control import (
     Control,
     ControlSlot,
     Interrupt,
+    Resumption,
     StopWithFinal,
+    Suspend,
+    resumption,
     stronger,
 )
 from .conversation import (
@@ -240,6 +243,9 @@ __all__ = [
     "ControlSlot",
     "StopWithFinal",
     "Interrupt",
+    "Resumption",
+    "Suspend",
+    "resumption",
     "stronger",
     "Message",
     "SystemMessage",

@@ -33,7 +33,7 @@ from .chain import (
     has_hook,
 )
 from .context import RunConfig, RunContext
-from .control import Control, Interrupt, StopWithFinal, stronger
+from .control import _RESUMING, Control, Interrupt, Resumption, StopWithFinal, Suspend, stronger
 from .decisions import DECISION_TYPES, Decision
 from .errors import (
     ConfigError,
@@ -60,7 +60,7 @@ from .events import (
     ToolCallFinished,
     ToolFailed,
 )
-from .frozen import EMPTY, FrozenDict, frozen_mapping, thaw
+from .frozen import EMPTY, FrozenDict, freeze, frozen_mapping, thaw
 from .messages import (
     AssistantMessage,
     Message,
@@ -339,6 +339,7 @@ class _RunState:
         "ctx",
         "events",
         "model_calls",
+        "resumed_call",
         "resuming",
         "tool_calls",
         "usage_start",
@@ -348,6 +349,8 @@ class _RunState:
         self.ctx = ctx
         # the checkpoint a resume starts from, until the run goes past its start hooks
         self.resuming: Checkpoint | None = None
+        # the suspended call a resume runs again (its id) and what it resumes with
+        self.resumed_call: tuple[str, Resumption] | None = None
         self.cancel_reported = False
         self.added: list[Message] = []
         self.model_calls = 0
@@ -733,36 +736,8 @@ class Session(Generic[Data]):
         given = _checked_decisions(decisions)
         self._enter_run()
         try:
-            if checkpoint is None:
-                checkpoint = self._paused
-                if checkpoint is None:
-                    raise InvalidCheckpoint(
-                        f"thread {self._base.thread_id!r} has no paused run to resume"
-                    )
-            if checkpoint.thread_id != self._base.thread_id:
-                raise ValueError(
-                    f"checkpoint belongs to thread {checkpoint.thread_id!r}, this session is "
-                    f"thread {self._base.thread_id!r}"
-                )
-            checkpoint.check()
-            if checkpoint is not self._paused:
-                self._check_resumable(checkpoint)
-            ctx = self._base._for_run(checkpoint.run_config)
-            ctx.run_states.load(ctx.run_id, checkpoint.state)
-            taken = False
-            try:
-                for layer in self.agent.resume_hooks:
-                    taken = bool(await layer.on_resume(ctx, checkpoint, given)) or taken
-                if given and not taken:
-                    raise ResumeError(
-                        [
-                            f"decisions were given for {sorted(given)}, but no layer takes "
-                            f"decisions for the pause at node {checkpoint.node!r}"
-                        ]
-                    )
-            except BaseException:
-                ctx.run_states.pop(ctx.run_id)  # the checkpoint still holds the run's state
-                raise
+            checkpoint = self._resumable(checkpoint)
+            ctx, resumed_call = await self._take_decisions(checkpoint, given)
             if self._paused is not checkpoint:
                 # a checkpoint from elsewhere (persisted, another session): restore its history
                 self._base.conversation.replace(checkpoint.messages, emit_new=False)
@@ -772,11 +747,77 @@ class Session(Generic[Data]):
             state.model_calls = checkpoint.model_calls
             state.tool_calls = checkpoint.tool_calls
             state.resuming = checkpoint
+            state.resumed_call = resumed_call
             return await self._drive(
                 state, checkpoint.phase, checkpoint.pending, input=None, resumed=True
             )
         finally:
             self._busy = False
+
+    async def check_resume(
+        self,
+        checkpoint: Checkpoint | None = None,
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+    ) -> None:
+        """Raise what :meth:`resume` would raise before running anything (a checkpoint it
+        refuses, ``ResumeError`` for decisions it refuses), and change nothing: a review UI
+        checks a reviewer's decisions before it stores or posts them. The layers'
+        ``on_resume`` hooks run on a copy of the run's state that is then dropped."""
+        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+            raise TypeError(f"check_resume needs a Checkpoint, got {type(checkpoint).__name__}")
+        given = _checked_decisions(decisions)
+        self._enter_run()
+        try:
+            checkpoint = self._resumable(checkpoint)
+            ctx, _ = await self._take_decisions(checkpoint, given)
+            ctx.run_states.pop(ctx.run_id)
+        finally:
+            self._busy = False
+
+    def _resumable(self, checkpoint: Checkpoint | None) -> Checkpoint:
+        """The checkpoint a resume continues: the given one if this session may resume it,
+        else the paused run."""
+        if checkpoint is None:
+            checkpoint = self._paused
+            if checkpoint is None:
+                raise InvalidCheckpoint(
+                    f"thread {self._base.thread_id!r} has no paused run to resume"
+                )
+        if checkpoint.thread_id != self._base.thread_id:
+            raise ValueError(
+                f"checkpoint belongs to thread {checkpoint.thread_id!r}, this session is "
+                f"thread {self._base.thread_id!r}"
+            )
+        checkpoint.check()
+        if checkpoint is not self._paused:
+            self._check_resumable(checkpoint)
+        return checkpoint
+
+    async def _take_decisions(
+        self, checkpoint: Checkpoint, given: FrozenDict[str, Decision]
+    ) -> tuple[RunContext[Data], tuple[str, Resumption] | None]:
+        """The resumed run's context, its state loaded from the checkpoint and the decisions
+        handed to the layers' ``on_resume`` hooks and to a suspended call's tool; on a
+        refusal the run's state is dropped (the checkpoint still holds it)."""
+        ctx = self._base._for_run(checkpoint.run_config)
+        ctx.run_states.load(ctx.run_id, checkpoint.state)
+        taken = False
+        try:
+            for layer in self.agent.resume_hooks:
+                taken = bool(await layer.on_resume(ctx, checkpoint, given)) or taken
+            resumed_call = await _take_suspension(ctx, checkpoint, given)
+            if given and not taken and resumed_call is None:
+                raise ResumeError(
+                    [
+                        f"decisions were given for {sorted(given)}, but no layer takes "
+                        f"decisions for the pause at node {checkpoint.node!r}"
+                    ]
+                )
+        except BaseException:
+            ctx.run_states.pop(ctx.run_id)  # the checkpoint still holds the run's state
+            raise
+        return ctx, resumed_call
 
     def _check_resumable(self, checkpoint: Checkpoint) -> None:
         """A checkpoint given to :meth:`resume` must be the pause this session (or its
@@ -983,11 +1024,20 @@ class Session(Generic[Data]):
                     raise LimitExceeded("max_tool_calls", limit)
                 started = time.perf_counter()
                 running = call
+                resumed = state.resumed_call
+                if resumed is not None and resumed[0] == call.id:
+                    state.resumed_call = None
+                token = _RESUMING.set(resumed[1] if resumed is not None else None)
                 try:
                     result = await self.agent.tool_onion(call, ctx)
                 except ToolError as exc:
                     # the onion's outer edge: a failure no layer answered reaches the model
                     result = tool_error_result(ctx, call, exc)
+                except Suspend as suspend:
+                    running = None  # no result: the call stays pending, and runs again
+                    await self._suspend(state, suspend, call, calls[index:])
+                finally:
+                    _RESUMING.reset(token)
                 running = None
                 state.tool_calls += 1
                 if not isinstance(result, ToolResult) or result.tool_call_id != call.id:
@@ -1014,6 +1064,18 @@ class Session(Generic[Data]):
             )
             raise
         await self._checkpoint(state, "after_tools")
+
+    async def _suspend(
+        self, state: _RunState, suspend: Suspend, call: ToolCall, pending: tuple[ToolCall, ...]
+    ) -> None:
+        """Pause the run at ``call``, which a tool suspended: it and ``pending``'s later
+        calls stay open, and the run's state remembers the call and what it resumes with."""
+        ctx = state.ctx
+        record = ctx.run_state(_SUSPENDED, _Suspended)
+        record.call_id, record.tool, record.state = call.id, call.name, suspend.state
+        control = stronger(suspend.interrupt, ctx.take_control())  # a pause outranks a stop
+        assert control is not None
+        await self._apply(state, control, "in_tool", pending)
 
     # -- checkpoints and control ----------------------------------------------------------
 
@@ -1252,6 +1314,59 @@ def _same_pause(a: Checkpoint, b: Checkpoint) -> bool:
         and [c.id for c in a.pending] == [c.id for c in b.pending]
         and a.messages == b.messages
     )
+
+
+_SUSPENDED = "tinyctx:suspended"
+"""The run-state name under which a run remembers the call a tool suspended."""
+
+
+class _Suspended:
+    """The call a run paused at (:class:`Suspend`): its id, its tool and the tool's state."""
+
+    __slots__ = ("call_id", "state", "tool")
+
+    def __init__(self, call_id: str = "", tool: str = "", state: Any = None) -> None:
+        self.call_id = call_id
+        self.tool = tool
+        self.state = state
+
+    def to_json(self) -> dict[str, Any]:
+        return {"call_id": self.call_id, "tool": self.tool, "state": thaw(self.state)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> _Suspended:
+        if not isinstance(data, Mapping) or set(data) != {"call_id", "tool", "state"}:
+            raise ValueError("expected an object with call_id, tool and state")
+        call_id, tool = data["call_id"], data["tool"]
+        if not isinstance(call_id, str) or not call_id or not isinstance(tool, str) or not tool:
+            raise ValueError("call_id and tool must be non-empty strings")
+        return cls(call_id, tool, freeze(data["state"]))
+
+
+async def _take_suspension(
+    ctx: RunContext[Any], checkpoint: Checkpoint, given: FrozenDict[str, Decision]
+) -> tuple[str, Resumption] | None:
+    """A run paused at a suspended call: its tool checks the decisions (``check_resume``),
+    and the call runs again first with them. The record leaves the run's state (a later
+    suspension writes its own)."""
+    states = ctx.run_states.of(ctx.run_id)
+    if _SUSPENDED not in states:
+        return None
+    record = states.get(_SUSPENDED, _Suspended)
+    states.discard(_SUSPENDED)
+    if not checkpoint.pending or checkpoint.pending[0].id != record.call_id:
+        raise InvalidCheckpoint(
+            f"checkpoint of run {checkpoint.run_id!r}: it paused at call {record.call_id!r}, "
+            f"which is not its first pending call"
+        )
+    tool = ctx.tools.get(record.tool)
+    if tool is not None:
+        await tool.check_resume(record.state, given, ctx)
+    elif given:
+        raise ResumeError(
+            [f"the run paused at a call of tool {record.tool!r}, which this agent does not have"]
+        )
+    return record.call_id, Resumption(record.state, given)
 
 
 def _pause_label(checkpoint: Checkpoint) -> str:

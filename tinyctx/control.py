@@ -8,13 +8,26 @@ outside every layer, so no layer's ``except Exception`` can swallow it.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Literal
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from attrs import field, frozen
 
-from .frozen import FrozenDict, freeze
+from .frozen import EMPTY, FrozenDict, freeze
 
-__all__ = ["Control", "StopWithFinal", "Interrupt", "ControlSlot", "stronger"]
+if TYPE_CHECKING:
+    from .decisions import Decision
+
+__all__ = [
+    "Control",
+    "StopWithFinal",
+    "Interrupt",
+    "ControlSlot",
+    "Suspend",
+    "Resumption",
+    "resumption",
+    "stronger",
+]
 
 
 @frozen
@@ -87,6 +100,38 @@ class Interrupt:
 Control = StopWithFinal | Interrupt
 
 
+class Suspend(BaseException):
+    """Raised by a tool (its handler, or a tool layer) to pause the run *at its call*.
+
+    Unlike an :class:`Interrupt` requested on the control slot, which pauses after the call
+    has its result, a suspended call gets no result: the run pauses with it and the calls
+    after it pending (``Interrupted`` carries ``node``, ``message`` and ``payload``), and a
+    resume runs it again. That run of the call sees :func:`tinyctx.resumption`: the
+    ``state`` given here (JSON data, kept in the checkpoint through any store) and the
+    decisions the resume was given, which the tool's ``check_resume`` accepted first. A
+    sub-agent whose own run paused suspends the call that runs it this way.
+
+    A ``BaseException``, like a cancellation: a layer's ``except Exception`` cannot
+    swallow it, and a layer's ``finally`` still runs.
+    """
+
+    def __init__(
+        self, node: str, message: str = "", *, payload: Any = None, state: Any = None
+    ) -> None:
+        if not isinstance(node, str) or not node:
+            raise TypeError(f"Suspend.node must be a non-empty string, got {node!r}")
+        self.interrupt = Interrupt(node, message, payload)
+        self.state = freeze(state)
+        problem = _json_problem(self.state, "state")
+        if problem is not None:
+            raise TypeError(f"Suspend.{problem}")
+        super().__init__(self.interrupt.detail)
+
+    @property
+    def node(self) -> str:
+        return self.interrupt.node
+
+
 def stronger(current: Control | None, new: Control | None) -> Control | None:
     """The outcome that wins: strictly higher precedence replaces, a tie keeps ``current``."""
     if new is None:
@@ -129,3 +174,23 @@ class ControlSlot:
     @property
     def pending(self) -> bool:
         return self._pending is not None
+
+
+@frozen
+class Resumption:
+    """What a suspended tool call resumes with (see :class:`Suspend`): the ``state`` it
+    gave when it suspended, and the decisions the resume was given for it."""
+
+    state: Any
+    decisions: FrozenDict[str, Decision] = EMPTY
+
+
+# set by the loop around each tool call: the resumption of the call it runs, else None (a
+# nested run's calls set their own, so a sub-agent's tools never see their parent's)
+_RESUMING: ContextVar[Resumption | None] = ContextVar("tinyctx_resuming", default=None)
+
+
+def resumption() -> Resumption | None:
+    """Inside a tool call the run had suspended (:class:`Suspend`), its state and the
+    resume's decisions; None in any other call, and outside tool calls."""
+    return _RESUMING.get()

@@ -167,6 +167,11 @@ class LayerStates:
     def clear(self) -> None:
         self.load(None)
 
+    def discard(self, name: str) -> None:
+        """Forget the state kept under ``name`` (live or stored), if any."""
+        self._live.pop(name, None)
+        self._stored.pop(name, None)
+
     def __contains__(self, name: object) -> bool:
         return name in self._live or name in self._stored
 

@@ -45,6 +45,7 @@ from .stores import Store, StoreRegistry
 
 if TYPE_CHECKING:
     from .context import RunContext
+    from .decisions import Decision
 
 __all__ = [
     "Tool",
@@ -126,6 +127,24 @@ class Tool:
 
         A plain tool needs nothing; a :class:`FunctionTool` checks its injections.
         """
+
+    async def check_resume(
+        self, state: Any, decisions: Mapping[str, Decision], ctx: RunContext[Any]
+    ) -> None:
+        """Raise :class:`~tinyctx.ResumeError` when a resume's ``decisions`` cannot resume
+        this tool's suspended call (:class:`~tinyctx.Suspend`; ``state`` is what it gave),
+        before anything runs. A plain tool takes no decisions; a tool that suspends for a
+        review (a sub-agent's) checks them here.
+        """
+        if decisions:
+            from .errors import ResumeError
+
+            raise ResumeError(
+                [
+                    f"decisions were given for {sorted(decisions)}, but the run is paused at "
+                    f"a call of tool {self.name!r}, which takes none"
+                ]
+            )
 
 
 _JSON_TYPES: dict[str, Callable[[Any], bool]] = {

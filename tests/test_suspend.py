@@ -1,0 +1,414 @@
+"""Suspended tool calls: a call that pauses the run without a result, and a sub-agent's
+review completed through its parent's resume (in memory and through a store)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinyctx import (
+    Agent,
+    Approve,
+    Edit,
+    Interrupted,
+    InvalidCheckpoint,
+    Layer,
+    Reject,
+    ResumeError,
+    Resumption,
+    RunConfig,
+    Session,
+    SqliteStore,
+    Suspend,
+    Tool,
+    ToolCall,
+    ToolCallHandler,
+    ToolResult,
+    check_pairing,
+    decode_checkpoint,
+    encode_checkpoint,
+    resumption,
+    thaw,
+)
+from tinyctx.context import RunContext
+from tinyctx.middleware import (
+    VIEW_GLOBAL_KEY,
+    Approvals,
+    ContextPolicy,
+    Inherit,
+    subagent_tool,
+)
+from tinyctx.testing import FakeTool, ScriptedModel, call, reply
+
+
+def results_of(messages: Any) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for message in messages:
+        if isinstance(message, ToolResult):
+            out.setdefault(message.tool_call_id, []).append(message.content)
+    return out
+
+
+class Reviewed:
+    """A parent whose ``helper`` sub-agent deploys only after a review."""
+
+    def __init__(self, *, child_replies: int = 1) -> None:
+        self.deployed: list[dict[str, Any]] = []
+
+        async def deploy(arguments: Any, ctx: RunContext[Any]) -> str:
+            self.deployed.append(thaw(arguments))
+            return f"deployed to {arguments['env']}"
+
+        self.deploy = Tool(
+            "deploy",
+            "Deploy.",
+            {
+                "type": "object",
+                "properties": {"env": {"type": "string"}},
+                "required": ["env"],
+                "additionalProperties": False,
+            },
+            handler=deploy,
+        )
+        self.child_model = ScriptedModel(
+            [reply("", call("deploy", id="d1", env="prod")), "shipped"]
+        )
+        self.child = Agent(
+            model=self.child_model,
+            tools=[self.deploy],
+            middleware=[Approvals("deploy")],
+            name="helper",
+        )
+        self.after = FakeTool("after")
+        self.parent_model = ScriptedModel(
+            [
+                reply("", call("helper", id="h1", task="ship it"), call("after", id="a1")),
+                "parent done",
+            ]
+        )
+        self.parent = Agent(
+            model=self.parent_model, tools=[subagent_tool(self.child), self.after.tool]
+        )
+
+
+async def pause(session: Session[Any]) -> Interrupted:
+    with pytest.raises(Interrupted) as info:
+        await session.run("go")
+    return info.value
+
+
+class TestSubagentReview:
+    """A review inside a sub-agent is shown and decided through the parent's pause."""
+
+    async def test_the_parent_pauses_at_the_delegating_call_with_the_childs_review(self) -> None:
+        """The parent's pause names the sub-agent's node, carries its review card, and
+        leaves the delegating call and the calls after it pending, unanswered."""
+        case = Reviewed()
+        async with Session(case.parent) as session:
+            paused = await pause(session)
+            assert paused.node == "helper/Approvals"
+            card = thaw(paused.payload)
+            assert card["type"] == "tool_review"
+            assert [(c["id"], c["name"]) for c in card["calls"]] == [("d1", "deploy")]
+            checkpoint = paused.checkpoint
+            assert checkpoint.phase == "tools"
+            assert [c.id for c in checkpoint.pending] == ["h1", "a1"]
+            assert results_of(session.conversation_messages) == {}
+            assert case.deployed == [] and case.after.calls == []
+
+    async def test_the_parents_resume_runs_the_reviewed_call_once_and_finishes(self) -> None:
+        """resume(decisions=...) on the parent continues the sub-agent with them: the
+        approved call runs once, the sub-agent's answer is the delegating call's result,
+        and the parent's later calls run."""
+        case = Reviewed()
+        async with Session(case.parent) as session:
+            await pause(session)
+            result = await session.resume(decisions={"d1": Approve()})
+            history = session.conversation_messages
+        assert result.status == "completed" and result.final_text == "parent done"
+        assert case.deployed == [{"env": "prod"}]
+        assert results_of(history) == {"h1": ["shipped"], "a1": ["ok"]}
+        check_pairing(history, allow_pending=False)
+        # the sub-agent's model saw the approved call's real result
+        child_last = case.child_model.requests[-1].messages
+        assert [m.content for m in child_last if isinstance(m, ToolResult)] == ["deployed to prod"]
+
+    async def test_edited_and_rejected_calls_reach_the_subagent(self) -> None:
+        """An edit runs the call with the reviewer's arguments; a rejection never runs it
+        and the sub-agent reads why."""
+        edited = Reviewed()
+        async with Session(edited.parent) as session:
+            await pause(session)
+            await session.resume(decisions={"d1": Edit({"env": "staging"})})
+        assert edited.deployed == [{"env": "staging"}]
+
+        rejected = Reviewed()
+        async with Session(rejected.parent) as session:
+            await pause(session)
+            result = await session.resume(decisions={"d1": Reject("not on a Friday")})
+        assert result.status == "completed" and rejected.deployed == []
+        child_last = rejected.child_model.requests[-1].messages
+        (answer,) = [m for m in child_last if isinstance(m, ToolResult)]
+        assert "not on a Friday" in answer.content
+
+    async def test_bad_decisions_are_refused_before_anything_runs(self) -> None:
+        """The sub-agent's review checks the parent's resume: a missing, unknown or
+        disallowed decision is a ResumeError, the parent stays paused, nothing ran; a
+        good decision then resumes."""
+        case = Reviewed()
+        async with Session(case.parent) as session:
+            paused = await pause(session)
+            for decisions, problem in (
+                ({}, "missing decision for call 'd1'"),
+                ({"d1": Approve(), "zz": Approve()}, "unknown call id 'zz'"),
+                ({"d1": Edit({"env": 3})}, "fail the schema of 'deploy'"),
+            ):
+                with pytest.raises(ResumeError, match=problem):
+                    await session.resume(decisions=decisions)
+                assert session.paused is paused.checkpoint
+                assert case.deployed == [] and case.after.calls == []
+                assert len(case.child_model.requests) == 1  # the sub-agent did not go on
+            result = await session.resume(decisions={"d1": Approve()})
+        assert result.status == "completed" and case.deployed == [{"env": "prod"}]
+
+    async def test_check_resume_tells_without_changing_anything(self) -> None:
+        """Session.check_resume raises what resume would and leaves the pause as it was."""
+        case = Reviewed()
+        async with Session(case.parent) as session:
+            paused = await pause(session)
+            with pytest.raises(ResumeError, match="missing decision for call 'd1'"):
+                await session.check_resume()
+            await session.check_resume(decisions={"d1": Approve()})
+            await session.check_resume(paused.checkpoint, decisions={"d1": Approve()})
+            assert session.paused is paused.checkpoint and case.deployed == []
+            result = await session.resume(decisions={"d1": Approve()})
+        assert result.status == "completed" and case.deployed == [{"env": "prod"}]
+
+    async def test_a_second_resume_of_the_same_pause_is_refused(self) -> None:
+        """The reviewed call never runs twice, however often the pause is resumed."""
+        case = Reviewed()
+        async with Session(case.parent) as session:
+            paused = await pause(session)
+            await session.resume(decisions={"d1": Approve()})
+            with pytest.raises(InvalidCheckpoint):
+                await session.resume(paused.checkpoint, decisions={"d1": Approve()})
+        assert case.deployed == [{"env": "prod"}]
+
+    async def test_the_pause_survives_a_store_and_another_session(self, tmp_path: Path) -> None:
+        """Stored with the parent's thread, the sub-agent's pause is resumed by a later
+        session that only has the store (another request, another worker)."""
+        case = Reviewed()
+        async with SqliteStore(tmp_path / "t.db") as store:
+            async with Session(case.parent, thread_id="ops", store=store) as first:
+                paused = await pause(first)
+            # the checkpoint the store keeps round-trips through the codec
+            again = decode_checkpoint(encode_checkpoint(paused.checkpoint))
+            assert again.state == paused.checkpoint.state
+            async with Session(case.parent, thread_id="ops", store=store) as later:
+                assert later.paused is not None
+                assert later.paused.node == "helper/Approvals"
+                with pytest.raises(ResumeError):
+                    await later.resume(decisions={"d1": Reject("wrong"), "x": Approve()})
+                result = await later.resume(decisions={"d1": Approve()})
+                history = later.conversation_messages
+            async with Session(case.parent, thread_id="ops", store=store) as third:
+                assert third.paused is None
+                assert third.conversation_messages == history
+        assert result.final_text == "parent done"
+        assert case.deployed == [{"env": "prod"}]
+        check_pairing(history, allow_pending=False)
+
+    async def test_a_review_two_subagents_deep_reaches_the_innermost(self) -> None:
+        """A sub-agent of a sub-agent: the node names the path, and the resume goes down
+        to the innermost pause (each level resumes its own call, no other)."""
+        inner = Reviewed()
+        middle_model = ScriptedModel(
+            [reply("", call("helper", id="m1", task="deep")), "middle done"]
+        )
+        middle = Agent(model=middle_model, tools=[subagent_tool(inner.child)], name="middle")
+        top_model = ScriptedModel([reply("", call("middle", id="t1", task="go")), "top done"])
+        top = Agent(model=top_model, tools=[subagent_tool(middle)])
+        async with Session(top) as session:
+            paused = await pause(session)
+            assert paused.node == "middle/helper/Approvals"
+            assert [c["id"] for c in thaw(paused.payload)["calls"]] == ["d1"]
+            with pytest.raises(ResumeError, match="missing decision"):
+                await session.resume(decisions={"m1": Approve()})
+            result = await session.resume(decisions={"d1": Approve()})
+            history = session.conversation_messages
+        assert result.final_text == "top done"
+        assert inner.deployed == [{"env": "prod"}]
+        assert results_of(history) == {"t1": ["middle done"]}
+        assert len(middle_model.requests) == 2 and len(top_model.requests) == 2
+
+    async def test_without_suspend_the_old_note_and_the_childs_payload(self) -> None:
+        """subagent_tool(suspend=False) keeps the earlier contract: the call returns a note
+        and the parent pauses after it, now with the sub-agent's review payload."""
+        case = Reviewed()
+        parent = case.parent.evolve(
+            tools=[subagent_tool(case.child, suspend=False), case.after.tool]
+        )
+        async with Session(parent) as session:
+            paused = await pause(session)
+            assert paused.node == "Approvals"
+            assert [c["id"] for c in thaw(paused.payload)["calls"]] == ["d1"]
+            assert "paused at Approvals" in results_of(session.conversation_messages)["h1"][0]
+
+    async def test_a_stored_subagent_pause_keeps_no_hidden_field(self) -> None:
+        """Under an Inherit view that hides a field, neither the parent's checkpoint nor
+        the sub-agent's pause kept inside it carries the field; the resume still works."""
+        case = Reviewed()
+        parent = case.parent.evolve(
+            middleware=[Inherit(view=ContextPolicy(exclude=("extra.api_key",)))],
+            tools=[subagent_tool(case.child), case.after.tool],
+        )
+        config = RunConfig(configurable={VIEW_GLOBAL_KEY: {"user": "ann", "api_key": "sk-hidden"}})
+        async with Session(parent, config=config) as session:
+            paused = await pause(session)
+            stored = encode_checkpoint(paused.checkpoint)
+            assert "sk-hidden" not in stored
+            assert '\\"user\\":\\"ann\\"' in stored  # what the view shows is kept
+            result = await session.resume(decisions={"d1": Approve()})
+        assert result.final_text == "parent done" and case.deployed == [{"env": "prod"}]
+
+    def test_subagent_tool_refuses_resume_options(self) -> None:
+        """A resume brings the checkpoint and decisions; the tool cannot fix them."""
+        case = Reviewed()
+        with pytest.raises(Exception, match="resume"):
+            subagent_tool(case.child, resume=None)
+
+
+def suspending_tool(times: int, seen: list[Resumption | None]) -> Tool:
+    """A tool that suspends its first ``times`` runs, then answers with what it resumed."""
+
+    async def handler(arguments: Any, ctx: RunContext[Any]) -> str:
+        resumed = resumption()
+        seen.append(resumed)
+        done = 0 if resumed is None else int(resumed.state["done"])
+        if done < times:
+            raise Suspend(
+                "wait", f"round {done + 1}", payload={"round": done + 1}, state={"done": done + 1}
+            )
+        return f"finished after {done} pauses"
+
+    return Tool("slow", "Suspends.", handler=handler)
+
+
+class CatchAll(Layer):
+    """A careless tool layer that turns every exception into an error result."""
+
+    async def wrap_tool(
+        self, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+    ) -> ToolResult:
+        try:
+            return await call_next(call, ctx)
+        except Exception as exc:  # noqa: BLE001 - what a careless layer does
+            return ToolResult.for_call(call, f"swallowed {exc!r}", is_error=True)
+
+
+class TestSuspend:
+    """A tool suspends its call: the run pauses without a result for it."""
+
+    async def test_a_suspended_call_runs_again_with_its_state(self) -> None:
+        """The call stays pending at the pause; the resume runs it again, and only that
+        run sees resumption(); the other calls of the batch see None."""
+        seen: list[Resumption | None] = []
+        other = FakeTool("other", returns=lambda a: repr(resumption()))
+        model = ScriptedModel(
+            [
+                reply("", call("other", id="o1"), call("slow", id="s1"), call("other", id="o2")),
+                "done",
+            ]
+        )
+        agent = Agent(model=model, tools=[suspending_tool(1, seen), other.tool])
+        async with Session(agent) as session:
+            with pytest.raises(Interrupted) as info:
+                await session.run("go")
+            assert (info.value.node, info.value.message) == ("wait", "round 1")
+            assert thaw(info.value.payload) == {"round": 1}
+            assert [c.id for c in info.value.checkpoint.pending] == ["s1", "o2"]
+            result = await session.resume()
+            history = session.conversation_messages
+        assert result.final_text == "done"
+        assert seen[0] is None and seen[1] == Resumption({"done": 1})
+        assert results_of(history) == {
+            "o1": ["None"],
+            "s1": ["finished after 1 pauses"],
+            "o2": ["None"],
+        }
+
+    async def test_a_plain_tool_takes_no_decisions(self) -> None:
+        """Decisions for a call whose tool does not check them are refused, paused still."""
+        agent = Agent(
+            model=ScriptedModel([reply("", call("slow", id="s1")), "done"]),
+            tools=[suspending_tool(1, [])],
+        )
+        async with Session(agent) as session:
+            with pytest.raises(Interrupted) as info:
+                await session.run("go")
+            with pytest.raises(ResumeError, match="tool 'slow', which takes none"):
+                await session.resume(decisions={"s1": Approve()})
+            assert session.paused is info.value.checkpoint
+            assert (await session.resume()).final_text == "done"
+
+    async def test_no_layer_can_swallow_a_suspension(self) -> None:
+        """Suspend is a BaseException: a layer's ``except Exception`` lets it through."""
+        agent = Agent(
+            model=ScriptedModel([reply("", call("slow", id="s1")), "done"]),
+            tools=[suspending_tool(1, [])],
+            middleware=[CatchAll()],
+        )
+        async with Session(agent) as session:
+            with pytest.raises(Interrupted):
+                await session.run("go")
+            assert results_of(session.conversation_messages) == {}
+
+    def test_state_and_payload_must_be_json(self) -> None:
+        """A Suspend whose state or payload a store could not keep fails where it is made."""
+        with pytest.raises(TypeError, match="state"):
+            Suspend("n", state={"x": object()})
+        with pytest.raises(TypeError, match="payload"):
+            Suspend("n", payload={1: "x"})
+        with pytest.raises(TypeError, match="node"):
+            Suspend("")
+
+    @settings(max_examples=25, deadline=None)
+    @given(st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=4))
+    def test_any_number_of_suspensions_keeps_pairing(self, rounds: list[int]) -> None:
+        """Calls that suspend any number of times each: every resume pauses at the next
+        one or finishes; each call is answered once, in order, and pairing holds."""
+        import anyio
+
+        async def scenario() -> None:
+            tools = [
+                Tool(f"t{i}", "Suspends.", handler=suspending_tool(n, []).handler)
+                for i, n in enumerate(rounds)
+            ]
+            calls = [call(f"t{i}", id=f"c{i}") for i in range(len(rounds))]
+            agent = Agent(model=ScriptedModel([reply("", *calls), "done"]), tools=tools)
+            pauses = 0
+            async with Session(agent) as session:
+                try:
+                    result = await session.run("go")
+                except Interrupted:
+                    pauses += 1
+                    while True:
+                        check_pairing(session.conversation_messages)
+                        try:
+                            result = await session.resume()
+                            break
+                        except Interrupted:
+                            pauses += 1
+                history = session.conversation_messages
+            assert pauses == sum(rounds)
+            assert result.final_text == "done"
+            assert results_of(history) == {
+                f"c{i}": [f"finished after {n} pauses"] for i, n in enumerate(rounds)
+            }
+            check_pairing(history, allow_pending=False)
+
+        anyio.run(scenario, backend="trio")
