@@ -18,6 +18,7 @@ from tinyctx import (
     Outside,
     RunConfig,
     RunContext,
+    Suspend,
     ToolResult,
 )
 from tinyctx.middleware import (
@@ -61,6 +62,14 @@ class SwallowsInterrupted(Layer):
             return await call_next(request, ctx)
         except Interrupted:
             return ModelResponse(AssistantMessage("never mind the human"))
+
+
+class SwallowsSuspend(Layer):
+    async def wrap_tool(self, call: Any, ctx: Any, call_next: Any) -> Any:
+        try:
+            return await call_next(call, ctx)
+        except Suspend as exc:  # answers a suspended call: its sub-agent's review is lost
+            return ToolResult.for_call(call, f"paused: {exc.node}", is_error=True)
 
 
 class CountsOnSelf(Layer):
@@ -119,6 +128,7 @@ class TestBrokenLayersAreCaught:
             (SleepsSync(), "blocking"),
             (EditsRequestInPlace(), "no-mutation"),
             (RetriesAfterCancel(), "control-passthrough"),
+            (SwallowsSuspend(), "control-passthrough"),
         ],
         ids=lambda v: v if isinstance(v, str) else type(v).__name__,
     )

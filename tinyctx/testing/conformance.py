@@ -14,8 +14,9 @@ The rules (names as used in ``skip=``):
     the request the layer is handed, the messages in it and the parent context are never
     changed in place (a layer builds a new request with ``request.evolve``);
 ``control-passthrough``
-    ``RunCancelled``, ``Interrupted`` and ``LimitExceeded`` raised inside the layer reach
-    the caller as the same object, and a response's control outcome is never dropped;
+    ``RunCancelled``, ``Interrupted`` and ``LimitExceeded`` raised inside the layer (and
+    ``Suspend`` inside a tool hook) reach the caller as the same object, and a response's
+    control outcome is never dropped;
 ``cancellation``
     cancelling the run while the layer awaits ends the call promptly, and once the run's
     token is cancelled the layer calls the rest of the onion no more;
@@ -49,7 +50,7 @@ from hypothesis import strategies as st
 from ..agent import Agent, Checkpoint, Session
 from ..chain import Layer, LayerLike, ModelCall, ToolCallHandler, has_hook, layer_name
 from ..context import RunConfig, RunContext
-from ..control import StopWithFinal
+from ..control import StopWithFinal, Suspend
 from ..errors import ConfigError, Interrupted, LimitExceeded, PairingError, RunCancelled
 from ..events import Event, EventSink
 from ..messages import (
@@ -89,7 +90,7 @@ _WHY = {
     "no-mutation": "values are immutable: change a request with request.evolve(...), and "
     "a message with message.evolve(...), never in place",
     "control-passthrough": "control outcomes and cancellation are the loop's to apply: a "
-    "layer must let RunCancelled, Interrupted and LimitExceeded through untouched",
+    "layer must let RunCancelled, Interrupted, LimitExceeded and Suspend through untouched",
     "cancellation": "cancellation is cooperative: a layer must not shield or swallow it, "
     "and must not call the onion again once the run's token is cancelled",
     "state-leak": "an agent is shared by sessions: per-session state belongs in "
@@ -489,7 +490,9 @@ class _Kit:
         for hook in self.o.hooks:
             if hook == "tool" and not calls:
                 continue
-            for fault in faults:
+            # a tool's call suspended (a sub-agent's review): the loop pauses the run at it
+            suspend = [Suspend("conformance", "kit", state={"kit": 1})] if hook == "tool" else []
+            for fault in (*faults, *suspend):
                 scenario = _Scenario(fault=fault, fault_hook=hook)
                 await self.fault_run(scenario, calls)
                 if not scenario.inner_calls:
