@@ -43,6 +43,7 @@ from tinyctx import (
     ToolCall,
     ToolCallHandler,
     ToolResult,
+    resumption,
 )
 
 __all__ = ["CallLimits", "LimitExit", "LimitScope"]
@@ -245,7 +246,8 @@ class CallLimits(Layer):
     ) -> ToolResult:
         name = call.name
         per = self.per_tool_limits.get(name)
-        if not self.tool_limits and per is None:
+        if (not self.tool_limits and per is None) or resumption() is not None:
+            # a suspended call running again on resume was counted when it first ran
             return await call_next(call, ctx)
         counted = [(scope, self._counts(ctx, scope)) for scope in self.scopes]
         hits: list[_Hit] = []

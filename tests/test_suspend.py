@@ -38,6 +38,7 @@ from tinyctx.context import RunContext
 from tinyctx.middleware import (
     VIEW_GLOBAL_KEY,
     Approvals,
+    CallLimits,
     ContextPolicy,
     Inherit,
     subagent_tool,
@@ -257,6 +258,25 @@ class TestSubagentReview:
             assert paused.node == "Approvals"
             assert [c["id"] for c in thaw(paused.payload)["calls"]] == ["d1"]
             assert "paused at Approvals" in results_of(session.conversation_messages)["h1"][0]
+
+    async def test_the_parents_own_review_and_limits_count_the_call_once(self) -> None:
+        """The parent reviews the delegation itself, then the sub-agent reviews its call;
+        a per-run limit of one ``helper`` call is not spent again by the call's second run
+        after the resume."""
+        case = Reviewed()
+        parent = case.parent.evolve(
+            middleware=[Approvals("helper"), CallLimits(per_tool={"helper": 1}, scope="run")]
+        )
+        async with Session(parent) as session:
+            first = await pause(session)
+            assert first.node == "Approvals"
+            with pytest.raises(Interrupted) as second:
+                await session.resume(decisions={"h1": Approve()})
+            assert second.value.node == "helper/Approvals"
+            result = await session.resume(decisions={"d1": Approve()})
+            history = session.conversation_messages
+        assert result.final_text == "parent done" and case.deployed == [{"env": "prod"}]
+        assert results_of(history) == {"h1": ["shipped"], "a1": ["ok"]}
 
     async def test_a_stored_subagent_pause_keeps_no_hidden_field(self) -> None:
         """Under an Inherit view that hides a field, neither the parent's checkpoint nor
