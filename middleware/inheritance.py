@@ -74,6 +74,7 @@ from tinyctx import (
     resumption,
     thaw,
 )
+from tinyctx.control import in_tool_call
 from tinyctx.events import EventLevel
 
 from .context_view import ContextPolicy, ContextViewBuilt, ViewSpec, view_as_tier
@@ -261,6 +262,11 @@ async def run_subagent(
     if not isinstance(agent, Agent):
         raise TypeError(f"run_subagent needs an Agent, got {type(agent).__name__}")
     label = name or agent.name
+    if suspend and not in_tool_call():
+        raise TypeError(
+            "run_subagent(suspend=True) suspends the tool call it runs in, and there is none: "
+            "call it from a tool's handler, or leave suspend=False"
+        )
     ctx.cancellation.raise_if_cancelled("subagent")
     if suspend and resume is None:
         resume, decisions = _suspended_subagent(label, decisions)

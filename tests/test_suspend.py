@@ -41,6 +41,7 @@ from tinyctx.middleware import (
     CallLimits,
     ContextPolicy,
     Inherit,
+    run_subagent,
     subagent_tool,
 )
 from tinyctx.testing import FakeTool, ScriptedModel, call, reply
@@ -294,6 +295,15 @@ class TestSubagentReview:
             assert '\\"user\\":\\"ann\\"' in stored  # what the view shows is kept
             result = await session.resume(decisions={"d1": Approve()})
         assert result.final_text == "parent done" and case.deployed == [{"env": "prod"}]
+
+    async def test_suspend_outside_a_tool_call_is_refused_up_front(self) -> None:
+        """run_subagent(suspend=True) outside any tool call says so before it runs anything
+        (a Suspend there would escape the run); inside a tool it is what subagent_tool does."""
+        case = Reviewed()
+        with pytest.raises(TypeError, match="call it from a tool's handler"):
+            await run_subagent(case.child, "ship it", RunContext.new(), suspend=True)
+        assert case.child_model.requests == []
+        assert resumption() is None
 
     def test_subagent_tool_refuses_resume_options(self) -> None:
         """A resume brings the checkpoint and decisions; the tool cannot fix them."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 from attrs import field, frozen
 
@@ -185,12 +185,27 @@ class Resumption:
     decisions: FrozenDict[str, Decision] = EMPTY
 
 
+class _OutsideToolCalls:
+    """The value of ``_RESUMING`` outside every tool call the loop runs."""
+
+
+_OUTSIDE: Final = _OutsideToolCalls()
+
 # set by the loop around each tool call: the resumption of the call it runs, else None (a
 # nested run's calls set their own, so a sub-agent's tools never see their parent's)
-_RESUMING: ContextVar[Resumption | None] = ContextVar("tinyctx_resuming", default=None)
+_RESUMING: ContextVar[Resumption | _OutsideToolCalls | None] = ContextVar(
+    "tinyctx_resuming", default=_OUTSIDE
+)
 
 
 def resumption() -> Resumption | None:
     """Inside a tool call the run had suspended (:class:`Suspend`), its state and the
     resume's decisions; None in any other call, and outside tool calls."""
-    return _RESUMING.get()
+    value = _RESUMING.get()
+    return None if isinstance(value, _OutsideToolCalls) else value
+
+
+def in_tool_call() -> bool:
+    """Whether the caller runs inside a tool call of a run (where :class:`Suspend` may be
+    raised: the loop catches it there, and nowhere else)."""
+    return _RESUMING.get() is not _OUTSIDE
