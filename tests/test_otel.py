@@ -157,6 +157,40 @@ class TestReviewAndRetries:
         assert decided.attributes["tinyctx.decision"] == "approve"  # type: ignore[index]
         assert decided.attributes["tinyctx.tool_call_id"] == "s1"  # type: ignore[index]
 
+    async def test_a_suspended_call_has_a_span_for_each_run(self, anyio_backend: str) -> None:
+        """A call that suspended the run (a sub-agent's review) has an execute_tool span
+        for its first run, marked with the pause's node, and another for its run after the
+        resume; the sub-agent's own spans nest under each."""
+        from tinyctx import Interrupted
+        from tinyctx.decisions import Approve
+        from tinyctx.middleware import Approvals, subagent_tool
+
+        exporter, memory = tracing()
+        child = Agent(
+            model=ScriptedModel([reply("", call("search", id="s1", q="x")), reply("found")]),
+            tools=[SEARCH],
+            middleware=[Approvals("search")],
+            name="helper",
+        )
+        model = ScriptedModel([reply("", call("helper", id="h1", task="look")), reply("done")])
+        agent = Agent(model=model, tools=[subagent_tool(child)])
+        sink = EventSink(logger=None, subscribers=[exporter])
+        async with Session(agent, events=sink) as session:
+            with pytest.raises(Interrupted):
+                await session.run("look")
+            await session.resume(decisions={"s1": Approve()})
+        spans = memory.get_finished_spans()
+        first, second = sorted(
+            by_name(spans, "execute_tool helper"), key=lambda s: s.start_time or 0
+        )
+        assert first.attributes["tinyctx.tool.suspended"] == "helper/Approvals"  # type: ignore[index]
+        assert second.attributes is not None
+        assert "tinyctx.tool.suspended" not in second.attributes
+        assert first.attributes["gen_ai.tool.call.id"] == "h1"  # type: ignore[index]
+        assert second.attributes["gen_ai.tool.call.id"] == "h1"
+        (searched,) = by_name(spans, "execute_tool search")
+        assert searched.attributes["gen_ai.tool.call.id"] == "s1"  # type: ignore[index]
+
     async def test_a_tool_retry_is_a_span_event(self, anyio_backend: str) -> None:
         """A tool call retried after a failure shows the attempt on the run's span."""
         from tinyctx.middleware import ToolRetry

@@ -27,6 +27,7 @@ from tinyctx import (
     Tool,
     ToolCall,
     ToolCallHandler,
+    ToolCallSuspended,
     ToolResult,
     check_pairing,
     decode_checkpoint,
@@ -44,7 +45,7 @@ from tinyctx.middleware import (
     run_subagent,
     subagent_tool,
 )
-from tinyctx.testing import FakeTool, ScriptedModel, call, reply
+from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply
 
 
 def results_of(messages: Any) -> dict[str, list[str]]:
@@ -128,13 +129,20 @@ class TestSubagentReview:
         and the parent's later calls run."""
         case = Reviewed()
         async with Session(case.parent) as session:
-            await pause(session)
-            result = await session.resume(decisions={"d1": Approve()})
+            with capture_events() as events:
+                await pause(session)
+                result = await session.resume(decisions={"d1": Approve()})
             history = session.conversation_messages
         assert result.status == "completed" and result.final_text == "parent done"
         assert case.deployed == [{"env": "prod"}]
         assert results_of(history) == {"h1": ["shipped"], "a1": ["ok"]}
         check_pairing(history, allow_pending=False)
+        (suspended,) = [e for e in events if isinstance(e, ToolCallSuspended)]
+        assert (suspended.tool, suspended.tool_call_id, suspended.node) == (
+            "helper",
+            "h1",
+            "helper/Approvals",
+        )
         # the sub-agent's model saw the approved call's real result
         child_last = case.child_model.requests[-1].messages
         assert [m.content for m in child_last if isinstance(m, ToolResult)] == ["deployed to prod"]

@@ -115,6 +115,7 @@ from .events import (
     RunStarted,
     SubscriberFailed,
     ToolCallFinished,
+    ToolCallSuspended,
     ToolFailed,
 )
 from .frozen import (
@@ -339,6 +340,7 @@ __all__ = [
     "ModelCallFinished",
     "ModelStreamDelta",
     "ToolCallFinished",
+    "ToolCallSuspended",
     "ToolFailed",
     "ControlApplied",
     "Cancelled",

@@ -58,6 +58,7 @@ from .events import (
     RunStarted,
     SubscriberFailed,
     ToolCallFinished,
+    ToolCallSuspended,
     ToolFailed,
 )
 from .frozen import EMPTY, FrozenDict, freeze, frozen_mapping, thaw
@@ -1024,10 +1025,10 @@ class Session(Generic[Data]):
                     raise LimitExceeded("max_tool_calls", limit)
                 started = time.perf_counter()
                 running = call
-                resumed = state.resumed_call
+                resumed, resuming = state.resumed_call, None
                 if resumed is not None and resumed[0] == call.id:
-                    state.resumed_call = None
-                token = _RESUMING.set(resumed[1] if resumed is not None else None)
+                    state.resumed_call, resuming = None, resumed[1]
+                token = _RESUMING.set(resuming)
                 try:
                     result = await self.agent.tool_onion(call, ctx)
                 except ToolError as exc:
@@ -1035,6 +1036,13 @@ class Session(Generic[Data]):
                     result = tool_error_result(ctx, call, exc)
                 except Suspend as suspend:
                     running = None  # no result: the call stays pending, and runs again
+                    ctx.emit(
+                        ToolCallSuspended,
+                        tool=call.name,
+                        tool_call_id=call.id,
+                        node=suspend.node,
+                        seconds=time.perf_counter() - started,
+                    )
                     await self._suspend(state, suspend, call, calls[index:])
                 finally:
                     _RESUMING.reset(token)

@@ -35,6 +35,7 @@ __all__ = [
     "RunFinished",
     "ModelCallFinished",
     "ToolCallFinished",
+    "ToolCallSuspended",
     "ToolFailed",
     "ControlApplied",
     "Cancelled",
@@ -299,6 +300,19 @@ class ToolCallFinished(Event):
     tool: str = ""
     tool_call_id: str = ""
     is_error: bool = False
+    seconds: float = 0.0
+
+
+@frozen
+class ToolCallSuspended(Event):
+    """A tool suspended its call (:class:`~tinyctx.Suspend`): the call has no result yet, the
+    run pauses at it (``node``), and a resume runs it again."""
+
+    kind: ClassVar[str] = "tool.suspended"
+    level: ClassVar[EventLevel] = "info"
+    tool: str = ""
+    tool_call_id: str = ""
+    node: str = ""
     seconds: float = 0.0
 
 

@@ -45,6 +45,7 @@ from .events import (
     RunFinished,
     RunStarted,
     ToolCallFinished,
+    ToolCallSuspended,
     ToolFailed,
     freed_tokens,
 )
@@ -157,7 +158,7 @@ class OtelExporter:
         kind = type(event)
         if kind is ModelCallFinished:
             self._chat(event)  # type: ignore[arg-type]
-        elif kind is ToolCallFinished:
+        elif kind is ToolCallFinished or kind is ToolCallSuspended:
             self._tool(event)  # type: ignore[arg-type]
         elif kind is RunStarted:
             self._run_started(event)  # type: ignore[arg-type]
@@ -258,7 +259,7 @@ class OtelExporter:
         )
         span.end(end_time=end)
 
-    def _tool(self, event: ToolCallFinished) -> None:
+    def _tool(self, event: ToolCallFinished | ToolCallSuspended) -> None:
         end = _ns(event.timestamp)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
@@ -266,6 +267,9 @@ class OtelExporter:
             "gen_ai.tool.call.id": event.tool_call_id,
             "gen_ai.tool.type": "function",
         }
+        if isinstance(event, ToolCallSuspended):
+            # the call's first run, until it paused the run (a resume runs it again)
+            attributes["tinyctx.tool.suspended"] = event.node
         if self.capture_content:
             content = self._tool_content.pop(event.tool_call_id, None)
             if content is not None:
@@ -278,7 +282,7 @@ class OtelExporter:
             attributes=attributes,
             start_time=end - _ns(event.seconds),
         )
-        if event.is_error:
+        if isinstance(event, ToolCallFinished) and event.is_error:
             span.set_status(Status(StatusCode.ERROR, "the tool answered with an error"))
         span.end(end_time=end)
 
