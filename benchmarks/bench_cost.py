@@ -20,10 +20,11 @@ three checks of issue #20, each MET or NOT MET per transcript:
   no single layer at its defaults costs more than none;
 - few prefix breaks: ``default_stack`` breaks the cached prefix at most once per 20 calls
   at 32K;
-- the sweep: ``default_stack`` swept over its low-water mark (with its relief run of 20 and
-  without it, so the curve reaches the most context the stack can keep) against LangChain's
-  pair swept over the same knob (the tokens kept after a summary), LangChain triggered at 90% of the
-  usable window and at tinyctx's default (only a request that would not fit). Each curve is
+- the sweep: ``default_stack`` swept over its low-water mark (its main knob; printed beside
+  it, the curve with ``relief_run=0`` added, which reaches the most context the stack can
+  keep) against LangChain's pair swept over the same knob (the tokens kept after a summary),
+  LangChain triggered at 90% of the usable window and at tinyctx's default (only a request
+  that would not fit). Each curve is
   its frontier (settings no other setting beats on both cost and context), interpolated
   linearly; they are compared at equal average prompt tokens over the range both cover
   (:func:`tinyctx.cost.compare_curves`), and the table shows where ours compares worst.
@@ -421,6 +422,7 @@ def run(
     curve_table: list[str] = []
     fits_ok = breaks_ok = curve_ok = True
     curve_counts: dict[float, list[int]] = {at: [0, 0] for at in LANGCHAIN_TRIGGERS}
+    extended_counts: dict[float, int] = dict.fromkeys(LANGCHAIN_TRIGGERS, 0)
     for window in WINDOWS:
         totals: dict[str, list[float]] = {}
         if verbose:
@@ -500,22 +502,28 @@ def run(
                     )
                 )
             if with_langchain and not quick and none_over > 0 and sweeps:
-                # both settings of its relief run: at 20 (its default) a relief never leaves
-                # room for fewer than 20 calls, which caps the context a high mark keeps on
-                # a fast-growing transcript; at 0 the mark alone decides, so the curve covers
-                # every context the stack can keep (its frontier takes the cheaper)
-                ours_curve = sweep_points(
-                    messages, named["default_stack"], window, counter, price
-                ) + sweep_points(messages, _default_stack_run_off, window, counter, price)
+                # the check: default_stack() swept over its main knob, the low-water mark
+                # (its relief run stays at 20: a relief never leaves room for fewer than 20
+                # calls). Printed beside it: the curve with relief_run=0 added, which reaches
+                # the most context the stack can keep (what `tinyctx replay --sweep` shows)
+                ours_curve = sweep_points(messages, named["default_stack"], window, counter, price)
+                extended = ours_curve + sweep_points(
+                    messages, _default_stack_run_off, window, counter, price
+                )
                 for at in LANGCHAIN_TRIGGERS:
                     theirs_curve = sweep_points(messages, _langchain_at(at), window, counter, price)
                     below, cells = curve_verdict(ours_curve, theirs_curve)
+                    below_extended, extended_cells = curve_verdict(extended, theirs_curve)
                     curve_ok = curve_ok and below
                     curve_counts[at][0] += below
                     curve_counts[at][1] += 1
+                    extended_counts[at] += below_extended
                     curve_table.append(f"{label} {_trigger_label(at):>5} {cells}")
+                    curve_table.append(
+                        f"{'':<40} {'':>5} {'':>5} {extended_cells}  (with relief_run=0 too)"
+                    )
                     if verbose:
-                        curve_table.append(_curve_points(ours_curve, theirs_curve))
+                        curve_table.append(_curve_points(extended, theirs_curve))
                     rows.append(
                         Row(
                             "cost: sweep vs LangChain",
@@ -529,6 +537,10 @@ def run(
                                 "ours": [p.to_json() for p in ours_curve],
                                 "langchain": [p.to_json() for p in theirs_curve],
                                 "comparison": compare_curves(ours_curve, theirs_curve).to_json(),
+                                "ours_with_relief_run_0": [p.to_json() for p in extended],
+                                "comparison_with_relief_run_0": compare_curves(
+                                    extended, theirs_curve
+                                ).to_json(),
                             },
                         )
                     )
@@ -579,7 +591,8 @@ def run(
             if runs:
                 print(
                     f"   below LangChain triggered at {_trigger_label(at)}: "
-                    f"{met} of {runs} transcript windows"
+                    f"{met} of {runs} transcript windows (with relief_run=0 too: "
+                    f"{extended_counts[at]} of {runs})"
                 )
     return rows
 
