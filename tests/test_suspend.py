@@ -23,6 +23,7 @@ from tinyctx import (
     RunConfig,
     Session,
     SqliteStore,
+    StateError,
     Suspend,
     Tool,
     ToolCall,
@@ -392,6 +393,32 @@ class TestSuspend:
                 await session.resume(decisions={"s1": Approve()})
             assert session.paused is info.value.checkpoint
             assert (await session.resume()).final_text == "done"
+
+    async def test_a_corrupted_suspension_record_is_refused(self) -> None:
+        """A checkpoint whose record of the suspended call was edited (another call, a
+        malformed record) is refused before anything runs; the intact one still resumes."""
+        agent = Agent(
+            model=ScriptedModel([reply("", call("slow", id="s1")), "done"]),
+            tools=[suspending_tool(1, [])],
+        )
+        async with Session(agent) as session:
+            with pytest.raises(Interrupted) as info:
+                await session.run("go")
+        checkpoint = info.value.checkpoint
+        state = thaw(checkpoint.state)
+        record = state["tinyctx:suspended"]
+        assert record == {"call_id": "s1", "tool": "slow", "state": {"done": 1}}
+        elsewhere = {**record, "call_id": "zz"}
+        async with Session(agent, thread_id=checkpoint.thread_id) as fresh:
+            with pytest.raises(InvalidCheckpoint, match="paused at call 'zz'"):
+                await fresh.resume(
+                    checkpoint.evolve(state={**state, "tinyctx:suspended": elsewhere})
+                )
+            with pytest.raises(StateError, match="tinyctx:suspended"):
+                await fresh.resume(checkpoint.evolve(state={"tinyctx:suspended": {"call": "s1"}}))
+            assert fresh.conversation_messages == ()
+            result = await fresh.resume(checkpoint)
+        assert result.final_text == "done"
 
     async def test_no_layer_can_swallow_a_suspension(self) -> None:
         """Suspend is a BaseException: a layer's ``except Exception`` lets it through."""
