@@ -46,6 +46,7 @@ from tinyctx.middleware import (
     run_subagent,
     subagent_tool,
 )
+from tinyctx.middleware.stacks import default_stack
 from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply
 
 
@@ -442,33 +443,58 @@ class TestSuspend:
             Suspend("")
 
     @settings(max_examples=25, deadline=None)
-    @given(st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=4))
-    def test_any_number_of_suspensions_keeps_pairing(self, rounds: list[int]) -> None:
-        """Calls that suspend any number of times each: every resume pauses at the next
-        one or finishes; each call is answered once, in order, and pairing holds."""
+    @given(
+        rounds=st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=4),
+        stacked=st.booleans(),
+        stored=st.booleans(),
+    )
+    def test_any_number_of_suspensions_keeps_pairing(
+        self, rounds: list[int], stacked: bool, stored: bool
+    ) -> None:
+        """Calls that suspend any number of times each, with or without the default stack,
+        in one session or each step in a new session on a store: every resume pauses at
+        the next one or finishes; each call is answered once, in order, and pairing holds."""
+        import tempfile
+
         import anyio
 
-        async def scenario() -> None:
-            tools = [
-                Tool(f"t{i}", "Suspends.", handler=suspending_tool(n, []).handler)
-                for i, n in enumerate(rounds)
-            ]
-            calls = [call(f"t{i}", id=f"c{i}") for i in range(len(rounds))]
-            agent = Agent(model=ScriptedModel([reply("", *calls), "done"]), tools=tools)
+        tools = [
+            Tool(f"t{i}", "Suspends.", handler=suspending_tool(n, []).handler)
+            for i, n in enumerate(rounds)
+        ]
+        calls = [call(f"t{i}", id=f"c{i}") for i in range(len(rounds))]
+        agent = Agent(
+            model=ScriptedModel([reply("", *calls), "done"]),
+            tools=tools,
+            middleware=default_stack() if stacked else [],
+        )
+
+        config = RunConfig(thread_id="t", max_tokens=200_000)
+
+        async def scenario(store: SqliteStore | None) -> None:
             pauses = 0
-            async with Session(agent) as session:
-                try:
-                    result = await session.run("go")
-                except Interrupted:
-                    pauses += 1
-                    while True:
+            result = None
+            async with Session(agent, config=config, store=store) as session:
+                step = session.run("go")
+                while result is None:
+                    try:
+                        result = await step
+                    except Interrupted:
+                        pauses += 1
                         check_pairing(session.conversation_messages)
-                        try:
-                            result = await session.resume()
-                            break
-                        except Interrupted:
-                            pauses += 1
+                        if store is not None:
+                            break  # the next step is another request's
+                        step = session.resume()
                 history = session.conversation_messages
+            while result is None:
+                assert store is not None
+                async with Session(agent, config=config, store=store) as later:
+                    try:
+                        result = await later.resume()
+                    except Interrupted:
+                        pauses += 1
+                    history = later.conversation_messages
+                    check_pairing(history)
             assert pauses == sum(rounds)
             assert result.final_text == "done"
             assert results_of(history) == {
@@ -476,4 +502,12 @@ class TestSuspend:
             }
             check_pairing(history, allow_pending=False)
 
-        anyio.run(scenario, backend="trio")
+        async def main() -> None:
+            if not stored:
+                await scenario(None)
+                return
+            with tempfile.TemporaryDirectory() as folder:
+                async with SqliteStore(Path(folder) / "t.db") as store:
+                    await scenario(store)
+
+        anyio.run(main, backend="trio")
