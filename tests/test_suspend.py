@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ from tinyctx import (
     Reject,
     ResumeError,
     Resumption,
+    RunCancelled,
     RunConfig,
     Session,
     SqliteStore,
@@ -47,7 +49,7 @@ from tinyctx.middleware import (
     subagent_tool,
 )
 from tinyctx.middleware.stacks import default_stack
-from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply
+from tinyctx.testing import HANG, FakeTool, ScriptedModel, call, capture_events, reply
 
 
 def results_of(messages: Any) -> dict[str, list[str]]:
@@ -256,6 +258,47 @@ class TestSubagentReview:
         assert inner.deployed == [{"env": "prod"}]
         assert results_of(history) == {"t1": ["middle done"]}
         assert len(middle_model.requests) == 2 and len(top_model.requests) == 2
+
+    async def test_cancelling_the_resumed_subagent_leaves_the_parent_paired(self) -> None:
+        """A cancel while the resumed sub-agent works (after the approved call ran) ends
+        the parent's run promptly; the delegating call is answered, nothing is orphaned."""
+        case = Reviewed()
+        waiting = anyio.Event()
+
+        def ask_to_wait(request: Any, ctx: RunContext[Any]) -> Any:
+            waiting.set()
+            return reply("", call("wait", id="w1"))
+
+        wait = FakeTool("wait", returns=HANG)
+        child = case.child.evolve(
+            model=ScriptedModel(
+                [
+                    reply("", call("deploy", id="d1", env="prod")),
+                    ask_to_wait,
+                    "never",
+                ]
+            ),
+            tools=[case.deploy, wait.tool],
+        )
+        parent = case.parent.evolve(tools=[subagent_tool(child), case.after.tool])
+        async with Session(parent) as session:
+            await pause(session)
+
+            async def cancel_when_waiting() -> None:
+                await waiting.wait()
+                session.cancel_run("user left")
+
+            with anyio.fail_after(5):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(cancel_when_waiting)
+                    with pytest.raises(RunCancelled):
+                        await session.resume(decisions={"d1": Approve()})
+            history = session.conversation_messages
+        assert case.deployed == [{"env": "prod"}] and case.after.calls == []
+        check_pairing(history, allow_pending=False)
+        answered = results_of(history)
+        assert set(answered) == {"h1", "a1"}
+        assert "interrupted while running" in answered["h1"][0]
 
     async def test_without_suspend_the_old_note_and_the_childs_payload(self) -> None:
         """subagent_tool(suspend=False) keeps the earlier contract: the call returns a note
