@@ -464,6 +464,29 @@ class TestSuspend:
             result = await fresh.resume(checkpoint)
         assert result.final_text == "done"
 
+    async def test_a_suspended_call_whose_tool_is_gone(self) -> None:
+        """A later process whose agent no longer has the suspended call's tool: decisions
+        for it are refused naming the tool; without decisions the call runs again and the
+        model reads that the tool is unknown, pairing intact."""
+        agent = Agent(
+            model=ScriptedModel([reply("", call("slow", id="s1")), "done"]),
+            tools=[suspending_tool(1, [])],
+        )
+        async with Session(agent) as session:
+            with pytest.raises(Interrupted) as info:
+                await session.run("go")
+        checkpoint = info.value.checkpoint
+        redeployed = agent.evolve(tools=[], model=ScriptedModel(["answered anyway"]))
+        async with Session(redeployed, thread_id=checkpoint.thread_id) as later:
+            with pytest.raises(ResumeError, match="tool 'slow', which this agent does not have"):
+                await later.resume(checkpoint, decisions={"x": Approve()})
+            result = await later.resume(checkpoint)
+            history = later.conversation_messages
+        assert result.final_text == "answered anyway"
+        (answer,) = results_of(history)["s1"]
+        assert "unknown tool 'slow'" in answer
+        check_pairing(history, allow_pending=False)
+
     async def test_no_layer_can_swallow_a_suspension(self) -> None:
         """Suspend is a BaseException: a layer's ``except Exception`` lets it through."""
         agent = Agent(
