@@ -484,6 +484,7 @@ class TestEncodingRefusals:
         with pytest.raises(CodecError) as info:
             encode_messages([UserMessage("ok"), UserMessage("x", metadata=metadata)])
         assert info.value.path == f"messages[1].{path}"
+        assert " a object" not in str(info.value) and " a int" not in str(info.value)
 
     def test_checkpoint_paths_name_the_nested_field(self) -> None:
         """A bad value deep in a checkpoint is named from the top (a bad tool argument
@@ -496,6 +497,7 @@ class TestEncodingRefusals:
         with pytest.raises(CodecError) as info:
             encode_checkpoint(bad_config)
         assert info.value.path == "run_config.configurable.view"
+        assert "an object is not a JSON value" in str(info.value)
         with pytest.raises(CodecError) as info:
             encode_checkpoint(_checkpoint(state={"Layer": {"x": object()}}))
         assert info.value.path == "state.Layer.x"

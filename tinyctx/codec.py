@@ -41,7 +41,7 @@ from typing import Any, Final, TypeVar, cast, overload
 from .agent import Checkpoint
 from .context import RunConfig
 from .documents import TEXT_HOLE, SplitDocuments, join_document
-from .errors import ConfigError, TinyCtxError
+from .errors import ConfigError, TinyCtxError, a_type
 from .frozen import EMPTY, FrozenDict
 from .messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult, UserMessage
 from .model import Usage
@@ -150,7 +150,8 @@ def _raise_bad(base: str, bad: _Bad) -> CodecError:
 
 
 def _kind(value: object) -> str:
-    return type(value).__name__
+    """The type of ``value`` with its article: "a dict", "an object"."""
+    return a_type(type(value))
 
 
 def _plain(value: Any) -> Any:
@@ -166,7 +167,7 @@ def _plain(value: Any) -> Any:
         out: dict[str, Any] = {}
         for key, item in value.items():
             if type(key) is not str:
-                raise _Bad(f"mapping key {key!r} is a {_kind(key)}; JSON keys are strings")
+                raise _Bad(f"mapping key {key!r} is {_kind(key)}; JSON keys are strings")
             try:
                 out[key] = _plain(item)
             except _Bad as bad:
@@ -191,7 +192,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float):
         return _plain(float(value))
     raise _Bad(
-        f"a {_kind(value)} is not a JSON value "
+        f"{_kind(value)} is not a JSON value "
         "(allowed: str, int, finite float, bool, None, mappings with str keys, sequences)"
     )
 
@@ -254,7 +255,7 @@ def _message_obj(message: Message) -> dict[str, Any]:
             obj["is_error"] = True
     else:
         raise _Bad(
-            f"a {t.__name__} cannot be encoded "
+            f"{a_type(t)} cannot be encoded "
             "(allowed: SystemMessage, UserMessage, AssistantMessage, ToolResult)"
         )
     if not message.essential:
@@ -278,9 +279,7 @@ def _parts_obj(parts: tuple[Part, ...]) -> list[Any]:
             bad.parts += (index, "content")
             raise
         except AttributeError:
-            wrong = _Bad(
-                f"a {_kind(part)} is not a content part (TextPart, ImagePart, DocumentPart)"
-            )
+            wrong = _Bad(f"{_kind(part)} is not a content part (TextPart, ImagePart, DocumentPart)")
             wrong.parts += (index, "content")
             raise wrong from None
     return out
@@ -350,7 +349,7 @@ def _config_obj(config: RunConfig) -> dict[str, Any]:
 
 def _state_obj(state: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(state, Mapping):
-        raise _Bad(f"layer state is a mapping of layer names, got a {_kind(state)}")
+        raise _Bad(f"layer state is a mapping of layer names, got {_kind(state)}")
     plain: dict[str, Any] = _plain(state)
     return plain
 
@@ -415,7 +414,7 @@ def encode_messages(
 def encode_checkpoint(checkpoint: Checkpoint) -> str:
     """The document of an interrupted run's checkpoint, layer state included."""
     if not isinstance(checkpoint, Checkpoint):
-        raise CodecError("", f"expected a Checkpoint, got a {_kind(checkpoint)}")
+        raise CodecError("", f"expected a Checkpoint, got {_kind(checkpoint)}")
     return _document(_checkpoint_obj, checkpoint)
 
 
@@ -444,7 +443,7 @@ def encode(value: Message | ToolCall | Usage | RunConfig | Checkpoint | Mapping[
         return encode_state(value)
     raise CodecError(
         "",
-        f"a {_kind(value)} cannot be encoded (allowed: a Message, ToolCall, Usage, RunConfig, "
+        f"{_kind(value)} cannot be encoded (allowed: a Message, ToolCall, Usage, RunConfig, "
         "Checkpoint or a mapping of layer state)",
     )
 
@@ -467,7 +466,7 @@ def _rebase(prefix: str, exc: CodecError) -> CodecError:
 
 def _parse(doc: str | bytes) -> dict[str, Any]:
     if not isinstance(doc, (str, bytes, bytearray)):
-        raise CodecError("", f"a document is a str, got a {_kind(doc)}")
+        raise CodecError("", f"a document is a str, got {_kind(doc)}")
     try:
         obj = _fast_loads(doc) if isinstance(doc, str) else json.loads(doc)
     except json.JSONDecodeError as exc:
@@ -509,7 +508,7 @@ def _json_kind(value: object) -> str:
         bool: "a boolean",
         int: "a number",
         float: "a number",
-    }.get(type(value), f"a {_kind(value)}")
+    }.get(type(value), f"{_kind(value)}")
 
 
 def _unexpected(obj: dict[str, Any], allowed: frozenset[str]) -> CodecError:

@@ -32,6 +32,12 @@ __all__ = [
 ]
 
 
+def a_type(kind: type) -> str:
+    """A type's name with its article, for error messages: "a dict", "an int"."""
+    name = kind.__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 class TinyCtxError(Exception):
     """Base of every error tinyctx raises on purpose."""
 

@@ -17,7 +17,7 @@ import attrs
 from attrs import field, frozen
 from attrs.validators import instance_of
 
-from .errors import PairingError
+from .errors import PairingError, a_type
 from .frozen import EMPTY, FrozenDict, frozen_mapping
 from .parts import (
     Content,
@@ -88,14 +88,14 @@ def _json_problem(value: Any) -> str | None:
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
-                return f"the object key {key!r} is a {type(key).__name__}, not a str"
+                return f"the object key {key!r} is {a_type(type(key))}, not a str"
             problem = _json_problem(item)
             if problem is not None:
                 return problem
         return None
     if isinstance(value, (int, float)):  # int and float subclasses (enums...) stay numbers
         return None
-    return f"a {t.__name__} is not a JSON value"
+    return f"{a_type(t)} is not a JSON value"
 
 
 def _json_arguments(instance: ToolCall, attribute: Any, value: FrozenDict[str, Any]) -> None:
