@@ -270,7 +270,16 @@ async def run_subagent(
     ctx.cancellation.raise_if_cancelled("subagent")
     if suspend and resume is None:
         resume, decisions = _suspended_subagent(label, decisions)
-    child = _child_context(agent, ctx, label, tags, metadata, thread_id, data, inherit_tools)
+    child = _child_context(
+        agent,
+        ctx,
+        label,
+        tags=tags,
+        metadata=metadata,
+        thread_id=thread_id,
+        data=data,
+        inherit_tools=inherit_tools,
+    )
     try:
         async with Session(agent, ctx=child, grace_period=grace_period) as session:
             if resume is not None:
@@ -329,15 +338,22 @@ async def run_subagent(
     return SubagentResult(result.status, result.final_text, run_id=result.run_id, result=result)
 
 
+_CHILD_OPTIONS: frozenset[str] = frozenset(
+    {"tags", "metadata", "thread_id", "data", "inherit_tools"}
+)
+"""The options of :func:`run_subagent` that shape the sub-agent's context."""
+
+
 def _child_context(
     agent: Agent,
     ctx: RunContext[Any],
     label: str,
-    tags: Iterable[str],
-    metadata: Mapping[str, Any] | None,
-    thread_id: str | None,
-    data: Any,
-    inherit_tools: bool,
+    *,
+    tags: Iterable[str] = (),
+    metadata: Mapping[str, Any] | None = None,
+    thread_id: str | None = None,
+    data: Any = _UNSET,
+    inherit_tools: bool = False,
 ) -> RunContext[Any]:
     derive_options: dict[str, Any] = {} if data is _UNSET else {"data": data}
     return ctx.derive(
@@ -387,19 +403,9 @@ class SubagentTool(Tool):
     async def check_resume(
         self, state: Any, decisions: Mapping[str, Decision], ctx: RunContext[Any]
     ) -> None:
-        options = self.subagent_options
-        label = options.get("name") or self.agent.name
-        checkpoint = _paused_subagent(label, state)
-        child = _child_context(
-            self.agent,
-            ctx,
-            label,
-            options.get("tags", ()),
-            options.get("metadata"),
-            options.get("thread_id"),
-            options.get("data", _UNSET),
-            bool(options.get("inherit_tools", False)),
-        )
+        checkpoint = _paused_subagent(self.name, state)
+        shape = {k: v for k, v in self.subagent_options.items() if k in _CHILD_OPTIONS}
+        child = _child_context(self.agent, ctx, self.name, **shape)
         async with Session(self.agent, ctx=child) as session:
             await session.check_resume(checkpoint, decisions=decisions)
 
@@ -445,5 +451,5 @@ def subagent_tool(
         },
         handler=delegate,
         agent=agent,
-        subagent_options=MappingProxyType({**options, "name": label}),
+        subagent_options=MappingProxyType(options),
     )

@@ -732,9 +732,7 @@ class Session(Generic[Data]):
         before the run goes on (refused decisions, a run-start hook raised, the caller
         cancelled) leaves the session paused on the same checkpoint.
         """
-        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
-            raise TypeError(f"resume needs a Checkpoint, got {type(checkpoint).__name__}")
-        given = _checked_decisions(decisions)
+        given = _checked_resume_args("resume", checkpoint, decisions)
         self._enter_run()
         try:
             checkpoint = self._resumable(checkpoint)
@@ -765,9 +763,7 @@ class Session(Generic[Data]):
         refuses, ``ResumeError`` for decisions it refuses), and change nothing: a review UI
         checks a reviewer's decisions before it stores or posts them. The layers'
         ``on_resume`` hooks run on a copy of the run's state that is then dropped."""
-        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
-            raise TypeError(f"check_resume needs a Checkpoint, got {type(checkpoint).__name__}")
-        given = _checked_decisions(decisions)
+        given = _checked_resume_args("check_resume", checkpoint, decisions)
         self._enter_run()
         try:
             checkpoint = self._resumable(checkpoint)
@@ -1081,9 +1077,8 @@ class Session(Generic[Data]):
         ctx = state.ctx
         record = ctx.run_state(_SUSPENDED, _Suspended)
         record.call_id, record.tool, record.state = call.id, call.name, suspend.state
-        control = stronger(suspend.interrupt, ctx.take_control())  # a pause outranks a stop
-        assert control is not None
-        await self._apply(state, control, "in_tool", pending)
+        ctx.take_control()  # a pause outranks whatever was requested meanwhile
+        await self._apply(state, suspend.interrupt, "in_tool", pending)
 
     # -- checkpoints and control ----------------------------------------------------------
 
@@ -1380,6 +1375,15 @@ async def _take_suspension(
 def _pause_label(checkpoint: Checkpoint) -> str:
     pending = ", ".join(repr(c.id) for c in checkpoint.pending) or "no calls"
     return f"run {checkpoint.run_id!r} at node {checkpoint.node!r}, pending {pending}"
+
+
+def _checked_resume_args(
+    verb: str, checkpoint: Checkpoint | None, decisions: Mapping[str, Decision] | None
+) -> FrozenDict[str, Decision]:
+    """The decisions of a resume (or its check), its checkpoint's type checked first."""
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise TypeError(f"{verb} needs a Checkpoint, got {type(checkpoint).__name__}")
+    return _checked_decisions(decisions)
 
 
 def _checked_decisions(decisions: Mapping[str, Decision] | None) -> FrozenDict[str, Decision]:

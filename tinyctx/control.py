@@ -43,13 +43,17 @@ class StopWithFinal:
         return self.text
 
 
-def _json_payload(value: Any) -> Any:
+def _frozen_json(value: Any, owner: str, name: str) -> Any:
     """Deep-freeze ``value`` and check it is JSON data (so a store can keep the checkpoint)."""
     frozen_value = freeze(value)
-    problem = _json_problem(frozen_value, "payload")
+    problem = _json_problem(frozen_value, name)
     if problem is not None:
-        raise TypeError(f"Interrupt.{problem}")
+        raise TypeError(f"{owner}.{problem}")
     return frozen_value
+
+
+def _json_payload(value: Any) -> Any:
+    return _frozen_json(value, "Interrupt", "payload")
 
 
 def _json_problem(value: Any, path: str) -> str | None:
@@ -121,10 +125,7 @@ class Suspend(BaseException):
         if not isinstance(node, str) or not node:
             raise TypeError(f"Suspend.node must be a non-empty string, got {node!r}")
         self.interrupt = Interrupt(node, message, payload)
-        self.state = freeze(state)
-        problem = _json_problem(self.state, "state")
-        if problem is not None:
-            raise TypeError(f"Suspend.{problem}")
+        self.state = _frozen_json(state, "Suspend", "state")
         super().__init__(self.interrupt.detail)
 
     @property

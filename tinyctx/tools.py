@@ -27,7 +27,7 @@ from attrs.validators import instance_of
 
 from .cancel import CancellationToken
 from .docstrings import parse_docstring
-from .errors import TinyCtxError
+from .errors import ResumeError, TinyCtxError
 from .events import EventSink
 from .frozen import EMPTY, FrozenDict, frozen_mapping
 from .messages import ToolResult
@@ -137,8 +137,6 @@ class Tool:
         review (a sub-agent's) checks them here.
         """
         if decisions:
-            from .errors import ResumeError
-
             raise ResumeError(
                 [
                     f"decisions were given for {sorted(decisions)}, but the run is paused at "
