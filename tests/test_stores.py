@@ -173,6 +173,21 @@ class TestSqliteStore:
             SqliteStore(3)  # type: ignore[arg-type]
         with pytest.raises(ConfigError, match=r"SqliteStore\.timeout.*> 0"):
             SqliteStore("x.db", timeout=0)
+        for bad in (-1, 1.5, True, "64MB"):
+            with pytest.raises(ConfigError, match=r"SqliteStore\.cache_bytes.*number of bytes"):
+                SqliteStore("x.db", cache_bytes=bad)  # type: ignore[arg-type]
+
+    async def test_the_page_cache_is_what_cache_bytes_says(self, tmp_path: Path) -> None:
+        """The connection's page cache holds a long thread (64 MiB by default), or what the
+        application gives."""
+
+        def cache_kib(conn: sqlite3.Connection) -> int:
+            return -int(conn.execute("PRAGMA cache_size").fetchone()[0])
+
+        async with SqliteStore(tmp_path / "a.db") as store:
+            assert await store._run(cache_kib) == 64 * 1024
+        async with SqliteStore(tmp_path / "b.db", cache_bytes=8 << 20) as store:
+            assert await store._run(cache_kib) == 8 * 1024
 
     async def test_an_unopenable_path_raises_what_sqlite_says(self, tmp_path: Path) -> None:
         """SQLite's own error, with the file it could not open and what to check."""

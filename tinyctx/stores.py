@@ -19,7 +19,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 import anyio
 from attrs import field, frozen
@@ -1053,6 +1053,9 @@ def _delete_thread(conn: sqlite3.Connection, thread_id: str) -> bool:
 
 
 _MMAP_BYTES = 256 << 20
+
+DEFAULT_CACHE_BYTES: Final = 64 << 20
+"""``SqliteStore(cache_bytes=...)``: SQLite's page cache for the store's connection."""
 """How much of the file SQLite may memory-map for reads (a limit, not an allocation)."""
 
 
@@ -1086,13 +1089,19 @@ class SqliteStore:
         *,
         timeout: float = 30.0,
         archive_retention: float | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise ConfigError("path", path, "a file path (str or os.PathLike)", owner="SqliteStore")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ConfigError("timeout", timeout, "a number of seconds > 0", owner="SqliteStore")
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise ConfigError(
+                "cache_bytes", cache_bytes, "an integer number of bytes >= 0", owner="SqliteStore"
+            )
         self.path: str = os.fspath(path)
         self.timeout = float(timeout)
+        self.cache_bytes = cache_bytes
         self.archive_retention = _retention(archive_retention, "SqliteStore")
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
@@ -1146,6 +1155,11 @@ class SqliteStore:
             # reads map the file instead of copying each page through read(): loading a
             # long thread reads a few MB, and this halves its time (writes still use the WAL)
             conn.execute(f"PRAGMA mmap_size={_MMAP_BYTES}")
+            # SQLite still walks a long thread's pages through its page cache (2 MB by
+            # default, less than a 2000-message thread): a cache that holds the threads a
+            # process serves saves re-reading them on every load (pages are allocated as
+            # used; another connection's write invalidates them)
+            conn.execute(f"PRAGMA cache_size={-(self.cache_bytes // 1024)}")
             _migrate(conn, self.path)
             conn.path = self.path
             (conn.schema_cookie,) = conn.execute("PRAGMA schema_version").fetchone()
