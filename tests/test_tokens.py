@@ -260,7 +260,8 @@ class TestReferenceFormula:
 
 _ESCAPE_HEAVY = st.lists(
     st.sampled_from(
-        [" ", "    ", '"', "\\", "\n", "\t", "\r", "\b", "\f", "\x00", "\x1f", "a", "é", "日"]
+        [" ", "    ", '"', "\\", "\n", "\t", "\r", "\b", "\f", "\x00", "\x1f", "\x7f", "/"]
+        + ["a", "é", "日", "\u2028"]
     ),
     max_size=12,
 ).map("".join)
