@@ -70,6 +70,7 @@ from .inheritance import (
     Inherit,
     SubagentFinished,
     SubagentResult,
+    check_subagent_resume,
     run_subagent,
     subagent_tool,
 )
@@ -150,6 +151,7 @@ __all__ = [
     "Relief",
     "Inherit",
     "run_subagent",
+    "check_subagent_resume",
     "subagent_tool",
     "SubagentResult",
     "SubagentFinished",

@@ -82,6 +82,7 @@ from .context_view import ContextPolicy, ContextViewBuilt, ViewSpec, view_as_tie
 __all__ = [
     "Inherit",
     "run_subagent",
+    "check_subagent_resume",
     "subagent_tool",
     "SubagentResult",
     "SubagentStatus",
@@ -403,11 +404,35 @@ class SubagentTool(Tool):
     async def check_resume(
         self, state: Any, decisions: Mapping[str, Decision], ctx: RunContext[Any]
     ) -> None:
-        checkpoint = _paused_subagent(self.name, state)
         shape = {k: v for k, v in self.subagent_options.items() if k in _CHILD_OPTIONS}
-        child = _child_context(self.agent, ctx, self.name, **shape)
-        async with Session(self.agent, ctx=child) as session:
-            await session.check_resume(checkpoint, decisions=decisions)
+        await check_subagent_resume(self.agent, state, decisions, ctx, name=self.name, **shape)
+
+
+async def check_subagent_resume(
+    agent: Agent,
+    state: Any,
+    decisions: Mapping[str, Decision],
+    ctx: RunContext[Any],
+    *,
+    name: str | None = None,
+    **options: Any,
+) -> None:
+    """Raise :class:`~tinyctx.ResumeError` when ``decisions`` cannot resume the sub-agent
+    pause a call suspended with (``state``, from :func:`run_subagent` with ``suspend``),
+    before anything runs: the body of ``Tool.check_resume`` for a tool of your own that runs
+    a sub-agent. Give the ``name`` and the options that shape the sub-agent's context
+    (``tags``, ``metadata``, ``thread_id``, ``data``, ``inherit_tools``) the tool gives
+    :func:`run_subagent`."""
+    unknown = sorted(set(options) - _CHILD_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"check_subagent_resume got {unknown}; it takes name= and {sorted(_CHILD_OPTIONS)}"
+        )
+    label = name or agent.name
+    checkpoint = _paused_subagent(label, state)
+    child = _child_context(agent, ctx, label, **options)
+    async with Session(agent, ctx=child) as session:
+        await session.check_resume(checkpoint, decisions=decisions)
 
 
 def subagent_tool(

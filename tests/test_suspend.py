@@ -3,10 +3,12 @@ review completed through its parent's resume (in memory and through a store)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,6 +29,7 @@ from tinyctx import (
     SqliteStore,
     StateError,
     Suspend,
+    TinyCtxError,
     Tool,
     ToolCall,
     ToolCallHandler,
@@ -45,6 +48,7 @@ from tinyctx.middleware import (
     CallLimits,
     ContextPolicy,
     Inherit,
+    check_subagent_resume,
     run_subagent,
     subagent_tool,
 )
@@ -358,6 +362,12 @@ class TestSubagentReview:
         assert case.child_model.requests == []
         assert resumption() is None
 
+    async def test_check_subagent_resume_takes_only_the_context_options(self) -> None:
+        """An option that does not shape the sub-agent's context is a mistake, named."""
+        case = Reviewed()
+        with pytest.raises(TypeError, match=r"got \['grace_period'\]; it takes name= and"):
+            await check_subagent_resume(case.child, {}, {}, RunContext.new(), grace_period=1)
+
     def test_subagent_tool_refuses_resume_options(self) -> None:
         """A resume brings the checkpoint and decisions; the tool cannot fix them."""
         case = Reviewed()
@@ -498,6 +508,108 @@ class TestSuspend:
             with pytest.raises(Interrupted):
                 await session.run("go")
             assert results_of(session.conversation_messages) == {}
+
+    async def test_a_subagent_beside_a_heartbeat_in_a_task_group_pauses_the_parent(self) -> None:
+        """A tool that runs its sub-agent in a task group (a heartbeat beside it) gets the
+        Suspend back in an exception group: the parent still pauses at the call, and the
+        resume completes the review."""
+        case = Reviewed()
+        beats: list[str] = []
+
+        async def watched(arguments: Any, ctx: RunContext[Any]) -> str:
+            async def heartbeat() -> None:
+                while True:
+                    beats.append("beat")
+                    await anyio.lowlevel.checkpoint()
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(heartbeat)
+                done = await run_subagent(case.child, arguments["task"], ctx, suspend=True)
+                group.cancel_scope.cancel()
+            return done.text
+
+        class Watched(Tool):
+            async def check_resume(
+                self, state: Any, decisions: Mapping[str, Any], ctx: RunContext[Any]
+            ) -> None:
+                await check_subagent_resume(case.child, state, decisions, ctx)
+
+        tool = Watched(
+            "helper",
+            "Delegate.",
+            {"type": "object", "properties": {"task": {"type": "string"}}},
+            handler=watched,
+        )
+        parent = Agent(model=case.parent_model, tools=[tool, case.after.tool])
+        async with Session(parent) as session:
+            paused = await pause(session)
+            assert paused.node == "helper/Approvals"
+            assert [c.id for c in paused.checkpoint.pending] == ["h1", "a1"]
+            assert results_of(session.conversation_messages) == {}
+            with pytest.raises(ResumeError, match="unknown call id 'zz'"):
+                await session.check_resume(decisions={"zz": Approve()})
+            result = await session.resume(decisions={"d1": Approve()})
+            history = session.conversation_messages
+        assert result.final_text == "parent done"
+        assert case.deployed == [{"env": "prod"}]
+        assert results_of(history) == {"h1": ["shipped"], "a1": ["ok"]}
+        assert beats
+        check_pairing(history, allow_pending=False)
+
+    async def test_two_suspensions_of_one_call_fail_clearly(self) -> None:
+        """Work in one call that pauses at two nodes at once cannot be resumed as one
+        pause: the run fails naming both, and the call is answered."""
+        reached = anyio.Event()
+
+        async def twice(arguments: Any, ctx: RunContext[Any]) -> str:
+            async def second() -> None:
+                with anyio.CancelScope(shield=True):
+                    await reached.wait()
+                raise Suspend("b")
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(second)
+                await anyio.sleep(0.01)
+                reached.set()
+                raise Suspend("a")
+
+        agent = Agent(
+            model=ScriptedModel([reply("", call("twice", id="t1")), "done"]),
+            tools=[Tool("twice", "Pauses twice.", handler=twice)],
+        )
+        async with Session(agent) as session:
+            twice_at_once = r"suspended 2 times at once \(nodes ('a', 'b'|'b', 'a')\)"
+            with pytest.raises(TinyCtxError, match=twice_at_once):
+                await session.run("go")
+            history = session.conversation_messages
+        check_pairing(history, allow_pending=False)
+        assert results_of(history)["t1"][0].startswith("[interrupted while running")
+
+    async def test_a_suspension_beside_a_failure_is_the_failure(self) -> None:
+        """A group holding a Suspend and an error is not a pause: the run fails with the
+        group as raised, pairing intact."""
+
+        async def broken(arguments: Any, ctx: RunContext[Any]) -> str:
+            async def fail() -> None:
+                raise ValueError("the tool's helper failed")
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(fail)
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(0.01)
+                raise Suspend("a")
+
+        agent = Agent(
+            model=ScriptedModel([reply("", call("broken", id="b1")), "done"]),
+            tools=[Tool("broken", "Fails.", handler=broken)],
+        )
+        async with Session(agent) as session:
+            with pytest.raises(BaseExceptionGroup) as info:
+                await session.run("go")
+            history = session.conversation_messages
+        assert info.group_contains(ValueError) and info.group_contains(Suspend)
+        check_pairing(history, allow_pending=False)
+        assert results_of(history)["b1"][0].startswith("[interrupted while running")
 
     def test_state_and_payload_must_be_json(self) -> None:
         """A Suspend whose state or payload a store could not keep fails where it is made."""

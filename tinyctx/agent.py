@@ -1030,7 +1030,10 @@ class Session(Generic[Data]):
                 except ToolError as exc:
                     # the onion's outer edge: a failure no layer answered reaches the model
                     result = tool_error_result(ctx, call, exc)
-                except Suspend as suspend:
+                except (Suspend, BaseExceptionGroup) as raised:
+                    # a tool that runs its work in a task group (a heartbeat beside a
+                    # sub-agent) gets its Suspend back wrapped in a group
+                    suspend = _sole_suspension(raised, call)
                     running = None  # no result: the call stays pending, and runs again
                     ctx.emit(
                         ToolCallSuspended,
@@ -1321,6 +1324,33 @@ def _same_pause(a: Checkpoint, b: Checkpoint) -> bool:
 
 _SUSPENDED = "tinyctx:suspended"
 """The run-state name under which a run remembers the call a tool suspended."""
+
+
+def _sole_suspension(raised: BaseException, call: ToolCall) -> Suspend:
+    """The Suspend a tool call raised, alone or as the only thing in (nested) exception
+    groups; anything else is raised again as it is."""
+    if isinstance(raised, Suspend):
+        return raised
+    assert isinstance(raised, BaseExceptionGroup)
+    suspensions, rest = raised.split(Suspend)
+    if suspensions is None or rest is not None:
+        raise raised
+    found: list[Suspend] = []
+    groups: list[BaseExceptionGroup[Suspend]] = [suspensions]
+    while groups:
+        for inner in groups.pop().exceptions:
+            if isinstance(inner, BaseExceptionGroup):
+                groups.append(inner)
+            else:
+                found.append(inner)
+    if len(found) > 1:
+        nodes = ", ".join(repr(s.node) for s in found)
+        raise TinyCtxError(
+            f"tool call {call.id!r} ({call.name}) suspended {len(found)} times at once "
+            f"(nodes {nodes}): a call pauses at one node, so run work that may pause in "
+            "separate tool calls"
+        ) from raised
+    return found[0]
 
 
 class _Suspended:
