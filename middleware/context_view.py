@@ -562,16 +562,3 @@ def with_step_values(request: ModelRequest, values: Mapping[str, Any]) -> ModelR
     merged = dict(current) if isinstance(current, Mapping) else {}
     merged.update(values)
     return request.with_metadata({VIEW_STEP_KEY: merged})
-
-
-def view_as_tier(configurable: Mapping[str, Any]) -> FrozenDict[str, Any]:
-    """``configurable`` with a materialized view (what :class:`~tinyctx.middleware.Inherit`
-    hands a nested run) as the plain global tier, in place of the raw tiers: what a nested
-    run's checkpoint may keep when no layer of its own redacts it. The view is filtered
-    already, so nothing its policy hid is kept, and the resumed run rebuilds the same view."""
-    view = configurable.get(VIEW_KEY)
-    if not isinstance(view, ContextView):
-        return FrozenDict(configurable)
-    out = {k: v for k, v in configurable.items() if k not in (VIEW_KEY, VIEW_STEP_KEY)}
-    out[VIEW_GLOBAL_KEY] = freeze(view.to_dict())
-    return FrozenDict(out)

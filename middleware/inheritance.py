@@ -77,7 +77,7 @@ from tinyctx import (
 from tinyctx.control import in_tool_call
 from tinyctx.events import EventLevel
 
-from .context_view import ContextPolicy, ContextViewBuilt, ViewSpec, view_as_tier
+from .context_view import ContextPolicy, ContextViewBuilt, ViewSpec
 
 __all__ = [
     "Inherit",
@@ -269,8 +269,6 @@ async def run_subagent(
             "call it from a tool's handler, or leave suspend=False"
         )
     ctx.cancellation.raise_if_cancelled("subagent")
-    if suspend and resume is None:
-        resume, decisions = _suspended_subagent(label, decisions)
     child = _child_context(
         agent,
         ctx,
@@ -281,6 +279,8 @@ async def run_subagent(
         data=data,
         inherit_tools=inherit_tools,
     )
+    if suspend and resume is None:
+        resume, decisions = _suspended_subagent(label, decisions, child)
     try:
         async with Session(agent, ctx=child, grace_period=grace_period) as session:
             if resume is not None:
@@ -299,11 +299,11 @@ async def run_subagent(
             )
         )
         if suspend:
-            # the call running the sub-agent stays open; the parent's resume runs it again
-            config = pause.run_config
-            pause = pause.evolve(
-                run_config=config.evolve(configurable=view_as_tier(config.configurable))
-            )
+            # the call running the sub-agent stays open; the parent's resume runs it again.
+            # The sub-agent's configurable is what it inherits from the parent's call, so
+            # the pause keeps none: the resume inherits it again (values a store could not
+            # keep, or a view's hidden fields, are never written)
+            pause = pause.evolve(run_config=pause.run_config.evolve(configurable=FrozenDict()))
             raise Suspend(
                 f"{label}/{paused.node}",
                 paused.message,
@@ -367,8 +367,9 @@ def _child_context(
     )
 
 
-def _paused_subagent(label: str, state: Any) -> Checkpoint:
-    """The sub-agent checkpoint a suspended call kept in ``state``."""
+def _paused_subagent(label: str, state: Any, child: RunContext[Any]) -> Checkpoint:
+    """The sub-agent checkpoint a suspended call kept in ``state``, with the configurable
+    the sub-agent inherits again (``child``'s)."""
     if not isinstance(state, Mapping) or state.get("subagent") != label:
         raise InvalidCheckpoint(
             f"the suspended call's state is not a pause of sub-agent {label!r}: {thaw(state)!r}"
@@ -377,20 +378,22 @@ def _paused_subagent(label: str, state: Any) -> Checkpoint:
     if not isinstance(document, str):
         raise InvalidCheckpoint(f"the pause of sub-agent {label!r} keeps no checkpoint")
     try:
-        return decode_checkpoint(document)
+        checkpoint = decode_checkpoint(document)
     except CodecError as exc:
         raise InvalidCheckpoint(f"the checkpoint of sub-agent {label!r}: {exc}") from exc
+    config = checkpoint.run_config.evolve(configurable=child.config.configurable)
+    return checkpoint.evolve(run_config=config)
 
 
 def _suspended_subagent(
-    label: str, decisions: Mapping[str, Decision] | None
+    label: str, decisions: Mapping[str, Decision] | None, child: RunContext[Any]
 ) -> tuple[Checkpoint | None, Mapping[str, Decision] | None]:
     """The sub-agent pause this call resumes, with the parent's resume's decisions, if the
     run is resuming the call (see :func:`tinyctx.resumption`)."""
     resumed = resumption()
     if resumed is None:
         return None, decisions
-    return _paused_subagent(label, resumed.state), resumed.decisions
+    return _paused_subagent(label, resumed.state, child), resumed.decisions
 
 
 @frozen
@@ -429,8 +432,8 @@ async def check_subagent_resume(
             f"check_subagent_resume got {unknown}; it takes name= and {sorted(_CHILD_OPTIONS)}"
         )
     label = name or agent.name
-    checkpoint = _paused_subagent(label, state)
     child = _child_context(agent, ctx, label, **options)
+    checkpoint = _paused_subagent(label, state, child)
     async with Session(agent, ctx=child) as session:
         await session.check_resume(checkpoint, decisions=decisions)
 

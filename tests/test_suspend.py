@@ -349,9 +349,39 @@ class TestSubagentReview:
             paused = await pause(session)
             stored = encode_checkpoint(paused.checkpoint)
             assert "sk-hidden" not in stored
-            assert '\\"user\\":\\"ann\\"' in stored  # what the view shows is kept
+            # the sub-agent's pause keeps no configurable: the resume inherits it again
+            state = thaw(paused.checkpoint.state)["tinyctx:suspended"]["state"]
+            assert decode_checkpoint(state["checkpoint"]).run_config.configurable == {}
             result = await session.resume(decisions={"d1": Approve()})
         assert result.final_text == "parent done" and case.deployed == [{"env": "prod"}]
+
+    async def test_the_resumed_subagent_inherits_the_parents_configurable_again(self) -> None:
+        """A value a store could not keep (a client object) in the parent's configurable
+        does not stop the sub-agent's pause in memory, and its tools see it again after the
+        parent's resume."""
+        client = object()
+        seen: list[object] = []
+
+        async def deploy(arguments: Any, ctx: RunContext[Any]) -> str:
+            seen.append(ctx.config.configurable.get("db"))
+            return "deployed"
+
+        child = Agent(
+            model=ScriptedModel([reply("", call("deploy", id="d1")), "shipped"]),
+            tools=[Tool("deploy", "Deploy.", handler=deploy)],
+            middleware=[Approvals("deploy")],
+            name="helper",
+        )
+        parent = Agent(
+            model=ScriptedModel([reply("", call("helper", id="h1", task="ship")), "done"]),
+            tools=[subagent_tool(child)],
+        )
+        async with Session(parent, config=RunConfig(configurable={"db": client})) as session:
+            paused = await pause(session)
+            assert paused.node == "helper/Approvals"
+            result = await session.resume(decisions={"d1": Approve()})
+        assert result.final_text == "done"
+        assert seen == [client]
 
     async def test_suspend_outside_a_tool_call_is_refused_up_front(self) -> None:
         """run_subagent(suspend=True) outside any tool call says so before it runs anything
