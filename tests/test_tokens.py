@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tinyctx.tokens as tokens_module
@@ -181,13 +181,30 @@ class TestColdCountingFastPath:
 
 def reference_count_text(counter: HeuristicCounter, text: str) -> int:
     """HeuristicCounter's formula written out character by character (the same float
-    operations in the same order, so the result is bit for bit what the counter gives)."""
+    operations in the same order, so the result is bit for bit what the counter gives);
+    a text longer than ``sample_above`` is measured on its sample and scaled."""
     if not text:
         return 0
+    limit = counter.sample_above
+    if limit is not None and len(text) > limit:
+        sample = reference_sample(text)
+        return max(1, math.ceil(reference_estimate(counter, sample) * len(text) / len(sample)))
+    return max(1, math.ceil(reference_estimate(counter, text)))
+
+
+def reference_sample(text: str) -> str:
+    """8 windows of 256 characters, evenly spaced, the first at the start and the last
+    at the end of ``text``."""
+    starts = [(len(text) - 256) * i // 7 for i in range(8)]
+    return "".join(text[start : start + 256] for start in starts)
+
+
+def reference_estimate(counter: HeuristicCounter, text: str) -> float:
+    """The formula over every character of ``text``, not rounded."""
     four = sum(len(run) // 4 for run in re.findall(" +", text))
     ascii_chars = sum(1 for ch in text if ord(ch) < 0x80)
     if ascii_chars == len(text):
-        return max(1, math.ceil((ascii_chars - 2 * four) / counter.chars_per_token))
+        return (ascii_chars - 2 * four) / counter.chars_per_token
     han = kana = hangul = astral = 0
     bytes_left = 0
     for ch in text:
@@ -211,7 +228,7 @@ def reference_count_text(counter: HeuristicCounter, text: str) -> int:
         )
     estimate += bytes_left / counter.nonascii_bytes_per_token
     estimate += astral * counter.astral_extra
-    return max(1, math.ceil(estimate))
+    return estimate
 
 
 _MIXED_TEXT = st.lists(
@@ -273,6 +290,64 @@ _FLAT_VALUES = (
     | _ESCAPE_HEAVY
     | st.text(max_size=12)
 )
+
+
+_LONG_PIECES = st.lists(
+    st.sampled_from(["def f(x):\n", "    return x\n", "        ", "日本語", "한국", "😀", "é─"])
+    | st.sampled_from(["word ", "\n"])
+    | st.text(max_size=8),
+    min_size=1,
+    max_size=12,
+).map(lambda pieces: "".join(pieces) or "x")
+
+
+class TestSampledLongTexts:
+    """A long text is measured on evenly spaced windows and scaled; a short one in full."""
+
+    @settings(max_examples=50, deadline=None)
+    @given(piece=_LONG_PIECES, length=st.integers(min_value=2049, max_value=20_000))
+    def test_a_long_text_counts_its_sample_scaled(self, piece: str, length: int) -> None:
+        """Past ``sample_above``: the formula over 8 windows of 256 characters, scaled to
+        the whole length; at most ``sample_above`` (or with None): every character."""
+        text = (piece * (length // len(piece) + 1))[:length]
+        for counter in (HeuristicCounter(), HeuristicCounter(sample_above=2048)):
+            assert counter.count_text(text) == reference_count_text(counter, text)
+        exact = HeuristicCounter(sample_above=None)
+        assert exact.count_text(text) == max(1, math.ceil(reference_estimate(exact, text)))
+        if length <= 4096:  # the default measures it in full
+            assert HeuristicCounter().count_text(text) == exact.count_text(text)
+
+    def test_messages_with_long_texts_count_alike_on_every_path(self) -> None:
+        """The inlined cold path samples the same texts count_text does."""
+        code = "def handler(event):\n    if event:\n        return 1\n" * 200
+        messages = (
+            UserMessage(code),
+            ToolResult("c1", "résumé ─ " * 900),
+            AssistantMessage("日本語のテキスト" * 700),
+            UserMessage(code[:4096]),
+        )
+        counter = HeuristicCounter()
+        assert counter._measure(messages) == counter._measure_parts(messages)
+        id_tokens = reference_count_text(counter, "c1")  # a tool result's call id counts too
+        assert counter._measure(messages) == [
+            reference_count_text(counter, m.text) + (id_tokens if m is messages[1] else 0)
+            for m in messages
+        ]
+
+    def test_sampling_keeps_the_count_on_real_transcripts(self, shared_data: Path) -> None:
+        """On every real transcript the sampled count is within 0.5 % of reading every
+        character."""
+        sampled, exact = HeuristicCounter(), HeuristicCounter(sample_above=None)
+        for path in sorted((shared_data / "transcripts" / "openai").glob("*.jsonl")):
+            messages = load_openai_jsonl(path)
+            full = exact.count_messages(messages)
+            assert abs(sampled.count_messages(messages) - full) <= 0.005 * full, path.name
+
+    def test_sample_above_must_leave_room_for_the_sample(self) -> None:
+        for bad in (0, 2047, -1, True, 4096.0, "4096"):
+            with pytest.raises(ConfigError, match=r"HeuristicCounter\.sample_above.*>= 2048"):
+                HeuristicCounter(sample_above=bad)  # type: ignore[arg-type]
+        assert HeuristicCounter(sample_above=None).sample_above is None
 
 
 class TestArgumentSize:

