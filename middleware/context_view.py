@@ -525,6 +525,26 @@ class ViewSpec:
         memo.configurable, memo.run, memo.value = configurable, run, value
         return value, True
 
+    def carry(
+        self, ctx: RunContext[Any], request: ModelRequest, built: Materialized
+    ) -> ModelRequest:
+        """:meth:`to_request` with ``built``'s view and header. A request that brings the
+        previous call's metadata and system prompt (the usual case) gets the previous
+        call's carrying metadata and prompt again, without merging or rendering."""
+        memo = ctx.state_for(self, _Memo)
+        metadata, system = request.metadata, request.system_prompt
+        carried = memo.carried
+        if (
+            carried is not None
+            and carried[0] is built
+            and carried[1] is metadata
+            and carried[2] is system
+        ):
+            return request.evolve(metadata=carried[3], system_prompt=carried[4])
+        out = self.to_request(request, built.view, header=built.header)
+        memo.carried = (built, metadata, system, out.metadata, out.system_prompt)
+        return out
+
     def _materialized(self, ctx: RunContext[Any], request: ModelRequest | None) -> Materialized:
         view, excluded = self.build(ctx, request)
         return Materialized(
@@ -548,12 +568,14 @@ class Materialized:
 
 
 class _Memo:
-    __slots__ = ("configurable", "run", "value")
+    __slots__ = ("carried", "configurable", "run", "value")
 
     def __init__(self) -> None:
         self.configurable: object = None
         self.run: str = ""
         self.value: Materialized | None = None
+        # (view built, request metadata, system prompt) -> the carrying metadata and prompt
+        self.carried: tuple[object, object, object, FrozenDict[str, Any], str | None] | None = None
 
 
 def with_step_values(request: ModelRequest, values: Mapping[str, Any]) -> ModelRequest:

@@ -158,7 +158,7 @@ class Inherit(Layer):
         if fresh:
             child.emit(ContextViewBuilt(fields=built.fields, excluded=built.excluded))
         if request is not None:
-            request = spec.to_request(request, built.view, header=built.header)
+            request = spec.carry(ctx, request, built)
         return child, request
 
     async def wrap_model(

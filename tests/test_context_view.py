@@ -393,6 +393,35 @@ class TestCarriers:
         assert [e.fields[-1] for e in built] == ["run_id", "extra.step", "extra.step"]
         assert model.requests[1].metadata[VIEW_KEY] is model_view
 
+    async def test_each_call_carries_its_own_prompt_and_metadata_with_a_reused_view(
+        self,
+    ) -> None:
+        """The view is reused across calls, but a call that brings another system prompt
+        or other metadata gets the header on its own prompt and the view in its own
+        metadata; one that brings the same ones gets the same carriers again."""
+        model = ScriptedModel(["a", "b", "c", "d", "e", "f"])
+        ctx = ctx_with({"region": "eu"})
+        layer = Inherit()
+        prompt_only = REQUEST.evolve(system_prompt="Be brief.")
+        metadata_only = REQUEST.evolve(metadata={"trace": "t-2"})
+        assert prompt_only.metadata is REQUEST.metadata
+        assert metadata_only.system_prompt is REQUEST.system_prompt
+        # each change comes right after a call with the same other carrier
+        sequence = (REQUEST, REQUEST, prompt_only, REQUEST, metadata_only)
+        for request in (*sequence, REQUEST.evolve(system_prompt=None)):
+            await run_layer(layer, request, ctx, model)
+        first, again, brief, back, traced, bare = model.requests
+        header = first.metadata[VIEW_KEY].render()
+        assert first.system_prompt == again.system_prompt == "You are helpful.\n\n" + header
+        assert again.metadata is first.metadata  # the same carriers, reused
+        assert brief.system_prompt == "Be brief.\n\n" + header
+        assert back.system_prompt == first.system_prompt
+        assert traced.system_prompt == first.system_prompt
+        assert traced.metadata["trace"] == "t-2" and "trace" not in first.metadata
+        assert traced.metadata[VIEW_KEY].fields()["extra.region"] == "eu"
+        assert bare.system_prompt == header
+        assert {r.metadata[VIEW_KEY] for r in model.requests} == {first.metadata[VIEW_KEY]}
+
     async def test_a_reused_view_is_rebuilt_when_its_inputs_change(self) -> None:
         model = ScriptedModel(["a", "b", "c"])
         agent = Agent(model=model, middleware=[Inherit()])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import attrs
 import pytest
 from hypothesis import given
@@ -83,6 +85,23 @@ class TestMessageValues:
     def test_bad_input_is_rejected_with_the_field(self, build, match: str) -> None:  # type: ignore[no-untyped-def]
         with pytest.raises((ValueError, TypeError), match=match):
             build()
+
+
+_SMALL_DICTS = st.dictionaries(st.sampled_from("abcde"), st.integers(), max_size=4)
+
+
+class TestFrozenDictMerge:
+    """``|`` gives a new FrozenDict with the right side winning, whatever mapping it is."""
+
+    @given(left=_SMALL_DICTS, right=_SMALL_DICTS)
+    def test_merging_frozen_plain_and_other_mappings(
+        self, left: dict[str, int], right: dict[str, int]
+    ) -> None:
+        base = FrozenDict(left)
+        for other in (FrozenDict(right), dict(right), MappingProxyType(dict(right))):
+            merged = base | other
+            assert type(merged) is FrozenDict and merged == {**left, **right}
+            assert base == left and other == right  # neither side changed
 
 
 class TestToolCallArguments:

@@ -85,7 +85,8 @@ class FrozenDict(Mapping[K, V]):
 
     def __or__(self, other: Mapping[K, V]) -> FrozenDict[K, V]:
         merged = dict(self._data)
-        merged.update(other)
+        # another FrozenDict's own dict: dict.update reads a Mapping key by key in Python
+        merged.update(other._data if type(other) is FrozenDict else other)
         return FrozenDict._wrap(merged)
 
     def __reduce__(self) -> tuple[Any, ...]:
