@@ -258,7 +258,8 @@ async def run_subagent(
     clash); by default it sees only its own. ``resume`` continues the sub-agent's paused
     run from its checkpoint, with ``decisions`` for its layers. With ``suspend`` (inside a
     tool call) a pause of the sub-agent suspends the call, and the call's run after the
-    parent's resume continues the sub-agent (see the module doc).
+    parent's resume continues the sub-agent (see the module doc); a tool of your own that
+    does this checks a resume's decisions with :func:`check_subagent_resume`.
     """
     if not isinstance(agent, Agent):
         raise TypeError(f"run_subagent needs an Agent, got {type(agent).__name__}")
