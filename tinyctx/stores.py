@@ -1053,10 +1053,10 @@ def _delete_thread(conn: sqlite3.Connection, thread_id: str) -> bool:
 
 
 _MMAP_BYTES = 256 << 20
+"""How much of the file SQLite may memory-map for reads (a limit, not an allocation)."""
 
 DEFAULT_CACHE_BYTES: Final = 64 << 20
 """``SqliteStore(cache_bytes=...)``: SQLite's page cache for the store's connection."""
-"""How much of the file SQLite may memory-map for reads (a limit, not an allocation)."""
 
 
 class SqliteStore:

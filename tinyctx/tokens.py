@@ -135,9 +135,10 @@ _SAME_IN_ORJSON: Final = frozenset((str, int, bool, type(None)))
 
 def _flat_json_chars(data: Mapping[str, Any]) -> int | None:
     """What :func:`_json_chars` measures, for an object of strings, integers, finite floats,
-    booleans and nulls, without building its text: the lengths of the keys and values plus
-    what their escapes add (one C pass over each string, no copy of the whole); -1 when a
-    string is not ASCII, None when a value is nested (the caller encodes it)."""
+    booleans and nulls, without the stdlib encoder: orjson's compact text plus the spaces it
+    leaves out, or (with a float, which orjson may write shorter) the lengths of the keys
+    and values plus what their escapes add; -1 when a string is not ASCII, None when a value
+    is nested (the caller encodes it)."""
     if not data:
         return 2
     if _orjson_dumps is not None and set(map(type, data.values())) <= _SAME_IN_ORJSON:
