@@ -757,7 +757,8 @@ class Summarize(Layer):
     and leaves the history as it was when the summary would not make it smaller.
 
     ``keep_task=True`` keeps the first user message (the task, when it is at most an eighth
-    of the history) verbatim in front of the summary. ``keep_summaries=N`` stacks summaries
+    of the usable window, or of the history when the window is unknown) verbatim in front
+    of the summary. ``keep_summaries=N`` stacks summaries
     instead of folding them: the earlier summaries at the front of the history (after the
     system messages and the kept task) stay verbatim while there are at most ``N`` of them,
     and only what follows them is summarized, into a new summary placed after them; so the
@@ -867,16 +868,26 @@ class Summarize(Layer):
         room = counter.count_messages(messages) - need - allowance - head
         return _tail_within(messages, room, counter)
 
-    def _pins_task(self, messages: tuple[Message, ...], counter: TokenCounter) -> bool:
+    def _pins_task(
+        self, messages: tuple[Message, ...], counter: TokenCounter, usable: int | None
+    ) -> bool:
         """Whether the first user message stays in front of the summary (see
         :meth:`_keeps_task`)."""
-        return self._keeps_task(messages, counter) > _system_lead(messages)
+        return self._keeps_task(messages, counter, usable) > _system_lead(messages)
 
-    def _keeps_task(self, messages: tuple[Message, ...], counter: TokenCounter) -> int:
+    def _keeps_task(
+        self, messages: tuple[Message, ...], counter: TokenCounter, usable: int | None
+    ) -> int:
         """How many leading messages stay in front of the summary: the system messages,
         and with ``keep_task`` the first user message when it is at most an eighth of the
-        history (a long one is summarized like the rest) or was kept in front of an earlier
-        summary (it stays there, and so does the cached prefix up to it)."""
+        usable window (a long one is summarized like the rest) or was kept in front of an
+        earlier summary (it stays there, and so does the cached prefix up to it).
+
+        The window, not the history: a relief's earlier policies (microcompaction) shrink
+        the history first, and a task measured against what is left of it was summarized
+        alone, which rewrote the prompt from the task on, where keeping it leaves the
+        system prompt and the task a cached prefix that survives every later relief. Only
+        without a known window is the history the measure."""
         lead = _system_lead(messages)
         if not self.keep_task or lead >= len(messages):
             return lead
@@ -884,19 +895,20 @@ class Summarize(Layer):
         if not _may_be_task(first):
             return lead
         kept_before = lead + 1 < len(messages) and is_summary(messages[lead + 1])
-        if not kept_before and counter.count_message(first) * 8 > counter.count_messages(messages):
+        room = counter.count_messages(messages) if usable is None else usable
+        if not kept_before and counter.count_message(first) * 8 > room:
             return lead
         return lead + 1
 
     def _stack_for_need(
-        self, messages: tuple[Message, ...], counter: TokenCounter, need: int
+        self, messages: tuple[Message, ...], counter: TokenCounter, need: int, usable: int | None
     ) -> tuple[int, int]:
         """As a guard's policy: ``(keep_summaries, kept_head)`` for this relief. The earlier
         summaries stay in front (``keep_summaries``, when there are at most that many) only
         while they take at most half of what the relief leaves (the history less ``need``);
         else this summary folds them all in (``0``), so they never crowd out the recent
         tail. ``kept_head`` counts the leading messages left in front of the summary."""
-        lead = self._keeps_task(messages, counter)
+        lead = self._keeps_task(messages, counter, usable)
         stacked = _stack(messages, lead, self.keep_summaries)[0]
         if stacked == lead:
             return self.keep_summaries, lead
@@ -940,7 +952,7 @@ class Summarize(Layer):
                 ctx,
                 self.keep_for(messages, ctx, counter),
                 counter=counter,
-                keep_task=self._pins_task(messages, counter),
+                keep_task=self._pins_task(messages, counter, ctx.config.usable_tokens),
                 keep_summaries=self.keep_summaries,
             )
             if stats.changed and stats.tokens_freed <= 0:
@@ -979,7 +991,9 @@ class Summarize(Layer):
         *,
         need: int,
     ) -> Relief:
-        keep_summaries, head = self._stack_for_need(messages, counter, need)
+        keep_summaries, head = self._stack_for_need(
+            messages, counter, need, ctx.config.usable_tokens
+        )
         try:
             new, stats = await summarize_history(
                 messages,
@@ -987,7 +1001,7 @@ class Summarize(Layer):
                 ctx,
                 self._keep_for_need(messages, ctx, counter, need, head),
                 counter=counter,
-                keep_task=self._pins_task(messages, counter),
+                keep_task=self._pins_task(messages, counter, ctx.config.usable_tokens),
                 forward=need > 0,
                 keep_summaries=keep_summaries,
             )

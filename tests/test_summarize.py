@@ -757,6 +757,38 @@ class TestKeepTaskAsAPolicy:
         assert counter.count_messages(history) - counter.count_messages(new) >= need
         check_pairing(new)
 
+    async def test_the_task_is_measured_against_the_window_not_what_is_left(self) -> None:
+        """A task within an eighth of the usable window stays in front even when earlier
+        policies left a history shorter than eight times it: summarizing it alone would
+        rewrite the prompt from the task on, breaking the cached prefix it anchors."""
+        task = UserMessage("the task " * 150)
+        history = (SystemMessage("sys"), task, *long_history()[7:])
+        counter = default_counter()
+        assert counter.count_message(task) * 8 > counter.count_messages(history)
+        layer = Summarize(Fixed(), keep_task=True, counter=counter)
+        window = counter.count_message(task) * 8 + 2_000
+        config = RunConfig(max_tokens=window, reserved_output_tokens=2_000)
+        ctx = RunContext.new(config, conversation=Conversation(history))
+        relief = await layer.relieve(history, ctx, counter, need=200)
+        assert relief.messages[:2] == history[:2] and is_summary(relief.messages[2])
+        # the same history without a known window: the history is the measure
+        bare = RunContext.new(conversation=Conversation(history))
+        relief = await layer.relieve(history, bare, counter, need=200)
+        assert is_summary(relief.messages[1])
+
+    async def test_a_task_over_an_eighth_of_the_window_is_summarized(self) -> None:
+        """However long the history, a task over an eighth of the usable window is
+        summarized like the rest."""
+        task = UserMessage("the task " * 40)
+        history = (SystemMessage("sys"), task, *long_history()[1:])
+        counter = default_counter()
+        assert counter.count_message(task) * 8 <= counter.count_messages(history)
+        layer = Summarize(Fixed(), keep_task=True, counter=counter)
+        config = RunConfig(max_tokens=counter.count_message(task) * 8 - 1)
+        ctx = RunContext.new(config, conversation=Conversation(history))
+        relief = await layer.relieve(history, ctx, counter, need=200)
+        assert is_summary(relief.messages[1])
+
     async def test_a_long_first_message_is_summarized_like_the_rest(self) -> None:
         """A first user message over an eighth of the history is not kept in front."""
         history = (SystemMessage("sys"), UserMessage("pasted " * 2000), *long_history()[1:])
