@@ -141,7 +141,12 @@ def _flat_json_chars(data: Mapping[str, Any]) -> int | None:
     is nested (the caller encodes it)."""
     if not data:
         return 2
-    if _orjson_dumps is not None and set(map(type, data.values())) <= _SAME_IN_ORJSON:
+    if _orjson_dumps is not None and (
+        # most calls pass one argument: its type alone, without a set of them
+        type(*data.values()) in _SAME_IN_ORJSON
+        if len(data) == 1
+        else _SAME_IN_ORJSON.issuperset(map(type, data.values()))
+    ):
         # orjson writes the same text minus the spaces after ',' and ':' (which never
         # touch a run of spaces) in one C call: cheaper than a pass per string here
         try:
