@@ -757,8 +757,8 @@ class Summarize(Layer):
     and leaves the history as it was when the summary would not make it smaller.
 
     ``keep_task=True`` keeps the first user message (the task, when it is at most an eighth
-    of the usable window, or of the history when the window is unknown) verbatim in front
-    of the summary. ``keep_summaries=N`` stacks summaries
+    of the history it fires on, or as a guard's policy of the usable window) verbatim in
+    front of the summary. ``keep_summaries=N`` stacks summaries
     instead of folding them: the earlier summaries at the front of the history (after the
     system messages and the kept task) stay verbatim while there are at most ``N`` of them,
     and only what follows them is summarized, into a new summary placed after them; so the
@@ -869,25 +869,27 @@ class Summarize(Layer):
         return _tail_within(messages, room, counter)
 
     def _pins_task(
-        self, messages: tuple[Message, ...], counter: TokenCounter, usable: int | None
+        self, messages: tuple[Message, ...], counter: TokenCounter, room: int | None = None
     ) -> bool:
         """Whether the first user message stays in front of the summary (see
         :meth:`_keeps_task`)."""
-        return self._keeps_task(messages, counter, usable) > _system_lead(messages)
+        return self._keeps_task(messages, counter, room) > _system_lead(messages)
 
     def _keeps_task(
-        self, messages: tuple[Message, ...], counter: TokenCounter, usable: int | None
+        self, messages: tuple[Message, ...], counter: TokenCounter, room: int | None = None
     ) -> int:
         """How many leading messages stay in front of the summary: the system messages,
-        and with ``keep_task`` the first user message when it is at most an eighth of the
-        usable window (a long one is summarized like the rest) or was kept in front of an
+        and with ``keep_task`` the first user message when it is at most an eighth of
+        ``room`` (a long one is summarized like the rest) or was kept in front of an
         earlier summary (it stays there, and so does the cached prefix up to it).
 
-        The window, not the history: a relief's earlier policies (microcompaction) shrink
-        the history first, and a task measured against what is left of it was summarized
-        alone, which rewrote the prompt from the task on, where keeping it leaves the
-        system prompt and the task a cached prefix that survives every later relief. Only
-        without a known window is the history the measure."""
+        ``room`` is the history, where the layer fires on its own trigger: a task kept
+        there never leaves the history near a low trigger after the summary. A guard's
+        relief passes the usable window: the guard's earlier policies (microcompaction)
+        shrink the history first, and a task measured against what is left of it was
+        summarized alone, which rewrote the prompt from the task on, where keeping it
+        leaves the system prompt and the task a cached prefix that survives every later
+        relief."""
         lead = _system_lead(messages)
         if not self.keep_task or lead >= len(messages):
             return lead
@@ -895,20 +897,21 @@ class Summarize(Layer):
         if not _may_be_task(first):
             return lead
         kept_before = lead + 1 < len(messages) and is_summary(messages[lead + 1])
-        room = counter.count_messages(messages) if usable is None else usable
+        if room is None:
+            room = counter.count_messages(messages)
         if not kept_before and counter.count_message(first) * 8 > room:
             return lead
         return lead + 1
 
     def _stack_for_need(
-        self, messages: tuple[Message, ...], counter: TokenCounter, need: int, usable: int | None
+        self, messages: tuple[Message, ...], counter: TokenCounter, need: int, room: int | None
     ) -> tuple[int, int]:
         """As a guard's policy: ``(keep_summaries, kept_head)`` for this relief. The earlier
         summaries stay in front (``keep_summaries``, when there are at most that many) only
         while they take at most half of what the relief leaves (the history less ``need``);
         else this summary folds them all in (``0``), so they never crowd out the recent
         tail. ``kept_head`` counts the leading messages left in front of the summary."""
-        lead = self._keeps_task(messages, counter, usable)
+        lead = self._keeps_task(messages, counter, room)
         stacked = _stack(messages, lead, self.keep_summaries)[0]
         if stacked == lead:
             return self.keep_summaries, lead
@@ -952,7 +955,7 @@ class Summarize(Layer):
                 ctx,
                 self.keep_for(messages, ctx, counter),
                 counter=counter,
-                keep_task=self._pins_task(messages, counter, ctx.config.usable_tokens),
+                keep_task=self._pins_task(messages, counter),
                 keep_summaries=self.keep_summaries,
             )
             if stats.changed and stats.tokens_freed <= 0:

@@ -789,6 +789,22 @@ class TestKeepTaskAsAPolicy:
         relief = await layer.relieve(history, ctx, counter, need=200)
         assert is_summary(relief.messages[1])
 
+    async def test_on_its_own_trigger_the_history_is_the_measure(self) -> None:
+        """Fired by its own (low) trigger, the layer keeps measuring the task against the
+        history: a task kept there would leave the history near the trigger, summarized
+        again at every call, however large the window."""
+        task = UserMessage("the task " * 150)
+        history = (SystemMessage("sys"), task, *long_history()[7:])
+        counter = default_counter()
+        assert counter.count_message(task) * 8 > counter.count_messages(history)
+        summarizer = Fixed()
+        layer = Summarize(summarizer, trigger_tokens=100, keep_recent=2, keep_task=True)
+        config = RunConfig(max_tokens=1_000_000)
+        ctx = RunContext.new(config, conversation=Conversation(history))
+        model = ScriptedModel(["ok"])
+        await run_layer(layer, ModelRequest(messages=history), ctx, model)
+        assert summarizer.seen[0][0] == task and is_summary(model.requests[0].messages[1])
+
     async def test_a_long_first_message_is_summarized_like_the_rest(self) -> None:
         """A first user message over an eighth of the history is not kept in front."""
         history = (SystemMessage("sys"), UserMessage("pasted " * 2000), *long_history()[1:])
