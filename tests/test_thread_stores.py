@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 import signal
 import sqlite3
@@ -129,6 +130,32 @@ def _rows(path: Path) -> list[tuple[int, str]]:
 
 class TestSqliteThreads:
     """SQLite specifics: what a write touches, many processes on one file, SIGKILL."""
+
+    async def test_a_long_thread_is_read_with_the_collector_held_off(self, tmp_path: Path) -> None:
+        """Reading a long thread's rows (a tuple per message) pauses the cyclic collector
+        and restores it; a short thread's read leaves it alone, and a collector the
+        application turned off stays off."""
+        seen: list[tuple[str, bool]] = []
+
+        def trace(statement: str) -> None:
+            if statement.startswith("SELECT doc, content"):
+                seen.append((statement, gc.isenabled()))
+
+        async with SqliteStore(tmp_path / "t.db") as store:
+            for thread, size in (("long", 100), ("short", 10)):
+                docs = encode_messages([UserMessage(f"m{i}") for i in range(size)])
+                await store.write(thread, ThreadWrite(docs), expected_version=0)
+            await store._run(lambda conn: conn.set_trace_callback(trace))
+            assert gc.isenabled()
+            assert len((await store.load_thread("long")).messages) == 100
+            assert len((await store.load_thread("short")).messages) == 10
+            assert [enabled for _, enabled in seen] == [False, True] and gc.isenabled()
+            gc.disable()
+            try:
+                await store.load_thread("long")
+                assert not gc.isenabled()
+            finally:
+                gc.enable()
 
     async def test_a_compaction_touches_only_the_replaced_range(self, tmp_path: Path) -> None:
         """Rows outside the replaced range keep their position and bytes; an append adds

@@ -28,7 +28,6 @@ stored checkpoint never holds more than the run could see.
 
 from __future__ import annotations
 
-import gc
 import inspect
 import json
 import json.encoder
@@ -38,6 +37,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar, cast, overload
 
+from ._gc import gc_paused
 from .agent import Checkpoint
 from .context import RunConfig
 from .documents import TEXT_HOLE, SplitDocuments, join_document
@@ -1002,28 +1002,17 @@ def decode_messages(docs: Sequence[str | bytes], *, path: str = "messages") -> t
     """The messages of several documents; an error names ``messages[i]`` and below."""
     out = []
     index = 0
-    # a long thread allocates thousands of small acyclic objects in one synchronous call:
-    # the cyclic collector would scan the whole heap several times meanwhile and find
-    # nothing to free, so it waits until the thread is decoded
-    pause = len(docs) > _GC_PAUSE_FROM and gc.isenabled()
-    if pause:
-        gc.disable()
     try:
-        if type(docs) is SplitDocuments:
-            for index, (head, text) in enumerate(docs.rows):  # noqa: B007 - read in the handler
-                out.append(_decode_message(head) if text is None else _decode_split(head, text))
-        else:
-            for index, doc in enumerate(docs):  # noqa: B007 - read in the handler
-                out.append(_decode_message(doc))
+        with gc_paused(len(docs)):  # thousands of acyclic objects: see tinyctx._gc
+            if type(docs) is SplitDocuments:
+                for index, (head, text) in enumerate(docs.rows):  # noqa: B007 - read below
+                    out.append(_decode_message(head) if text is None else _decode_split(head, text))
+            else:
+                for index, doc in enumerate(docs):  # noqa: B007 - read in the handler
+                    out.append(_decode_message(doc))
     except CodecError as exc:
         raise _rebase(f"{path}[{index}]", exc) from None
-    finally:
-        if pause:
-            gc.enable()
     return tuple(out)
-
-
-_GC_PAUSE_FROM: Final = 64
 
 
 def _decode_split(head: str, text: str) -> Message:

@@ -24,6 +24,7 @@ from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 import anyio
 from attrs import field, frozen
 
+from ._gc import gc_paused
 from .documents import SplitDocuments, join_document, split_document
 from .errors import ConfigError, TinyCtxError
 from .frozen import EMPTY, FrozenDict, frozen_mapping, thaw
@@ -751,10 +752,11 @@ def _load_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRecord:
         row = conn.execute(_THREAD_ROW, (thread_id,)).fetchone()
         if row is None:
             return ThreadRecord(thread_id, 0, ())
-        rows = conn.execute(
-            "SELECT doc, content FROM tinyctx_messages WHERE thread_id = ? ORDER BY pos",
-            (thread_id,),
-        ).fetchall()
+        with gc_paused(row[1]):  # a row tuple per message: see tinyctx._gc
+            rows = conn.execute(
+                "SELECT doc, content FROM tinyctx_messages WHERE thread_id = ? ORDER BY pos",
+                (thread_id,),
+            ).fetchall()
     return ThreadRecord(
         thread_id, row[0], SplitDocuments(rows), row[3], row[4], _lease_of(thread_id, row)
     )
