@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
 import time
 from pathlib import Path
@@ -13,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinyctx import SqliteStore, ThreadWrite, encode_messages
+from tinyctx._gc import gc_paused
 from tinyctx.messages import UserMessage
 from tinyctx.worker import WorkerThread
 
@@ -148,3 +151,50 @@ class TestSqliteStoreThread:
         await store.aclose()
         thread.join(5)
         assert not thread.is_alive()
+
+
+class TestCollectorPause:
+    """A long read holds the cyclic collector off, and nothing leaves it off for good."""
+
+    def test_the_pause_restores_the_collector_and_respects_one_turned_off(self) -> None:
+        """Over the threshold the collector is off inside and on after, on an error too;
+        at the threshold it stays on; one the application turned off stays off."""
+        with gc_paused(65):
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        with pytest.raises(ValueError), gc_paused(1000):
+            raise ValueError
+        assert gc.isenabled()
+        with gc_paused(64):
+            assert gc.isenabled()
+        gc.disable()
+        try:
+            with gc_paused(1000):
+                pass
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+
+    def test_a_fork_during_another_threads_pause_leaves_the_child_collecting(self) -> None:
+        """A process forked while a store's thread holds the collector off gets it back on:
+        the child has no such thread to turn it on later."""
+        holding, release = threading.Event(), threading.Event()
+
+        def read() -> None:
+            with gc_paused(1000):
+                holding.set()
+                release.wait(10)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            assert holding.wait(10) and not gc.isenabled()
+            pid = os.fork()
+            if pid == 0:  # the child: never returns into pytest
+                os._exit(0 if gc.isenabled() else 1)
+            _, status = os.waitpid(pid, 0)
+        finally:
+            release.set()
+            reader.join(10)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert gc.isenabled()
