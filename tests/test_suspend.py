@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from tinyctx import (
     Agent,
     Approve,
+    Checkpoint,
     Edit,
     Interrupted,
     InvalidCheckpoint,
@@ -421,6 +422,24 @@ def suspending_tool(times: int, seen: list[Resumption | None]) -> Tool:
     return Tool("slow", "Suspends.", handler=handler)
 
 
+def pausing_once(**options: Any) -> Agent:
+    """An agent whose model calls ``slow`` once (call ``s1``), which suspends once, then
+    says "done"."""
+    return Agent(
+        model=ScriptedModel([reply("", call("slow", id="s1")), "done"]),
+        tools=[suspending_tool(1, [])],
+        **options,
+    )
+
+
+async def first_pause(agent: Agent) -> Checkpoint:
+    """The checkpoint ``agent`` pauses with on its first run (in a session now closed)."""
+    async with Session(agent) as session:
+        with pytest.raises(Interrupted) as info:
+            await session.run("go")
+    return info.value.checkpoint
+
+
 class CatchAll(Layer):
     """A careless tool layer that turns every exception into an error result."""
 
@@ -466,10 +485,7 @@ class TestSuspend:
 
     async def test_a_plain_tool_takes_no_decisions(self) -> None:
         """Decisions for a call whose tool does not check them are refused, paused still."""
-        agent = Agent(
-            model=ScriptedModel([reply("", call("slow", id="s1")), "done"]),
-            tools=[suspending_tool(1, [])],
-        )
+        agent = pausing_once()
         async with Session(agent) as session:
             with pytest.raises(Interrupted) as info:
                 await session.run("go")
@@ -481,14 +497,8 @@ class TestSuspend:
     async def test_a_corrupted_suspension_record_is_refused(self) -> None:
         """A checkpoint whose record of the suspended call was edited (another call, a
         malformed record) is refused before anything runs; the intact one still resumes."""
-        agent = Agent(
-            model=ScriptedModel([reply("", call("slow", id="s1")), "done"]),
-            tools=[suspending_tool(1, [])],
-        )
-        async with Session(agent) as session:
-            with pytest.raises(Interrupted) as info:
-                await session.run("go")
-        checkpoint = info.value.checkpoint
+        agent = pausing_once()
+        checkpoint = await first_pause(agent)
         state = thaw(checkpoint.state)
         record = state["tinyctx:suspended"]
         assert record == {"call_id": "s1", "tool": "slow", "state": {"done": 1}}
@@ -508,14 +518,8 @@ class TestSuspend:
         """A later process whose agent no longer has the suspended call's tool: decisions
         for it are refused naming the tool; without decisions the call runs again and the
         model reads that the tool is unknown, pairing intact."""
-        agent = Agent(
-            model=ScriptedModel([reply("", call("slow", id="s1")), "done"]),
-            tools=[suspending_tool(1, [])],
-        )
-        async with Session(agent) as session:
-            with pytest.raises(Interrupted) as info:
-                await session.run("go")
-        checkpoint = info.value.checkpoint
+        agent = pausing_once()
+        checkpoint = await first_pause(agent)
         redeployed = agent.evolve(tools=[], model=ScriptedModel(["answered anyway"]))
         async with Session(redeployed, thread_id=checkpoint.thread_id) as later:
             with pytest.raises(ResumeError, match="tool 'slow', which this agent does not have"):
@@ -529,11 +533,7 @@ class TestSuspend:
 
     async def test_no_layer_can_swallow_a_suspension(self) -> None:
         """Suspend is a BaseException: a layer's ``except Exception`` lets it through."""
-        agent = Agent(
-            model=ScriptedModel([reply("", call("slow", id="s1")), "done"]),
-            tools=[suspending_tool(1, [])],
-            middleware=[CatchAll()],
-        )
+        agent = pausing_once(middleware=[CatchAll()])
         async with Session(agent) as session:
             with pytest.raises(Interrupted):
                 await session.run("go")
