@@ -1,0 +1,233 @@
+"""The C reader (tinyctx._speedups): the Python reader's results, faster, or no answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tinyctx import (
+    AssistantMessage,
+    CodecError,
+    Message,
+    ToolCall,
+    codec,
+    decode_messages,
+    encode_message,
+)
+from tinyctx import encode_messages as encode_all
+from tinyctx.documents import SplitDocuments, split_document
+from tinyctx.testing.strategies import histories, messages
+
+pytestmark = pytest.mark.skipif(
+    not codec.C_READER and os.environ.get("TINYCTX_REQUIRE_EXTENSIONS") != "1",
+    reason="tinyctx._speedups was not built here (no C compiler at install)",
+)
+
+Row = tuple[str, str | None] | str
+
+
+def _c(row: Row) -> Message | None:
+    read = codec._read_rows
+    assert read is not None, "TINYCTX_REQUIRE_EXTENSIONS=1 but tinyctx._speedups is not loaded"
+    answer: Message | None = read([row])[0]
+    return answer
+
+
+def _python(row: Row) -> tuple[str, Any]:
+    try:
+        return ("ok", codec._decode_row(row))
+    except CodecError as exc:
+        return ("error", str(exc))
+
+
+def _same(c_answer: Message | None, row: Row) -> None:
+    """The C reader's answer is the Python reader's message, field types and all, or None."""
+    if c_answer is None:
+        return
+    outcome, python = _python(row)
+    assert outcome == "ok", f"C read a document Python refuses: {row!r} ({python})"
+    assert c_answer == python
+    assert repr(c_answer) == repr(python)  # shows bool vs int, tuple vs list, nested types
+
+
+def _rows(doc: str) -> list[Row]:
+    return [doc, split_document(doc)]
+
+
+def _python_only(doc: str) -> bool:
+    """What the C reader leaves to Python in a good document: text orjson refuses (a lone
+    surrogate), numbers past 64 bits (orjson reads them as floats)."""
+    try:
+        return codec._has_big_float(orjson.loads(doc))
+    except orjson.JSONDecodeError:
+        return True
+
+
+# one field of a good document changed to a value of any kind, or taken out, or one added
+_KEYS = ("v", "role", "content", "tool_call_id", "name", "is_error", "essential", "metadata")
+_CALL_KEYS = ("id", "name", "arguments", "invalid_arguments")
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 2),
+    st.sampled_from([1.0, 2**63, 1e19, "", "x", "tool", "user", "c1", [], {}, [1], {"a": 1.5}]),
+    st.sampled_from([[{"id": "c", "name": "n"}], [{"id": "c", "name": "n"}] * 2]),
+)
+_OUT = object()  # the field taken out
+
+
+@st.composite
+def _edited(draw: st.DrawFn) -> dict[str, Any]:
+    obj: dict[str, Any] = json.loads(encode_message(draw(messages())))
+    target = obj
+    calls = obj.get("tool_calls")
+    keys = (*_KEYS, "tool_calls", "extra")
+    if calls and draw(st.booleans()):
+        target = draw(st.sampled_from(calls))
+        keys = (*_CALL_KEYS, "extra")
+    value = draw(_VALUES | st.just(_OUT))
+    key = draw(st.sampled_from(keys))
+    if value is _OUT:
+        target.pop(key, None)
+    else:
+        target[key] = value
+    return obj
+
+
+class TestSameMessagesAsPython:
+    """Wherever the C reader answers, it answers exactly what the Python reader decodes."""
+
+    @given(history=histories(pending=True))
+    def test_every_generated_history(self, history: tuple[Message, ...]) -> None:
+        """Each document, whole or split, reads to the same message; plain texts all in C."""
+        for doc, message in zip(encode_all(history), history, strict=True):
+            for row in _rows(doc):
+                answer = _c(row)
+                _same(answer, row)
+                plain = type(getattr(message, "content", None)) is str  # parts: strict reader
+                if plain and not _python_only(doc):
+                    assert answer == message
+
+    @given(obj=_edited(), split=st.booleans())
+    def test_a_document_with_any_field_changed(self, obj: dict[str, Any], split: bool) -> None:
+        """A document Python refuses gets no answer from C; one it reads, the same message."""
+        doc = json.dumps(obj)
+        if not doc.startswith('{"content":'):  # the content first, as the encoder writes it
+            content = {"content": obj.pop("content")} if "content" in obj else {}
+            doc = json.dumps({**content, **obj})
+        row: Row = split_document(doc) if split else doc
+        _same(_c(row), row)
+
+    @pytest.mark.parametrize("number", [2**63, -(2**63) - 1, 10**30, 1e19, 1.5, 2**63 - 1])
+    def test_numbers_past_64_bits_go_to_python(self, number: int | float) -> None:
+        """orjson reads a huge integer as a float; C leaves those to the stdlib's reading."""
+        message = AssistantMessage("", (ToolCall("c1", "run", {"n": [number]}),))
+        (doc,) = encode_all((message,))
+        decoded = decode_messages(SplitDocuments([split_document(doc)]))
+        assert decoded == (message,)
+        assert type(decoded[0].tool_calls[0].arguments["n"][0]) is type(number)
+
+    def test_nesting_deeper_than_the_c_reader_goes_goes_to_python(self) -> None:
+        """Arguments nested 300 deep get no C answer, and still decode."""
+        value: Any = "leaf"
+        for _ in range(300):
+            value = {"k": value}
+        message = AssistantMessage("", (ToolCall("c1", "run", {"deep": value}),))
+        (doc,) = encode_all((message,))
+        assert _c(doc) is None
+        assert decode_messages([doc]) == (message,)
+
+    def test_bytes_and_odd_rows_go_to_python(self) -> None:
+        """A row that is not a str or a (head, text) pair is the Python reader's to read."""
+        (doc,) = encode_all((AssistantMessage("hi"),))
+        assert _c(doc.encode()) is None  # type: ignore[arg-type]
+        assert _c(("{}", b"x")) is None  # type: ignore[arg-type]
+        assert decode_messages([doc.encode()]) == (AssistantMessage("hi"),)
+
+
+class TestErrorsUnchanged:
+    """With or without C, a bad document fails the same way, naming the same path."""
+
+    @pytest.mark.parametrize(
+        "doc",
+        [
+            '{"content":"x","role":"user","v":2}',
+            '{"content":"x","role":"tool","tool_call_id":5,"v":1}',
+            '{"content":"x","role":"assistant","tool_calls":[{"id":"a","name":"t"},'
+            '{"id":"a","name":"t"}],"v":1}',
+            '{"content":"x","role":"assistant","tool_calls":[{"id":"a","name":"t",'
+            '"arguments":[1]}],"v":1}',
+            '{"content":"x","metadata":"m","role":"user","v":1}',
+            '{"content":"x",}',
+        ],
+    )
+    def test_the_same_error_either_way(self, doc: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """decode_messages raises one CodecError text with the C reader and without it."""
+        (good,) = encode_all((AssistantMessage("fine"),))
+        for docs in ([good, doc], SplitDocuments([split_document(good), split_document(doc)])):
+            with pytest.raises(CodecError, match=r"messages\[1\]") as with_c:
+                decode_messages(docs)
+            monkeypatch.setattr(codec, "_read_rows", None)
+            with pytest.raises(CodecError, match=r"messages\[1\]") as without:
+                decode_messages(docs)
+            monkeypatch.undo()
+            assert str(with_c.value) == str(without.value)
+
+
+class TestBuilt:
+    """The package carries the C reader where it could be compiled, and can run without it."""
+
+    def test_loaded(self) -> None:
+        """decode_messages uses it (CI requires it: TINYCTX_REQUIRE_EXTENSIONS=1)."""
+        assert codec.C_READER
+
+    def test_turned_off_by_the_environment(self) -> None:
+        """TINYCTX_NO_EXTENSIONS=1: the Python reader alone, with the same messages."""
+        script = (
+            "from tinyctx import codec, UserMessage, encode_messages, decode_messages\n"
+            "docs = encode_messages([UserMessage('hi')])\n"
+            "assert decode_messages(docs) == (UserMessage('hi'),)\n"
+            "print(codec.C_READER)\n"
+        )
+        env = {**os.environ, "TINYCTX_NO_EXTENSIONS": "1"}
+        out = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "False"
+
+    def test_a_class_without_the_slots_is_refused(self) -> None:
+        """configure() checks every descriptor is a writable slot of its class, first."""
+        from tinyctx import _speedups
+
+        class NoSlots:
+            content = property(lambda self: "")
+
+        with pytest.raises(TypeError, match="slot"):
+            _speedups.configure(
+                loads=json.loads,
+                empty={},
+                frozen_dict=(NoSlots, (NoSlots.__dict__["content"],) * 3),
+                tool_call=(NoSlots, ()),
+                tool_result=(NoSlots, ()),
+                assistant=(NoSlots, ()),
+                user=(NoSlots, ()),
+                system=(NoSlots, ()),
+                tool_keys=frozenset(),
+                assistant_keys=frozenset(),
+                text_keys=frozenset(),
+                call_keys=frozenset(),
+                version=1,
+                big_float=1.0,
+                text_hole='{"content":null',
+            )
+        (doc,) = encode_all((AssistantMessage("still read"),))
+        assert _c(doc) == AssistantMessage("still read")  # the refused call changed nothing
