@@ -50,6 +50,7 @@ from tinyctx import (
     encode_messages,
     pending_tool_calls,
 )
+from tinyctx.codec import C_READER
 from tinyctx.documents import SplitDocuments
 from tinyctx.formats import read_transcript, to_openai
 
@@ -545,8 +546,9 @@ async def _measure(quick: bool) -> tuple[list[Row], list[str]]:
     notes.append(
         f"tinyctx load, apart: read the rows {fmt_seconds(ours['load_read'])}, decode "
         f"{fmt_seconds(ours['load_decode'])} (of which JSON parsing alone "
-        f"{fmt_seconds(ours['load_parse'])}, the rest builds typed messages; texts are read "
-        "as text from their own column)"
+        f"{fmt_seconds(ours['load_parse'])}, the rest builds typed messages "
+        f"{'in C (tinyctx._speedups)' if C_READER else 'in Python (no C reader here)'}; "
+        "texts are read as text from their own column)"
     )
     row(f"step @{len(history)} msgs (store)", "step_long", STEP_TARGET, "0.2 ms")
     row(f"step @{SHORT} msgs (store)", "step_short", STEP_TARGET, "0.2 ms")

@@ -437,17 +437,19 @@ read_rows(PyObject *module, PyObject *rows)
         PyErr_SetString(PyExc_RuntimeError, "tinyctx._speedups.configure() was not called");
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(rows, "rows must be a sequence");
+    /* a tuple of the rows (the same one when given a tuple): no other thread can change it
+       while the parser runs */
+    PyObject *seq = PySequence_Tuple(rows);
     if (seq == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject *out = PyList_New(n);
     if (out == NULL) {
         Py_DECREF(seq);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *message = read_row(PySequence_Fast_GET_ITEM(seq, i));
+        PyObject *message = read_row(PyTuple_GET_ITEM(seq, i));
         if (message == NULL) {
             if (PyErr_Occurred()) {
                 Py_DECREF(out);
