@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime
+import gc
+import weakref
 from typing import Any
 
 import anyio
@@ -27,6 +29,7 @@ from tinyctx import (
     RunContext,
     Session,
     SessionBusy,
+    SqliteStore,
     ToolCall,
     ToolResult,
     UserMessage,
@@ -98,6 +101,29 @@ class TestLoadAndWrite:
         version = (await store.load_thread("l")).version
         assert (loaded.version, loaded.messages, loaded.owner) == (version, 2, "w2")  # type: ignore[attr-defined]
         assert 0 < loaded.seconds < 5  # type: ignore[attr-defined]
+
+    async def test_a_closed_session_frees_its_thread_at_once(self, tmp_path: Any) -> None:
+        """No reference cycle keeps a closed session's context and conversation (its whole
+        loaded thread) alive until the cyclic collector comes by: a server running one
+        session per request would otherwise hold every request's thread and pay for a
+        collection over it."""
+        store = SqliteStore(tmp_path / "t.db")
+        agent = Agent(
+            model=ScriptedModel([reply("", call("t")), "done"]), tools=[FakeTool("t").tool]
+        )
+        async with Session(agent, thread_id="free", store=store) as session:
+            await session.run("hi")
+        gc.collect()
+        gc.disable()
+        try:
+            async with Session(agent, thread_id="free", store=store) as session:
+                assert len(session.conversation_messages) == 4
+                ref = weakref.ref(session.ctx)  # it holds the conversation
+            del session
+            assert ref() is None
+        finally:
+            gc.enable()
+            await store.aclose()
 
     async def test_a_new_session_continues_the_thread(self) -> None:
         """Messages written by one session are loaded by the next one of the thread."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -151,6 +152,24 @@ class TestSameMessagesAsPython:
         assert _c(doc.encode()) is None  # type: ignore[arg-type]
         assert _c(("{}", b"x")) is None  # type: ignore[arg-type]
         assert decode_messages([doc.encode()]) == (AssistantMessage("hi"),)
+
+
+class TestOutOfTheCollectorsSight:
+    """Messages built in C are not tracked by the cyclic collector, which would otherwise
+    traverse a long thread's thousands of them at every collection while they live."""
+
+    def test_messages_calls_and_mappings_are_untracked(self) -> None:
+        """Immutable and built from JSON, they can be in no cycle; refcounting frees them."""
+        message = AssistantMessage(
+            "x", (ToolCall("c1", "run", {"a": {"b": [1]}}),), metadata={"m": {"n": 1}}
+        )
+        (doc,) = encode_all((message,))
+        for row in _rows(doc):
+            built = _c(row)
+            assert built == message and built is not None
+            call = built.tool_calls[0]
+            nested = (built.metadata, built.metadata["m"], call.arguments, call.arguments["a"])
+            assert not any(gc.is_tracked(o) for o in (built, built.tool_calls, call, *nested))
 
 
 class TestErrorsUnchanged:

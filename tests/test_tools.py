@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 import functools
+import gc
 import threading
+import weakref
 from typing import Annotated, Any
 
 import anyio
@@ -324,6 +326,30 @@ class TestInjection:
                 await session.run("go")
         assert model.calls == 0
         ToolRegistry().register(remember)  # an unbound registry checks at call time
+
+    def test_a_context_and_its_registry_make_no_cycle(self) -> None:
+        """A context is freed with its last reference, though its registry checks later
+        registrations against it (a cycle would wait for the cyclic collector)."""
+        gc.disable()
+        try:
+            ctx = RunContext.new(stores={"notes": MemoryStore()})
+            ref = weakref.ref(ctx)
+            del ctx
+            assert ref() is None
+        finally:
+            gc.enable()
+
+    def test_a_registration_is_checked_after_the_bound_context_is_gone(self) -> None:
+        """A nested context outliving the root it was derived from still checks."""
+
+        @tool
+        async def remember(text: str, notes: Injected[Store]) -> str:
+            return text
+
+        child = RunContext.new().derive(thread_id="t")  # the root is dropped at once
+        gc.collect()
+        with pytest.raises(InjectionError, match="needs the store 'notes'"):
+            child.tools.register(remember)
 
     async def test_a_context_that_lost_a_value_fails_at_call_time_without_naming_it(
         self,

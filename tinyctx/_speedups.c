@@ -51,6 +51,10 @@ slot_class(PyObject *spec, SlotClass *out, int count)
     PyObject *type, *descriptors;
     if (!PyArg_ParseTuple(spec, "O!O!", &PyType_Type, &type, &PyTuple_Type, &descriptors))
         return -1;
+    if (!PyType_IS_GC((PyTypeObject *)type)) { /* every class with object slots is */
+        PyErr_Format(PyExc_TypeError, "%R is not a class with object slots", type);
+        return -1;
+    }
     if (PyTuple_GET_SIZE(descriptors) != count) {
         PyErr_Format(PyExc_TypeError, "%R: expected %d slot descriptors", type, count);
         return -1;
@@ -85,6 +89,11 @@ build(SlotClass *cls, PyObject **values)
         PyObject **slot = (PyObject **)((char *)obj + cls->offsets[i]);
         Py_XSETREF(*slot, Py_NewRef(values[i]));
     }
+    /* Out of the cyclic collector's sight (as CPython does for a tuple of atoms): it is
+       immutable and holds only what was built from JSON, so it can never be part of a
+       cycle, and a long thread's thousands of messages would otherwise be traversed at
+       every collection for as long as they live. Freed by reference counting as ever. */
+    PyObject_GC_UnTrack(obj);
     return obj;
 }
 
@@ -303,6 +312,7 @@ fast_assistant(PyObject *obj)
             }
             PyTuple_SET_ITEM(tool_calls, i, call);
         }
+        PyObject_GC_UnTrack(tool_calls); /* holds untracked calls only */
         if (n > 1) { /* call ids are unique */
             PyObject *ids = PySet_New(NULL);
             if (ids == NULL) {

@@ -455,6 +455,7 @@ class Session(Generic[Data]):
         self._current: RunContext[Data] | None = None
         self._paused: Checkpoint | None = None
         self._closed = False
+        self._lease_kept: tuple[anyio.Event, anyio.Event] | None = None  # (stop, stopped)
         # tool call ids of the history (how many messages read, the last one, the ids)
         self._ids_seen: tuple[int, Message | None, set[str]] = (0, None, set())
         self._abandoned: tuple[ToolCall, ...] = ()
@@ -520,7 +521,8 @@ class Session(Generic[Data]):
         self._base = self._base._with(background=self._background)
         if link is not None:
             self._base = self._base._with(lease_source=link.current_lease)
-            group.start_soon(link.keep_leased, self._base, name="tinyctx.lease")
+            self._lease_kept = (stop, kept) = (anyio.Event(), anyio.Event())
+            group.start_soon(_keep_leased, link, self._base, stop, kept, name="tinyctx.lease")
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -541,6 +543,13 @@ class Session(Generic[Data]):
                     await background.wait_idle()
         finally:
             background.close()
+            if self._lease_kept is not None:
+                # the lease keeper ends by itself (see ThreadLink.keep_leased); cancelled
+                # only if a renewal in flight outlasts the grace
+                stop, kept = self._lease_kept
+                stop.set()
+                with anyio.CancelScope(shield=True), anyio.move_on_after(max(self._grace, 1.0)):
+                    await kept.wait()
             group.cancel_scope.cancel()
             # our children never raise (BackgroundTasks reports their errors), so the host's
             # own exception keeps propagating as itself, never wrapped in an ExceptionGroup
@@ -1447,3 +1456,12 @@ def _input_messages(input: str | Message | Sequence[Message] | None) -> tuple[Me
         if not isinstance(message, Message):
             raise TypeError(f"input[{index}] must be a Message, got {type(message).__name__}")
     return messages
+
+
+async def _keep_leased(
+    link: ThreadLink, ctx: RunContext[Any], stop: anyio.Event, stopped: anyio.Event
+) -> None:
+    try:
+        await link.keep_leased(ctx, stop)
+    finally:
+        stopped.set()

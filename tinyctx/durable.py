@@ -266,11 +266,18 @@ class ThreadLink:
         ``ctx.thread_lease()`` reads."""
         return self.lease if self.lease is not None else self.released
 
-    async def keep_leased(self, ctx: RunContext[Any]) -> None:
-        """Renew the lease every third of its TTL until cancelled (the session's task)."""
+    async def keep_leased(self, ctx: RunContext[Any], stop: anyio.Event) -> None:
+        """Renew the lease every third of its TTL until ``stop`` is set (the session's
+        task). It ends by itself rather than by cancellation: on asyncio, anyio keeps a
+        cancelled task's exception in a reference cycle with the frames it passed through,
+        this one's ``ctx`` among them, and so the session's whole conversation would stay
+        alive until the cyclic collector came by."""
         while True:
-            await anyio.sleep(self.ttl / 3)
+            with anyio.move_on_after(self.ttl / 3):
+                await stop.wait()
             lease = self.lease
+            if stop.is_set():
+                return
             if lease is None:
                 return
             try:

@@ -29,7 +29,7 @@ from .cancel import CancellationToken
 from .docstrings import parse_docstring
 from .errors import ResumeError, TinyCtxError
 from .events import EventSink
-from .frozen import EMPTY, FrozenDict, frozen_mapping
+from .frozen import EMPTY, FrozenDict, clone_with, frozen_mapping
 from .messages import ToolResult
 from .parts import PART_TYPES, Part
 from .schema import (
@@ -232,7 +232,10 @@ class ToolRegistry:
         """
         for tool in self:
             tool.check_context(ctx)
-        self._context = ctx
+        # kept to check later registrations: the context without its registry, since the
+        # context holds this registry, and a cycle would keep a closed session's whole
+        # conversation alive until the cyclic collector came by
+        self._context = clone_with(ctx, {"tools": ToolRegistry()})
 
     def register(self, tool: Tool) -> None:
         """Add ``tool`` for this run only; an existing name raises ValueError naming both,
