@@ -13,10 +13,12 @@ from tinyctx import (
     Agent,
     AssistantMessage,
     ControlApplied,
+    Conversation,
     Interrupt,
     Interrupted,
     Layer,
     LimitExceeded,
+    Message,
     ModelCall,
     ModelRequest,
     ModelResponse,
@@ -603,6 +605,32 @@ class TestInputs:
             with pytest.raises(TypeError, match=r"input\[0\] must be a Message"):
                 await session.run(["bad"])  # type: ignore[list-item]
         assert [len(r.messages) for r in model.requests] == [1, 4, 5]
+
+    async def test_a_request_carries_the_conversation_snapshot_itself(self) -> None:
+        """A Conversation checks each message as it comes in, so a request takes its
+        snapshot as it is: a model call costs no pass over a long history."""
+        same: list[bool] = []
+
+        async def model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+            same.append(request.messages is ctx.conversation.messages)
+            return ModelResponse(AssistantMessage("ok"))
+
+        async with Session(Agent(model=model)) as session:
+            await session.run("hi")
+            await session.run("again")
+        assert same == [True, True]
+
+    async def test_a_conversation_subclass_gets_its_history_checked(self) -> None:
+        """A subclass may answer anything for its messages: the request checks them."""
+
+        class Stranger(Conversation):
+            @property
+            def messages(self) -> tuple[Message, ...]:
+                return (*super().messages, "stranger")  # type: ignore[return-value]
+
+        async with Session(Agent(model=ScriptedModel(["a"])), conversation=Stranger()) as session:
+            with pytest.raises(TypeError, match=r"messages\[1\] must be a Message, got str"):
+                await session.run("hi")
 
     @pytest.mark.parametrize(
         ("bad", "index", "call_id"),

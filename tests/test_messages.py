@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from tinyctx import (
     AssistantMessage,
+    Conversation,
     FrozenDict,
     Message,
+    ModelRequest,
     PairingError,
     SystemMessage,
     ToolCall,
@@ -206,3 +208,33 @@ class TestPairing:
         for turn in turns:
             assert len(turn.result_indices) == len(turn.call_ids)
             assert all(i > turn.assistant_index for i in turn.result_indices)
+
+
+class TestOnlyMessagesInARequest:
+    """A model request, a conversation and a run's input hold messages only, checked fast."""
+
+    @given(
+        history=histories(),
+        at=st.integers(min_value=0),
+        stranger=st.sampled_from([{"role": "user"}, "text", None, 3]),
+    )
+    def test_a_stranger_anywhere_is_named_by_its_index(
+        self, history: tuple[Message, ...], at: int, stranger: object
+    ) -> None:
+        """The first item that is not a Message is named, however long the history."""
+        at %= len(history) + 1
+        items = (*history[:at], stranger, *history[at:])
+        with pytest.raises(TypeError, match=rf"messages\[{at}\] must be a Message"):
+            ModelRequest(messages=items)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=rf"messages\[{at}\] must be a Message"):
+            Conversation().replace(items)  # type: ignore[arg-type]
+
+    def test_a_subclass_of_a_message_is_a_message(self) -> None:
+        """Only the four built-in classes take the fast path; a subclass still passes."""
+
+        @attrs.frozen
+        class Note(UserMessage):
+            pass
+
+        request = ModelRequest(messages=(UserMessage("a"), Note("b")))
+        assert [m.text for m in request.messages] == ["a", "b"]

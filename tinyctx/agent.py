@@ -34,6 +34,7 @@ from .chain import (
 )
 from .context import RunConfig, RunContext
 from .control import _RESUMING, Control, Interrupt, Resumption, StopWithFinal, Suspend, stronger
+from .conversation import Conversation
 from .decisions import DECISION_TYPES, Decision
 from .errors import (
     ConfigError,
@@ -70,6 +71,7 @@ from .messages import (
     UserMessage,
     answer_pending,
     call_ids,
+    check_messages,
     check_pairing,
     fresh_call_ids,
     pending_tool_calls,
@@ -957,15 +959,22 @@ class Session(Generic[Data]):
         if limit is not None and state.model_calls >= limit:
             ctx.emit(LimitHit, limit="max_model_calls", value=limit, scope="run")
             raise LimitExceeded("max_model_calls", limit)
-        await ctx.conversation.flush()
+        conversation = ctx.conversation
+        await conversation.flush()
         request = ModelRequest(
-            messages=ctx.conversation.messages,
+            messages=(),
             tools=ctx.tools.specs(),
             system_prompt=agent.system_prompt,
             model=agent.model_name or ctx.config.model,
             settings=agent.settings,
             server_tools=ctx.tools.server_tools,
         )
+        history = conversation.messages
+        if type(conversation) is Conversation:
+            # a Conversation checked each message as it came in: no O(history) re-check
+            object.__setattr__(request, "messages", history)
+        else:  # a subclass may answer anything
+            request = request.evolve(messages=history)
         started = time.perf_counter()
         response = await agent.model_onion(request, ctx)
         if not isinstance(response, ModelResponse):
@@ -1452,9 +1461,7 @@ def _input_messages(input: str | Message | Sequence[Message] | None) -> tuple[Me
     if isinstance(input, Message):
         return (input,)
     messages = tuple(input)
-    for index, message in enumerate(messages):
-        if not isinstance(message, Message):
-            raise TypeError(f"input[{index}] must be a Message, got {type(message).__name__}")
+    check_messages(messages, "input")
     return messages
 
 

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
 from attrs import frozen
 
-from .messages import Message, check_pairing
+from .messages import Message, check_messages, check_pairing
 from .model import Usage
 from .state import LayerStates
 
@@ -185,11 +185,7 @@ class Conversation:
         those messages or a snapshot of them.
         """
         new = list(messages)
-        for index, message in enumerate(new):
-            if not isinstance(message, Message):
-                raise TypeError(
-                    f"messages[{index}] must be a Message, got {type(message).__name__}"
-                )
+        check_messages(new)
         check_pairing(new)
         old = self._messages
         if emit_new:

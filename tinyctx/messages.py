@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Self
 
 import attrs
 from attrs import field, frozen
@@ -361,6 +361,21 @@ def fresh_call_ids(message: AssistantMessage, used: set[str]) -> AssistantMessag
     renamed = with_renamed_ids(message, mapping)
     assert isinstance(renamed, AssistantMessage)
     return renamed
+
+
+_MESSAGE_CLASSES: Final = frozenset({SystemMessage, UserMessage, AssistantMessage, ToolResult})
+
+
+def check_messages(messages: Sequence[object], what: str = "messages") -> None:
+    """Raise TypeError naming ``what[i]``, the first item that is not a :class:`Message`.
+
+    Every model request checks its whole history, so the usual case (only the four
+    built-in classes) is one pass in C; a subclass or a stranger takes the loop."""
+    if _MESSAGE_CLASSES.issuperset(map(type, messages)):
+        return
+    for index, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise TypeError(f"{what}[{index}] must be a Message, got {type(message).__name__}")
 
 
 # ---------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from attrs.validators import instance_of, optional
 
 from .control import Interrupt, StopWithFinal
 from .frozen import EMPTY, FrozenDict, frozen_mapping
-from .messages import AssistantMessage, Message
+from .messages import AssistantMessage, Message, check_messages
 from .tools import ServerTool, ToolSpec
 
 if TYPE_CHECKING:
@@ -22,9 +22,7 @@ __all__ = ["ModelRequest", "ModelResponse", "Usage", "ModelHandler"]
 
 def _messages_tuple(value: Iterable[Message]) -> tuple[Message, ...]:
     messages = value if type(value) is tuple else tuple(value)
-    for index, message in enumerate(messages):
-        if not isinstance(message, Message):
-            raise TypeError(f"messages[{index}] must be a Message, got {type(message).__name__}")
+    check_messages(messages)
     return messages
 
 
