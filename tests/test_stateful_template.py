@@ -245,6 +245,7 @@ def run_broken(
         deadline=None,
         database=None,
         report_multiple_bugs=False,
+        derandomize=True,  # the same examples and the same shrinking every run
     )
     with pytest.raises(expected) as info:
         run_state_machine_as_test(Broken, settings=quick)
