@@ -320,6 +320,12 @@ async def _best(fn: Callable[[], Awaitable[Any]], repeat: int) -> float:
     return best
 
 
+def _in_turn(backends: Sequence[Backend], index: int) -> Sequence[Backend]:
+    """The order of round ``index``: flipped every other round, so no backend always
+    runs right after another one."""
+    return backends if index % 2 == 0 else backends[::-1]
+
+
 async def measure_backends(
     backends: Sequence[Backend],
     history: list[Message],
@@ -349,7 +355,7 @@ async def measure_backends(
                 await backend.step(thread, prepared[backend.name][0])  # warm: statements, pages
                 before[backend.name] = backend.size_bytes()
             for index in range(rounds):
-                for backend in backends if index % 2 == 0 else backends[::-1]:
+                for backend in _in_turn(backends, index):
                     chunk = prepared[backend.name][index * count : (index + 1) * count]
                     start = time.perf_counter()
                     for item in chunk:
@@ -367,7 +373,7 @@ async def measure_backends(
             out[backend.name]["loaded"] = await backend.load(load_thread)
         best = dict.fromkeys(out, float("inf"))
         for index in range(repeat):
-            for backend in backends if index % 2 == 0 else backends[::-1]:
+            for backend in _in_turn(backends, index):
                 start = time.perf_counter()
                 await backend.load(load_thread)
                 best[backend.name] = min(best[backend.name], time.perf_counter() - start)

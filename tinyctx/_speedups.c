@@ -235,11 +235,24 @@ base_fields(PyObject *obj, PyObject **essential, PyObject **metadata)
     return *metadata == NULL ? -1 : 0;
 }
 
+/* A message: its own fields are values[0..count - 3); the last three slots of every
+   message class are the essential flag, the metadata and no hash yet, read here. */
+static PyObject *
+build_message(SlotClass *cls, PyObject *obj, PyObject **values)
+{
+    PyObject **base = values + cls->count - 3;
+    if (base_fields(obj, &base[0], &base[1]) < 0)
+        return DOUBT;
+    base[2] = Py_None;
+    PyObject *message = build(cls, values);
+    Py_DECREF(base[1]); /* the metadata base_fields made */
+    return message;
+}
+
 static PyObject *
 fast_tool(PyObject *obj)
 {
-    int within = keys_within(obj, tool_keys);
-    if (within <= 0)
+    if (keys_within(obj, tool_keys) <= 0)
         return DOUBT;
     PyObject *call_id = get(obj, k_tool_call_id, NULL);
     PyObject *content = get(obj, k_content, NULL);
@@ -248,13 +261,8 @@ fast_tool(PyObject *obj)
     if (!is_text(call_id, 1) || !is_text(content, 0) || !is_text(name, 0) || is_error == NULL ||
         !is_bool(is_error))
         return DOUBT;
-    PyObject *essential, *metadata;
-    if (base_fields(obj, &essential, &metadata) < 0)
-        return DOUBT;
-    PyObject *values[7] = {call_id, content, name, is_error, essential, metadata, Py_None};
-    PyObject *message = build(&tool_result, values);
-    Py_DECREF(metadata);
-    return message;
+    PyObject *values[7] = {call_id, content, name, is_error};
+    return build_message(&tool_result, obj, values);
 }
 
 static PyObject *
@@ -340,15 +348,9 @@ fast_assistant(PyObject *obj)
         return DOUBT; /* null, or not a list */
     if (tool_calls == NULL)
         return NULL;
-    PyObject *essential, *metadata;
-    if (base_fields(obj, &essential, &metadata) < 0) {
-        Py_DECREF(tool_calls);
-        return DOUBT;
-    }
-    PyObject *values[5] = {content, tool_calls, essential, metadata, Py_None};
-    PyObject *message = build(&assistant, values);
+    PyObject *values[5] = {content, tool_calls};
+    PyObject *message = build_message(&assistant, obj, values);
     Py_DECREF(tool_calls);
-    Py_DECREF(metadata);
     return message;
 }
 
@@ -360,13 +362,8 @@ fast_text(PyObject *obj, SlotClass *cls)
     PyObject *content = get(obj, k_content, NULL);
     if (!is_text(content, 0))
         return DOUBT;
-    PyObject *essential, *metadata;
-    if (base_fields(obj, &essential, &metadata) < 0)
-        return DOUBT;
-    PyObject *values[4] = {content, essential, metadata, Py_None};
-    PyObject *message = build(cls, values);
-    Py_DECREF(metadata);
-    return message;
+    PyObject *values[4] = {content};
+    return build_message(cls, obj, values);
 }
 
 static PyObject *

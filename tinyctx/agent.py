@@ -524,7 +524,7 @@ class Session(Generic[Data]):
         if link is not None:
             self._base = self._base._with(lease_source=link.current_lease)
             self._lease_kept = (stop, kept) = (anyio.Event(), anyio.Event())
-            group.start_soon(_keep_leased, link, self._base, stop, kept, name="tinyctx.lease")
+            group.start_soon(link.keep_leased, self._base, stop, kept, name="tinyctx.lease")
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -1463,12 +1463,3 @@ def _input_messages(input: str | Message | Sequence[Message] | None) -> tuple[Me
     messages = tuple(input)
     check_messages(messages, "input")
     return messages
-
-
-async def _keep_leased(
-    link: ThreadLink, ctx: RunContext[Any], stop: anyio.Event, stopped: anyio.Event
-) -> None:
-    try:
-        await link.keep_leased(ctx, stop)
-    finally:
-        stopped.set()

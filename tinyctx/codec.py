@@ -748,16 +748,17 @@ def _freeze_value(value: Any) -> Any:
 _Setter = Callable[[Any, Any], None]
 
 
-def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[_Setter, ...]:
-    """The slots' own ``__set__`` (what ``object.__setattr__`` ends up calling, minus the
-    lookup through the class): the fast reader fills a message with these."""
-    setters: list[_Setter] = []
-    for name in names:
-        descriptor = inspect.getattr_static(cls, name, None)
-        if type(descriptor) is not types.MemberDescriptorType:
-            return ()
-        setters.append(descriptor.__set__)
-    return tuple(setters)
+def _slots(cls: type, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """The member descriptors of ``cls``'s slots ``names`` (``()`` unless each is one): the
+    fast readers fill a message through them, the Python one with their ``__set__`` (what
+    ``object.__setattr__`` ends up calling, minus the lookup through the class), the C one
+    at their offsets."""
+    found = tuple(inspect.getattr_static(cls, name, None) for name in names)
+    return found if all(type(d) is types.MemberDescriptorType for d in found) else ()
+
+
+def _setters(slots: tuple[Any, ...]) -> tuple[_Setter, ...]:
+    return tuple(slot.__set__ for slot in slots)
 
 
 def _no_setter(target: Any, value: Any) -> None:  # pragma: no cover - _FAST is off then
@@ -770,15 +771,18 @@ def _unpacked(setters: tuple[_Setter, ...], count: int) -> tuple[_Setter, ...]:
 
 
 _BASE_SLOTS: Final = ("essential", "metadata", _HASH_SLOT)
-_CALL_SETTERS: Final = _slot_setters(
-    ToolCall, ("id", "name", "arguments", "invalid_arguments", _HASH_SLOT)
-)
-_TOOL_SETTERS: Final = _slot_setters(
+_CALL_SLOTS: Final = _slots(ToolCall, ("id", "name", "arguments", "invalid_arguments", _HASH_SLOT))
+_TOOL_SLOTS: Final = _slots(
     ToolResult, ("tool_call_id", "content", "name", "is_error", *_BASE_SLOTS)
 )
-_ASSISTANT_SETTERS: Final = _slot_setters(AssistantMessage, ("content", "tool_calls", *_BASE_SLOTS))
-_USER_SETTERS: Final = _slot_setters(UserMessage, ("content", *_BASE_SLOTS))
-_SYSTEM_SETTERS: Final = _slot_setters(SystemMessage, ("content", *_BASE_SLOTS))
+_ASSISTANT_SLOTS: Final = _slots(AssistantMessage, ("content", "tool_calls", *_BASE_SLOTS))
+_USER_SLOTS: Final = _slots(UserMessage, ("content", *_BASE_SLOTS))
+_SYSTEM_SLOTS: Final = _slots(SystemMessage, ("content", *_BASE_SLOTS))
+_CALL_SETTERS: Final = _setters(_CALL_SLOTS)
+_TOOL_SETTERS: Final = _setters(_TOOL_SLOTS)
+_ASSISTANT_SETTERS: Final = _setters(_ASSISTANT_SLOTS)
+_USER_SETTERS: Final = _setters(_USER_SLOTS)
+_SYSTEM_SETTERS: Final = _setters(_SYSTEM_SLOTS)
 _FAST: Final = _TRUSTED and all(
     (_CALL_SETTERS, _TOOL_SETTERS, _ASSISTANT_SETTERS, _USER_SETTERS, _SYSTEM_SETTERS)
 )
@@ -804,10 +808,6 @@ _SET_CALL_ID, _SET_CALL_NAME, _SET_CALL_ARGUMENTS, _SET_CALL_INVALID, _SET_CALL_
 ) = _unpacked(_ASSISTANT_SETTERS, 5)
 
 
-def _slot_spec(cls: type, names: tuple[str, ...]) -> tuple[type, tuple[Any, ...]]:
-    return cls, tuple(inspect.getattr_static(cls, name) for name in names)
-
-
 def _c_reader() -> Callable[[Sequence[Any]], list[Message | None]] | None:
     """The fast reader in C (``tinyctx._speedups``), given this reader's classes, slots and
     key sets; None where it was not built (no C compiler at install), where
@@ -821,16 +821,12 @@ def _c_reader() -> Callable[[Sequence[Any]], list[Message | None]] | None:
     _speedups.configure(
         loads=_orjson_loads,
         empty=EMPTY,
-        frozen_dict=_slot_spec(FrozenDict, ("_data", "_hash", "_json_chars")),
-        tool_call=_slot_spec(
-            ToolCall, ("id", "name", "arguments", "invalid_arguments", _HASH_SLOT)
-        ),
-        tool_result=_slot_spec(
-            ToolResult, ("tool_call_id", "content", "name", "is_error", *_BASE_SLOTS)
-        ),
-        assistant=_slot_spec(AssistantMessage, ("content", "tool_calls", *_BASE_SLOTS)),
-        user=_slot_spec(UserMessage, ("content", *_BASE_SLOTS)),
-        system=_slot_spec(SystemMessage, ("content", *_BASE_SLOTS)),
+        frozen_dict=(FrozenDict, _slots(FrozenDict, ("_data", "_hash", "_json_chars"))),
+        tool_call=(ToolCall, _CALL_SLOTS),
+        tool_result=(ToolResult, _TOOL_SLOTS),
+        assistant=(AssistantMessage, _ASSISTANT_SLOTS),
+        user=(UserMessage, _USER_SLOTS),
+        system=(SystemMessage, _SYSTEM_SLOTS),
         tool_keys=_TOOL_KEYS,
         assistant_keys=_ASSISTANT_KEYS,
         text_keys=_TEXT_KEYS,

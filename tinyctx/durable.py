@@ -266,28 +266,31 @@ class ThreadLink:
         ``ctx.thread_lease()`` reads."""
         return self.lease if self.lease is not None else self.released
 
-    async def keep_leased(self, ctx: RunContext[Any], stop: anyio.Event) -> None:
+    async def keep_leased(
+        self, ctx: RunContext[Any], stop: anyio.Event, stopped: anyio.Event
+    ) -> None:
         """Renew the lease every third of its TTL until ``stop`` is set (the session's
-        task). It ends by itself rather than by cancellation: on asyncio, anyio keeps a
-        cancelled task's exception in a reference cycle with the frames it passed through,
-        this one's ``ctx`` among them, and so the session's whole conversation would stay
-        alive until the cyclic collector came by."""
-        while True:
-            with anyio.move_on_after(self.ttl / 3):
-                await stop.wait()
-            lease = self.lease
-            if stop.is_set():
-                return
-            if lease is None:
-                return
-            try:
-                self.lease = await self.store.renew_lease(lease, self.ttl)
-            except FencedOut as exc:
-                self.lost = exc
-                ctx.emit(LeaseRenewFailed, error=str(exc), lost=True)
-                return
-            except Exception as exc:  # a store hiccup: the next period tries again
-                ctx.emit(LeaseRenewFailed, error=f"{type(exc).__name__}: {exc}")
+        task), then set ``stopped``. It ends by itself rather than by cancellation: on
+        asyncio, anyio keeps a cancelled task's exception in a reference cycle with the
+        frames it passed through, this one's ``ctx`` among them, and so the session's whole
+        conversation would stay alive until the cyclic collector came by."""
+        try:
+            while True:
+                with anyio.move_on_after(self.ttl / 3):
+                    await stop.wait()
+                lease = self.lease
+                if stop.is_set() or lease is None:
+                    return
+                try:
+                    self.lease = await self.store.renew_lease(lease, self.ttl)
+                except FencedOut as exc:
+                    self.lost = exc
+                    ctx.emit(LeaseRenewFailed, error=str(exc), lost=True)
+                    return
+                except Exception as exc:  # a store hiccup: the next period tries again
+                    ctx.emit(LeaseRenewFailed, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            stopped.set()
 
     async def release(self) -> None:
         lease, self.lease = self.lease, None
