@@ -63,13 +63,20 @@ def _rows(doc: str) -> list[Row]:
     return [doc, split_document(doc)]
 
 
+def _agrees(doc: str) -> None:
+    """Whole or split, the C reader answers the Python reader's message, or nothing."""
+    for row in _rows(doc):
+        _same(_c(row), row)
+
+
 def _python_only(doc: str) -> bool:
-    """What the C reader leaves to Python in a good document: text orjson refuses (a lone
-    surrogate), numbers past 64 bits (orjson reads them as floats)."""
+    """What the C reader leaves to Python in a good document: a lone surrogate (which
+    orjson refuses too)."""
     try:
-        return codec._has_big_float(orjson.loads(doc))
+        orjson.loads(doc)
     except orjson.JSONDecodeError:
         return True
+    return False
 
 
 # one field of a good document changed to a value of any kind, or taken out, or one added
@@ -117,19 +124,21 @@ class TestSameMessagesAsPython:
                 if plain and not _python_only(doc):
                     assert answer == message
 
-    @given(obj=_edited(), split=st.booleans())
-    def test_a_document_with_any_field_changed(self, obj: dict[str, Any], split: bool) -> None:
-        """A document Python refuses gets no answer from C; one it reads, the same message."""
-        doc = json.dumps(obj)
-        if not doc.startswith('{"content":'):  # the content first, as the encoder writes it
-            content = {"content": obj.pop("content")} if "content" in obj else {}
-            doc = json.dumps({**content, **obj})
+    @given(obj=_edited(), split=st.booleans(), compact=st.booleans())
+    def test_a_document_with_any_field_changed(
+        self, obj: dict[str, Any], split: bool, compact: bool
+    ) -> None:
+        """A document Python refuses gets no answer from C; one it reads, the same message
+        (compact as the encoder writes, or spaced, which C leaves to Python)."""
+        content = {"content": obj.pop("content")} if "content" in obj else {}
+        # the content first, as the encoder writes it
+        doc = json.dumps({**content, **obj}, separators=(",", ":") if compact else None)
         row: Row = split_document(doc) if split else doc
         _same(_c(row), row)
 
     @pytest.mark.parametrize("number", [2**63, -(2**63) - 1, 10**30, 1e19, 1.5, 2**63 - 1])
-    def test_numbers_past_64_bits_go_to_python(self, number: int | float) -> None:
-        """orjson reads a huge integer as a float; C leaves those to the stdlib's reading."""
+    def test_numbers_past_64_bits_keep_their_type(self, number: int | float) -> None:
+        """A huge integer stays an integer and a float a float, with or without C."""
         message = AssistantMessage("", (ToolCall("c1", "run", {"n": [number]}),))
         (doc,) = encode_all((message,))
         decoded = decode_messages(SplitDocuments([split_document(doc)]))
@@ -152,6 +161,154 @@ class TestSameMessagesAsPython:
         assert _c(doc.encode()) is None  # type: ignore[arg-type]
         assert _c(("{}", b"x")) is None  # type: ignore[arg-type]
         assert decode_messages([doc.encode()]) == (AssistantMessage("hi"),)
+
+
+# any JSON value, floats, huge numbers and every kind of character included
+_ANY_JSON: st.SearchStrategy[Any] = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=12)
+    | st.sampled_from(["\ud800", "a\udfffb", "\U0001f600", "\x00\x1f\x7f", '"\\/'])
+    | st.sampled_from([0.1, -0.0, 1e-320, 5e-324, 1.7976931348623157e308, 1e16, 2**53 + 1]),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _spellings(obj: dict[str, Any]) -> list[str]:
+    """A message object as the encoder spells it (compact, ASCII, the content first), and
+    two other ways JSON allows: non-ASCII as it is, and numbers spelled with exponents."""
+    content = {"content": obj.pop("content")} if "content" in obj else {}
+    ordered = {**content, **obj}
+    compact = json.dumps(ordered, separators=(",", ":"))
+    return [
+        compact,
+        json.dumps(ordered, separators=(",", ":"), ensure_ascii=False),
+        compact.replace('"n":1}', '"n":1E0}').replace('"n":2', '"n":2e+0'),
+    ]
+
+
+class TestTheDirectReader:
+    """The codec's own documents (compact ASCII JSON) are read straight from their text,
+    without the parser; what that reader answers, the Python reader answers too."""
+
+    @given(value=_ANY_JSON, where=st.sampled_from(["metadata", "arguments"]))
+    def test_any_json_value_in_metadata_or_arguments(self, value: Any, where: str) -> None:
+        """Floats, huge numbers, escapes, surrogates and nesting: the same message or none."""
+        call = {"arguments": {"v": value, "n": 1}, "id": "c1", "name": "run"}
+        obj: dict[str, Any] = {"content": "x", "role": "assistant", "tool_calls": [call], "v": 1}
+        if where == "metadata":
+            obj["metadata"] = {"m": value, "n": 2}
+        for doc in _spellings(obj):
+            _agrees(doc)
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            'plain "quoted" \\ back/slash',
+            "\b\f\n\r\t and \x00\x01\x1f",
+            "caf\u00e9 \u2500\u2500 \U0001f600 \u00ff",
+            "x" * 600 + "\n" + "\u00e9" * 300,  # past the reader's stack buffers
+        ],
+    )
+    def test_every_escape(self, text: str) -> None:
+        """Every JSON escape and the wide characters read back exactly."""
+        message = AssistantMessage(
+            text,
+            (ToolCall("c1", text[:20] or "t", {text: [text, {text: text}]}),),
+            metadata={"note": text},
+        )
+        (doc,) = encode_all((message,))
+        for row in _rows(doc):
+            assert _c(row) == message
+
+    @pytest.mark.parametrize(
+        "spelled",
+        [
+            "0",
+            "-0",
+            "7",
+            "-12",
+            "123456789012345678",
+            "1234567890123456789",
+            "1.5",
+            "-0.0",
+            "1e5",
+            "1E+5",
+            "2.5e-3",
+            "1e400",
+            "-1e400",
+            "4.9e-324",
+            "0.1000000000000000055511",
+            "01",
+            "1.",
+            ".5",
+            "+1",
+            "1e",
+            "--1",
+            "NaN",
+            "Infinity",
+            "0x10",
+            "1_000",
+            '"\\ud800"',
+            '"\\udc00x"',
+            '"\\ud800\\u0041"',
+            '"\\u12"',
+            '"\\q"',
+            '"a\tb"',
+            "tru",
+            "nul",
+            "[1,]",
+            "[,1]",
+            '{"a":1,}',
+            '{"a":1,"a":2}',
+            '{"\\u0061":1}',
+        ],
+    )
+    def test_odd_json_in_arguments(self, spelled: str) -> None:
+        """Numbers of every spelling, bad escapes, raw control characters, trailing commas,
+        repeated keys: C answers what Python reads, or leaves the document to it."""
+        doc = (
+            '{"content":"x","role":"assistant","tool_calls":[{"arguments":{"a":'
+            + spelled
+            + '},"id":"c1","name":"run"}],"v":1}'
+        )
+        _agrees(doc)
+
+    @pytest.mark.parametrize(
+        "doc",
+        [
+            '{"content":"x","role":"user","v":1,"v":1}',
+            '{"content":"x","role":"user","\\u0076":1}',
+            '{"content":"x", "role":"user","v":1}',
+            '{"content":"x","role":"user","v":1} ',
+            '{"content":"x","role":"user","v":1}{}',
+            '{"content":"x","role":"user","v":01}',
+            '{"content":"x","role":"user","v":1.0}',
+            '{"content":"x","role":"user","essential":1,"v":1}',
+            '{"content":"x","metadata":{},"role":"user","v":1}',
+            '{"content":"x","metadata":{"a":{}},"role":"user","v":1}',
+            '{"content":"x","metadata":null,"role":"user","v":1}',
+            '{"content":null,"role":"user","v":1}',
+            '{"content":"x","role":"assistant","tool_calls":[],"v":1}',
+            '{"content":"x","role":"assistant","tool_calls":null,"v":1}',
+            '{"content":"x","role":"assistant","tool_calls":[{"id":"a","name":"t","id":"b"}],'
+            '"v":1}',
+            '{"content":"x","role":"tool","tool_call_id":"c","is_error":true,"name":"","v":1}',
+        ],
+    )
+    def test_odd_documents(self, doc: str) -> None:
+        """Repeated or escaped keys, spaces, trailing text, odd values: the same message as
+        Python reads, or none."""
+        _agrees(doc)
+
+    def test_a_document_with_a_space_is_left_to_python(self) -> None:
+        """Only the encoder's compact spelling is read in C."""
+        assert _c('{"content":"x", "role":"user","v":1}') is None
 
 
 class TestOutOfTheCollectorsSight:
@@ -232,7 +389,6 @@ class TestBuilt:
 
         with pytest.raises(TypeError, match="slot"):
             _speedups.configure(
-                loads=json.loads,
                 empty={},
                 frozen_dict=(NoSlots, (NoSlots.__dict__["content"],) * 3),
                 tool_call=(NoSlots, ()),
@@ -245,7 +401,6 @@ class TestBuilt:
                 text_keys=frozenset(),
                 call_keys=frozenset(),
                 version=1,
-                big_float=1.0,
                 text_hole='{"content":null',
             )
         (doc,) = encode_all((AssistantMessage("still read"),))

@@ -6,13 +6,17 @@
  * them), for the documents it is sure of, and answers None for every other one: the
  * Python reader then decodes that document and, if it is bad, names the problem. So this
  * module never decides what a document means and never raises for one; it only saves
- * the interpreter's work where the answer is certain. Without a C compiler the package
- * installs without it and the Python reader does everything (the results are equal:
- * tests/test_speedups.py compares the two).
+ * the interpreter's work where the answer is certain. It reads the documents the codec
+ * writes (compact ASCII JSON) straight from their text, building no parsed objects only to
+ * read them once; any other spelling is the Python reader's. Without a C compiler the
+ * package installs without it and the Python reader does everything (the results are
+ * equal: tests/test_speedups.py compares the two).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdint.h>
+#include <math.h>
 
 #define MAX_DEPTH 200 /* deeper JSON goes to the Python reader */
 
@@ -23,12 +27,11 @@ typedef struct {
 } SlotClass;
 
 /* what configure() was given; NULL until then */
-static PyObject *loads;
 static PyObject *empty;       /* tinyctx.frozen.EMPTY */
-static PyObject *tool_keys, *assistant_keys, *text_keys, *call_keys;
 static PyObject *text_hole;   /* '{"content":null' */
+/* the keys each kind of object may have, as bits of the fields below */
+static unsigned tool_mask, assistant_mask, text_mask, call_mask;
 static long codec_version;
-static double big_float;
 static SlotClass frozen_dict; /* _data, _hash, _json_chars */
 static SlotClass tool_call;   /* id, name, arguments, invalid_arguments, hash */
 static SlotClass tool_result; /* tool_call_id, content, name, is_error, essential, metadata, hash */
@@ -97,31 +100,56 @@ build(SlotClass *cls, PyObject **values)
     return obj;
 }
 
-/* obj.get(key, fallback) as a borrowed reference; NULL with an error only on failure */
-static PyObject *
-get(PyObject *obj, PyObject *key, PyObject *fallback)
-{
-    PyObject *value = PyDict_GetItemWithError(obj, key);
-    if (value == NULL && !PyErr_Occurred())
-        return fallback;
-    return value;
-}
+/* the keys a message or call object may have */
+enum {
+    F_V, F_ROLE, F_CONTENT, F_TOOL_CALLS, F_TOOL_CALL_ID, F_NAME, F_IS_ERROR, F_ESSENTIAL,
+    F_METADATA, F_ID, F_ARGUMENTS, F_INVALID_ARGUMENTS, N_FIELDS
+};
 
-/* 1 when every key of obj is in allowed, 0 when one is not, -1 on error */
+/* an object's members as read, owned: metadata and arguments frozen, tool_calls a tuple
+   of built calls */
+typedef struct {
+    PyObject *value[N_FIELDS]; /* set where present has the field's bit */
+    unsigned present;
+} Fields;
+
+#define IS(text) (memcmp(s, text, sizeof(text) - 1) == 0)
+
+/* the field a key's text s[0..n) names, or -1 for any other key */
 static int
-keys_within(PyObject *obj, PyObject *allowed)
+field_named(const char *s, Py_ssize_t n)
 {
-    Py_ssize_t pos = 0;
-    PyObject *key, *value;
-    while (PyDict_Next(obj, &pos, &key, &value)) {
-        int found = PySet_Contains(allowed, key);
-        if (found <= 0)
-            return found;
+    switch (n) {
+    case 1:
+        return s[0] == 'v' ? F_V : -1;
+    case 2:
+        return IS("id") ? F_ID : -1;
+    case 4:
+        return IS("role") ? F_ROLE : IS("name") ? F_NAME : -1;
+    case 7:
+        return IS("content") ? F_CONTENT : -1;
+    case 8:
+        return IS("is_error") ? F_IS_ERROR : IS("metadata") ? F_METADATA : -1;
+    case 9:
+        return IS("arguments") ? F_ARGUMENTS : IS("essential") ? F_ESSENTIAL : -1;
+    case 10:
+        return IS("tool_calls") ? F_TOOL_CALLS : -1;
+    case 12:
+        return IS("tool_call_id") ? F_TOOL_CALL_ID : -1;
+    case 17:
+        return IS("invalid_arguments") ? F_INVALID_ARGUMENTS : -1;
     }
-    return 1;
+    return -1;
 }
 
-static PyObject *freeze_value(PyObject *value, int depth);
+#undef IS
+
+/* the field's value (borrowed), or fallback where the object has no such key */
+static PyObject *
+field(Fields *fields, int i, PyObject *fallback)
+{
+    return fields->present >> i & 1 ? fields->value[i] : fallback;
+}
 
 static PyObject *
 wrap(PyObject *data)
@@ -130,82 +158,25 @@ wrap(PyObject *data)
     return build(&frozen_dict, values);
 }
 
-/* _freeze_object: a flat object is adopted as it is; a nested one is copied, frozen */
+/* a FrozenDict of a new empty dict: what freezing a nested {} gives */
 static PyObject *
-freeze_object(PyObject *obj, int depth)
+wrap_new(void)
 {
-    Py_ssize_t pos = 0;
-    PyObject *key, *value;
-    int flat = 1;
-    while (PyDict_Next(obj, &pos, &key, &value)) {
-        if (PyDict_CheckExact(value) || PyList_CheckExact(value) || PyFloat_CheckExact(value)) {
-            flat = 0;
-            break;
-        }
-    }
-    if (flat)
-        return wrap(obj);
-    if (depth >= MAX_DEPTH)
-        return DOUBT;
-    PyObject *copy = PyDict_New();
-    if (copy == NULL)
+    PyObject *data = PyDict_New();
+    if (data == NULL)
         return NULL;
-    pos = 0;
-    while (PyDict_Next(obj, &pos, &key, &value)) {
-        PyObject *frozen = freeze_value(value, depth + 1);
-        if (frozen == NULL || PyDict_SetItem(copy, key, frozen) < 0) {
-            Py_XDECREF(frozen);
-            Py_DECREF(copy);
-            return NULL;
-        }
-        Py_DECREF(frozen);
-    }
-    PyObject *result = wrap(copy);
-    Py_DECREF(copy);
+    PyObject *result = wrap(data);
+    Py_DECREF(data);
     return result;
 }
 
+/* a field holding a mapping (metadata, arguments; EMPTY when absent): a new reference, or
+   DOUBT where the document held no object there */
 static PyObject *
-freeze_value(PyObject *value, int depth)
+mapping_field(Fields *fields, int i)
 {
-    if (PyDict_CheckExact(value))
-        return freeze_object(value, depth);
-    if (PyList_CheckExact(value)) {
-        if (depth >= MAX_DEPTH)
-            return DOUBT;
-        Py_ssize_t n = PyList_GET_SIZE(value);
-        PyObject *tuple = PyTuple_New(n);
-        if (tuple == NULL)
-            return NULL;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *frozen = freeze_value(PyList_GET_ITEM(value, i), depth + 1);
-            if (frozen == NULL) {
-                Py_DECREF(tuple);
-                return NULL;
-            }
-            PyTuple_SET_ITEM(tuple, i, frozen);
-        }
-        return tuple;
-    }
-    if (PyFloat_CheckExact(value)) {
-        double d = PyFloat_AS_DOUBLE(value);
-        if (!(-big_float < d && d < big_float))
-            return DOUBT; /* maybe an integer past 64 bits: the stdlib must read it */
-    }
-    return Py_NewRef(value);
-}
-
-/* _fast_mapping: a message's metadata or a call's arguments, EMPTY when absent or {} */
-static PyObject *
-fast_mapping(PyObject *value)
-{
-    if (value == empty)
-        return Py_NewRef(empty);
-    if (!PyDict_CheckExact(value))
-        return DOUBT;
-    if (PyDict_GET_SIZE(value) == 0)
-        return Py_NewRef(empty);
-    return freeze_object(value, 0);
+    PyObject *value = field(fields, i, empty);
+    return Py_IS_TYPE(value, frozen_dict.type) ? Py_NewRef(value) : DOUBT;
 }
 
 static int
@@ -223,25 +194,22 @@ is_bool(PyObject *value)
 
 /* the essential flag and metadata every message has: 0, or -1 (an error, or doubt) */
 static int
-base_fields(PyObject *obj, PyObject **essential, PyObject **metadata)
+base_fields(Fields *fields, PyObject **essential, PyObject **metadata)
 {
-    *essential = get(obj, k_essential, Py_True);
-    if (*essential == NULL || !is_bool(*essential))
+    *essential = field(fields, F_ESSENTIAL, Py_True);
+    if (!is_bool(*essential))
         return -1;
-    PyObject *raw = get(obj, k_metadata, empty);
-    if (raw == NULL)
-        return -1;
-    *metadata = fast_mapping(raw);
+    *metadata = mapping_field(fields, F_METADATA);
     return *metadata == NULL ? -1 : 0;
 }
 
 /* A message: its own fields are values[0..count - 3); the last three slots of every
    message class are the essential flag, the metadata and no hash yet, read here. */
 static PyObject *
-build_message(SlotClass *cls, PyObject *obj, PyObject **values)
+build_message(SlotClass *cls, Fields *fields, PyObject **values)
 {
     PyObject **base = values + cls->count - 3;
-    if (base_fields(obj, &base[0], &base[1]) < 0)
+    if (base_fields(fields, &base[0], &base[1]) < 0)
         return DOUBT;
     base[2] = Py_None;
     PyObject *message = build(cls, values);
@@ -250,40 +218,32 @@ build_message(SlotClass *cls, PyObject *obj, PyObject **values)
 }
 
 static PyObject *
-fast_tool(PyObject *obj)
+fast_tool(Fields *fields)
 {
-    if (keys_within(obj, tool_keys) <= 0)
+    if (fields->present & ~tool_mask)
         return DOUBT;
-    PyObject *call_id = get(obj, k_tool_call_id, NULL);
-    PyObject *content = get(obj, k_content, NULL);
-    PyObject *name = get(obj, k_name, empty_str);
-    PyObject *is_error = get(obj, k_is_error, Py_False);
-    if (!is_text(call_id, 1) || !is_text(content, 0) || !is_text(name, 0) || is_error == NULL ||
-        !is_bool(is_error))
+    PyObject *call_id = field(fields, F_TOOL_CALL_ID, NULL);
+    PyObject *content = field(fields, F_CONTENT, NULL);
+    PyObject *name = field(fields, F_NAME, empty_str);
+    PyObject *is_error = field(fields, F_IS_ERROR, Py_False);
+    if (!is_text(call_id, 1) || !is_text(content, 0) || !is_text(name, 0) || !is_bool(is_error))
         return DOUBT;
     PyObject *values[7] = {call_id, content, name, is_error};
-    return build_message(&tool_result, obj, values);
+    return build_message(&tool_result, fields, values);
 }
 
 static PyObject *
-fast_call(PyObject *obj)
+call_from_fields(Fields *fields)
 {
-    if (!PyDict_CheckExact(obj))
+    if (fields->present & ~call_mask)
         return DOUBT;
-    PyObject *arguments_key = get(obj, k_arguments, NULL);
-    int usual = PyDict_GET_SIZE(obj) == 3 && arguments_key != NULL;
-    if (!usual && keys_within(obj, call_keys) <= 0)
-        return DOUBT;
-    PyObject *call_id = get(obj, k_id, NULL);
-    PyObject *name = get(obj, k_name, NULL);
-    PyObject *invalid = usual ? Py_None : get(obj, k_invalid_arguments, Py_None);
-    if (!is_text(call_id, 1) || !is_text(name, 1) || invalid == NULL ||
+    PyObject *call_id = field(fields, F_ID, NULL);
+    PyObject *name = field(fields, F_NAME, NULL);
+    PyObject *invalid = field(fields, F_INVALID_ARGUMENTS, Py_None);
+    if (!is_text(call_id, 1) || !is_text(name, 1) ||
         (invalid != Py_None && !PyUnicode_CheckExact(invalid)))
         return DOUBT;
-    PyObject *raw = get(obj, k_arguments, empty);
-    if (raw == NULL)
-        return DOUBT;
-    PyObject *arguments = fast_mapping(raw);
+    PyObject *arguments = mapping_field(fields, F_ARGUMENTS);
     if (arguments == NULL)
         return DOUBT;
     PyObject *values[5] = {call_id, name, arguments, invalid, Py_None};
@@ -292,155 +252,578 @@ fast_call(PyObject *obj)
     return call;
 }
 
-static PyObject *
-fast_assistant(PyObject *obj)
+/* 1 when the calls' ids are all different, 0 when two are the same, -1 on error */
+static int
+unique_ids(PyObject *calls)
 {
-    if (keys_within(obj, assistant_keys) <= 0)
+    Py_ssize_t n = PyTuple_GET_SIZE(calls);
+    if (n < 2)
+        return 1;
+    PyObject *ids = PySet_New(NULL);
+    if (ids == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *id = *(PyObject **)((char *)PyTuple_GET_ITEM(calls, i) + tool_call.offsets[0]);
+        if (PySet_Add(ids, id) < 0) {
+            Py_DECREF(ids);
+            return -1;
+        }
+    }
+    int unique = PySet_GET_SIZE(ids) == n;
+    Py_DECREF(ids);
+    return unique;
+}
+
+static PyObject *
+fast_assistant(Fields *fields)
+{
+    if (fields->present & ~assistant_mask)
         return DOUBT;
-    PyObject *content = get(obj, k_content, empty_str);
+    PyObject *content = field(fields, F_CONTENT, empty_str);
     if (!is_text(content, 0))
         return DOUBT;
-    PyObject *calls = get(obj, k_tool_calls, NULL);
-    PyObject *tool_calls;
-    if (calls == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        tool_calls = PyTuple_New(0);
-    }
-    else if (PyList_CheckExact(calls)) {
-        Py_ssize_t n = PyList_GET_SIZE(calls);
-        tool_calls = PyTuple_New(n);
-        if (tool_calls == NULL)
-            return NULL;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *call = fast_call(PyList_GET_ITEM(calls, i));
-            if (call == NULL) {
-                Py_DECREF(tool_calls);
-                return NULL;
-            }
-            PyTuple_SET_ITEM(tool_calls, i, call);
-        }
-        PyObject_GC_UnTrack(tool_calls); /* holds untracked calls only */
-        if (n > 1) { /* call ids are unique */
-            PyObject *ids = PySet_New(NULL);
-            if (ids == NULL) {
-                Py_DECREF(tool_calls);
-                return NULL;
-            }
-            for (Py_ssize_t i = 0; i < n; i++) {
-                PyObject *id = *(PyObject **)((char *)PyTuple_GET_ITEM(tool_calls, i) +
-                                              tool_call.offsets[0]);
-                if (PySet_Add(ids, id) < 0) {
-                    Py_DECREF(ids);
-                    Py_DECREF(tool_calls);
-                    return NULL;
-                }
-            }
-            Py_ssize_t unique = PySet_GET_SIZE(ids);
-            Py_DECREF(ids);
-            if (unique != n) {
-                Py_DECREF(tool_calls);
-                return DOUBT;
-            }
-        }
-    }
-    else
-        return DOUBT; /* null, or not a list */
+    PyObject *calls = field(fields, F_TOOL_CALLS, NULL); /* built by read_calls */
+    PyObject *tool_calls = calls == NULL ? PyTuple_New(0) : Py_NewRef(calls);
     if (tool_calls == NULL)
         return NULL;
+    int unique = unique_ids(tool_calls);
+    if (unique <= 0) {
+        Py_DECREF(tool_calls);
+        return unique < 0 ? NULL : DOUBT;
+    }
     PyObject *values[5] = {content, tool_calls};
-    PyObject *message = build_message(&assistant, obj, values);
+    PyObject *message = build_message(&assistant, fields, values);
     Py_DECREF(tool_calls);
     return message;
 }
 
 static PyObject *
-fast_text(PyObject *obj, SlotClass *cls)
+fast_text(Fields *fields, SlotClass *cls)
 {
-    if (keys_within(obj, text_keys) <= 0)
+    if (fields->present & ~text_mask)
         return DOUBT;
-    PyObject *content = get(obj, k_content, NULL);
+    PyObject *content = field(fields, F_CONTENT, NULL);
     if (!is_text(content, 0))
         return DOUBT;
     PyObject *values[4] = {content};
-    return build_message(cls, obj, values);
+    return build_message(cls, fields, values);
 }
 
+/* A message from its document's members. text, when not NULL, is a split document's
+   text: its head holds the text's place with a null "content". */
 static PyObject *
-fast_message(PyObject *obj)
+message_from_fields(Fields *fields, PyObject *text)
 {
-    if (!PyDict_CheckExact(obj))
-        return DOUBT;
-    PyObject *version = get(obj, k_v, NULL);
+    if (text != NULL) {
+        if (field(fields, F_CONTENT, NULL) != Py_None)
+            return DOUBT;
+        Py_SETREF(fields->value[F_CONTENT], Py_NewRef(text));
+    }
+    PyObject *version = field(fields, F_V, NULL);
     if (version == NULL || !PyLong_CheckExact(version))
         return DOUBT;
     int overflow;
     long v = PyLong_AsLongAndOverflow(version, &overflow);
     if (overflow || v != codec_version)
         return DOUBT;
-    PyObject *role = get(obj, k_role, NULL);
+    PyObject *role = field(fields, F_ROLE, NULL);
     if (role == NULL || !PyUnicode_CheckExact(role))
         return DOUBT;
     if (PyUnicode_Compare(role, k_tool) == 0)
-        return fast_tool(obj);
+        return fast_tool(fields);
     if (PyUnicode_Compare(role, k_assistant) == 0)
-        return fast_assistant(obj);
+        return fast_assistant(fields);
     if (PyUnicode_Compare(role, k_user) == 0)
-        return fast_text(obj, &user);
+        return fast_text(fields, &user);
     if (PyUnicode_Compare(role, k_system) == 0)
-        return fast_text(obj, &system_);
+        return fast_text(fields, &system_);
     return DOUBT;
 }
 
-/* loads(text), or DOUBT when the parser refuses it (the Python reader names why) */
-static PyObject *
-parse(PyObject *text)
+/* -- reading the text ---------------------------------------------------------------------
+   A document the codec wrote is compact ASCII JSON (no spaces, non-ASCII escaped); the
+   message is read straight from it, with metadata and arguments built frozen. Anything
+   else gets DOUBT (a space, an escaped or repeated key, a number it cannot read exactly as
+   Python does, a lone surrogate, nesting past MAX_DEPTH), so what is answered, the Python
+   reader answers too (tests/test_speedups.py holds both to the same messages). */
+
+typedef struct {
+    const char *p, *end;
+    int depth;
+} Cursor;
+
+static PyObject *read_value(Cursor *c);
+
+static int
+expect(Cursor *c, char ch)
 {
-    PyObject *obj = PyObject_CallOneArg(loads, text);
-    if (obj == NULL && PyErr_ExceptionMatches(PyExc_Exception))
-        PyErr_Clear();
-    return obj;
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+static int
+hex4(const char *p, Py_UCS4 *out)
+{
+    Py_UCS4 v = 0;
+    for (int i = 0; i < 4; i++) {
+        char ch = p[i];
+        v <<= 4;
+        if (ch >= '0' && ch <= '9')
+            v |= (Py_UCS4)(ch - '0');
+        else if (ch >= 'a' && ch <= 'f')
+            v |= (Py_UCS4)(ch - 'a' + 10);
+        else if (ch >= 'A' && ch <= 'F')
+            v |= (Py_UCS4)(ch - 'A' + 10);
+        else
+            return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* the first of (p, end) that ends a plain run of string bytes: a quote, a backslash or a
+   control character (eight bytes at a time: most text has none of them) */
+static const char *
+plain_run(const char *p, const char *end)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
+        uint64_t hit = ((quote - ones) & ~quote) | ((slash - ones) & ~slash) | (w - ones * 0x20);
+        if (hit & ~w & highs)
+            break; /* one of these eight bytes (ASCII text: no high bit set) */
+        p += 8;
+    }
+    while (p < end && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20)
+        p++;
+    return p;
+}
+
+/* the character a one-letter escape (after its backslash) stands for, or -1 */
+static int
+simple_escape(char ch)
+{
+    switch (ch) {
+    case '"':
+    case '\\':
+    case '/':
+        return ch;
+    case 'b':
+        return '\b';
+    case 'f':
+        return '\f';
+    case 'n':
+        return '\n';
+    case 'r':
+        return '\r';
+    case 't':
+        return '\t';
+    }
+    return -1;
+}
+
+/* a string's escaped text [r, q) decoded to UCS4 (a \u escape past ASCII was found) */
+static PyObject *
+wide_string(const char *r, const char *q)
+{
+    Py_ssize_t n = q - r;
+    Py_UCS4 stack[256], *buf = n <= 256 ? stack : PyMem_New(Py_UCS4, n);
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t len = 0;
+    PyObject *result = DOUBT;
+    for (; r < q; r++) {
+        if (*r != '\\') {
+            buf[len++] = (unsigned char)*r;
+            continue;
+        }
+        r++;
+        Py_UCS4 ch;
+        int simple = simple_escape(*r);
+        if (simple >= 0)
+            ch = (Py_UCS4)simple;
+        else if (*r != 'u')
+            goto done;
+        else {
+            if (q - r < 5 || !hex4(r + 1, &ch))
+                goto done;
+            r += 4;
+            if (ch >= 0xDC00 && ch <= 0xDFFF)
+                goto done; /* a lone low surrogate */
+            if (ch >= 0xD800 && ch <= 0xDBFF) {
+                Py_UCS4 low;
+                if (q - r < 7 || r[1] != '\\' || r[2] != 'u' || !hex4(r + 3, &low) ||
+                    low < 0xDC00 || low > 0xDFFF)
+                    goto done; /* a lone high surrogate */
+                ch = 0x10000 + ((ch - 0xD800) << 10) + (low - 0xDC00);
+                r += 6;
+            }
+        }
+        buf[len++] = ch;
+    }
+    result = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, buf, len);
+done:
+    if (buf != stack)
+        PyMem_Free(buf);
+    return result;
+}
+
+/* a str of n ASCII bytes */
+static PyObject *
+ascii_text(const char *data, Py_ssize_t n)
+{
+    PyObject *text = PyUnicode_New(n, 127);
+    if (text != NULL)
+        memcpy(PyUnicode_DATA(text), data, (size_t)n);
+    return text;
+}
+
+/* a string (c->p after its opening quote) */
+static PyObject *
+read_string(Cursor *c)
+{
+    const char *start = c->p, *q = plain_run(start, c->end);
+    if (q < c->end && *q == '"') { /* no escapes: the text as it is */
+        c->p = q + 1;
+        return ascii_text(start, q - start);
+    }
+    /* escapes: find the closing quote, then decode, in one byte per character while the
+       text stays ASCII */
+    while (q < c->end && *q != '"') {
+        if ((unsigned char)*q < 0x20)
+            return DOUBT; /* a raw control character: not JSON */
+        q += *q == '\\' ? 2 : 1; /* an escaped character never closes the string */
+        q = plain_run(q, c->end);
+    }
+    if (q >= c->end)
+        return DOUBT;
+    c->p = q + 1;
+    Py_ssize_t n = q - start;
+    char stack[512], *buf = n <= 512 ? stack : PyMem_Malloc((size_t)n);
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t len = 0;
+    PyObject *result = DOUBT;
+    for (const char *r = start; r < q; r++) {
+        if (*r != '\\') {
+            buf[len++] = *r;
+            continue;
+        }
+        r++;
+        int ch = simple_escape(*r);
+        if (ch < 0) {
+            Py_UCS4 code;
+            if (*r != 'u' || q - r < 5 || !hex4(r + 1, &code))
+                goto done;
+            if (code >= 0x80) { /* past ASCII: decode the whole text wide */
+                result = wide_string(start, q);
+                goto done;
+            }
+            ch = (int)code;
+            r += 4;
+        }
+        buf[len++] = (char)ch;
+    }
+    result = ascii_text(buf, len);
+done:
+    if (buf != stack)
+        PyMem_Free(buf);
+    return result;
+}
+
+/* a number, read as Python's json reads it: an int of any size, or a finite float */
+static PyObject *
+read_number(Cursor *c)
+{
+    const char *start = c->p, *q = start;
+    int is_float = 0;
+    if (q < c->end && *q == '-')
+        q++;
+    if (q >= c->end || *q < '0' || *q > '9')
+        return DOUBT;
+    if (*q == '0')
+        q++;
+    else
+        while (q < c->end && *q >= '0' && *q <= '9')
+            q++;
+    if (q < c->end && *q == '.') {
+        is_float = 1;
+        q++;
+        if (q >= c->end || *q < '0' || *q > '9')
+            return DOUBT;
+        while (q < c->end && *q >= '0' && *q <= '9')
+            q++;
+    }
+    if (q < c->end && (*q == 'e' || *q == 'E')) {
+        is_float = 1;
+        q++;
+        if (q < c->end && (*q == '+' || *q == '-'))
+            q++;
+        if (q >= c->end || *q < '0' || *q > '9')
+            return DOUBT;
+        while (q < c->end && *q >= '0' && *q <= '9')
+            q++;
+    }
+    Py_ssize_t n = q - start;
+    if (n > 40)
+        return DOUBT; /* a long number: the parser's path reads it */
+    char text[41];
+    memcpy(text, start, (size_t)n);
+    text[n] = '\0';
+    c->p = q;
+    if (!is_float) /* 18 digits fit a long long */
+        return n <= 18 ? PyLong_FromLongLong(strtoll(text, NULL, 10))
+                       : PyLong_FromString(text, NULL, 10);
+    char *stop;
+    double d = PyOS_string_to_double(text, &stop, NULL);
+    if (d == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (stop != text + n || !isfinite(d))
+        return DOUBT; /* past the largest float: the Python reader says what that is */
+    return PyFloat_FromDouble(d);
+}
+
+/* an object, frozen; top: a message's metadata or a call's arguments ({} is EMPTY there) */
+static PyObject *
+read_object(Cursor *c, int top)
+{
+    if (c->depth >= MAX_DEPTH)
+        return DOUBT;
+    if (expect(c, '}'))
+        return top ? Py_NewRef(empty) : wrap_new();
+    PyObject *data = PyDict_New();
+    if (data == NULL)
+        return NULL;
+    c->depth++;
+    do {
+        PyObject *key = expect(c, '"') ? read_string(c) : DOUBT;
+        if (key == NULL)
+            goto fail;
+        PyObject *value = expect(c, ':') ? read_value(c) : DOUBT;
+        if (value == NULL) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        Py_ssize_t before = PyDict_GET_SIZE(data);
+        int failed = PyDict_SetItem(data, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (failed < 0 || PyDict_GET_SIZE(data) == before) /* an error, or a repeated key */
+            goto fail;
+    } while (expect(c, ','));
+    c->depth--;
+    if (!expect(c, '}')) {
+        Py_DECREF(data);
+        return DOUBT;
+    }
+    PyObject *result = wrap(data);
+    Py_DECREF(data);
+    return result;
+fail:
+    Py_DECREF(data);
+    return NULL;
+}
+
+/* appends a new reference and lets go of it; -1 where there is none (an error or DOUBT)
+   or the append failed */
+static int
+append_new(PyObject *list, PyObject *item)
+{
+    if (item == NULL)
+        return -1;
+    int failed = PyList_Append(list, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+static PyObject *
+read_array(Cursor *c)
+{
+    if (c->depth >= MAX_DEPTH)
+        return DOUBT;
+    if (expect(c, ']'))
+        return PyTuple_New(0);
+    PyObject *items = PyList_New(0);
+    if (items == NULL)
+        return NULL;
+    c->depth++;
+    do {
+        if (append_new(items, read_value(c)) < 0) {
+            Py_DECREF(items);
+            return NULL;
+        }
+    } while (expect(c, ','));
+    c->depth--;
+    PyObject *result = expect(c, ']') ? PyList_AsTuple(items) : DOUBT;
+    Py_DECREF(items);
+    return result;
+}
+
+static int
+literal(Cursor *c, const char *text, Py_ssize_t n)
+{
+    if (c->end - c->p < n || memcmp(c->p, text, (size_t)n) != 0)
+        return 0;
+    c->p += n;
+    return 1;
+}
+
+/* any JSON value, frozen as the codec freezes one (objects FrozenDicts, arrays tuples) */
+static PyObject *
+read_value(Cursor *c)
+{
+    if (c->p >= c->end)
+        return DOUBT;
+    switch (*c->p) {
+    case '"':
+        c->p++;
+        return read_string(c);
+    case '{':
+        c->p++;
+        return read_object(c, 0);
+    case '[':
+        c->p++;
+        return read_array(c);
+    case 't':
+        return literal(c, "true", 4) ? Py_NewRef(Py_True) : DOUBT;
+    case 'f':
+        return literal(c, "false", 5) ? Py_NewRef(Py_False) : DOUBT;
+    case 'n':
+        return literal(c, "null", 4) ? Py_NewRef(Py_None) : DOUBT;
+    }
+    return read_number(c);
+}
+
+/* a key of a message or call object: a known field, never escaped; -1 for any other */
+static int
+read_key(Cursor *c)
+{
+    if (!expect(c, '"'))
+        return -1;
+    const char *start = c->p;
+    while (c->p < c->end && *c->p != '"' && *c->p != '\\')
+        c->p++;
+    if (c->p >= c->end || *c->p != '"')
+        return -1;
+    Py_ssize_t n = c->p - start;
+    c->p++;
+    return expect(c, ':') ? field_named(start, n) : -1;
+}
+
+static void
+clear_fields(Fields *fields)
+{
+    for (int i = 0; i < N_FIELDS; i++)
+        if (fields->present >> i & 1)
+            Py_DECREF(fields->value[i]);
+    fields->present = 0;
+}
+
+static PyObject *read_calls(Cursor *c);
+
+/* the members of an object (c->p after its '{') into fields: 1, or 0 (doubt or error) */
+static int
+read_fields(Cursor *c, unsigned allowed, Fields *fields)
+{
+    fields->present = 0;
+    if (expect(c, '}'))
+        return 1;
+    do {
+        int i = read_key(c);
+        if (i < 0 || !(allowed >> i & 1) || fields->present >> i & 1)
+            return 0; /* another key, or a repeated one (or a key the role has not) */
+        PyObject *value;
+        if (i == F_METADATA || i == F_ARGUMENTS)
+            value = expect(c, '{') ? read_object(c, 1) : read_value(c);
+        else if (i == F_TOOL_CALLS)
+            value = read_calls(c);
+        else
+            value = read_value(c);
+        if (value == NULL)
+            return 0;
+        fields->value[i] = value;
+        fields->present |= 1u << i;
+    } while (expect(c, ','));
+    return expect(c, '}');
+}
+
+/* a message's tool calls, built: a tuple of calls, or DOUBT */
+static PyObject *
+read_calls(Cursor *c)
+{
+    if (!expect(c, '['))
+        return DOUBT;
+    PyObject *calls = PyList_New(0);
+    if (calls == NULL)
+        return NULL;
+    if (!expect(c, ']')) {
+        do {
+            Fields fields = {.present = 0};
+            PyObject *call = DOUBT;
+            if (expect(c, '{') && read_fields(c, call_mask, &fields))
+                call = call_from_fields(&fields);
+            clear_fields(&fields);
+            if (append_new(calls, call) < 0) {
+                Py_DECREF(calls);
+                return NULL;
+            }
+        } while (expect(c, ','));
+        if (!expect(c, ']')) {
+            Py_DECREF(calls);
+            return DOUBT;
+        }
+    }
+    PyObject *result = PyList_AsTuple(calls);
+    Py_DECREF(calls);
+    if (result != NULL)
+        PyObject_GC_UnTrack(result); /* holds untracked calls only */
+    return result;
+}
+
+/* the message of a document the codec wrote (text: a split document's text, or NULL) */
+static PyObject *
+direct_message(PyObject *doc, PyObject *text)
+{
+    if (!PyUnicode_IS_COMPACT_ASCII(doc))
+        return DOUBT;
+    const char *data = (const char *)PyUnicode_DATA(doc);
+    Cursor c = {data, data + PyUnicode_GET_LENGTH(doc), 0};
+    Fields fields = {.present = 0};
+    PyObject *message = DOUBT;
+    if (expect(&c, '{') &&
+        read_fields(&c, tool_mask | assistant_mask | text_mask, &fields) && c.p == c.end)
+        message = message_from_fields(&fields, text);
+    clear_fields(&fields);
+    return message;
 }
 
 /* one stored row: a whole document (str), or a split document's (head, text) */
 static PyObject *
 read_row(PyObject *row)
 {
-    if (PyUnicode_CheckExact(row)) {
-        PyObject *obj = parse(row);
-        if (obj == NULL)
-            return NULL;
-        PyObject *message = fast_message(obj);
-        Py_DECREF(obj);
-        return message;
-    }
+    if (PyUnicode_CheckExact(row))
+        return direct_message(row, NULL);
     if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 2)
         return DOUBT;
     PyObject *head = PyTuple_GET_ITEM(row, 0), *text = PyTuple_GET_ITEM(row, 1);
     if (!PyUnicode_CheckExact(head))
         return DOUBT;
     if (text == Py_None)
-        return read_row(head);
+        return direct_message(head, NULL);
     if (!PyUnicode_CheckExact(text) || PyUnicode_Tailmatch(head, text_hole, 0, 15, -1) != 1)
         return DOUBT;
-    PyObject *obj = parse(head);
-    if (obj == NULL)
-        return NULL;
-    PyObject *message = DOUBT;
-    if (PyDict_CheckExact(obj)) {
-        PyObject *hole = get(obj, k_content, NULL);
-        /* a repeated "content" key fills the hole: the whole document decides then */
-        if (hole == Py_None && PyDict_SetItem(obj, k_content, text) == 0)
-            message = fast_message(obj);
-    }
-    Py_DECREF(obj);
-    return message;
+    return direct_message(head, text);
 }
 
 static PyObject *
 read_rows(PyObject *module, PyObject *rows)
 {
-    if (loads == NULL) {
+    if (frozen_dict.type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "tinyctx._speedups.configure() was not called");
         return NULL;
     }
@@ -471,13 +854,30 @@ read_rows(PyObject *module, PyObject *rows)
     return out;
 }
 
+/* the fields named in value (a frozenset of key names) as bits; -1 on error */
 static int
-frozenset_arg(PyObject *value, const char *what)
+key_mask(PyObject *value, const char *what, unsigned *mask)
 {
-    if (PyFrozenSet_CheckExact(value))
-        return 0;
-    PyErr_Format(PyExc_TypeError, "%s must be a frozenset", what);
-    return -1;
+    if (!PyFrozenSet_CheckExact(value)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a frozenset", what);
+        return -1;
+    }
+    PyObject *keys[N_FIELDS] = {
+        [F_V] = k_v, [F_ROLE] = k_role, [F_CONTENT] = k_content,
+        [F_TOOL_CALLS] = k_tool_calls, [F_TOOL_CALL_ID] = k_tool_call_id, [F_NAME] = k_name,
+        [F_IS_ERROR] = k_is_error, [F_ESSENTIAL] = k_essential, [F_METADATA] = k_metadata,
+        [F_ID] = k_id, [F_ARGUMENTS] = k_arguments, [F_INVALID_ARGUMENTS] = k_invalid_arguments,
+    };
+    *mask = 0;
+    for (int i = 0; i < N_FIELDS; i++) {
+        int found = PySet_Contains(value, keys[i]);
+        if (found < 0)
+            return -1;
+        if (found)
+            *mask |= 1u << i;
+    }
+    /* a key the reader does not know is never read here: its documents go to Python */
+    return 0;
 }
 
 static void
@@ -497,28 +897,22 @@ replace_class(SlotClass *target, SlotClass *value)
 static PyObject *
 configure(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"loads", "empty", "frozen_dict", "tool_call", "tool_result",
-                            "assistant", "user", "system", "tool_keys", "assistant_keys",
-                            "text_keys", "call_keys", "version", "big_float", "text_hole",
-                            NULL};
-    PyObject *new_loads, *new_empty, *specs[6], *tk, *ak, *xk, *ck, *hole;
+    static char *names[] = {"empty", "frozen_dict", "tool_call", "tool_result", "assistant",
+                            "user", "system", "tool_keys", "assistant_keys", "text_keys",
+                            "call_keys", "version", "text_hole", NULL};
+    PyObject *new_empty, *specs[6], *tk, *ak, *xk, *ck, *hole;
     long version;
-    double big;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOOOOOOldU:configure", names,
-                                     &new_loads, &new_empty, &specs[0], &specs[1], &specs[2],
-                                     &specs[3], &specs[4], &specs[5], &tk, &ak, &xk, &ck,
-                                     &version, &big, &hole))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOOOOOlU:configure", names,
+                                     &new_empty, &specs[0], &specs[1], &specs[2], &specs[3],
+                                     &specs[4], &specs[5], &tk, &ak, &xk, &ck, &version, &hole))
         return NULL;
     if (PyUnicode_GET_LENGTH(hole) != 15) {
         PyErr_SetString(PyExc_ValueError, "text_hole must be 15 characters");
         return NULL;
     }
-    if (!PyCallable_Check(new_loads)) {
-        PyErr_SetString(PyExc_TypeError, "loads must be callable");
-        return NULL;
-    }
-    if (frozenset_arg(tk, "tool_keys") < 0 || frozenset_arg(ak, "assistant_keys") < 0 ||
-        frozenset_arg(xk, "text_keys") < 0 || frozenset_arg(ck, "call_keys") < 0)
+    unsigned masks[4];
+    if (key_mask(tk, "tool_keys", &masks[0]) < 0 || key_mask(ak, "assistant_keys", &masks[1]) < 0 ||
+        key_mask(xk, "text_keys", &masks[2]) < 0 || key_mask(ck, "call_keys", &masks[3]) < 0)
         return NULL;
     static const int counts[6] = {3, 5, 7, 5, 4, 4};
     SlotClass classes[6] = {{0}};
@@ -532,21 +926,19 @@ configure(PyObject *module, PyObject *args, PyObject *kwargs)
     SlotClass *targets[6] = {&frozen_dict, &tool_call, &tool_result, &assistant, &user, &system_};
     for (int i = 0; i < 6; i++)
         replace_class(targets[i], &classes[i]);
-    replace(&tool_keys, tk);
-    replace(&assistant_keys, ak);
-    replace(&text_keys, xk);
-    replace(&call_keys, ck);
+    tool_mask = masks[0];
+    assistant_mask = masks[1];
+    text_mask = masks[2];
+    call_mask = masks[3];
     replace(&empty, new_empty);
     replace(&text_hole, hole);
     codec_version = version;
-    big_float = big;
-    replace(&loads, new_loads);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
-     "Give the reader the codec's classes, slots, key sets and parser."},
+     "Give the reader the codec's classes, slots and key sets."},
     {"read_rows", read_rows, METH_O,
      "The message of each stored row (a document, or a split document's (head, text)), "
      "or None where the Python reader must decide."},

@@ -1,11 +1,10 @@
 """The codec's fast reader, in C (see _speedups.c); configured by tinyctx.codec."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 def configure(
     *,
-    loads: Callable[[str], Any],
     empty: object,
     frozen_dict: tuple[type, tuple[Any, ...]],
     tool_call: tuple[type, tuple[Any, ...]],
@@ -18,7 +17,6 @@ def configure(
     text_keys: frozenset[str],
     call_keys: frozenset[str],
     version: int,
-    big_float: float,
     text_hole: str,
 ) -> None: ...
 def read_rows(rows: Sequence[Any], /) -> list[Any]: ...

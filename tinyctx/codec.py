@@ -812,14 +812,13 @@ def _c_reader() -> Callable[[Sequence[Any]], list[Message | None]] | None:
     """The fast reader in C (``tinyctx._speedups``), given this reader's classes, slots and
     key sets; None where it was not built (no C compiler at install), where
     ``TINYCTX_NO_EXTENSIONS`` is set, or where the fast reader is off."""
-    if not _FAST or _orjson_loads is None or os.environ.get("TINYCTX_NO_EXTENSIONS"):
+    if not _FAST or os.environ.get("TINYCTX_NO_EXTENSIONS"):
         return None
     try:
         from . import _speedups
     except ImportError:  # pragma: no cover - installed where no C compiler was found
         return None
     _speedups.configure(
-        loads=_orjson_loads,
         empty=EMPTY,
         frozen_dict=(FrozenDict, _slots(FrozenDict, ("_data", "_hash", "_json_chars"))),
         tool_call=(ToolCall, _CALL_SLOTS),
@@ -832,7 +831,6 @@ def _c_reader() -> Callable[[Sequence[Any]], list[Message | None]] | None:
         text_keys=_TEXT_KEYS,
         call_keys=_CALL_KEYS,
         version=CODEC_VERSION,
-        big_float=_BIG_FLOAT,
         text_hole=TEXT_HOLE,
     )
     return _speedups.read_rows
@@ -842,7 +840,7 @@ _read_rows: Final = _c_reader()
 C_READER: Final = _read_rows is not None
 """Whether :func:`decode_messages` builds messages in C (``tinyctx._speedups``, compiled at
 install where a C compiler is found; ``TINYCTX_NO_EXTENSIONS=1`` turns it off). The results
-are the same either way; a long thread loads about twice as fast with it."""
+are the same either way; a long thread decodes about 3.5 times as fast with it."""
 
 
 def _fast_mapping(value: Any) -> FrozenDict[str, Any]:
