@@ -244,6 +244,12 @@ class TestTheDirectReader:
             "-1e400",
             "4.9e-324",
             "0.1000000000000000055511",
+            "9" * 40,
+            "9" * 41,  # past the reader's number buffer: the Python reader's
+            "1" * 50,
+            "-" + "1" * 60,
+            "0." + "5" * 70,
+            "1e" + "0" * 45,
             "01",
             "1.",
             ".5",
