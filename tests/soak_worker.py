@@ -87,6 +87,14 @@ def open_store(backend: str, url: str, name: str) -> Any:
     return RedisStore(url, prefix=name, max_connections=4)
 
 
+def _forward(name: str) -> Any:
+    async def forward(self: AuditedStore, *args: Any, **kwargs: Any) -> Any:
+        return await getattr(self.inner, name)(*args, **kwargs)
+
+    forward.__name__ = name
+    return forward
+
+
 class AuditedStore:
     """The store, with every lease granted and every write landed or refused logged."""
 
@@ -97,6 +105,15 @@ class AuditedStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+    # the Store protocol's methods as class attributes: from Python 3.12 on, isinstance()
+    # against a runtime-checkable protocol looks them up statically, never in __getattr__
+    get = _forward("get")
+    put = _forward("put")
+    delete = _forward("delete")
+    keys = _forward("keys")
+    append_note = _forward("append_note")
+    notes = _forward("notes")
 
     async def load_thread(self, thread_id: str) -> Any:
         return await self.inner.load_thread(thread_id)

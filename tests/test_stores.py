@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,7 @@ class TestSqliteStore:
         path = tmp_path / "w.db"
         async with SqliteStore(path) as store:
             assert await store.schema_version() == SCHEMA_VERSION
-        with sqlite3.connect(path) as raw:
+        with closing(sqlite3.connect(path)) as raw, raw:
             assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
     async def test_non_json_values_are_refused_before_writing(self, tmp_path: Path) -> None:
@@ -220,7 +221,7 @@ V1_SCHEMA = [
 
 
 def _write_v1_file(path: Path) -> None:
-    with sqlite3.connect(path) as raw:
+    with closing(sqlite3.connect(path)) as raw, raw:
         for statement in V1_SCHEMA:
             raw.execute(statement)
         raw.execute("INSERT INTO tinyctx_kv VALUES ('ns', 'k', '{\"old\":true}')")
@@ -251,7 +252,7 @@ class TestSchemaMigration:
             change = ThreadWrite(encode_messages([UserMessage("hi")]), state="{}")
             assert await store.write("t", change, expected_version=0) == 1
             assert (await store.load_thread("t")).messages == change.append
-        with sqlite3.connect(path) as raw:
+        with closing(sqlite3.connect(path)) as raw, raw:
             columns = {row[1] for row in raw.execute("PRAGMA table_info(tinyctx_notes)")}
             version = raw.execute("SELECT version FROM tinyctx_schema").fetchone()[0]
         assert "metadata" in columns
@@ -282,7 +283,7 @@ class TestSchemaMigration:
         old_docs = encode_messages(
             [UserMessage("old \u00e9\n  text"), AssistantMessage("old answer")]
         )
-        with sqlite3.connect(path) as raw:
+        with closing(sqlite3.connect(path)) as raw, raw:
             raw.execute(
                 "CREATE TABLE tinyctx_schema (id INTEGER PRIMARY KEY CHECK (id = 1), "
                 "version INTEGER NOT NULL, updated_at REAL NOT NULL)"
@@ -315,7 +316,7 @@ class TestSchemaMigration:
             assert decode_messages(record.messages) == decode_messages(summary + new_docs[1:])
             (archived,) = await store.archived("t")
             assert archived.messages == old_docs + new_docs[:1]
-        with sqlite3.connect(path) as raw:
+        with closing(sqlite3.connect(path)) as raw, raw:
             stored = raw.execute(
                 "SELECT doc, content FROM tinyctx_messages ORDER BY pos"
             ).fetchall()
@@ -333,11 +334,11 @@ class TestSchemaMigration:
         docs = encode_messages([UserMessage("hi"), AssistantMessage("hello")])
         async with SqliteStore(path) as store:
             await store.write("t", ThreadWrite(docs[:1]), expected_version=0)
-            with sqlite3.connect(path) as raw:
+            with closing(sqlite3.connect(path)) as raw, raw:
                 raw.execute("CREATE INDEX tinyctx_notes_age ON tinyctx_notes (created_at)")
             raw.close()
             assert (await store.load_thread("t")).messages == docs[:1]
-            with sqlite3.connect(path) as raw:
+            with closing(sqlite3.connect(path)) as raw, raw:
                 raw.execute("CREATE TABLE tinyctx_future (x INTEGER)")
                 raw.execute("UPDATE tinyctx_schema SET version = 99")
             raw.close()
@@ -346,7 +347,7 @@ class TestSchemaMigration:
                 await store.load_thread("t")
             with pytest.raises(StoreSchemaError, match=newer):
                 await store.write("t", ThreadWrite(docs[1:]), expected_version=1)
-        with sqlite3.connect(path) as raw:
+        with closing(sqlite3.connect(path)) as raw, raw:
             version = raw.execute("SELECT version FROM tinyctx_threads").fetchone()[0]
             rows = raw.execute("SELECT count(*) FROM tinyctx_messages").fetchone()[0]
         raw.close()
@@ -356,14 +357,14 @@ class TestSchemaMigration:
         path = tmp_path / "new.db"
         async with SqliteStore(path) as store:
             await store.append_note("ns", "x")
-        with sqlite3.connect(path) as raw:
+        with closing(sqlite3.connect(path)) as raw, raw:
             raw.execute("UPDATE tinyctx_schema SET version = 99")
         raw.close()
         store = SqliteStore(path)
         with pytest.raises(StoreSchemaError, match=r"version 99 was written by a newer tinyctx"):
             await store.notes("ns")
         await store.aclose()
-        with sqlite3.connect(path) as raw:
+        with closing(sqlite3.connect(path)) as raw, raw:
             assert raw.execute("SELECT version FROM tinyctx_schema").fetchone()[0] == 99
         raw.close()
 

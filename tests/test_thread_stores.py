@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,7 @@ anyio.run(main, sys.argv[1])
 
 def _rows(path: Path) -> list[tuple[int, str]]:
     """Each stored message's position and document (joined from its head and text)."""
-    with sqlite3.connect(path) as raw:
+    with closing(sqlite3.connect(path)) as raw, raw:
         rows = raw.execute("SELECT pos, doc, content FROM tinyctx_messages ORDER BY pos").fetchall()
     raw.close()
     return [(int(p), join_document(d, c)) for p, d, c in rows]
