@@ -69,6 +69,12 @@ def _agrees(doc: str) -> None:
         _same(_c(row), row)
 
 
+def _content_first(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object with its content first, as the encoder writes it."""
+    content = {"content": obj["content"]} if "content" in obj else {}
+    return {**content, **obj}
+
+
 def _python_only(doc: str) -> bool:
     """What the C reader leaves to Python in a good document: a lone surrogate (which
     orjson refuses too)."""
@@ -130,9 +136,7 @@ class TestSameMessagesAsPython:
     ) -> None:
         """A document Python refuses gets no answer from C; one it reads, the same message
         (compact as the encoder writes, or spaced, which C leaves to Python)."""
-        content = {"content": obj.pop("content")} if "content" in obj else {}
-        # the content first, as the encoder writes it
-        doc = json.dumps({**content, **obj}, separators=(",", ":") if compact else None)
+        doc = json.dumps(_content_first(obj), separators=(",", ":") if compact else None)
         row: Row = split_document(doc) if split else doc
         _same(_c(row), row)
 
@@ -182,8 +186,7 @@ _ANY_JSON: st.SearchStrategy[Any] = st.recursive(
 def _spellings(obj: dict[str, Any]) -> list[str]:
     """A message object as the encoder spells it (compact, ASCII, the content first), and
     two other ways JSON allows: non-ASCII as it is, and numbers spelled with exponents."""
-    content = {"content": obj.pop("content")} if "content" in obj else {}
-    ordered = {**content, **obj}
+    ordered = _content_first(obj)
     compact = json.dumps(ordered, separators=(",", ":"))
     return [
         compact,

@@ -170,13 +170,12 @@ wrap_new(void)
     return result;
 }
 
-/* a field holding a mapping (metadata, arguments; EMPTY when absent): a new reference, or
-   DOUBT where the document held no object there */
+/* a field holding a mapping (metadata, arguments), a new reference: read_fields took
+   only an object there, frozen; EMPTY when absent */
 static PyObject *
 mapping_field(Fields *fields, int i)
 {
-    PyObject *value = field(fields, i, empty);
-    return Py_IS_TYPE(value, frozen_dict.type) ? Py_NewRef(value) : DOUBT;
+    return Py_NewRef(field(fields, i, empty));
 }
 
 static int
@@ -192,7 +191,7 @@ is_bool(PyObject *value)
     return value == Py_True || value == Py_False;
 }
 
-/* the essential flag and metadata every message has: 0, or -1 (an error, or doubt) */
+/* the essential flag and metadata every message has: 0, or -1 where the flag is no bool */
 static int
 base_fields(Fields *fields, PyObject **essential, PyObject **metadata)
 {
@@ -200,7 +199,7 @@ base_fields(Fields *fields, PyObject **essential, PyObject **metadata)
     if (!is_bool(*essential))
         return -1;
     *metadata = mapping_field(fields, F_METADATA);
-    return *metadata == NULL ? -1 : 0;
+    return 0;
 }
 
 /* A message: its own fields are values[0..count - 3); the last three slots of every
@@ -244,8 +243,6 @@ call_from_fields(Fields *fields)
         (invalid != Py_None && !PyUnicode_CheckExact(invalid)))
         return DOUBT;
     PyObject *arguments = mapping_field(fields, F_ARGUMENTS);
-    if (arguments == NULL)
-        return DOUBT;
     PyObject *values[5] = {call_id, name, arguments, invalid, Py_None};
     PyObject *call = build(&tool_call, values);
     Py_DECREF(arguments);
@@ -571,7 +568,7 @@ read_number(Cursor *c)
     }
     Py_ssize_t n = q - start;
     if (n > 40)
-        return DOUBT; /* a long number: the parser's path reads it */
+        return DOUBT; /* a long number: the Python reader reads it */
     char text[41];
     memcpy(text, start, (size_t)n);
     text[n] = '\0';
@@ -739,7 +736,7 @@ read_fields(Cursor *c, unsigned allowed, Fields *fields)
             return 0; /* another key, or a repeated one (or a key the role has not) */
         PyObject *value;
         if (i == F_METADATA || i == F_ARGUMENTS)
-            value = expect(c, '{') ? read_object(c, 1) : read_value(c);
+            value = expect(c, '{') ? read_object(c, 1) : DOUBT; /* else Python says why */
         else if (i == F_TOOL_CALLS)
             value = read_calls(c);
         else
