@@ -525,14 +525,36 @@ class TestReliefRun:
         )
         report = replay_sync(transcript, [guard], counter=COUNTER)
         assert report.error is None  # TrimOldest(0) can always make room
+        systems = sum(isinstance(m, SystemMessage) for m in transcript)
         reliefs = 0
         for row in report.rows:
             assert row.tokens <= window
             if any(isinstance(e, ContextPressure) for e in row.events):
                 reliefs += 1
-                assert row.tokens <= math.floor(low_water * window)
+                # to the mark, unless only what no policy removes (the system prompt) is left
+                assert row.tokens <= math.floor(low_water * window) or row.messages == systems
         event(f"reliefs: {min(reliefs, 3)}{'+' if reliefs >= 3 else ''}")
         assert_pairing_intact(report.final_messages, transcript)
+
+    def test_a_relief_stops_at_what_no_policy_removes(self) -> None:
+        """A system prompt bigger than the mark is kept: the relief ends above the mark,
+        with the request inside the window (a case hypothesis found)."""
+        system = SystemMessage("rules " * 40)
+        prompt = COUNTER.count_messages((system,))
+        window = 3 * prompt
+        transcript = (system, UserMessage("x " * (4 * prompt)), AssistantMessage("done"))
+        guard = BudgetGuard(
+            max_tokens=window,
+            low_water=0.2,
+            counter=COUNTER,
+            calibrate=False,
+            policies=[DropNonessential(), TrimOldest(0)],
+        )
+        report = replay_sync(transcript, [guard], counter=COUNTER)
+        assert report.error is None
+        (row,) = [r for r in report.rows if any(isinstance(e, ContextPressure) for e in r.events)]
+        assert row.messages == 1
+        assert math.floor(0.2 * window) < row.tokens <= window
 
     def test_the_mark_survives_in_the_thread_state(self) -> None:
         """The growth since the last relief is durable state, like the calibration."""
