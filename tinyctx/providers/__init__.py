@@ -1,6 +1,8 @@
 """Model adapters for real provider APIs, over their official SDKs.
 
 - :class:`tinyctx.providers.openai.OpenAIChatModel` (``pip install 'tinyctx[openai]'``)
+- :class:`tinyctx.providers.openai_responses.OpenAIResponsesModel` (the Responses API,
+  ``pip install 'tinyctx[openai]'``)
 - :class:`tinyctx.providers.anthropic.AnthropicModel` (``pip install 'tinyctx[anthropic]'``)
 
 Importing this package needs neither SDK; each adapter imports its SDK when first used.
@@ -22,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .anthropic import AnthropicModel
     from .openai import OpenAIChatModel
+    from .openai_responses import OpenAIResponsesModel
 
-__all__ = ["OpenAIChatModel", "AnthropicModel"]
+__all__ = ["OpenAIChatModel", "OpenAIResponsesModel", "AnthropicModel"]
 
 
 def __getattr__(name: str) -> Any:
@@ -31,6 +34,10 @@ def __getattr__(name: str) -> Any:
         from .openai import OpenAIChatModel
 
         return OpenAIChatModel
+    if name == "OpenAIResponsesModel":
+        from .openai_responses import OpenAIResponsesModel
+
+        return OpenAIResponsesModel
     if name == "AnthropicModel":
         from .anthropic import AnthropicModel
 

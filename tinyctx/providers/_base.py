@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
@@ -16,11 +17,12 @@ from ..errors import ConfigError, ProviderError
 from ..events import ModelStreamDelta
 from ..formats import FormatError
 from ..frozen import thaw
-from ..model import ModelRequest
+from ..model import CallInfo, ModelRequest
 from ..tools import ServerTool
 
 __all__ = [
     "SDKModel",
+    "server_of",
     "unreadable",
     "check_model",
     "check_settings",
@@ -46,7 +48,12 @@ class SDKModel(Generic[ClientT]):
     and closed by :meth:`aclose` when the adapter made it), and ``stream``."""
 
     provider: ClassVar[str] = ""
+    provider_name: ClassVar[str] = ""
+    """``gen_ai.provider.name`` of the GenAI semantic conventions ("openai", "gcp.gemini")."""
+    temperature_key: ClassVar[str] = "temperature"
+    max_tokens_keys: ClassVar[tuple[str, ...]] = ("max_tokens",)
     model: str
+    server: tuple[str | None, int | None] = (None, None)
     client: ClientT
     stream: bool
     settings: dict[str, Any]
@@ -87,7 +94,35 @@ class SDKModel(Generic[ClientT]):
                 owner=owner,
             )
         self.client = client
+        self.server = server_of(getattr(client, "base_url", None))
         return client
+
+    def call_info(
+        self,
+        params: Mapping[str, Any],
+        *,
+        model: str,
+        response_id: str | None = None,
+        finish_reasons: Iterable[str | None] = (),
+    ) -> CallInfo:
+        """What this call was (provider, server, model, temperature, output limit) and
+        what the response said of itself, for tracing."""
+        temperature = params.get(self.temperature_key)
+        max_tokens = next(
+            (params[k] for k in self.max_tokens_keys if isinstance(params.get(k), int)), None
+        )
+        return CallInfo(
+            provider=self.provider_name or self.provider,
+            request_model=model,
+            server_address=self.server[0],
+            server_port=self.server[1],
+            temperature=float(temperature)
+            if isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+            else None,
+            max_tokens=max_tokens,
+            response_id=response_id or None,
+            finish_reasons=tuple(r for r in finish_reasons if r),
+        )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.model!r} stream={self.stream}>"
@@ -136,6 +171,21 @@ class SDKModel(Generic[ClientT]):
                 "request.settings['stream']", value, "True or False", owner=type(self).__name__
             )
         return value
+
+
+def server_of(url: object) -> tuple[str | None, int | None]:
+    """``(host, port)`` of a client's base URL (the scheme's default port when it has
+    none); ``(None, None)`` when there is no URL to read."""
+    if url is None:
+        return None, None
+    parsed = urllib.parse.urlsplit(str(url))
+    try:
+        port = parsed.port
+    except ValueError:
+        port = None
+    if port is None and parsed.scheme in ("http", "https"):
+        port = 443 if parsed.scheme == "https" else 80
+    return parsed.hostname, port
 
 
 def unreadable(provider: str, exc: FormatError) -> ProviderError:
