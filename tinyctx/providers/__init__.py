@@ -4,6 +4,7 @@
 - :class:`tinyctx.providers.openai_responses.OpenAIResponsesModel` (the Responses API,
   ``pip install 'tinyctx[openai]'``)
 - :class:`tinyctx.providers.anthropic.AnthropicModel` (``pip install 'tinyctx[anthropic]'``)
+- :class:`tinyctx.providers.gemini.GeminiModel` (``pip install 'tinyctx[gemini]'``)
 
 Importing this package needs neither SDK; each adapter imports its SDK when first used.
 
@@ -23,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .anthropic import AnthropicModel
+    from .gemini import GeminiModel
     from .openai import OpenAIChatModel
     from .openai_responses import OpenAIResponsesModel
 
-__all__ = ["OpenAIChatModel", "OpenAIResponsesModel", "AnthropicModel"]
+__all__ = ["OpenAIChatModel", "OpenAIResponsesModel", "AnthropicModel", "GeminiModel"]
 
 
 def __getattr__(name: str) -> Any:
@@ -42,4 +44,8 @@ def __getattr__(name: str) -> Any:
         from .anthropic import AnthropicModel
 
         return AnthropicModel
+    if name == "GeminiModel":
+        from .gemini import GeminiModel
+
+        return GeminiModel
     raise AttributeError(f"module 'tinyctx.providers' has no attribute {name!r}")

@@ -8,7 +8,7 @@ import contextlib
 import inspect
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, cast
 
 import anyio
 
@@ -40,7 +40,7 @@ class _Client(Protocol):
     async def close(self) -> None: ...
 
 
-ClientT = TypeVar("ClientT", bound=_Client)
+ClientT = TypeVar("ClientT")  # an SDK client; SDKModel.aclose awaits its close()
 
 
 class SDKModel(Generic[ClientT]):
@@ -130,7 +130,7 @@ class SDKModel(Generic[ClientT]):
     async def aclose(self) -> None:
         """Close the HTTP client if this adapter created it."""
         if self._owns_client:
-            await self.client.close()
+            await cast(_Client, self.client).close()
 
     async def __aenter__(self) -> Self:
         return self
