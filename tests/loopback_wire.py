@@ -21,6 +21,7 @@ __all__ = [
     "gemini_body",
     "gemini_stream",
     "gemini_client",
+    "close_gemini",
 ]
 
 
@@ -212,3 +213,12 @@ def gemini_client(server: LoopbackServer) -> google.genai.Client:
             base_url=server.url, httpx_async_client=httpx2.AsyncClient()
         ),
     )
+
+
+async def close_gemini(client: google.genai.Client) -> None:
+    """Close a :func:`gemini_client` and the httpx2 client under it (the SDK closes only
+    the clients it made)."""
+    await client.aio.aclose()
+    http = client._api_client._http_options.httpx_async_client
+    if http is not None:
+        await http.aclose()

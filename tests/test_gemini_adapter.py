@@ -17,7 +17,7 @@ from tests.loopback import (
     json_reply,
     sse_reply,
 )
-from tests.loopback_wire import gemini_body, gemini_client, gemini_stream
+from tests.loopback_wire import close_gemini, gemini_body, gemini_client, gemini_stream
 from tinyctx import (
     Agent,
     AssistantMessage,
@@ -77,10 +77,7 @@ def server() -> Iterator[LoopbackServer]:
 async def client(server: LoopbackServer) -> AsyncIterator[genai.Client]:
     sdk_client = gemini_client(server)
     yield sdk_client
-    await sdk_client.aio.aclose()
-    http = sdk_client._api_client._http_options.httpx_async_client
-    if http is not None:
-        await http.aclose()
+    await close_gemini(sdk_client)
 
 
 def ask(text: str = "hi", **changes: Any) -> ModelRequest:
