@@ -402,3 +402,57 @@ class TestErrors:
         server.add(json_reply(responses_body([], status="failed", error=error)))
         with pytest.raises(RetryableProviderError, match="slow down"):
             await OpenAIResponsesModel("gpt-5", client=client)(ask(), RunContext.new())
+
+
+class TestAcrossProviders:
+    """A fallback between Anthropic and the Responses API keeps the thread valid for both."""
+
+    async def test_anthropic_to_responses_and_back(
+        self, client: openai.AsyncOpenAI, server: LoopbackServer
+    ) -> None:
+        """Anthropic's thinking turn goes to Responses as a plain call; Responses' reasoning
+        turn goes back to Anthropic as plain text; pairing holds in every request."""
+        from tests.loopback import anthropic_client, anthropic_error_body, anthropic_message
+        from tinyctx.middleware import Fallback
+        from tinyctx.providers import AnthropicModel
+
+        thinking = {"type": "thinking", "thinking": "search first", "signature": "sig"}
+        tool_use = {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "a"}}
+        overloaded = anthropic_error_body("Overloaded", type="overloaded_error")
+        server.add(
+            json_reply(anthropic_message([thinking, tool_use])),
+            error_reply(overloaded, 529),
+            json_reply(responses_body([THOUGHT, message_item("It is a.")])),
+            json_reply(anthropic_message([{"type": "text", "text": "You are welcome."}])),
+        )
+        search = FakeTool("search", returns="a", parameters=SEARCH_SCHEMA)
+        async with anthropic_client(server) as claude:
+            agent = Agent(
+                AnthropicModel("claude-sonnet-4-6", client=claude),
+                tools=[search.tool],
+                middleware=[Fallback(OpenAIResponsesModel("gpt-5", client=client))],
+            )
+            async with Session(agent) as session:
+                first = await session.run("What is a?")
+                second = await session.run("Thanks")
+                history = session.conversation_messages
+        assert (first.final_text, second.final_text) == ("It is a.", "You are welcome.")
+        check_pairing(history, allow_pending=False)
+        responses_request = server.requests[2].json()
+        assert responses_request["input"][1:] == [
+            {
+                "type": "function_call",
+                "call_id": "toolu_1",
+                "name": "search",
+                "arguments": '{"q": "a"}',
+            },
+            {"type": "function_call_output", "call_id": "toolu_1", "output": "a"},
+        ]
+        last = server.requests[3].json()["messages"]
+        assert last[3] == {"role": "assistant", "content": [{"type": "text", "text": "It is a."}]}
+        assert [r.path for r in server.requests] == [
+            "/v1/messages",
+            "/v1/messages",
+            "/v1/responses",
+            "/v1/messages",
+        ]
