@@ -173,6 +173,37 @@ class TestStatelessToolRun:
         assert (info.response_id, info.finish_reasons) == ("resp_1", ("max_output_tokens",))
 
 
+class TestDurableThread:
+    """Reasoning items are plain data: a thread stored and loaded sends them back whole."""
+
+    async def test_a_reloaded_thread_sends_its_reasoning_back(
+        self, client: openai.AsyncOpenAI, server: LoopbackServer, tmp_path: Any
+    ) -> None:
+        """A session on SQLite stores the turn with its items; the next session of the
+        thread sends the reasoning and the call verbatim."""
+        from tinyctx import SqliteStore
+
+        server.add(
+            json_reply(responses_body([THOUGHT, CALL], usage=(40, 30, 0, 20))),
+            json_reply(responses_body([message_item("Found it.")])),
+            json_reply(responses_body([message_item("Bye.")])),
+        )
+        search = FakeTool("search", returns="tinyctx manages context", parameters=SEARCH_SCHEMA)
+        agent = Agent(OpenAIResponsesModel("gpt-5", client=client), tools=[search.tool])
+        store = SqliteStore(tmp_path / "threads.db")
+        try:
+            async with Session(agent, thread_id="r", store=store) as session:
+                await session.run("What is tinyctx?")
+                before = session.conversation_messages
+            async with Session(agent, thread_id="r", store=store) as session:
+                assert session.conversation_messages == before
+                await session.run("Bye")
+        finally:
+            await store.aclose()
+        third = server.requests[2].json()["input"]
+        assert third[1:3] == [THOUGHT, CALL]
+
+
 class TestStreaming:
     """Streamed responses emit deltas and end as the same message as a plain call."""
 
