@@ -71,6 +71,27 @@ def api_view(message: Message) -> Message:
     return plain
 
 
+def merged(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` as the wire says them: an answer right before a turn of calls alone
+    is one model turn on the wire (``[message, function_call]``), so it reads back as one
+    assistant message."""
+    out: list[Message] = []
+    for message in messages:
+        previous = out[-1] if out else None
+        if (
+            isinstance(message, AssistantMessage)
+            and isinstance(previous, AssistantMessage)
+            and not previous.tool_calls
+            and previous.content
+            and message.tool_calls
+            and not message.content
+        ):
+            out[-1] = previous.evolve(tool_calls=message.tool_calls)
+        else:
+            out.append(message)
+    return out
+
+
 def with_reasoning(messages: Sequence[Message]) -> list[Message]:
     """Each assistant message as a reasoning model's response would make it: a reasoning
     item (with encrypted content) before its message and calls."""
@@ -112,7 +133,7 @@ class TestRoundTrip:
     def test_every_history_reads_back(self, history: tuple[Message, ...]) -> None:
         """from_responses_input(to_responses_input(h)) is h as the API carries it."""
         back = from_responses_input(to_responses_input(history))
-        assert list(back) == [api_view(m) for m in history]
+        assert list(back) == merged([api_view(m) for m in history])
         check_pairing(back)
 
     @settings(deadline=None)

@@ -16,7 +16,9 @@ can never leave a reasoning item without its turn, nor a turn without its reason
 
 Reading (:func:`from_responses_input`, :func:`assistant_from_output`): a run of output
 items is one assistant message; a new one starts at a reasoning or ``assistant`` message
-item that follows the run's message or function call. Items a message cannot say
+item that follows the run's message or function call, and after an empty answer. (An
+answer right before a turn of calls alone is one model turn on the wire, and reads back
+as one message: the API sees them so too.) Items a message cannot say
 (reasoning, server tool calls, ids) are kept in its metadata and written back.
 """
 
@@ -275,6 +277,8 @@ def assistant_from_output(
 
 
 def _starts_turn(item: Mapping[str, Any], run: Sequence[Mapping[str, Any]]) -> bool:
+    if run and run[-1].get("type") == "message" and run[-1].get("content") in ("", []):
+        return True  # an empty answer is a turn of its own (its message is all it has)
     kind = item.get("type")
     if kind != "reasoning" and not (kind == "message" and item.get("role") == "assistant"):
         return False

@@ -308,7 +308,9 @@ class OpenAIResponsesModel(SDKModel[openai.AsyncOpenAI]):
         own = dict(metadata.get(RESPONSES) or {})
         own[RESPONSE_ID] = response.id
         metadata[RESPONSES] = own
-        if usage is not None and usage.reasoning_tokens and ITEMS in own:
+        reasoning = any(item.get("type") == "reasoning" for item in own.get(ITEMS, ()))
+        if usage is not None and usage.reasoning_tokens and reasoning:
+            # what the reasoning items sent back with this turn cost, as the response said
             metadata["tinyctx"] = {REASONING_TOKENS: usage.reasoning_tokens}
         info = self.call_info(
             params,
