@@ -7,6 +7,8 @@ from typing import Any
 
 import openai
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.loopback import (
     TRIO_ASYNCGEN_WARNING,
@@ -48,6 +50,7 @@ from tinyctx import (
     UserMessage,
     check_pairing,
 )
+from tinyctx.codec import CodecError, decode, encode
 from tinyctx.providers.openai_responses import OpenAIResponsesModel
 from tinyctx.testing import FakeTool, capture_events
 
@@ -487,3 +490,32 @@ class TestAcrossProviders:
             "/v1/responses",
             "/v1/messages",
         ]
+
+
+class TestReasoningUsage:
+    """Reasoning tokens are part of Usage: added, subtracted and stored like the others."""
+
+    @given(
+        st.integers(0, 10_000),
+        st.integers(0, 10_000),
+        st.integers(0, 10_000),
+        st.integers(0, 10_000),
+    )
+    def test_reasoning_tokens_survive_the_codec_and_arithmetic(
+        self, given_in: int, produced: int, cached: int, reasoning: int
+    ) -> None:
+        """decode(encode(u)) == u; (u + v) - v == u for reasoning tokens too."""
+        usage = Usage(given_in, produced, cached, reasoning_tokens=reasoning)
+        assert decode(encode(usage), Usage) == usage
+        other = Usage(1, 2, 0, reasoning_tokens=3)
+        assert (usage + other).reasoning_tokens == reasoning + 3
+        assert ((usage + other) - other).reasoning_tokens == reasoning
+
+    def test_a_document_without_reasoning_tokens_reads_as_zero(self) -> None:
+        """Usage stored before the field existed decodes with reasoning_tokens=0, and a
+        usage without reasoning writes no such key."""
+        old = '{"v":1,"input_tokens":5,"output_tokens":2,"cached_tokens":0}'
+        assert decode(old, Usage) == Usage(5, 2, 0)
+        assert "reasoning_tokens" not in encode(Usage(5, 2, 0))
+        with pytest.raises(CodecError, match="reasoning_tokens"):
+            decode(old[:-1] + ',"reasoning_tokens":-1}', Usage)

@@ -145,6 +145,8 @@ class OtelExporter:
     Subscribe it to a session's event sink (``EventSink(subscribers=[exporter])`` or
     ``session.ctx.events.subscribe(exporter)``). With ``capture_content=True``, put
     :meth:`content_layer` in the agent's middleware to record message content.
+    ``provider_name`` is the ``gen_ai.provider.name`` of calls whose model handler reports
+    none (the built-in adapters report theirs in :class:`tinyctx.CallInfo`).
     """
 
     def __init__(
