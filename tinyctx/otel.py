@@ -90,6 +90,7 @@ REMOVALS: frozenset[str] = frozenset(
         "compaction.microcompact",
         "compaction.summary",
         "compaction.tool_result_budget",
+        "compaction.provider",
     }
 )
 """The events that say a layer removed something (listed in ``tinyctx.compaction.layers``)."""

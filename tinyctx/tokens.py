@@ -192,9 +192,10 @@ def _flat_json_chars(data: Mapping[str, Any]) -> int | None:
 
 
 REASONING_TOKENS: Final = "reasoning_tokens"
-"""Key in ``metadata["tinyctx"]`` of an assistant message: tokens of reasoning the provider
-keeps with it and reads again when the message is sent back (OpenAI Responses reasoning
-items). Every counter adds them to the message's count."""
+"""Key in ``metadata["tinyctx"]`` of an assistant message: tokens of opaque content the
+provider keeps with it and reads again when the message is sent back (OpenAI Responses
+reasoning items and compactions, Gemini thoughts). Every counter adds them to the
+message's count."""
 
 
 def reasoning_tokens(message: Message) -> int:

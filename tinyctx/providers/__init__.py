@@ -2,7 +2,8 @@
 
 - :class:`tinyctx.providers.openai.OpenAIChatModel` (``pip install 'tinyctx[openai]'``)
 - :class:`tinyctx.providers.openai_responses.OpenAIResponsesModel` (the Responses API,
-  ``pip install 'tinyctx[openai]'``)
+  ``pip install 'tinyctx[openai]'``), and :class:`tinyctx.providers.openai_compact.
+  ResponsesCompact`, a layer that has OpenAI compact the thread (``responses.compact``)
 - :class:`tinyctx.providers.anthropic.AnthropicModel` (``pip install 'tinyctx[anthropic]'``)
 - :class:`tinyctx.providers.gemini.GeminiModel` (``pip install 'tinyctx[gemini]'``)
 
