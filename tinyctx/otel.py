@@ -91,6 +91,7 @@ REMOVALS: frozenset[str] = frozenset(
         "compaction.summary",
         "compaction.tool_result_budget",
         "compaction.provider",
+        "compaction.provider_edit",
     }
 )
 """The events that say a layer removed something (listed in ``tinyctx.compaction.layers``)."""

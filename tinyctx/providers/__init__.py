@@ -4,7 +4,9 @@
 - :class:`tinyctx.providers.openai_responses.OpenAIResponsesModel` (the Responses API,
   ``pip install 'tinyctx[openai]'``), and :class:`tinyctx.providers.openai_compact.
   ResponsesCompact`, a layer that has OpenAI compact the thread (``responses.compact``)
-- :class:`tinyctx.providers.anthropic.AnthropicModel` (``pip install 'tinyctx[anthropic]'``)
+- :class:`tinyctx.providers.anthropic.AnthropicModel` (``pip install 'tinyctx[anthropic]'``),
+  and :class:`tinyctx.providers.anthropic_context.AnthropicContextEditing`, a layer that
+  turns on Anthropic's server-side clearing of old tool results
 - :class:`tinyctx.providers.gemini.GeminiModel` (``pip install 'tinyctx[gemini]'``)
 
 Importing this package needs neither SDK; each adapter imports its SDK when first used.

@@ -32,6 +32,7 @@ __all__ = [
     "emit_tool_delta",
 ]
 
+_MERGED = ("extra_headers", "extra_body", "extra_query")
 S = TypeVar("S")
 E = TypeVar("E")
 
@@ -147,20 +148,20 @@ class SDKModel(Generic[ClientT]):
         consumed: Iterable[str] = ("stream",),
     ) -> dict[str, Any]:
         """The adapter's settings overridden by the request's (``Agent.settings``, layers),
-        less the ``consumed`` ones the adapter reads itself."""
+        less the ``consumed`` ones the adapter reads itself; ``extra_headers``,
+        ``extra_body`` and ``extra_query`` of both are merged key by key."""
         skip = set(consumed)
         overrides = {k: v for k, v in request.settings.items() if k not in skip}
         merged = dict(self.settings)
         if overrides:
-            merged.update(
-                check_settings(
-                    overrides,
-                    method,
-                    built=built,
-                    owner=type(self).__name__,
-                    field="request.settings",
-                )
+            checked = check_settings(
+                overrides, method, built=built, owner=type(self).__name__, field="request.settings"
             )
+            for name in _MERGED:
+                # a request's extra headers / body add to the adapter's, key by key
+                if isinstance(checked.get(name), dict) and isinstance(merged.get(name), dict):
+                    checked[name] = {**merged[name], **checked[name]}
+            merged.update(checked)
         return merged
 
     def streaming(self, request: ModelRequest) -> bool:
