@@ -475,14 +475,8 @@ class ModelSummarizer:
         if usage is not None:
             ctx.usage.add(model, usage)
         child.emit(
-            ModelCallFinished(
-                model=model,
-                messages=len(request.messages),
-                input_tokens=usage.input_tokens if usage else None,
-                output_tokens=usage.output_tokens if usage else None,
-                tool_calls=len(response.message.tool_calls),
-                seconds=time.perf_counter() - started,
-            )
+            ModelCallFinished,
+            **ModelCallFinished.fields_of(request, response, time.perf_counter() - started),
         )
         return response.message.content
 

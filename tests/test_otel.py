@@ -59,7 +59,7 @@ class TestSpans:
                 reply("done", usage=(150, 3), model="gpt-x"),
             ]
         )
-        await run(Agent(model=model, tools=[SEARCH], name="helper"), exporter)
+        await run(Agent(model=model, tools=[SEARCH], name="helper", model_name="gpt-x"), exporter)
         spans = memory.get_finished_spans()
         (root,) = by_name(spans, "invoke_agent")
         chats, tools = by_name(spans, "chat"), by_name(spans, "execute_tool")
@@ -69,6 +69,7 @@ class TestSpans:
         assert [c.attributes["gen_ai.usage.input_tokens"] for c in chats] == [120, 150]  # type: ignore[index]
         assert [c.attributes["gen_ai.usage.output_tokens"] for c in chats] == [7, 3]  # type: ignore[index]
         assert chats[0].attributes["gen_ai.request.model"] == "gpt-x"  # type: ignore[index]
+        assert chats[0].attributes["gen_ai.response.model"] == "gpt-x"  # type: ignore[index]
         (tool,) = tools
         assert tool.name == "execute_tool search"
         assert tool.attributes["gen_ai.tool.name"] == "search"  # type: ignore[index]
@@ -102,7 +103,9 @@ class TestSpans:
         assert researcher.parent is not None
         assert researcher.parent.span_id == planner.context.span_id
         assert researcher.context.trace_id == planner.context.trace_id
-        sub_chat = next(s for s in spans if s.name == "chat small")
+        sub_chat = next(
+            s for s in spans if (s.attributes or {}).get("gen_ai.response.model") == "small"
+        )
         assert sub_chat.parent is not None and sub_chat.parent.span_id == researcher.context.span_id
 
 

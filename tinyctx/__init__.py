@@ -139,6 +139,7 @@ from .messages import (
     tool_turns,
 )
 from .model import (
+    CallInfo,
     ModelHandler,
     ModelRequest,
     ModelResponse,
@@ -275,6 +276,7 @@ __all__ = [
     "ModelResponse",
     "ModelHandler",
     "Usage",
+    "CallInfo",
     "Layer",
     "LayerLike",
     "LayerBus",

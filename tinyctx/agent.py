@@ -998,12 +998,7 @@ class Session(Generic[Data]):
             message = fresh_call_ids(message, self._call_ids())
         ctx.emit(
             ModelCallFinished,
-            model=response.model or request.model,
-            messages=len(request.messages),
-            input_tokens=usage.input_tokens if usage else None,
-            output_tokens=usage.output_tokens if usage else None,
-            tool_calls=len(message.tool_calls),
-            seconds=time.perf_counter() - started,
+            **ModelCallFinished.fields_of(request, response, time.perf_counter() - started),
         )
         appended = await self._append(state, message, usage)
         assert isinstance(appended, AssistantMessage)

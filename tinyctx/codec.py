@@ -305,6 +305,8 @@ def _usage_obj(usage: Usage) -> dict[str, Any]:
     }
     if usage.context_window is not None:
         obj["context_window"] = usage.context_window
+    if usage.reasoning_tokens:
+        obj["reasoning_tokens"] = usage.reasoning_tokens
     return obj
 
 
@@ -1091,7 +1093,7 @@ def _decode_split(head: str, text: str) -> Message:
 
 
 _USAGE_KEYS: Final = frozenset(
-    {"v", "input_tokens", "output_tokens", "cached_tokens", "context_window"}
+    {"v", "input_tokens", "output_tokens", "cached_tokens", "context_window", "reasoning_tokens"}
 )
 
 
@@ -1107,6 +1109,7 @@ def _usage_from(value: Any) -> Usage:
         _count(obj, "output_tokens"),
         _count(obj, "cached_tokens"),
         context_window=window,
+        reasoning_tokens=_count(obj, "reasoning_tokens"),
     )
 
 

@@ -16,13 +16,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 import structlog
 from attrs import field, frozen
 
 from .frozen import clone_with
+
+if TYPE_CHECKING:
+    from .model import ModelRequest, ModelResponse
 
 __all__ = [
     "Event",
@@ -283,6 +286,10 @@ class RunFinished(Event):
 
 @frozen
 class ModelCallFinished(Event):
+    """One model call answered. ``model`` is the model that answered (the response's, else
+    the requested one) and ``request_model`` the one asked for; the rest is what the
+    adapter reported (:class:`tinyctx.CallInfo`, :class:`tinyctx.Usage`), for tracing."""
+
     kind: ClassVar[str] = "model.call"
     level: ClassVar[EventLevel] = "debug"
     model: str | None = None
@@ -291,6 +298,45 @@ class ModelCallFinished(Event):
     output_tokens: int | None = None
     tool_calls: int = 0
     seconds: float = 0.0
+    request_model: str | None = None
+    provider: str | None = None
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    response_id: str | None = None
+    finish_reasons: tuple[str, ...] = ()
+    temperature: float | None = None
+    max_tokens: int | None = None
+    server_address: str | None = None
+    server_port: int | None = None
+
+    @staticmethod
+    def fields_of(request: ModelRequest, response: ModelResponse, seconds: float) -> dict[str, Any]:
+        """The fields of the event for ``response`` to ``request``, with everything both
+        tell: ``ctx.emit(ModelCallFinished, **ModelCallFinished.fields_of(...))``."""
+        usage, info = response.usage, response.info
+        fields: dict[str, Any] = {}
+        if info is not None:
+            fields = {
+                "provider": info.provider,
+                "response_id": info.response_id,
+                "finish_reasons": info.finish_reasons,
+                "temperature": info.temperature,
+                "max_tokens": info.max_tokens,
+                "server_address": info.server_address,
+                "server_port": info.server_port,
+            }
+        if usage is not None:
+            fields["input_tokens"] = usage.input_tokens
+            fields["output_tokens"] = usage.output_tokens
+            fields["cached_tokens"] = usage.cached_tokens
+            fields["reasoning_tokens"] = usage.reasoning_tokens
+        requested = (info.request_model if info is not None else None) or request.model
+        fields["model"] = response.model or requested
+        fields["request_model"] = requested
+        fields["messages"] = len(request.messages)
+        fields["tool_calls"] = len(response.message.tool_calls)
+        fields["seconds"] = seconds
+        return fields
 
 
 @frozen

@@ -17,7 +17,7 @@ from .tools import ServerTool, ToolSpec
 if TYPE_CHECKING:
     from .context import RunContext
 
-__all__ = ["ModelRequest", "ModelResponse", "Usage", "ModelHandler"]
+__all__ = ["ModelRequest", "ModelResponse", "Usage", "CallInfo", "ModelHandler"]
 
 
 def _messages_tuple(value: Iterable[Message]) -> tuple[Message, ...]:
@@ -41,12 +41,18 @@ def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int)
 
 @frozen
 class Usage:
-    """Tokens one model call used; ``context_window`` is the window the provider reported."""
+    """Tokens one model call used; ``context_window`` is the window the provider reported.
+
+    ``input_tokens`` is the whole prompt, of which ``cached_tokens`` were read from the
+    provider's cache; ``output_tokens`` is everything generated, of which
+    ``reasoning_tokens`` were the model's reasoning (thinking) it did not show.
+    """
 
     input_tokens: int = field(default=0, validator=_non_negative)
     output_tokens: int = field(default=0, validator=_non_negative)
     cached_tokens: int = field(default=0, validator=_non_negative)
     context_window: int | None = field(default=None, kw_only=True)
+    reasoning_tokens: int = field(default=0, kw_only=True, validator=_non_negative)
 
     @property
     def total_tokens(self) -> int:
@@ -60,6 +66,7 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.cached_tokens + other.cached_tokens,
             context_window=other.context_window or self.context_window,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
     def __sub__(self, other: Usage) -> Usage:
@@ -70,6 +77,7 @@ class Usage:
             max(0, self.output_tokens - other.output_tokens),
             max(0, self.cached_tokens - other.cached_tokens),
             context_window=self.context_window,
+            reasoning_tokens=max(0, self.reasoning_tokens - other.reasoning_tokens),
         )
 
 
@@ -131,15 +139,45 @@ _REQUEST_CONVERTERS: dict[str, Any] = {
 }
 
 
+def _reasons(value: Iterable[str]) -> tuple[str, ...]:
+    reasons = value if type(value) is tuple else tuple(value)
+    for reason in reasons:
+        if not isinstance(reason, str):
+            raise TypeError(f"CallInfo.finish_reasons must hold str, got {type(reason).__name__}")
+    return reasons
+
+
+@frozen
+class CallInfo:
+    """What a provider adapter knows about one call, for tracing (the GenAI semantic
+    conventions' attributes): who was asked (``provider``, ``server_address`` and
+    ``server_port``), for what (``request_model``, ``temperature``, ``max_tokens``) and
+    what came back (``response_id``, ``finish_reasons``, one per choice)."""
+
+    provider: str | None = None
+    request_model: str | None = None
+    server_address: str | None = None
+    server_port: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    response_id: str | None = None
+    finish_reasons: tuple[str, ...] = field(default=(), converter=_reasons)
+
+    def evolve(self, **changes: Any) -> CallInfo:
+        return attrs.evolve(self, **changes)
+
+
 @frozen
 class ModelResponse:
-    """The model's answer. ``control`` is an outcome a layer surfaced as a value."""
+    """The model's answer. ``control`` is an outcome a layer surfaced as a value;
+    ``info`` is what the adapter knows about the call (see :class:`CallInfo`)."""
 
     message: AssistantMessage = field(validator=instance_of(AssistantMessage))
     usage: Usage | None = None
     control: StopWithFinal | Interrupt | None = None
     model: str | None = None
     raw: Any = field(default=None, eq=False, repr=False)
+    info: CallInfo | None = field(default=None, kw_only=True, eq=False)
 
     def evolve(self, **changes: Any) -> ModelResponse:
         return attrs.evolve(self, **changes)

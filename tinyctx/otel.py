@@ -3,12 +3,21 @@
 Install with ``pip install 'tinyctx[otel]'``. :class:`OtelExporter` is an event subscriber:
 
 - a span per run, ``invoke_agent {agent}`` (sub-agents nest under the run that started them);
-- a span per model call, ``chat {model}``, with ``gen_ai.request.model`` and
-  ``gen_ai.usage.input_tokens`` / ``output_tokens``;
+- a span per model call, ``chat {requested model}`` (``generate_content`` for Gemini), with
+  what the adapter reported (:class:`tinyctx.CallInfo`): ``gen_ai.provider.name``,
+  ``gen_ai.request.model`` (the model asked for; left out when unknown) and
+  ``gen_ai.response.model`` (the one that answered), ``gen_ai.response.id`` and
+  ``finish_reasons``, ``gen_ai.request.temperature`` / ``max_tokens``, ``server.address``
+  / ``port``, and ``gen_ai.usage.input_tokens`` / ``output_tokens`` /
+  ``cache_read.input_tokens`` / ``reasoning.output_tokens``;
 - a span per tool call, ``execute_tool {tool}``, with ``gen_ai.tool.name`` and
-  ``gen_ai.tool.call.id``; a failed tool sets the span's status to ERROR;
+  ``gen_ai.tool.call.id``; a failed tool sets the span's status to ERROR and ``error.type``
+  (the exception's type, or ``tool_error`` for an error result);
+- ``gen_ai.conversation.id`` (the thread) on every span of a thread;
 - context actions (pressure, compaction, summary, memory extraction, control, limits) as
-  events on the span of the run they happened in, with ``tinyctx.tokens_freed``;
+  events on the span of the run they happened in, with ``tinyctx.tokens_freed``; what the
+  compaction layers removed before a model call is on its chat span as well: their
+  events, ``tinyctx.compaction.layers`` (in order) and ``tinyctx.compaction.tokens_freed``;
 - a cancelled or failed run sets its span's status to ERROR with the reason.
 
 Spans nest by the events' run ids (a call under :class:`~tinyctx.middleware.Inherit` runs
@@ -52,7 +61,7 @@ from .events import (
 from .messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult
 from .model import ModelRequest, ModelResponse
 
-__all__ = ["OtelExporter", "CONTEXT_ACTIONS"]
+__all__ = ["OtelExporter", "CONTEXT_ACTIONS", "COMPACTIONS"]
 
 CONTEXT_ACTIONS: tuple[str, ...] = (
     "context.",
@@ -70,7 +79,25 @@ CONTEXT_ACTIONS: tuple[str, ...] = (
 """Prefixes of the event kinds recorded as span events (context actions and outcomes,
 retries, human review)."""
 
+COMPACTIONS: tuple[str, ...] = ("context.", "compaction.")
+"""Prefixes of the events that say what a layer removed before a model call: recorded on
+that call's chat span too (as events, and summed in ``tinyctx.compaction.*``)."""
+
+REMOVALS: frozenset[str] = frozenset(
+    {
+        "context.policy_applied",
+        "compaction.images",
+        "compaction.microcompact",
+        "compaction.summary",
+        "compaction.tool_result_budget",
+        "compaction.provider",
+        "compaction.provider_edit",
+    }
+)
+"""The events that say a layer removed something (listed in ``tinyctx.compaction.layers``)."""
+
 _NS = 1_000_000_000
+_FREED_KEYS = frozenset({"freed_tokens", "tokens_freed"})
 
 
 def _homogeneous(value: Any) -> bool:
@@ -120,6 +147,8 @@ class OtelExporter:
     Subscribe it to a session's event sink (``EventSink(subscribers=[exporter])`` or
     ``session.ctx.events.subscribe(exporter)``). With ``capture_content=True``, put
     :meth:`content_layer` in the agent's middleware to record message content.
+    ``provider_name`` is the ``gen_ai.provider.name`` of calls whose model handler reports
+    none (the built-in adapters report theirs in :class:`tinyctx.CallInfo`).
     """
 
     def __init__(
@@ -141,6 +170,8 @@ class OtelExporter:
         self._contexts: dict[str, Any] = {}
         self._content: dict[str, tuple[str, str, str | None]] = {}
         self._tool_content: dict[str, tuple[str, str]] = {}
+        self._failures: dict[str, str] = {}
+        self._compactions: dict[str, list[tuple[str | None, int, Event]]] = {}
 
     def content_layer(self) -> Layer:
         """The layer that records message content for this exporter's spans (opt-in:
@@ -216,6 +247,7 @@ class OtelExporter:
         self._contexts[event.run_id] = trace.set_span_in_context(span)
 
     def _run_finished(self, event: RunFinished) -> None:
+        self._compactions.pop(event.run_id, None)
         span = self._runs.pop(event.run_id, None)
         self._contexts.pop(event.run_id, None)
         self._content.pop(event.run_id, None)
@@ -232,17 +264,48 @@ class OtelExporter:
 
     def _chat(self, event: ModelCallFinished) -> None:
         end = _ns(event.timestamp)
-        model = event.model or ""
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.request.model": model,
-        }
-        if self.provider_name:
-            attributes["gen_ai.provider.name"] = self.provider_name
+        provider = event.provider or self.provider_name
+        operation = "generate_content" if provider == "gcp.gemini" else "chat"
+        attributes: dict[str, Any] = {"gen_ai.operation.name": operation}
+        if provider:
+            attributes["gen_ai.provider.name"] = provider
+        requested = event.request_model
+        if requested:
+            attributes["gen_ai.request.model"] = requested
+        if event.model:
+            attributes["gen_ai.response.model"] = event.model
+        if event.thread_id is not None:
+            attributes["gen_ai.conversation.id"] = event.thread_id
         if event.input_tokens is not None:
             attributes["gen_ai.usage.input_tokens"] = event.input_tokens
         if event.output_tokens is not None:
             attributes["gen_ai.usage.output_tokens"] = event.output_tokens
+        if event.cached_tokens:
+            attributes["gen_ai.usage.cache_read.input_tokens"] = event.cached_tokens
+        if event.reasoning_tokens:
+            attributes["gen_ai.usage.reasoning.output_tokens"] = event.reasoning_tokens
+        if event.response_id:
+            attributes["gen_ai.response.id"] = event.response_id
+        if event.finish_reasons:
+            attributes["gen_ai.response.finish_reasons"] = event.finish_reasons
+        if event.temperature is not None:
+            attributes["gen_ai.request.temperature"] = event.temperature
+        if event.max_tokens is not None:
+            attributes["gen_ai.request.max_tokens"] = event.max_tokens
+        if event.server_address:
+            attributes["server.address"] = event.server_address
+            if event.server_port is not None:
+                attributes["server.port"] = event.server_port
+        compactions = (
+            self._compactions.pop(event.run_id, None)  # the run's own call, not a summary's
+            if self._compactions and event.run_id in self._runs
+            else None
+        )
+        if compactions:
+            layers = [label for label, _, _ in compactions if label is not None]
+            if layers:
+                attributes["tinyctx.compaction.layers"] = layers
+                attributes["tinyctx.compaction.tokens_freed"] = sum(f for _, f, _ in compactions)
         if self.capture_content:
             content = self._content.pop(event.run_id, None)
             if content is not None:
@@ -251,12 +314,17 @@ class OtelExporter:
                 if content[2] is not None:
                     attributes["gen_ai.system_instructions"] = content[2]
         span = self.tracer.start_span(
-            f"chat {model}" if model else "chat",
+            f"{operation} {requested}" if requested else operation,
             context=self._parent(event),
             kind=SpanKind.CLIENT,
             attributes=attributes,
             start_time=end - _ns(event.seconds),
         )
+        if compactions:
+            for _, _, action in compactions:
+                span.add_event(
+                    action.kind, self._action_attributes(action), timestamp=_ns(action.timestamp)
+                )
         span.end(end_time=end)
 
     def _tool(self, event: ToolCallFinished | ToolCallSuspended) -> None:
@@ -267,6 +335,12 @@ class OtelExporter:
             "gen_ai.tool.call.id": event.tool_call_id,
             "gen_ai.tool.type": "function",
         }
+        if event.thread_id is not None:
+            attributes["gen_ai.conversation.id"] = event.thread_id
+        failed = self._failures.pop(event.tool_call_id, None) if self._failures else None
+        if isinstance(event, ToolCallFinished) and event.is_error:
+            # the exception's type when the tool raised, else the tool answered an error
+            attributes["error.type"] = failed or "tool_error"
         if isinstance(event, ToolCallSuspended):
             # the call's first run, until it paused the run (a resume runs it again)
             attributes["tinyctx.tool.suspended"] = event.node
@@ -287,6 +361,7 @@ class OtelExporter:
         span.end(end_time=end)
 
     def _tool_failed(self, event: ToolFailed) -> None:
+        self._failures[event.tool_call_id] = event.error_type or "tool_error"
         span = self._span_of(event)
         if span is not None:
             span.add_event(
@@ -310,15 +385,14 @@ class OtelExporter:
                 timestamp=_ns(event.timestamp),
             )
 
-    def _action(self, event: Event) -> None:
-        span = self._span_of(event)
-        if span is None:
-            return
+    def _action_attributes(self, event: Event) -> dict[str, Any]:
         attributes: dict[str, Any] = {"tinyctx.run_id": event.run_id}
         freed = freed_tokens(event)
         if freed is not None:
             attributes["tinyctx.tokens_freed"] = freed
         for key, value in event.payload().items():
+            if key in _FREED_KEYS:
+                continue  # recorded once, as tinyctx.tokens_freed
             if isinstance(value, (str, bool, int, float)):
                 attributes[f"tinyctx.{key}"] = value
             elif _homogeneous(value):  # e.g. the call ids under review
@@ -326,7 +400,37 @@ class OtelExporter:
         label = event.describe()
         if label:
             attributes["tinyctx.label"] = label
-        span.add_event(event.kind, attributes, timestamp=_ns(event.timestamp))
+        return attributes
+
+    def _action(self, event: Event) -> None:
+        span = self._span_of(event)
+        if span is None:
+            return
+        if event.kind.startswith(COMPACTIONS):
+            # what the layers removed before a model call is told on that call's span too
+            payload = event.payload()
+            label = next(
+                (str(payload[k]) for k in ("policy", "layer") if isinstance(payload.get(k), str)),
+                event.kind,
+            )
+            # a removal counts once: an event another one already tells has no label
+            removal = event.kind in REMOVALS and event.describe() is not None
+            freed = freed_tokens(event) if removal else None
+            pending = self._compactions.setdefault(self._run_of(event), [])
+            pending.append((label if freed is not None else None, freed or 0, event))
+        span.add_event(event.kind, self._action_attributes(event), timestamp=_ns(event.timestamp))
+
+    def _run_of(self, event: Event) -> str:
+        """The run id of the nearest open run span of the event's lineage."""
+        runs = self._runs
+        if event.run_id in runs:
+            return event.run_id
+        if event.parent_run_id in runs:
+            return event.parent_run_id or ""
+        for run_id in reversed(event.lineage):
+            if run_id in runs:
+                return run_id
+        return event.run_id
 
 
 class _ContentLayer(Layer):

@@ -48,6 +48,8 @@ __all__ = [
     "default_counter",
     "message_payload",
     "arguments_text",
+    "REASONING_TOKENS",
+    "reasoning_tokens",
     "Calibration",
     "MODEL_WINDOWS",
     "context_window",
@@ -187,6 +189,22 @@ def _flat_json_chars(data: Mapping[str, Any]) -> int | None:
             if escaped:
                 chars += len(escaped) + 4 * len(escaped.translate(None, short))
     return chars
+
+
+REASONING_TOKENS: Final = "reasoning_tokens"
+"""Key in ``metadata["tinyctx"]`` of an assistant message: tokens of opaque content the
+provider keeps with it and reads again when the message is sent back (OpenAI Responses
+reasoning items and compactions, Gemini thoughts). Every counter adds them to the
+message's count."""
+
+
+def reasoning_tokens(message: Message) -> int:
+    """The reasoning tokens ``message`` carries for its provider (0 for none)."""
+    own = message.metadata.get("tinyctx", None)
+    if not isinstance(own, Mapping):
+        return 0
+    value = own.get(REASONING_TOKENS, 0)
+    return value if type(value) is int and value > 0 else 0
 
 
 def message_payload(message: Message) -> str:
@@ -378,6 +396,8 @@ class MemoCounter:
                 calls = message.tool_calls
                 if calls and per_call:
                     counts[index] += per_call * len(calls)
+                if message.metadata:
+                    counts[index] += reasoning_tokens(message)
             elif type(getattr(message, "content", "")) is not str:
                 counts[index] += self.count_media(message.content)  # type: ignore[attr-defined]
         return counts
@@ -700,6 +720,8 @@ class HeuristicCounter(MemoCounter):
                 calls = message.tool_calls  # type: ignore[attr-defined]
                 if calls:
                     tokens += per_call * len(calls)
+                if message.metadata:
+                    tokens += reasoning_tokens(message)
                 for call in calls:
                     # id and name: short, never empty; the JSON arguments
                     part, name = call.id, call.name

@@ -1,7 +1,13 @@
 """Model adapters for real provider APIs, over their official SDKs.
 
 - :class:`tinyctx.providers.openai.OpenAIChatModel` (``pip install 'tinyctx[openai]'``)
-- :class:`tinyctx.providers.anthropic.AnthropicModel` (``pip install 'tinyctx[anthropic]'``)
+- :class:`tinyctx.providers.openai_responses.OpenAIResponsesModel` (the Responses API,
+  ``pip install 'tinyctx[openai]'``), and :class:`tinyctx.providers.openai_compact.
+  ResponsesCompact`, a layer that has OpenAI compact the thread (``responses.compact``)
+- :class:`tinyctx.providers.anthropic.AnthropicModel` (``pip install 'tinyctx[anthropic]'``),
+  and :class:`tinyctx.providers.anthropic_context.AnthropicContextEditing`, a layer that
+  turns on Anthropic's server-side clearing of old tool results
+- :class:`tinyctx.providers.gemini.GeminiModel` (``pip install 'tinyctx[gemini]'``)
 
 Importing this package needs neither SDK; each adapter imports its SDK when first used.
 
@@ -21,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .anthropic import AnthropicModel
+    from .gemini import GeminiModel
     from .openai import OpenAIChatModel
+    from .openai_responses import OpenAIResponsesModel
 
-__all__ = ["OpenAIChatModel", "AnthropicModel"]
+__all__ = ["OpenAIChatModel", "OpenAIResponsesModel", "AnthropicModel", "GeminiModel"]
 
 
 def __getattr__(name: str) -> Any:
@@ -31,8 +39,16 @@ def __getattr__(name: str) -> Any:
         from .openai import OpenAIChatModel
 
         return OpenAIChatModel
+    if name == "OpenAIResponsesModel":
+        from .openai_responses import OpenAIResponsesModel
+
+        return OpenAIResponsesModel
     if name == "AnthropicModel":
         from .anthropic import AnthropicModel
 
         return AnthropicModel
+    if name == "GeminiModel":
+        from .gemini import GeminiModel
+
+        return GeminiModel
     raise AttributeError(f"module 'tinyctx.providers' has no attribute {name!r}")

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, cast
 
 import anyio
 
@@ -16,11 +17,12 @@ from ..errors import ConfigError, ProviderError
 from ..events import ModelStreamDelta
 from ..formats import FormatError
 from ..frozen import thaw
-from ..model import ModelRequest
+from ..model import CallInfo, ModelRequest
 from ..tools import ServerTool
 
 __all__ = [
     "SDKModel",
+    "server_of",
     "unreadable",
     "check_model",
     "check_settings",
@@ -30,6 +32,7 @@ __all__ = [
     "emit_tool_delta",
 ]
 
+_MERGED = ("extra_headers", "extra_body", "extra_query")
 S = TypeVar("S")
 E = TypeVar("E")
 
@@ -38,7 +41,7 @@ class _Client(Protocol):
     async def close(self) -> None: ...
 
 
-ClientT = TypeVar("ClientT", bound=_Client)
+ClientT = TypeVar("ClientT")  # an SDK client; SDKModel.aclose awaits its close()
 
 
 class SDKModel(Generic[ClientT]):
@@ -46,7 +49,12 @@ class SDKModel(Generic[ClientT]):
     and closed by :meth:`aclose` when the adapter made it), and ``stream``."""
 
     provider: ClassVar[str] = ""
+    provider_name: ClassVar[str] = ""
+    """``gen_ai.provider.name`` of the GenAI semantic conventions ("openai", "gcp.gemini")."""
+    temperature_key: ClassVar[str] = "temperature"
+    max_tokens_keys: ClassVar[tuple[str, ...]] = ("max_tokens",)
     model: str
+    server: tuple[str | None, int | None] = (None, None)
     client: ClientT
     stream: bool
     settings: dict[str, Any]
@@ -87,7 +95,35 @@ class SDKModel(Generic[ClientT]):
                 owner=owner,
             )
         self.client = client
+        self.server = server_of(getattr(client, "base_url", None))
         return client
+
+    def call_info(
+        self,
+        params: Mapping[str, Any],
+        *,
+        model: str,
+        response_id: str | None = None,
+        finish_reasons: Iterable[str | None] = (),
+    ) -> CallInfo:
+        """What this call was (provider, server, model, temperature, output limit) and
+        what the response said of itself, for tracing."""
+        temperature = params.get(self.temperature_key)
+        max_tokens = next(
+            (params[k] for k in self.max_tokens_keys if isinstance(params.get(k), int)), None
+        )
+        return CallInfo(
+            provider=self.provider_name or self.provider,
+            request_model=model,
+            server_address=self.server[0],
+            server_port=self.server[1],
+            temperature=float(temperature)
+            if isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+            else None,
+            max_tokens=max_tokens,
+            response_id=response_id or None,
+            finish_reasons=tuple(r for r in finish_reasons if r),
+        )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.model!r} stream={self.stream}>"
@@ -95,7 +131,7 @@ class SDKModel(Generic[ClientT]):
     async def aclose(self) -> None:
         """Close the HTTP client if this adapter created it."""
         if self._owns_client:
-            await self.client.close()
+            await cast(_Client, self.client).close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -112,20 +148,20 @@ class SDKModel(Generic[ClientT]):
         consumed: Iterable[str] = ("stream",),
     ) -> dict[str, Any]:
         """The adapter's settings overridden by the request's (``Agent.settings``, layers),
-        less the ``consumed`` ones the adapter reads itself."""
+        less the ``consumed`` ones the adapter reads itself; ``extra_headers``,
+        ``extra_body`` and ``extra_query`` of both are merged key by key."""
         skip = set(consumed)
         overrides = {k: v for k, v in request.settings.items() if k not in skip}
         merged = dict(self.settings)
         if overrides:
-            merged.update(
-                check_settings(
-                    overrides,
-                    method,
-                    built=built,
-                    owner=type(self).__name__,
-                    field="request.settings",
-                )
+            checked = check_settings(
+                overrides, method, built=built, owner=type(self).__name__, field="request.settings"
             )
+            for name in _MERGED:
+                # a request's extra headers / body add to the adapter's, key by key
+                if isinstance(checked.get(name), dict) and isinstance(merged.get(name), dict):
+                    checked[name] = {**merged[name], **checked[name]}
+            merged.update(checked)
         return merged
 
     def streaming(self, request: ModelRequest) -> bool:
@@ -136,6 +172,21 @@ class SDKModel(Generic[ClientT]):
                 "request.settings['stream']", value, "True or False", owner=type(self).__name__
             )
         return value
+
+
+def server_of(url: object) -> tuple[str | None, int | None]:
+    """``(host, port)`` of a client's base URL (the scheme's default port when it has
+    none); ``(None, None)`` when there is no URL to read."""
+    if url is None:
+        return None, None
+    parsed = urllib.parse.urlsplit(str(url))
+    try:
+        port = parsed.port
+    except ValueError:
+        port = None
+    if port is None and parsed.scheme in ("http", "https"):
+        port = 443 if parsed.scheme == "https" else 80
+    return parsed.hostname, port
 
 
 def unreadable(provider: str, exc: FormatError) -> ProviderError:

@@ -32,7 +32,8 @@ _OVERFLOW_CODES: Final = frozenset(
 )
 _OVERFLOW_TEXT: Final = re.compile(
     r"context[ _-]?(?:length|window|size|limit)|maximum context|prompt is too long|"
-    r"too many (?:input )?tokens|input is too long|reduce the length of the (?:messages|prompt)",
+    r"too many (?:input )?tokens|input is too long|reduce the length of the (?:messages|prompt)|"
+    r"input token count \(?\d+\)? exceeds the maximum",
     re.IGNORECASE,
 )
 _RETRYABLE_TYPES: Final = frozenset(
@@ -56,6 +57,14 @@ _NUMBER_PATTERNS: Final = (
     # resulted in 8227 tokens" / "you requested 4120 tokens (3120 in the messages, ...)"
     (re.compile(r"maximum context length is (\d+) tokens"), ("window",)),
     (re.compile(r"(?:resulted in|requested) (\d+) tokens"), ("estimate",)),
+    # Gemini: "The input token count (1200000) exceeds the maximum number of tokens
+    # allowed (1048576)."
+    (
+        re.compile(
+            r"input token count \(?(\d+)\)? exceeds the maximum number of tokens allowed \(?(\d+)"
+        ),
+        ("estimate", "window"),
+    ),
 )
 
 

@@ -138,6 +138,7 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
     """
 
     provider = PROVIDER
+    provider_name = "anthropic"
 
     def __init__(
         self,
@@ -227,8 +228,18 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
                     message = await self.client.messages.create(**params)
         except anthropic.AnthropicError as exc:
             raise anthropic_error(exc) from exc
+        info = self.call_info(
+            params,
+            model=str(params["model"]),
+            response_id=message.id,
+            finish_reasons=[message.stop_reason],
+        )
         return ModelResponse(
-            _assistant(message), usage=_usage(message.usage), model=message.model, raw=message
+            _assistant(message),
+            usage=_usage(message.usage),
+            model=message.model,
+            raw=message,
+            info=info,
         )
 
     async def _call_streaming(

@@ -75,7 +75,9 @@ def _usage(usage: CompletionUsage | None) -> Usage | None:
         return None
     details = usage.prompt_tokens_details
     cached = (details.cached_tokens or 0) if details is not None else 0
-    return Usage(usage.prompt_tokens, usage.completion_tokens, cached)
+    output = usage.completion_tokens_details
+    reasoning = (output.reasoning_tokens or 0) if output is not None else 0
+    return Usage(usage.prompt_tokens, usage.completion_tokens, cached, reasoning_tokens=reasoning)
 
 
 def _assistant(
@@ -106,7 +108,7 @@ def _assistant(
 class _StreamState:
     """Assembles a streamed completion and emits its deltas as ModelStreamDelta events."""
 
-    __slots__ = ("calls", "ctx", "model", "reasoning", "refusal", "text", "usage")
+    __slots__ = ("calls", "ctx", "finish", "id", "model", "reasoning", "refusal", "text", "usage")
 
     def __init__(self, ctx: RunContext[Any]) -> None:
         self.ctx = ctx
@@ -116,14 +118,19 @@ class _StreamState:
         self.calls: dict[int, dict[str, Any]] = {}
         self.usage: CompletionUsage | None = None
         self.model: str | None = None
+        self.id: str | None = None
+        self.finish: list[str] = []
 
     def handle(self, chunk: ChatCompletionChunk) -> None:
         self.model = chunk.model or self.model
+        self.id = chunk.id or self.id
         if chunk.usage is not None:
             self.usage = chunk.usage
         for choice in chunk.choices:
             if choice.index != 0:
                 continue
+            if choice.finish_reason:
+                self.finish.append(choice.finish_reason)
             delta = choice.delta
             if delta.content:
                 self.text.append(delta.content)
@@ -201,6 +208,8 @@ class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
     """
 
     provider = PROVIDER
+    provider_name = "openai"
+    max_tokens_keys = ("max_completion_tokens", "max_tokens")
 
     def __init__(
         self,
@@ -265,7 +274,14 @@ class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
                 completion = await self.client.chat.completions.create(**params)
         except openai.OpenAIError as exc:
             raise openai_error(exc) from exc
-        return self._response(completion)
+        response = self._response(completion)
+        info = self.call_info(
+            params,
+            model=str(params["model"]),
+            response_id=completion.id,
+            finish_reasons=[c.finish_reason for c in completion.choices],
+        )
+        return response.evolve(info=info)
 
     def _response(self, completion: ChatCompletion) -> ModelResponse:
         if not completion.choices:
@@ -310,4 +326,7 @@ class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
             lambda stream: stream.close(),
             state.handle,
         )
-        return state.response(str(params["model"]))
+        info = self.call_info(
+            params, model=str(params["model"]), response_id=state.id, finish_reasons=state.finish
+        )
+        return state.response(str(params["model"])).evolve(info=info)
