@@ -2,15 +2,24 @@
 
 Needs the ``redis`` extra (redis-py): ``pip install 'tinyctx[redis]'``.
 
-Keys (every one under ``prefix``, ``tinyctx:`` unless ``prefix=`` says otherwise):
+Keys (layout version 2; every key is ``prefix`` then ``{kind}`` then a name, ``prefix``
+being ``tinyctx:`` unless ``prefix=`` says otherwise):
 
-- ``kv:<namespace>`` a hash of JSON values; ``n:<namespace>`` a list of notes (a note's
+- ``{kv}<namespace>`` a hash of JSON values; ``{n}<namespace>`` a list of notes (a note's
   ``seq`` is its position + 1: notes are append-only);
-- ``t:<thread>`` a hash: version, checkpoint, state, and the newest lease (token, owner,
-  expiry); ``m:<thread>`` the live messages (a list); ``a:<thread>`` the archive;
-  ``l:<thread>`` the live lease, ``SET ... PX ttl`` so Redis expires it; ``threads`` the
-  sorted index of thread ids; ``fencing`` the fencing-token counter; ``schema`` the layout
-  version.
+- ``{t}<thread>`` a hash: version, checkpoint, state, and the newest lease (token, owner,
+  expiry); ``{m}<thread>`` the live messages (a list); ``{a}<thread>`` the archive;
+  ``{l}<thread>`` the live lease, ``SET ... PX ttl`` so Redis expires it; ``{threads}`` the
+  sorted index of thread ids; ``{fencing}`` the fencing-token counter; and ``schema`` (no
+  brace) the layout version.
+
+The layout is injective: a prefix may not contain ``{``, so the first ``{`` after it ends
+the prefix, and ``}`` ends the kind: no (prefix, kind, name) names the key of another,
+whatever tenants nest their prefixes (``acme:`` and ``acme:m:`` are kept apart), and
+``SCAN MATCH <prefix>{*`` lists exactly one store's keys. Layout version 1 (tinyctx before
+this layout: ``<prefix>t:<thread>``, where nested prefixes could name each other's keys) is
+refused on open with :class:`~tinyctx.stores.StoreSchemaError` rather than read or
+overwritten; :meth:`RedisStore.migrate_layout` moves such a prefix's data over.
 
 Every change to a thread is one Lua script, so the fencing check (the thread's newest lease
 token), the version check and the write are atomic: a worker whose lease another worker has
@@ -25,8 +34,10 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+import anyio.to_thread
 
 from ..errors import ConfigError
 from ..stores import (
@@ -37,6 +48,7 @@ from ..stores import (
     _note_texts,
     _retention,
     check_fence,
+    check_lease,
 )
 from ..threads import (
     ArchivedRange,
@@ -47,6 +59,7 @@ from ..threads import (
     ThreadRecord,
     ThreadWrite,
     Unchanged,
+    check_thread_id,
     check_write_range,
     validate_lease_request,
     validate_write,
@@ -68,8 +81,10 @@ else:
 
 __all__ = ["RedisStore", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
-"""The key layout version :class:`RedisStore` writes; a newer one is refused on open."""
+SCHEMA_VERSION = 2
+"""The key layout version :class:`RedisStore` writes; an older or newer one is refused on
+open (version 1 can be moved over with :meth:`RedisStore.migrate_layout`)."""
+
 
 _SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -219,6 +234,54 @@ def _ttl_ms(thread_id: str, owner: str, ttl: float) -> int:
     return max(1, math.ceil(ttl * 1000))
 
 
+def _check_layout(prefix: str, stored: int) -> None:
+    """:class:`StoreSchemaError` unless the prefix holds the current key layout."""
+    if stored > SCHEMA_VERSION:
+        raise StoreSchemaError(
+            f"Redis prefix {prefix!r}: layout version {stored} was written by a newer "
+            f"tinyctx (this one reads up to version {SCHEMA_VERSION})"
+        )
+    if stored < SCHEMA_VERSION:
+        raise StoreSchemaError(
+            f"Redis prefix {prefix!r} holds key layout version {stored}, written by an older "
+            f"tinyctx, which this one does not read (version 1 let nested prefixes name each "
+            f"other's keys); stop every worker of the prefix, then run "
+            f"`await RedisStore(url, prefix={prefix!r}).migrate_layout()` once"
+        )
+
+
+_GLOB_SPECIAL = str.maketrans({c: "\\" + c for c in "*?[]\\"})
+
+
+def _migrate_v1(client: redis.Redis, prefix: str, key: Callable[[str, str], str]) -> int:
+    """Rename a version 1 prefix's keys to the current layout; how many moved. Each step
+    is safe to repeat, and the layout version is set last, so a migration that stopped
+    half way is finished by running it again."""
+    marker = prefix + "schema"
+    stored = client.get(marker)
+    if stored is None or int(stored) >= SCHEMA_VERSION:
+        return 0
+    moved = 0
+
+    def rename(old: str, new: str) -> None:
+        nonlocal moved
+        if client.exists(old):
+            client.rename(old, new)
+            moved += 1
+
+    for thread_id in cast(list[str], client.zrange(prefix + "threads", 0, -1)):
+        for kind in ("t", "m", "a", "l"):
+            rename(f"{prefix}{kind}:{thread_id}", key(kind, str(thread_id)))
+    for kind in ("kv", "n"):
+        start = f"{prefix}{kind}:"
+        for old in list(client.scan_iter(match=start.translate(_GLOB_SPECIAL) + "*")):
+            rename(str(old), key(kind, str(old)[len(start) :]))
+    rename(prefix + "threads", key("threads", ""))
+    rename(prefix + "fencing", key("fencing", ""))
+    client.set(marker, SCHEMA_VERSION)
+    return moved
+
+
 def _check_str(what: str, value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, got {type(value).__name__}")
@@ -250,8 +313,9 @@ class RedisStore(NetworkedStore):
     ``url`` is a redis-py URL: ``redis://[:password@]host:6379/0``, ``rediss://`` (TLS) or
     ``unix:///path/redis.sock``. Options:
 
-    - ``prefix``: the start of every key this store uses; applications or tenants that must
-      not see each other use different prefixes;
+    - ``prefix``: the start of every key this store uses (any text without ``{``);
+      applications or tenants that must not see each other use different prefixes, which
+      may nest (``acme:`` and ``acme:eu:`` never see each other's keys);
     - ``max_connections``: the client's connection pool, and calls in flight at once per
       event loop;
     - ``timeout``: seconds to wait when connecting;
@@ -280,8 +344,10 @@ class RedisStore(NetworkedStore):
             raise ConfigError(
                 "url", shown, "a Redis URL: redis://, rediss:// or unix://", owner=owner
             )
-        if not isinstance(prefix, str) or not prefix:
-            raise ConfigError("prefix", prefix, "a non-empty str", owner=owner)
+        if not isinstance(prefix, str) or not prefix or "{" in prefix:
+            raise ConfigError(
+                "prefix", prefix, "a non-empty str without '{' (it ends each prefix)", owner=owner
+            )
         check_positive(owner, "max_connections", max_connections, integer=True)
         check_positive(owner, "timeout", timeout)
         self.url = url
@@ -304,19 +370,15 @@ class RedisStore(NetworkedStore):
         try:
             key = self.prefix + "schema"
             client.redis.set(key, SCHEMA_VERSION, nx=True)
-            stored = int(client.redis.get(key) or 0)
-            if stored > SCHEMA_VERSION:
-                raise StoreSchemaError(
-                    f"Redis prefix {self.prefix!r}: layout version {stored} was written by a "
-                    f"newer tinyctx (this one reads up to version {SCHEMA_VERSION})"
-                )
+            _check_layout(self.prefix, int(client.redis.get(key) or 0))
         except BaseException:
             client.redis.close()
             raise
         return client
 
-    def _key(self, kind: str, name: str) -> str:
-        return f"{self.prefix}{kind}:{name}"
+    def _key(self, kind: str, name: str = "") -> str:
+        """The key of ``name`` of ``kind``: ``<prefix>{<kind>}<name>``."""
+        return f"{self.prefix}{{{kind}}}{name}"
 
     def _thread_keys(self, thread_id: str) -> tuple[str, str, str, str]:
         return (
@@ -332,6 +394,29 @@ class RedisStore(NetworkedStore):
         """The key layout version stored under the prefix."""
         raw = await self._threads.run(lambda client: client.redis.get(self.prefix + "schema"))
         return int(raw or 0)
+
+    async def migrate_layout(self) -> int:
+        """Move this prefix's data from key layout version 1 to the current one; how many
+        keys moved. Run it once, with every worker of the prefix stopped (their leases are
+        moved too). A prefix already at the current layout is left as it is (0).
+
+        Version 1 listed no namespaces, so the key/value and note keys are found by
+        ``SCAN MATCH <prefix>kv:*`` / ``<prefix>n:*``: a store whose prefix nests inside
+        this one (``acme:`` and ``acme:kv:x``) must be migrated first, or its keys move
+        here. Threads come from this prefix's own index.
+        """
+
+        def run() -> int:
+            # its own client: the store's refuses to open a version 1 prefix
+            client = redis.Redis.from_url(
+                self.url, decode_responses=True, socket_connect_timeout=self.timeout
+            )
+            try:
+                return _migrate_v1(client, self.prefix, self._key)
+            finally:
+                client.close()
+
+        return await anyio.to_thread.run_sync(run)
 
     # -- key/value -----------------------------------------------------------------------
 
@@ -381,7 +466,7 @@ class RedisStore(NetworkedStore):
         if fence is None:
             length = int(await self._threads.run(lambda client: client.redis.rpush(name, *entries)))
         else:
-            thread = self._thread_keys(_check_str("thread_id", fence.thread_id))[0]
+            thread = self._thread_keys(fence.thread_id)[0]
             outcome, figure = await self._threads.run(
                 lambda client: client.fenced_append(
                     keys=[thread, name], args=[fence.token, *entries]
@@ -429,7 +514,7 @@ class RedisStore(NetworkedStore):
 
     async def load_thread(self, thread_id: str) -> ThreadRecord:
         """The thread now, read in one ``MULTI`` (one consistent snapshot)."""
-        thread, messages, _, _ = self._thread_keys(_check_str("thread_id", thread_id))
+        thread, messages, _, _ = self._thread_keys(check_thread_id(thread_id))
 
         def read(client: _Client) -> tuple[list[str | None], list[str]]:
             with client.redis.pipeline(transaction=True) as pipe:
@@ -476,7 +561,7 @@ class RedisStore(NetworkedStore):
             replacement = compaction.replacement
             args += [compaction.start, compaction.end, len(replacement), *replacement]
         args += change.append
-        keys = [thread, messages, archive, self.prefix + "threads"]
+        keys = [thread, messages, archive, self._key("threads")]
         outcome, figure = await self._threads.run(lambda client: client.write(keys=keys, args=args))
         if outcome == "ok":
             return int(figure)
@@ -490,8 +575,8 @@ class RedisStore(NetworkedStore):
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         ttl_ms = _ttl_ms(thread_id, owner, ttl)
-        thread, _, _, live = self._thread_keys(_check_str("thread_id", thread_id))
-        keys = [thread, live, self.prefix + "fencing"]
+        thread, _, _, live = self._thread_keys(check_thread_id(thread_id))
+        keys = [thread, live, self._key("fencing")]
         args = [_check_str("owner", owner), ttl_ms]
         granted, holder, expires, token = await self._threads.run(
             lambda client: client.acquire(keys=keys, args=args)
@@ -502,7 +587,7 @@ class RedisStore(NetworkedStore):
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         ttl_ms = _ttl_ms(lease.thread_id, lease.owner, ttl)
-        thread, _, _, live = self._thread_keys(_check_str("thread_id", lease.thread_id))
+        thread, _, _, live = self._thread_keys(check_lease(lease, "renew_lease").thread_id)
         renewed, figure = await self._threads.run(
             lambda client: client.renew(keys=[thread, live], args=[lease.token, ttl_ms])
         )
@@ -511,17 +596,17 @@ class RedisStore(NetworkedStore):
         return Lease(lease.thread_id, lease.owner, lease.token, int(figure) / 1000)
 
     async def release_lease(self, lease: Lease) -> None:
-        thread, _, _, live = self._thread_keys(_check_str("thread_id", lease.thread_id))
+        thread, _, _, live = self._thread_keys(check_lease(lease, "release_lease").thread_id)
         await self._threads.run(
             lambda client: client.release(keys=[thread, live], args=[lease.token])
         )
 
     async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
         _check_limit(limit)
-        _check_str("prefix", prefix)
+        check_thread_id(prefix, field="prefix")
         if limit == 0:
             return []
-        index = self.prefix + "threads"
+        index = self._key("threads")
         low = "[" + prefix if prefix else "-"
         # every id starting with `prefix` sorts below prefix + U+10FFFF... in bytes; 0xFF
         # never occurs in UTF-8, so prefix bytes + 0xFF is a strict upper bound
@@ -537,7 +622,7 @@ class RedisStore(NetworkedStore):
         return await self._threads.run(read)
 
     async def archived(self, thread_id: str) -> list[ArchivedRange]:
-        _, _, archive, _ = self._thread_keys(_check_str("thread_id", thread_id))
+        _, _, archive, _ = self._thread_keys(check_thread_id(thread_id))
         entries: list[str] = await self._threads.run(
             lambda client: client.redis.lrange(archive, 0, -1)
         )
@@ -560,7 +645,7 @@ class RedisStore(NetworkedStore):
         return ranges
 
     async def delete_thread(self, thread_id: str) -> bool:
-        keys = [*self._thread_keys(_check_str("thread_id", thread_id)), self.prefix + "threads"]
+        keys = [*self._thread_keys(check_thread_id(thread_id)), self._key("threads")]
         existed = await self._threads.run(lambda client: client.delete(keys=keys, args=[thread_id]))
         return bool(existed)
 
