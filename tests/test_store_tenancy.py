@@ -6,6 +6,7 @@ refused PostgreSQL login named as such. Real PostgreSQL and Redis where a server
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -26,7 +27,7 @@ from tinyctx import (
     ThreadWrite,
 )
 from tinyctx.backends._common import redact_url
-from tinyctx.backends.postgres import PostgresStore
+from tinyctx.backends.postgres import _MIGRATIONS, PostgresStore, _Statements, check_schema
 from tinyctx.backends.redis import SCHEMA_VERSION as REDIS_LAYOUT
 from tinyctx.backends.redis import RedisStore
 from tinyctx.testing import ScriptedModel, capture_events
@@ -204,8 +205,32 @@ def _pg_drop(url: str, schema: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+_OBJECTS = re.compile(
+    r"(\S*)\.(kv|note_seq|notes|threads|messages|archive|leases|fencing|schema_version|"
+    r"write_thread|acquire_lease|delete_thread)\b"
+)
+_SCHEMAS = st.from_regex(r"[a-z_][a-z0-9_]{0,62}", fullmatch=True).filter(
+    lambda name: not name.startswith("pg_") and name != "information_schema"
+)
+
+
 class TestPostgresSchemaNames:
     """A schema name is quoted (reserved words work) and never one of the server's own."""
+
+    @given(schema=_SCHEMAS)
+    def test_every_statement_names_only_its_own_schema(self, schema: str) -> None:
+        """For any schema name, every table, sequence and function that any statement or
+        migration names is qualified by that schema, quoted: no statement reaches a table
+        by search_path or through another schema."""
+        quoted = check_schema(schema)
+        assert quoted == f'"{schema}"'
+        texts = [text for text in vars(_Statements(quoted)).values() if isinstance(text, str)]
+        texts += [sql.replace("{s}", quoted) for step in _MIGRATIONS for sql in step]
+        for text in texts:
+            for qualifier, _name in _OBJECTS.findall(text):
+                assert qualifier.endswith(quoted), (qualifier, text[:80])
+            bare = re.findall(r"(?:FROM|INTO|UPDATE|JOIN|TABLE|ON)\s+(kv|notes|threads)\b", text)
+            assert not bare, text[:80]
 
     @pytest.mark.parametrize(
         "schema", ["information_schema", "pg_catalog", "pg_toast", "pg_temp_1", "pg_mine"]
