@@ -13,13 +13,9 @@ being ``tinyctx:`` unless ``prefix=`` says otherwise):
   sorted index of thread ids; ``{fencing}`` the fencing-token counter; and ``schema`` (no
   brace) the layout version.
 
-The layout is injective: a prefix may not contain ``{``, so the first ``{`` after it ends
-the prefix, and ``}`` ends the kind: no (prefix, kind, name) names the key of another,
-whatever tenants nest their prefixes (``acme:`` and ``acme:m:`` are kept apart), and
-``SCAN MATCH <prefix>{*`` lists exactly one store's keys. Layout version 1 (tinyctx before
-this layout: ``<prefix>t:<thread>``, where nested prefixes could name each other's keys) is
-refused on open with :class:`~tinyctx.stores.StoreSchemaError` rather than read or
-overwritten; :meth:`RedisStore.migrate_layout` moves such a prefix's data over.
+A prefix holds no ``{``, so no (prefix, kind, name) names another's key, nested prefixes
+(``acme:``, ``acme:m:``) included, and ``SCAN MATCH <prefix>{*`` lists one store's keys.
+Layout 1 is refused on open; :meth:`RedisStore.migrate_layout` moves it over.
 
 Every change to a thread is one Lua script, so the fencing check (the thread's newest lease
 token), the version check and the write are atomic: a worker whose lease another worker has
@@ -34,15 +30,14 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import anyio.to_thread
 
 from ..errors import ConfigError
 from ..stores import (
     Note,
-    StoreSchemaError,
     _check_limit,
     _encode,
     _note_texts,
@@ -71,6 +66,7 @@ from ._common import (
     missing_extra,
     redact_url,
 )
+from ._redis_layout import SCHEMA_VERSION, check_layout, migrate_v1
 
 try:
     import redis
@@ -80,10 +76,6 @@ else:
     _MISSING = None
 
 __all__ = ["RedisStore", "SCHEMA_VERSION"]
-
-SCHEMA_VERSION = 2
-"""The key layout version :class:`RedisStore` writes; an older or newer one is refused on
-open (version 1 can be moved over with :meth:`RedisStore.migrate_layout`)."""
 
 
 _SCHEMES = ("redis://", "rediss://", "unix://")
@@ -234,54 +226,6 @@ def _ttl_ms(thread_id: str, owner: str, ttl: float) -> int:
     return max(1, math.ceil(ttl * 1000))
 
 
-def _check_layout(prefix: str, stored: int) -> None:
-    """:class:`StoreSchemaError` unless the prefix holds the current key layout."""
-    if stored > SCHEMA_VERSION:
-        raise StoreSchemaError(
-            f"Redis prefix {prefix!r}: layout version {stored} was written by a newer "
-            f"tinyctx (this one reads up to version {SCHEMA_VERSION})"
-        )
-    if stored < SCHEMA_VERSION:
-        raise StoreSchemaError(
-            f"Redis prefix {prefix!r} holds key layout version {stored}, written by an older "
-            f"tinyctx, which this one does not read (version 1 let nested prefixes name each "
-            f"other's keys); stop every worker of the prefix, then run "
-            f"`await RedisStore(url, prefix={prefix!r}).migrate_layout()` once"
-        )
-
-
-_GLOB_SPECIAL = str.maketrans({c: "\\" + c for c in "*?[]\\"})
-
-
-def _migrate_v1(client: redis.Redis, prefix: str, key: Callable[[str, str], str]) -> int:
-    """Rename a version 1 prefix's keys to the current layout; how many moved. Each step
-    is safe to repeat, and the layout version is set last, so a migration that stopped
-    half way is finished by running it again."""
-    marker = prefix + "schema"
-    stored = client.get(marker)
-    if stored is None or int(stored) >= SCHEMA_VERSION:
-        return 0
-    moved = 0
-
-    def rename(old: str, new: str) -> None:
-        nonlocal moved
-        if client.exists(old):
-            client.rename(old, new)
-            moved += 1
-
-    for thread_id in cast(list[str], client.zrange(prefix + "threads", 0, -1)):
-        for kind in ("t", "m", "a", "l"):
-            rename(f"{prefix}{kind}:{thread_id}", key(kind, str(thread_id)))
-    for kind in ("kv", "n"):
-        start = f"{prefix}{kind}:"
-        for old in list(client.scan_iter(match=start.translate(_GLOB_SPECIAL) + "*")):
-            rename(str(old), key(kind, str(old)[len(start) :]))
-    rename(prefix + "threads", key("threads", ""))
-    rename(prefix + "fencing", key("fencing", ""))
-    client.set(marker, SCHEMA_VERSION)
-    return moved
-
-
 def _check_str(what: str, value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, got {type(value).__name__}")
@@ -370,7 +314,7 @@ class RedisStore(NetworkedStore):
         try:
             key = self.prefix + "schema"
             client.redis.set(key, SCHEMA_VERSION, nx=True)
-            _check_layout(self.prefix, int(client.redis.get(key) or 0))
+            check_layout(self.prefix, int(client.redis.get(key) or 0))
         except BaseException:
             client.redis.close()
             raise
@@ -399,24 +343,12 @@ class RedisStore(NetworkedStore):
         """Move this prefix's data from key layout version 1 to the current one; how many
         keys moved. Run it once, with every worker of the prefix stopped (their leases are
         moved too). A prefix already at the current layout is left as it is (0).
-
-        Version 1 listed no namespaces, so the key/value and note keys are found by
-        ``SCAN MATCH <prefix>kv:*`` / ``<prefix>n:*``: a store whose prefix nests inside
-        this one (``acme:`` and ``acme:kv:x``) must be migrated first, or its keys move
-        here. Threads come from this prefix's own index.
+        Key/value and note keys are found by ``SCAN MATCH <prefix>kv:*`` / ``<prefix>n:*``
+        (layout 1 listed no namespaces): migrate a prefix nested in this one first.
         """
-
-        def run() -> int:
-            # its own client: the store's refuses to open a version 1 prefix
-            client = redis.Redis.from_url(
-                self.url, decode_responses=True, socket_connect_timeout=self.timeout
-            )
-            try:
-                return _migrate_v1(client, self.prefix, self._key)
-            finally:
-                client.close()
-
-        return await anyio.to_thread.run_sync(run)
+        # its own client: the store's refuses to open a version 1 prefix
+        url, timeout = self.url, self.timeout
+        return await anyio.to_thread.run_sync(migrate_v1, url, timeout, self.prefix, self._key)
 
     # -- key/value -----------------------------------------------------------------------
 
