@@ -524,8 +524,8 @@ class StoreClosed(TinyCtxError):
 
 
 class StoreAuthenticationFailed(TinyCtxError):
-    """The database refused the store's login (a wrong password, an unknown user or
-    database, no ``pg_hba.conf`` entry); the message names user, host and port, never the
+    """The database refused the store's login (a wrong password, an unknown user, no
+    ``pg_hba.conf`` entry for it); the message names user, host and port, never the
     password. Retrying does not help: fix the URL."""
 
 

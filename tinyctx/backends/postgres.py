@@ -329,32 +329,47 @@ def _dropped(exc: BaseException) -> bool:
 
 _LOGIN_REFUSED = re.compile(
     r"authentication failed|role \"[^\n]*\" does not exist|no pg_hba\.conf entry|"
-    r"no password supplied|database \"[^\n]*\" does not exist"
+    r"no password supplied"
 )
 
 
-def _login_refused(url: str) -> StoreAuthenticationFailed | None:
-    """The error naming user, host and port if the server refuses to log in with ``url``
-    (one connection attempt, within 2 s); None for any other outcome."""
-    try:
-        psycopg.connect(url, connect_timeout=2).close()
-    except psycopg.OperationalError as exc:
-        text = str(exc)
-        if not _LOGIN_REFUSED.search(text):
-            return None
-        pgconn = getattr(exc, "pgconn", None)
+def _recording(failures: list[psycopg.OperationalError]) -> type[psycopg.Connection[Any]]:
+    """A connection class for the pool that keeps its last failure to connect: the pool
+    itself only ever says it timed out."""
 
-        def part(name: str) -> str:
-            raw = getattr(pgconn, name, None) if pgconn is not None else None
-            return raw.decode(errors="replace") if isinstance(raw, bytes) else "?"
+    class Recording(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Recording:
+            try:
+                return super().connect(conninfo, **kwargs)
+            except psycopg.OperationalError as exc:
+                failures[:] = [exc]
+                raise
 
-        reason = text.rpartition("FATAL:")[2].strip() or text
-        return StoreAuthenticationFailed(
-            f"PostgreSQL at {part('host')}:{part('port')} refused the login of user "
-            f"{part('user')!r} (authentication failed: {reason}); check the user, password "
-            "and database in the store's URL"
-        )
-    return None
+    return Recording
+
+
+def _login_refused(failures: list[psycopg.OperationalError]) -> StoreAuthenticationFailed | None:
+    """The error naming user, host and port when the pool's last connection attempt was a
+    login the server refused; None for any other outcome."""
+    if not failures:
+        return None
+    exc = failures[-1]
+    text = str(exc)
+    if not _LOGIN_REFUSED.search(text):
+        return None
+    pgconn = getattr(exc, "pgconn", None)
+
+    def part(name: str) -> str:
+        raw = getattr(pgconn, name, None) if pgconn is not None else None
+        return raw.decode(errors="replace") if isinstance(raw, bytes) else "?"
+
+    reason = text.rpartition("FATAL:")[2].strip() or text
+    return StoreAuthenticationFailed(
+        f"PostgreSQL at {part('host')}:{part('port')} refused the login of user "
+        f"{part('user')!r} (authentication failed: {reason}); check the user, password "
+        "and database in the store's URL"
+    )
 
 
 def _check_not_newer(schema: str, version: int) -> None:
@@ -447,8 +462,10 @@ class PostgresStore(NetworkedStore):
         if "application_name" not in _conninfo.conninfo_to_dict(self.url):
             # what a DBA sees in pg_stat_activity (the URL's own name wins)
             options["application_name"] = f"tinyctx-{self.schema}"
+        failures: list[psycopg.OperationalError] = []
         pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             self.url,
+            connection_class=_recording(failures),
             min_size=1,
             max_size=self.pool_size,
             open=False,
@@ -462,12 +479,11 @@ class PostgresStore(NetworkedStore):
                 self._migrate(conn)
         except BaseException as exc:
             pool.close()
-            if isinstance(exc, psycopg_pool.PoolTimeout):
-                # the pool only says it timed out: one attempt of our own says why, when
-                # the server refused the login (a wrong password retries to no end)
-                refused = _login_refused(self.url)
-                if refused is not None:
-                    raise refused from None
+            # the pool only says it timed out; its last attempt says why when the server
+            # refused the login (a wrong password would be retried to no end)
+            refused = _login_refused(failures)
+            if isinstance(exc, psycopg_pool.PoolTimeout) and refused is not None:
+                raise refused from None
             raise
         return pool
 
