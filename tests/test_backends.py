@@ -567,7 +567,7 @@ class TestPostgresText:
     ) -> None:
         """A thread id or namespace containing NUL is a ValueError naming the field."""
         async with PostgresStore(postgres_url, schema=postgres_schema) as store:
-            with pytest.raises(ValueError, match="thread_id 'a\\\\x00b' contains NUL"):
+            with pytest.raises(ValueError, match=r"thread_id='a\\x00b' is invalid .*U\+0000"):
                 await store.load_thread("a\x00b")
             with pytest.raises(ValueError, match="namespace"):
                 await store.put("n\x00", "k", 1)

@@ -360,7 +360,7 @@ def _counter(spec: str | None) -> TokenCounter:
 
 def _price(args: argparse.Namespace) -> Any:
     """The ModelPrice asked for with --price / --prices, or None (no cost shown)."""
-    from .cost import DEFAULT_PRICE, load_price_table, price_for
+    from .cost import DEFAULT_PRICE, PRICES, load_price_table, price_for
 
     if args.price is None and args.prices is None and args.sweep is None:
         return None
@@ -379,8 +379,10 @@ def _price(args: argparse.Namespace) -> Any:
         name = DEFAULT_PRICE
     try:
         return price_for(name, table)
-    except ConfigError as exc:
-        _fail(f"--price {name}: {exc}")
+    except ConfigError:
+        known = ", ".join(sorted(PRICES if table is None else table))
+        where = f"in --prices {args.prices}" if table is not None else "built in"
+        _fail(f"--price {name!r} is not a known model; the models {where}: {known}")
 
 
 DEFAULT_SWEEP = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)

@@ -34,6 +34,7 @@ import json.encoder
 import json.scanner
 import math
 import os
+import sys
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar, cast, overload
@@ -476,7 +477,50 @@ def _parse(doc: str | bytes) -> dict[str, Any]:
         raise CodecError("", f"not JSON ({exc})") from None
     except (RecursionError, UnicodeDecodeError) as exc:
         raise CodecError("", f"not a JSON document ({type(exc).__name__})") from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise _huge_integer(doc, exc) from None
     return _checked(obj)
+
+
+class _HugeInteger:
+    """Internal: an integer literal too long to convert, where :func:`_huge_integer`
+    parses a document again to find it."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _huge_integer(doc: str | bytes, cause: ValueError) -> CodecError:
+    """The error for a document holding an integer over ``sys.get_int_max_str_digits()``
+    digits (the stdlib parser's bare ``ValueError``), naming the integer's path."""
+    limit = sys.get_int_max_str_digits()
+
+    def mark(literal: str) -> int | _HugeInteger:
+        digits = len(literal.lstrip("-"))
+        return _HugeInteger(digits) if limit and digits > limit else int(literal)
+
+    try:
+        obj = json.JSONDecoder(parse_int=mark).decode(
+            doc if isinstance(doc, str) else bytes(doc).decode()
+        )
+    except (ValueError, RecursionError):
+        return CodecError("", f"not a JSON document ({cause})")
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(obj, ())]
+    while stack:  # iterative: the document may be nested deeply
+        value, parts = stack.pop()
+        if isinstance(value, _HugeInteger):
+            return CodecError(
+                _join("", parts),
+                f"an integer of {value.digits} digits, over the {limit}-digit limit of "
+                "Python's int conversion (sys.set_int_max_str_digits)",
+            )
+        if isinstance(value, dict):
+            stack.extend((item, (*parts, key)) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((item, (*parts, i)) for i, item in reversed(list(enumerate(value))))
+    return CodecError("", f"not a JSON document ({cause})")
 
 
 def _checked(obj: Any) -> dict[str, Any]:

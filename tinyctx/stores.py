@@ -38,6 +38,7 @@ from .threads import (
     ThreadRecord,
     ThreadWrite,
     Unchanged,
+    check_thread_id,
     check_write_range,
     validate_lease_request,
     validate_write,
@@ -56,6 +57,7 @@ __all__ = [
     "SqliteStore",
     "StoreSchemaError",
     "StoreClosed",
+    "StoreAuthenticationFailed",
 ]
 
 T = TypeVar("T")
@@ -168,6 +170,16 @@ def check_fence(fence: Lease | None) -> None:
     """``fence=`` must be None or a :class:`~tinyctx.threads.Lease` (TypeError otherwise)."""
     if fence is not None and not isinstance(fence, Lease):
         raise TypeError(f"append_notes(fence=...) must be a Lease or None, got {fence!r}")
+    if fence is not None:
+        check_thread_id(fence.thread_id)
+
+
+def check_lease(lease: object, method: str) -> Lease:
+    """``lease`` for ``renew_lease``/``release_lease``: a Lease of a valid thread id."""
+    if not isinstance(lease, Lease):
+        raise TypeError(f"{method} needs a Lease, got {type(lease).__name__}")
+    check_thread_id(lease.thread_id)
+    return lease
 
 
 def _retention(value: float | None, owner: str) -> float | None:
@@ -181,13 +193,13 @@ def _retention(value: float | None, owner: str) -> float | None:
 
 
 def _check_thread_id(thread_id: str) -> None:
-    if not isinstance(thread_id, str) or not thread_id:
-        raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    check_thread_id(thread_id)
 
 
 def _check_list_args(prefix: str, limit: int | None) -> None:
     if not isinstance(prefix, str):
         raise TypeError(f"list_threads(prefix=...) must be a str, got {type(prefix).__name__}")
+    check_thread_id(prefix, field="prefix")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"list_threads(limit={limit!r}): limit must be None or an integer >= 0")
 
@@ -219,23 +231,37 @@ class MemoryStore:
         self._lock = anyio.Lock()
         self._threads: dict[str, _MemoryThread] = {}
         self._last_token = 0
+        self._closed = False
         self.archive_retention = _retention(archive_retention, "MemoryStore")
 
-    async def get(self, namespace: str, key: str) -> Any | None:
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<MemoryStore {len(self._threads)} threads {state}>"
+
+    async def _ready(self) -> None:
+        """A checkpoint, then :class:`StoreClosed` once :meth:`aclose` ran (as every store)."""
         await anyio.lowlevel.checkpoint()
+        self._check_open()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(f"{self!r} was closed")
+
+    async def get(self, namespace: str, key: str) -> Any | None:
+        await self._ready()
         value = self._data.get(namespace, {}).get(key)
         return thaw(value) if value is not None else None
 
     async def put(self, namespace: str, key: str, value: Any) -> None:
-        await anyio.lowlevel.checkpoint()
+        await self._ready()
         self._data.setdefault(namespace, {})[key] = frozen_mapping({"v": value})["v"]
 
     async def delete(self, namespace: str, key: str) -> bool:
-        await anyio.lowlevel.checkpoint()
+        await self._ready()
         return self._data.get(namespace, {}).pop(key, None) is not None
 
     async def keys(self, namespace: str) -> list[str]:
-        await anyio.lowlevel.checkpoint()
+        await self._ready()
         return sorted(self._data.get(namespace, {}))
 
     async def append_note(
@@ -243,6 +269,7 @@ class MemoryStore:
     ) -> Note:
         (text,) = _note_texts((text,))
         async with self._lock:
+            self._check_open()
             notes = self._notes.setdefault(namespace, [])
             note = Note(namespace, len(notes) + 1, text, time.time(), frozen_mapping(metadata))
             notes.append(note)
@@ -262,6 +289,7 @@ class MemoryStore:
         check_fence(fence)
         meta = frozen_mapping(metadata)
         async with self._lock:
+            self._check_open()
             if fence is not None:  # nothing awaits from the check to the append
                 thread = self._threads.get(fence.thread_id)
                 current = thread.lease if thread is not None else None
@@ -279,7 +307,7 @@ class MemoryStore:
 
     async def notes(self, namespace: str, *, limit: int | None = None) -> list[Note]:
         _check_limit(limit)
-        await anyio.lowlevel.checkpoint()
+        await self._ready()
         notes = self._notes.get(namespace, [])
         if limit is None:
             return list(notes)
@@ -288,6 +316,7 @@ class MemoryStore:
     async def delete_notes(self, namespace: str) -> int:
         """Remove every note of ``namespace``; numbering starts again at 1."""
         async with self._lock:
+            self._check_open()
             return len(self._notes.pop(namespace, []))
 
     # -- threads -------------------------------------------------------------------------
@@ -295,7 +324,7 @@ class MemoryStore:
     async def load_thread(self, thread_id: str) -> ThreadRecord:
         """The thread now; an unknown thread is an empty record at version 0."""
         _check_thread_id(thread_id)
-        await anyio.lowlevel.checkpoint()
+        await self._ready()
         thread = self._threads.get(thread_id)
         if thread is None:
             return ThreadRecord(thread_id, 0, ())
@@ -318,7 +347,7 @@ class MemoryStore:
     ) -> int:
         """Apply ``change`` atomically; see :meth:`tinyctx.threads.ThreadStore.write`."""
         validate_write(thread_id, change, expected_version, lease)
-        await anyio.lowlevel.checkpoint()
+        await self._ready()
         # from here to the end nothing awaits: the write is one step for the event loop
         thread = self._threads.get(thread_id)
         current = thread.lease if thread is not None else None
@@ -359,7 +388,7 @@ class MemoryStore:
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         """A new lease with a fresh token; :class:`LeaseHeld` while another owner's is live."""
         validate_lease_request(thread_id, owner, ttl)
-        await anyio.lowlevel.checkpoint()
+        await self._ready()
         thread = self._threads.get(thread_id)
         now = time.time()
         current = thread.lease if thread is not None else None
@@ -373,10 +402,9 @@ class MemoryStore:
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """Extend ``lease`` (same token); :class:`FencedOut` if another lease replaced it."""
-        if not isinstance(lease, Lease):
-            raise TypeError(f"renew_lease needs a Lease, got {type(lease).__name__}")
+        check_lease(lease, "renew_lease")
         validate_lease_request(lease.thread_id, lease.owner, ttl)
-        await anyio.lowlevel.checkpoint()
+        await self._ready()
         thread = self._threads.get(lease.thread_id)
         current = thread.lease if thread is not None else None
         if thread is None or current is None or current.token != lease.token:
@@ -390,9 +418,8 @@ class MemoryStore:
 
     async def release_lease(self, lease: Lease) -> None:
         """Give the thread up; a no-op when ``lease`` was already replaced or released."""
-        if not isinstance(lease, Lease):
-            raise TypeError(f"release_lease needs a Lease, got {type(lease).__name__}")
-        await anyio.lowlevel.checkpoint()
+        check_lease(lease, "release_lease")
+        await self._ready()
         thread = self._threads.get(lease.thread_id)
         if thread is None or thread.lease is None or thread.lease.token != lease.token:
             return
@@ -403,7 +430,7 @@ class MemoryStore:
     async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
         """Ids of the threads written at least once, sorted, optionally by ``prefix``."""
         _check_list_args(prefix, limit)
-        await anyio.lowlevel.checkpoint()
+        await self._ready()
         ids = sorted(
             tid for tid, t in self._threads.items() if t.version > 0 and tid.startswith(prefix)
         )
@@ -412,7 +439,7 @@ class MemoryStore:
     async def archived(self, thread_id: str) -> list[ArchivedRange]:
         """What compactions replaced on ``thread_id``, oldest first, within retention."""
         _check_thread_id(thread_id)
-        await anyio.lowlevel.checkpoint()
+        await self._ready()
         thread = self._threads.get(thread_id)
         if thread is None:
             return []
@@ -422,11 +449,13 @@ class MemoryStore:
     async def delete_thread(self, thread_id: str) -> bool:
         """Remove the thread, its archive, checkpoint, state and lease; False if unknown."""
         _check_thread_id(thread_id)
-        await anyio.lowlevel.checkpoint()
+        await self._ready()
         return self._threads.pop(thread_id, None) is not None
 
     async def aclose(self) -> None:
+        """Close the store: later calls raise :class:`StoreClosed`. Idempotent."""
         await anyio.lowlevel.checkpoint()
+        self._closed = True
 
 
 class StoreRegistry(Mapping[str, Store]):
@@ -492,6 +521,12 @@ class StoreSchemaError(TinyCtxError):
 
 class StoreClosed(TinyCtxError):
     """The store was closed with ``aclose()``."""
+
+
+class StoreAuthenticationFailed(TinyCtxError):
+    """The database refused the store's login (a wrong password, an unknown user, no
+    ``pg_hba.conf`` entry for it); the message names user, host and port, never the
+    password. Retrying does not help: fix the URL."""
 
 
 SCHEMA_VERSION = 4
@@ -741,8 +776,35 @@ _THREAD_ROW = (
 )
 
 
+_SQLITE_KINDS: Final = {bytes: "a BLOB", str: "text", float: "a REAL", type(None): "NULL"}
+
+
+def _check_integers(
+    thread_id: str, row: tuple[Any, ...], columns: Sequence[tuple[int, str, bool]]
+) -> None:
+    """:class:`StoreSchemaError` unless each ``(index, column, nullable)`` of a thread row
+    holds an integer (or NULL where allowed): a row edited outside tinyctx is named, never
+    read as a version or a token of the wrong type."""
+    for index, column, nullable in columns:
+        value = row[index]
+        if type(value) is int or (nullable and value is None):
+            continue
+        kind = _SQLITE_KINDS.get(type(value), type(value).__name__)
+        raise StoreSchemaError(
+            f"thread {thread_id!r}: tinyctx_threads.{column} holds {kind} ({value!r:.60}), "
+            "not an integer; the row was changed outside tinyctx (restore it from a backup, "
+            "or delete_thread() it)"
+        )
+
+
+_ROW_INTEGERS: Final = ((0, "version", False), (1, "length", False), (6, "lease_token", True))
+
+
 def _lease_of(thread_id: str, row: tuple[Any, ...] | None) -> Lease | None:
-    if row is None or row[6] is None:
+    if row is None:
+        return None
+    _check_integers(thread_id, row, _ROW_INTEGERS)
+    if row[6] is None:
         return None
     return Lease(thread_id, str(row[5]), int(row[6]), float(row[7]))
 
@@ -752,6 +814,7 @@ def _load_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRecord:
         row = conn.execute(_THREAD_ROW, (thread_id,)).fetchone()
         if row is None:
             return ThreadRecord(thread_id, 0, ())
+        _check_integers(thread_id, row, _ROW_INTEGERS)
         with gc_paused(row[1]):  # a row tuple per message: see tinyctx._gc
             rows = conn.execute(
                 "SELECT doc, content FROM tinyctx_messages WHERE thread_id = ? ORDER BY pos",
@@ -885,6 +948,13 @@ def _write_thread(
             "WHERE thread_id = ?",
             (thread_id,),
         ).fetchone()
+        if row is not None:
+            _check_integers(
+                thread_id,
+                row,
+                ((0, "version", False), (1, "length", False), (2, "last_pos", False)),
+            )
+            _check_integers(thread_id, row, ((3, "lease_token", True),))
         version, length, last_pos, token = row if row is not None else (0, 0, 0, None)
         if lease is not None and token != lease.token:
             raise FencedOut(thread_id, lease.token, token)
@@ -1335,15 +1405,13 @@ class SqliteStore:
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """Extend ``lease`` (same token); :class:`FencedOut` if another lease replaced it."""
-        if not isinstance(lease, Lease):
-            raise TypeError(f"renew_lease needs a Lease, got {type(lease).__name__}")
+        check_lease(lease, "renew_lease")
         validate_lease_request(lease.thread_id, lease.owner, ttl)
         return await self._run(lambda conn: _renew_lease(conn, lease, float(ttl)))
 
     async def release_lease(self, lease: Lease) -> None:
         """Give the thread up; a no-op when ``lease`` was already replaced or released."""
-        if not isinstance(lease, Lease):
-            raise TypeError(f"release_lease needs a Lease, got {type(lease).__name__}")
+        check_lease(lease, "release_lease")
         await self._run(lambda conn: _release_lease(conn, lease))
 
     async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:

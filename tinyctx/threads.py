@@ -19,7 +19,10 @@ the thread's newest.
 from __future__ import annotations
 
 import math
+import re
+import time
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Final, Literal, Protocol, runtime_checkable
 
 from attrs import field, frozen
@@ -38,10 +41,73 @@ __all__ = [
     "StaleThreadVersion",
     "LeaseHeld",
     "FencedOut",
+    "InvalidThreadId",
+    "THREAD_ID_MAX_LENGTH",
+    "THREAD_ID_RULE",
+    "check_thread_id",
     "check_write_range",
     "validate_write",
     "validate_lease_request",
 ]
+
+THREAD_ID_MAX_LENGTH: Final = 256
+"""The longest thread id every store accepts, in characters (at most 1 KiB of UTF-8)."""
+
+THREAD_ID_RULE: Final = (
+    f"a str of 1 to {THREAD_ID_MAX_LENGTH} characters, without control characters "
+    "(U+0000-U+001F, U+007F-U+009F) or lone surrogates (U+D800-U+DFFF)"
+)
+"""What a thread id may be, on every store (the same check everywhere)."""
+
+_PREFIX_RULE: Final = THREAD_ID_RULE.replace("of 1 to", "of 0 to")
+
+# what no thread id may contain: control characters (NUL, which PostgreSQL text cannot
+# hold, among them) and surrogates (not Unicode scalar values: no UTF-8 encoding exists)
+_FORBIDDEN_IN_IDS: Final = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _shown(value: str) -> str:
+    """``value`` for an error message: its repr, cut after 40 characters."""
+    if len(value) <= 40:
+        return repr(value)
+    return f"{value[:40]!r}... ({len(value)} characters)"
+
+
+class InvalidThreadId(TinyCtxError, ValueError):
+    """A thread id no store accepts (see :data:`THREAD_ID_RULE`); nothing was read or written.
+
+    ``field`` names the argument (``thread_id``, or ``prefix`` for :meth:`list_threads`),
+    ``problem`` says what is wrong with it.
+    """
+
+    def __init__(self, value: object, problem: str, *, field: str = "thread_id") -> None:
+        self.value = value
+        self.problem = problem
+        self.field = field
+        shown = _shown(value) if isinstance(value, str) else repr(value)
+        allowed = THREAD_ID_RULE if field == "thread_id" else _PREFIX_RULE
+        super().__init__(f"{field}={shown} is invalid ({problem}): allowed {allowed}")
+
+
+def check_thread_id(thread_id: object, *, field: str = "thread_id") -> str:
+    """``thread_id`` if every store accepts it, else :class:`InvalidThreadId` (a ValueError).
+
+    The one check of thread ids, run by every backend before it touches storage, so an id
+    one store takes is taken by all (:data:`THREAD_ID_RULE`). With ``field="prefix"`` it
+    checks a :meth:`ThreadStore.list_threads` prefix, which may be empty.
+    """
+    if not isinstance(thread_id, str):
+        raise InvalidThreadId(thread_id, f"a {type(thread_id).__name__}, not a str", field=field)
+    if not thread_id and field == "thread_id":
+        raise InvalidThreadId(thread_id, "empty", field=field)
+    if len(thread_id) > THREAD_ID_MAX_LENGTH:
+        raise InvalidThreadId(thread_id, f"{len(thread_id)} characters long", field=field)
+    bad = _FORBIDDEN_IN_IDS.search(thread_id)
+    if bad is not None:
+        char = ord(bad.group())
+        kind = "a lone surrogate" if 0xD800 <= char <= 0xDFFF else "a control character"
+        raise InvalidThreadId(thread_id, f"{kind} U+{char:04X} at index {bad.start()}", field=field)
+    return thread_id
 
 
 class Unchanged:
@@ -209,8 +275,19 @@ class LeaseHeld(SessionBusy):
         self.owner = owner
         self.expires_at = expires_at
         super().__init__(
-            f"thread {thread_id!r} is busy: leased by {owner!r} until {expires_at:.3f}"
+            f"thread {thread_id!r} is busy: leased by {owner!r} until {_when(expires_at)}"
         )
+
+
+def _when(expires_at: float) -> str:
+    """An expiry for a message: the UTC time and how far it is from now (this clock)."""
+    try:
+        moment = datetime.fromtimestamp(expires_at, UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{expires_at!r} (seconds since the epoch)"
+    stamp = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    left = expires_at - time.time()
+    return f"{stamp} (in {left:.1f} s)" if left >= 0 else f"{stamp} ({-left:.1f} s ago)"
 
 
 class FencedOut(TinyCtxError):
@@ -256,8 +333,7 @@ def validate_write(
     ``ValueError`` for a value out of range (an empty thread id, a negative version, a
     lease of another thread).
     """
-    if not isinstance(thread_id, str) or not thread_id:
-        raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    check_thread_id(thread_id)
     if not isinstance(change, ThreadWrite):
         raise TypeError(f"change must be a ThreadWrite, got {type(change).__name__}")
     if isinstance(expected_version, bool) or not isinstance(expected_version, int):
@@ -296,8 +372,7 @@ def validate_write(
 
 def validate_lease_request(thread_id: str, owner: str, ttl: float) -> None:
     """The argument checks of ``acquire_lease``/``renew_lease`` (``ValueError`` naming it)."""
-    if not isinstance(thread_id, str) or not thread_id:
-        raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    check_thread_id(thread_id)
     if not isinstance(owner, str) or not owner:
         raise ValueError(f"owner must be a non-empty string, got {owner!r}")
     if (

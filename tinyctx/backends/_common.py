@@ -8,7 +8,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Self, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus
 
 import anyio
 import anyio.lowlevel
@@ -39,19 +39,97 @@ def missing_extra(owner: str, packages: str, extra: str, cause: BaseException) -
     return error
 
 
-def redact_url(url: str) -> str:
-    """``url`` without its password, for reprs and error messages."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable url>"
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + host))
+_SECRET_WORDS = ("pass", "secret", "token")
+_HIDDEN = "***"
+
+
+def _secret(name: str) -> bool:
+    """Whether a connection option of this name holds a secret (``password``,
+    ``sslpassword``, ``passfile``... : anything naming a password, a secret or a token)."""
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def redact_url(url: object) -> str:
+    """``url`` without its secrets, for reprs, error messages and events.
+
+    Every form a driver reads a password from is covered: the ``user:password@`` of a URL,
+    a URL's query options (``?password=``, ``&sslpassword=``, percent-encoded names too)
+    and a libpq ``key=value`` string (``host=db password='s e'``); each secret becomes
+    ``***``. Text it cannot parse is cut where the parse failed.
+    """
+    if not isinstance(url, str):
+        return "<not a str>"
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme and all(c.isalnum() or c in "+.-" for c in scheme):
+        return scheme + sep + _redact_uri_body(rest)
+    return _redact_key_values(url)
+
+
+def _redact_uri_body(rest: str) -> str:
+    """What follows ``scheme://``: the userinfo's password and secret query options. The
+    userinfo is taken to run to the last ``@`` before the query, a superset of what any
+    driver reads (an unencoded ``/`` or ``#`` in a password is hidden too)."""
+    query_at = rest.find("?")
+    head, tail = (rest, "") if query_at < 0 else (rest[:query_at], rest[query_at:])
+    userinfo, at, hosts = head.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        head = f"{user}:{_HIDDEN}@{hosts}" if colon else head
+    if not tail:
+        return head
+    query, hash_, fragment = tail[1:].partition("#")
+    pairs = []
+    for pair in query.split("&"):
+        name, equals, _ = pair.partition("=")
+        pairs.append(f"{name}={_HIDDEN}" if equals and _secret(unquote_plus(name)) else pair)
+    return head + "?" + "&".join(pairs) + hash_ + (_HIDDEN if fragment else "")
+
+
+def _redact_key_values(text: str) -> str:
+    """A libpq ``key=value`` string with each secret value replaced (libpq's own grammar:
+    a value is single-quoted with backslash escapes, or runs to the next whitespace)."""
+    out: list[str] = []
+    at, size = 0, len(text)
+    while at < size:
+        start = at
+        while at < size and text[at].isspace():
+            at += 1
+        name_start = at
+        while at < size and not text[at].isspace() and text[at] != "=":
+            at += 1
+        name = text[name_start:at]
+        while at < size and text[at].isspace():
+            at += 1
+        if not name or at >= size or text[at] != "=":
+            if text[start:].strip():
+                out.append(" <unparsable>")
+            break
+        at += 1
+        while at < size and text[at].isspace():
+            at += 1
+        value_start = at
+        at = _value_end(text, at)
+        value = text[value_start:at] if at >= 0 else text[value_start:]
+        shown = _HIDDEN if _secret(name) else value
+        out.append(text[start:value_start] + shown)
+        if at < 0:
+            out.append(" <unparsable>")
+            break
+    return "".join(out)
+
+
+def _value_end(text: str, at: int) -> int:
+    """Where a libpq value starting at ``at`` ends; -1 for an unterminated quote."""
+    size = len(text)
+    if at < size and text[at] == "'":
+        at += 1
+        while at < size and text[at] != "'":
+            at += 2 if text[at] == "\\" else 1
+        return at + 1 if at < size else -1
+    while at < size and not text[at].isspace():
+        at += 2 if text[at] == "\\" else 1
+    return min(at, size)
 
 
 def check_positive(owner: str, name: str, value: object, *, integer: bool = False) -> None:

@@ -31,12 +31,14 @@ from typing import Any
 from ..errors import ConfigError
 from ..stores import (
     Note,
+    StoreAuthenticationFailed,
     StoreSchemaError,
     _check_limit,
     _encode,
     _note_texts,
     _retention,
     check_fence,
+    check_lease,
 )
 from ..threads import (
     ArchivedRange,
@@ -47,6 +49,7 @@ from ..threads import (
     ThreadRecord,
     ThreadWrite,
     Unchanged,
+    check_thread_id,
     check_write_range,
     validate_lease_request,
     validate_write,
@@ -74,6 +77,27 @@ SCHEMA_VERSION = 3
 """The schema version :class:`PostgresStore` writes; an older schema is migrated on open."""
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_SCHEMA_RULE = (
+    "a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 63 characters) that is not a "
+    "system schema (pg_*, information_schema)"
+)
+
+
+def check_schema(schema: object) -> str:
+    """``schema`` quoted for SQL (``"name"``), or a ConfigError naming what is allowed.
+
+    Quoted, a reserved word (``user``, ``select``) is a schema like any other; the system
+    schemas (``pg_catalog``, ``pg_toast``, every ``pg_*``, ``information_schema``) are
+    refused, so a store never creates or writes tables among the server's own."""
+    if (
+        not isinstance(schema, str)
+        or not _IDENTIFIER.fullmatch(schema)
+        or schema.startswith("pg_")
+        or schema == "information_schema"
+    ):
+        raise ConfigError("schema", schema, _SCHEMA_RULE, owner="PostgresStore")
+    return f'"{schema}"'
+
 
 # _MIGRATIONS[n] takes a schema from version n to n + 1, in one transaction; `{s}` is the
 # schema's name
@@ -303,6 +327,51 @@ def _dropped(exc: BaseException) -> bool:
     )
 
 
+_LOGIN_REFUSED = re.compile(
+    r"authentication failed|role \"[^\n]*\" does not exist|no pg_hba\.conf entry|"
+    r"no password supplied"
+)
+
+
+def _recording(failures: list[psycopg.OperationalError]) -> type[psycopg.Connection[Any]]:
+    """A connection class for the pool that keeps its last failure to connect: the pool
+    itself only ever says it timed out."""
+
+    class Recording(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Recording:
+            try:
+                return super().connect(conninfo, **kwargs)
+            except psycopg.OperationalError as exc:
+                failures[:] = [exc]
+                raise
+
+    return Recording
+
+
+def _login_refused(failures: list[psycopg.OperationalError]) -> StoreAuthenticationFailed | None:
+    """The error naming user, host and port when the pool's last connection attempt was a
+    login the server refused; None for any other outcome."""
+    if not failures:
+        return None
+    exc = failures[-1]
+    text = str(exc)
+    if not _LOGIN_REFUSED.search(text):
+        return None
+    pgconn = getattr(exc, "pgconn", None)
+
+    def part(name: str) -> str:
+        raw = getattr(pgconn, name, None) if pgconn is not None else None
+        return raw.decode(errors="replace") if isinstance(raw, bytes) else "?"
+
+    reason = text.rpartition("FATAL:")[2].strip() or text
+    return StoreAuthenticationFailed(
+        f"PostgreSQL at {part('host')}:{part('port')} refused the login of user "
+        f"{part('user')!r} (authentication failed: {reason}); check the user, password "
+        "and database in the store's URL"
+    )
+
+
 def _check_not_newer(schema: str, version: int) -> None:
     if version > SCHEMA_VERSION:
         raise StoreSchemaError(
@@ -361,14 +430,15 @@ class PostgresStore(NetworkedStore):
             raise ConfigError("url", url, "a PostgreSQL connection URL (str)", owner=owner)
         try:
             _conninfo.conninfo_to_dict(url)
-        except psycopg.ProgrammingError as exc:
+        except psycopg.ProgrammingError:
+            # libpq's message may quote a piece of the string, a password's among them
             raise ConfigError(
-                "url", redact_url(url), f"a valid PostgreSQL connection URL ({exc})", owner=owner
+                "url",
+                redact_url(url),
+                "a PostgreSQL connection URL or libpq key=value string that libpq can parse",
+                owner=owner,
             ) from None
-        if not isinstance(schema, str) or not _IDENTIFIER.fullmatch(schema):
-            raise ConfigError(
-                "schema", schema, "a lowercase SQL identifier ([a-z_][a-z0-9_]*)", owner=owner
-            )
+        self._schema_sql = check_schema(schema)
         check_positive(owner, "pool_size", pool_size, integer=True)
         check_positive(owner, "timeout", timeout)
         self.url = url
@@ -376,7 +446,7 @@ class PostgresStore(NetworkedStore):
         self.pool_size = pool_size
         self.timeout = float(timeout)
         self.archive_retention = _retention(archive_retention, owner)
-        self._sql = _Statements(schema)
+        self._sql = _Statements(self._schema_sql)
         self._threads: WorkerThreads[psycopg_pool.ConnectionPool[Any]] = WorkerThreads(
             self.__repr__, pool_size, self._connect, lambda pool: pool.close()
         )
@@ -392,8 +462,10 @@ class PostgresStore(NetworkedStore):
         if "application_name" not in _conninfo.conninfo_to_dict(self.url):
             # what a DBA sees in pg_stat_activity (the URL's own name wins)
             options["application_name"] = f"tinyctx-{self.schema}"
+        failures: list[psycopg.OperationalError] = []
         pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             self.url,
+            connection_class=_recording(failures),
             min_size=1,
             max_size=self.pool_size,
             open=False,
@@ -405,13 +477,18 @@ class PostgresStore(NetworkedStore):
             pool.open(wait=True, timeout=self.timeout)
             with pool.connection() as conn:
                 self._migrate(conn)
-        except BaseException:
+        except BaseException as exc:
             pool.close()
+            # the pool only says it timed out; its last attempt says why when the server
+            # refused the login (a wrong password would be retried to no end)
+            refused = _login_refused(failures)
+            if isinstance(exc, psycopg_pool.PoolTimeout) and refused is not None:
+                raise refused from None
             raise
         return pool
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        s = self.schema
+        s = self._schema_sql
         # a current schema opens without DDL, so a role with only data rights (SELECT,
         # INSERT, UPDATE, DELETE, EXECUTE) may use one its owner created and migrated
         with conn.transaction():
@@ -421,23 +498,23 @@ class PostgresStore(NetworkedStore):
             if found is not None and found[0]:
                 row = conn.execute(f"SELECT version FROM {s}.schema_version").fetchone()
                 if row is not None:
-                    _check_not_newer(s, int(row[0]))
+                    _check_not_newer(self.schema, int(row[0]))
                     if int(row[0]) == SCHEMA_VERSION:
                         return
         try:
             self._migrate_now(conn)
         except psycopg.errors.InsufficientPrivilege as exc:
             raise StoreSchemaError(
-                f"PostgreSQL schema {s!r} must be created or migrated to version "
+                f"PostgreSQL schema {self.schema!r} must be created or migrated to version "
                 f"{SCHEMA_VERSION}, and this role may not ({exc}); open the store once as a "
                 "role that owns the schema (or may create it), then this role can use it"
             ) from None
 
     def _migrate_now(self, conn: psycopg.Connection[Any]) -> None:
-        s = self.schema
+        s = self._schema_sql
         with conn.transaction():
             # one migrator per schema at a time, across every process
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(s),))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema),))
             conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
             conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {s}.schema_version (id integer PRIMARY KEY "
@@ -445,7 +522,7 @@ class PostgresStore(NetworkedStore):
             )
             row = conn.execute(f"SELECT version FROM {s}.schema_version").fetchone()
             version = 0 if row is None else int(row[0])
-            _check_not_newer(s, version)
+            _check_not_newer(self.schema, version)
             for number in range(version, SCHEMA_VERSION):
                 for statement in _MIGRATIONS[number]:
                     conn.execute(statement.replace("{s}", s))
@@ -497,7 +574,7 @@ class PostgresStore(NetworkedStore):
 
     async def schema_version(self) -> int:
         """The schema version in the database (:data:`SCHEMA_VERSION` once open)."""
-        row = await self._fetchone(f"SELECT version FROM {self.schema}.schema_version", ())
+        row = await self._fetchone(f"SELECT version FROM {self._schema_sql}.schema_version", ())
         return 0 if row is None else int(row[0])
 
     # -- key/value -----------------------------------------------------------------------
@@ -555,7 +632,7 @@ class PostgresStore(NetworkedStore):
         ]
 
     async def _fenced_append(self, fence: Lease, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        thread_id = _check_text("thread_id", fence.thread_id)
+        thread_id = fence.thread_id
 
         def run(pool: psycopg_pool.ConnectionPool[Any]) -> list[tuple[Any, ...]]:
             with pool.connection() as conn, conn.transaction():
@@ -596,7 +673,7 @@ class PostgresStore(NetworkedStore):
 
     async def load_thread(self, thread_id: str) -> ThreadRecord:
         """The thread now, read in one statement (one consistent snapshot)."""
-        row = await self._fetchone(self._sql.load, (_check_text("thread_id", thread_id),))
+        row = await self._fetchone(self._sql.load, (check_thread_id(thread_id),))
         assert row is not None
         version, checkpoint, state, owner, token, expires_at, docs = row
         lease = None
@@ -621,7 +698,6 @@ class PostgresStore(NetworkedStore):
     ) -> int:
         """Apply ``change`` in one transaction: fencing, version and range checks first."""
         validate_write(thread_id, change, expected_version, lease)
-        _check_text("thread_id", thread_id)
         compaction = change.compaction
         now = time.time()
         keep_after = None if self.archive_retention is None else now - self.archive_retention
@@ -662,7 +738,7 @@ class PostgresStore(NetworkedStore):
         seconds = float(ttl)
         row = await self._fetchone(
             self._sql.acquire,
-            (_check_text("thread_id", thread_id), _check_text("owner", owner), seconds),
+            (check_thread_id(thread_id), _check_text("owner", owner), seconds),
         )
         if row is None:  # released between the upsert and the read: try again
             return await self.acquire_lease(thread_id, owner, ttl)
@@ -672,11 +748,9 @@ class PostgresStore(NetworkedStore):
         return Lease(thread_id, owner, int(token), float(expires_at))
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        validate_lease_request(lease.thread_id, lease.owner, ttl)
+        validate_lease_request(check_lease(lease, "renew_lease").thread_id, lease.owner, ttl)
         seconds = float(ttl)
-        rows = await self._fetchall(
-            self._sql.renew, (seconds, _check_text("thread_id", lease.thread_id), lease.token)
-        )
+        rows = await self._fetchall(self._sql.renew, (seconds, lease.thread_id, lease.token))
         if not rows:
             current = await self._fetchone(self._sql.lease_token, (lease.thread_id,))
             raise FencedOut(lease.thread_id, lease.token, None if current is None else current[0])
@@ -684,12 +758,14 @@ class PostgresStore(NetworkedStore):
 
     async def release_lease(self, lease: Lease) -> None:
         await self._fetchall(
-            self._sql.release, (_check_text("thread_id", lease.thread_id), lease.token)
+            self._sql.release, (check_lease(lease, "release_lease").thread_id, lease.token)
         )
 
     async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
         _check_limit(limit)
-        rows = await self._fetchall(self._sql.list, (_check_text("prefix", prefix), limit))
+        rows = await self._fetchall(
+            self._sql.list, (check_thread_id(prefix, field="prefix"), limit)
+        )
         return [str(row[0]) for row in rows]
 
     async def archived(self, thread_id: str) -> list[ArchivedRange]:
@@ -697,7 +773,7 @@ class PostgresStore(NetworkedStore):
             None if self.archive_retention is None else time.time() - self.archive_retention
         )
         rows = await self._fetchall(
-            self._sql.archived, (_check_text("thread_id", thread_id), keep_after, keep_after)
+            self._sql.archived, (check_thread_id(thread_id), keep_after, keep_after)
         )
         return [
             ArchivedRange(
@@ -713,7 +789,7 @@ class PostgresStore(NetworkedStore):
 
     async def delete_thread(self, thread_id: str) -> bool:
         row = await self._fetchone(
-            self._sql.delete_thread, (_check_text("thread_id", thread_id),), once=True
+            self._sql.delete_thread, (check_thread_id(thread_id),), once=True
         )
         return bool(row is not None and row[0])
 

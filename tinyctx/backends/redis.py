@@ -2,15 +2,20 @@
 
 Needs the ``redis`` extra (redis-py): ``pip install 'tinyctx[redis]'``.
 
-Keys (every one under ``prefix``, ``tinyctx:`` unless ``prefix=`` says otherwise):
+Keys (layout version 2; every key is ``prefix`` then ``{kind}`` then a name, ``prefix``
+being ``tinyctx:`` unless ``prefix=`` says otherwise):
 
-- ``kv:<namespace>`` a hash of JSON values; ``n:<namespace>`` a list of notes (a note's
+- ``{kv}<namespace>`` a hash of JSON values; ``{n}<namespace>`` a list of notes (a note's
   ``seq`` is its position + 1: notes are append-only);
-- ``t:<thread>`` a hash: version, checkpoint, state, and the newest lease (token, owner,
-  expiry); ``m:<thread>`` the live messages (a list); ``a:<thread>`` the archive;
-  ``l:<thread>`` the live lease, ``SET ... PX ttl`` so Redis expires it; ``threads`` the
-  sorted index of thread ids; ``fencing`` the fencing-token counter; ``schema`` the layout
-  version.
+- ``{t}<thread>`` a hash: version, checkpoint, state, and the newest lease (token, owner,
+  expiry); ``{m}<thread>`` the live messages (a list); ``{a}<thread>`` the archive;
+  ``{l}<thread>`` the live lease, ``SET ... PX ttl`` so Redis expires it; ``{threads}`` the
+  sorted index of thread ids; ``{fencing}`` the fencing-token counter; and ``schema`` (no
+  brace) the layout version.
+
+A prefix holds no ``{``, so no (prefix, kind, name) names another's key, nested prefixes
+(``acme:``, ``acme:m:``) included, and ``SCAN MATCH <prefix>{*`` lists one store's keys.
+Layout 1 is refused on open; :meth:`RedisStore.migrate_layout` moves it over.
 
 Every change to a thread is one Lua script, so the fencing check (the thread's newest lease
 token), the version check and the write are atomic: a worker whose lease another worker has
@@ -28,15 +33,17 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import anyio.to_thread
+
 from ..errors import ConfigError
 from ..stores import (
     Note,
-    StoreSchemaError,
     _check_limit,
     _encode,
     _note_texts,
     _retention,
     check_fence,
+    check_lease,
 )
 from ..threads import (
     ArchivedRange,
@@ -47,6 +54,7 @@ from ..threads import (
     ThreadRecord,
     ThreadWrite,
     Unchanged,
+    check_thread_id,
     check_write_range,
     validate_lease_request,
     validate_write,
@@ -58,6 +66,7 @@ from ._common import (
     missing_extra,
     redact_url,
 )
+from ._redis_layout import SCHEMA_VERSION, check_layout, migrate_v1
 
 try:
     import redis
@@ -68,8 +77,6 @@ else:
 
 __all__ = ["RedisStore", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
-"""The key layout version :class:`RedisStore` writes; a newer one is refused on open."""
 
 _SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -250,8 +257,9 @@ class RedisStore(NetworkedStore):
     ``url`` is a redis-py URL: ``redis://[:password@]host:6379/0``, ``rediss://`` (TLS) or
     ``unix:///path/redis.sock``. Options:
 
-    - ``prefix``: the start of every key this store uses; applications or tenants that must
-      not see each other use different prefixes;
+    - ``prefix``: the start of every key this store uses (any text without ``{``);
+      applications or tenants that must not see each other use different prefixes, which
+      may nest (``acme:`` and ``acme:eu:`` never see each other's keys);
     - ``max_connections``: the client's connection pool, and calls in flight at once per
       event loop;
     - ``timeout``: seconds to wait when connecting;
@@ -280,8 +288,10 @@ class RedisStore(NetworkedStore):
             raise ConfigError(
                 "url", shown, "a Redis URL: redis://, rediss:// or unix://", owner=owner
             )
-        if not isinstance(prefix, str) or not prefix:
-            raise ConfigError("prefix", prefix, "a non-empty str", owner=owner)
+        if not isinstance(prefix, str) or not prefix or "{" in prefix:
+            raise ConfigError(
+                "prefix", prefix, "a non-empty str without '{' (it ends each prefix)", owner=owner
+            )
         check_positive(owner, "max_connections", max_connections, integer=True)
         check_positive(owner, "timeout", timeout)
         self.url = url
@@ -304,19 +314,15 @@ class RedisStore(NetworkedStore):
         try:
             key = self.prefix + "schema"
             client.redis.set(key, SCHEMA_VERSION, nx=True)
-            stored = int(client.redis.get(key) or 0)
-            if stored > SCHEMA_VERSION:
-                raise StoreSchemaError(
-                    f"Redis prefix {self.prefix!r}: layout version {stored} was written by a "
-                    f"newer tinyctx (this one reads up to version {SCHEMA_VERSION})"
-                )
+            check_layout(self.prefix, int(client.redis.get(key) or 0))
         except BaseException:
             client.redis.close()
             raise
         return client
 
-    def _key(self, kind: str, name: str) -> str:
-        return f"{self.prefix}{kind}:{name}"
+    def _key(self, kind: str, name: str = "") -> str:
+        """The key of ``name`` of ``kind``: ``<prefix>{<kind>}<name>``."""
+        return f"{self.prefix}{{{kind}}}{name}"
 
     def _thread_keys(self, thread_id: str) -> tuple[str, str, str, str]:
         return (
@@ -332,6 +338,17 @@ class RedisStore(NetworkedStore):
         """The key layout version stored under the prefix."""
         raw = await self._threads.run(lambda client: client.redis.get(self.prefix + "schema"))
         return int(raw or 0)
+
+    async def migrate_layout(self) -> int:
+        """Move this prefix's data from key layout version 1 to the current one; how many
+        keys moved. Run it once, with every worker of the prefix stopped (their leases are
+        moved too). A prefix already at the current layout is left as it is (0).
+        Key/value and note keys are found by ``SCAN MATCH <prefix>kv:*`` / ``<prefix>n:*``
+        (layout 1 listed no namespaces): migrate a prefix nested in this one first.
+        """
+        # its own client: the store's refuses to open a version 1 prefix
+        url, timeout = self.url, self.timeout
+        return await anyio.to_thread.run_sync(migrate_v1, url, timeout, self.prefix, self._key)
 
     # -- key/value -----------------------------------------------------------------------
 
@@ -381,7 +398,7 @@ class RedisStore(NetworkedStore):
         if fence is None:
             length = int(await self._threads.run(lambda client: client.redis.rpush(name, *entries)))
         else:
-            thread = self._thread_keys(_check_str("thread_id", fence.thread_id))[0]
+            thread = self._thread_keys(fence.thread_id)[0]
             outcome, figure = await self._threads.run(
                 lambda client: client.fenced_append(
                     keys=[thread, name], args=[fence.token, *entries]
@@ -429,7 +446,7 @@ class RedisStore(NetworkedStore):
 
     async def load_thread(self, thread_id: str) -> ThreadRecord:
         """The thread now, read in one ``MULTI`` (one consistent snapshot)."""
-        thread, messages, _, _ = self._thread_keys(_check_str("thread_id", thread_id))
+        thread, messages, _, _ = self._thread_keys(check_thread_id(thread_id))
 
         def read(client: _Client) -> tuple[list[str | None], list[str]]:
             with client.redis.pipeline(transaction=True) as pipe:
@@ -476,7 +493,7 @@ class RedisStore(NetworkedStore):
             replacement = compaction.replacement
             args += [compaction.start, compaction.end, len(replacement), *replacement]
         args += change.append
-        keys = [thread, messages, archive, self.prefix + "threads"]
+        keys = [thread, messages, archive, self._key("threads")]
         outcome, figure = await self._threads.run(lambda client: client.write(keys=keys, args=args))
         if outcome == "ok":
             return int(figure)
@@ -490,8 +507,8 @@ class RedisStore(NetworkedStore):
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         ttl_ms = _ttl_ms(thread_id, owner, ttl)
-        thread, _, _, live = self._thread_keys(_check_str("thread_id", thread_id))
-        keys = [thread, live, self.prefix + "fencing"]
+        thread, _, _, live = self._thread_keys(check_thread_id(thread_id))
+        keys = [thread, live, self._key("fencing")]
         args = [_check_str("owner", owner), ttl_ms]
         granted, holder, expires, token = await self._threads.run(
             lambda client: client.acquire(keys=keys, args=args)
@@ -502,7 +519,7 @@ class RedisStore(NetworkedStore):
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         ttl_ms = _ttl_ms(lease.thread_id, lease.owner, ttl)
-        thread, _, _, live = self._thread_keys(_check_str("thread_id", lease.thread_id))
+        thread, _, _, live = self._thread_keys(check_lease(lease, "renew_lease").thread_id)
         renewed, figure = await self._threads.run(
             lambda client: client.renew(keys=[thread, live], args=[lease.token, ttl_ms])
         )
@@ -511,17 +528,17 @@ class RedisStore(NetworkedStore):
         return Lease(lease.thread_id, lease.owner, lease.token, int(figure) / 1000)
 
     async def release_lease(self, lease: Lease) -> None:
-        thread, _, _, live = self._thread_keys(_check_str("thread_id", lease.thread_id))
+        thread, _, _, live = self._thread_keys(check_lease(lease, "release_lease").thread_id)
         await self._threads.run(
             lambda client: client.release(keys=[thread, live], args=[lease.token])
         )
 
     async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
         _check_limit(limit)
-        _check_str("prefix", prefix)
+        check_thread_id(prefix, field="prefix")
         if limit == 0:
             return []
-        index = self.prefix + "threads"
+        index = self._key("threads")
         low = "[" + prefix if prefix else "-"
         # every id starting with `prefix` sorts below prefix + U+10FFFF... in bytes; 0xFF
         # never occurs in UTF-8, so prefix bytes + 0xFF is a strict upper bound
@@ -537,7 +554,7 @@ class RedisStore(NetworkedStore):
         return await self._threads.run(read)
 
     async def archived(self, thread_id: str) -> list[ArchivedRange]:
-        _, _, archive, _ = self._thread_keys(_check_str("thread_id", thread_id))
+        _, _, archive, _ = self._thread_keys(check_thread_id(thread_id))
         entries: list[str] = await self._threads.run(
             lambda client: client.redis.lrange(archive, 0, -1)
         )
@@ -560,7 +577,7 @@ class RedisStore(NetworkedStore):
         return ranges
 
     async def delete_thread(self, thread_id: str) -> bool:
-        keys = [*self._thread_keys(_check_str("thread_id", thread_id)), self.prefix + "threads"]
+        keys = [*self._thread_keys(check_thread_id(thread_id)), self._key("threads")]
         existed = await self._threads.run(lambda client: client.delete(keys=keys, args=[thread_id]))
         return bool(existed)
 

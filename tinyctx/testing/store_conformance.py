@@ -53,6 +53,7 @@ from ..threads import (
     ThreadWrite,
     Unchanged,
 )
+from .store_safety import StoreSafetyConformance, ThreadSafetyConformance
 from .strategies import checkpoints, histories, layer_states, texts
 
 __all__ = ["StoreFactory", "StoreConformance", "ThreadStoreConformance", "ThreadModel"]
@@ -90,8 +91,9 @@ async def _opened(make_store: StoreFactory, **options: Any) -> AsyncIterator[Any
 
 
 @pytest.mark.anyio
-class StoreConformance:
-    """The :class:`~tinyctx.Store` contract: namespaced JSON values and append-only notes."""
+class StoreConformance(StoreSafetyConformance):
+    """The :class:`~tinyctx.Store` contract: namespaced JSON values and append-only notes
+    (and :class:`~tinyctx.testing.store_safety.StoreSafetyConformance`: closing)."""
 
     @pytest.fixture
     def make_store(self) -> StoreFactory:
@@ -332,9 +334,10 @@ def _texts(docs: tuple[str, ...]) -> list[str]:
 
 
 @pytest.mark.anyio
-class ThreadStoreConformance:
+class ThreadStoreConformance(ThreadSafetyConformance):
     """The :class:`~tinyctx.ThreadStore` contract: atomic versioned writes, compaction with
-    an archive, checkpoint and layer state, leases with fencing tokens, list and delete."""
+    an archive, checkpoint and layer state, leases with fencing tokens, list and delete (and
+    :class:`~tinyctx.testing.store_safety.ThreadSafetyConformance`: closing, thread ids)."""
 
     @pytest.fixture
     def make_store(self) -> StoreFactory:
