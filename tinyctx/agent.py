@@ -345,6 +345,7 @@ class _RunState:
         "resumed_call",
         "resuming",
         "tool_calls",
+        "usage_before",
         "usage_start",
     )
 
@@ -358,9 +359,18 @@ class _RunState:
         self.added: list[Message] = []
         self.model_calls = 0
         self.tool_calls = 0
-        total = ctx.usage.total()
-        self.usage_start = total if usage_before == _NO_USAGE else total - usage_before
+        # the run's usage: what the session's tracker adds from here, plus what the run
+        # used before its pause (a resumed run's checkpoint carries it, whichever session
+        # or process paused it: the tracker here may never have seen it)
+        self.usage_start = ctx.usage.total()
+        self.usage_before = usage_before
         self.events: list[Event] = []
+
+    def usage(self) -> Usage:
+        """The run's usage so far, its part before a pause included."""
+        used = self.ctx.usage.total() - self.usage_start
+        before = self.usage_before
+        return used if before == _NO_USAGE else before + used
 
 
 class _Finished(Exception):
@@ -799,7 +809,7 @@ class Session(Generic[Data]):
             )
         checkpoint.check()
         if checkpoint is not self._paused:
-            self._check_resumable(checkpoint)
+            return self._check_resumable(checkpoint)
         return checkpoint
 
     async def _take_decisions(
@@ -827,11 +837,16 @@ class Session(Generic[Data]):
             raise
         return ctx, resumed_call
 
-    def _check_resumable(self, checkpoint: Checkpoint) -> None:
-        """A checkpoint given to :meth:`resume` must be the pause this session (or its
-        stored thread) is on, or come to a fresh in-memory session: resuming one the
-        conversation moved on from would roll the thread back to the pause and run the
-        approved calls a second time (a double-clicked approval, a stale review page)."""
+    def _check_resumable(self, checkpoint: Checkpoint) -> Checkpoint:
+        """The checkpoint a resume given ``checkpoint`` continues.
+
+        It must be the pause this session (or its stored thread) is on, or come to a fresh
+        in-memory session: resuming one the conversation moved on from would roll the
+        thread back to the pause and run the approved calls a second time (a
+        double-clicked approval, a stale review page). The pause the session holds is the
+        authority: a copy of it that differs in any field (a client that edited the run
+        config, the layers' counters, the node or the payload) is a ResumeError, and the
+        resume continues the session's own checkpoint."""
         paused = self._paused
         thread = self._base.thread_id
         if paused is not None:
@@ -841,10 +856,11 @@ class Session(Generic[Data]):
                     f"not on this checkpoint ({_pause_label(checkpoint)}); resume() with no "
                     "checkpoint resumes the run it is paused on"
                 )
-            return
+            _check_unedited(checkpoint, paused, stored=self._link is not None)
+            return paused
         history = self._base.conversation.messages
         if self._link is None and (not history or history == checkpoint.messages):
-            return  # a fresh session takes a checkpoint from elsewhere
+            return checkpoint  # a fresh session takes a checkpoint from elsewhere
         raise InvalidCheckpoint(
             f"thread {thread!r} is not paused on this checkpoint ({_pause_label(checkpoint)}): "
             "its run was resumed or abandoned already, and the thread went on "
@@ -1164,7 +1180,7 @@ class Session(Generic[Data]):
                 added=tuple(state.added),
                 model_calls=state.model_calls,
                 tool_calls=state.tool_calls,
-                usage=ctx.usage.total() - state.usage_start,
+                usage=state.usage(),
                 payload=control.payload,
             )
             for layer in self.agent.checkpoint_hooks:
@@ -1228,7 +1244,7 @@ class Session(Generic[Data]):
             RunResult(
                 final_text=text,
                 messages=tuple(state.added),
-                usage=ctx.usage.total() - state.usage_start,
+                usage=state.usage(),
                 status=status,
                 run_id=ctx.run_id,
                 thread_id=ctx.thread_id,
@@ -1338,6 +1354,35 @@ def _same_pause(a: Checkpoint, b: Checkpoint) -> bool:
         and [c.id for c in a.pending] == [c.id for c in b.pending]
         and a.messages == b.messages
     )
+
+
+def _check_unedited(given: Checkpoint, paused: Checkpoint, *, stored: bool) -> None:
+    """``given`` must equal the pause the session holds in every field (with a store, as
+    the documents the store keeps too, so a value edited to another JSON type of equal
+    Python value, ``1`` for ``True``, is caught as well); else a ResumeError naming the
+    fields that differ. Nothing has run."""
+    names = [f.name for f in attrs.fields(Checkpoint)]
+    edited = [name for name in names if getattr(given, name) != getattr(paused, name)]
+    if not edited and stored:
+        from .codec import CodecError, encode_checkpoint
+
+        try:
+            same = encode_checkpoint(given) == encode_checkpoint(paused)
+        except CodecError as exc:
+            raise ResumeError(
+                [f"the checkpoint given cannot be stored as the thread's checkpoint is: {exc}"]
+            ) from None
+        if not same:
+            edited = ["the stored document"]
+    if edited:
+        where = "the stored checkpoint" if stored else "the checkpoint this session holds"
+        raise ResumeError(
+            [
+                f"the checkpoint given differs from {where} of run {paused.run_id!r} in "
+                f"{', '.join(edited)}; resume() with no checkpoint resumes the pause as it "
+                "was stored (hand a client the thread id, not the checkpoint document)"
+            ]
+        )
 
 
 _SUSPENDED = "tinyctx:suspended"
