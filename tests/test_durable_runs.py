@@ -3,10 +3,15 @@ the run's usage is the same wherever it resumes (every store, trio and asyncio).
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.servers import make_backend
@@ -16,6 +21,7 @@ from tinyctx import (
     Interrupt,
     Interrupted,
     Layer,
+    LimitExceeded,
     ModelCall,
     ModelRequest,
     ModelResponse,
@@ -23,14 +29,23 @@ from tinyctx import (
     RunConfig,
     RunContext,
     Session,
+    SqliteStore,
     Usage,
 )
-from tinyctx.codec import decode_checkpoint, encode_checkpoint
+from tinyctx.codec import decode_checkpoint, decode_messages, encode_checkpoint
 from tinyctx.errors import InvalidCheckpoint
-from tinyctx.middleware import CallLimits
+from tinyctx.middleware import (
+    BudgetGuard,
+    CallLimits,
+    ExtractiveSummarizer,
+    Fallback,
+    Microcompact,
+    Summarize,
+)
 from tinyctx.testing import FakeTool, call, reply
 
 STORES = ["memory", "sqlite", "postgres", "redis"]
+CRASH_WORKER = Path(__file__).with_name("compaction_crash_worker.py")
 
 
 @pytest.fixture(params=STORES)
@@ -198,3 +213,109 @@ class TestUsageAfterAResume:
         async with Session(agent_for(model, deploy), thread_id="t", store=store) as session:
             result = await session.resume()
         assert result.usage == Usage(111, 56, 3)
+
+
+def compacting(kind: str) -> Layer:
+    """A persistent compaction layer that rewrites a history of a few tool results."""
+    if kind == "summarize":
+        return Summarize(ExtractiveSummarizer(), trigger_tokens=200, keep_recent=2)
+    if kind == "microcompact":
+        return Microcompact(keep_recent=1)
+    assert kind == "budget"
+    return BudgetGuard(max_tokens=600, low_water=0.3)
+
+
+class StoreWatcher:
+    """A model that, at every call, reads the thread from the store as a new process would
+    and records whether it holds exactly the request's history; it fails on call ``fail_at``
+    (a provider error after the layers committed their rewrite)."""
+
+    def __init__(self, store: Any, thread: str, fail_at: int) -> None:
+        self.store, self.thread, self.fail_at = store, thread, fail_at
+        self.stored_as_seen: list[bool] = []
+
+    async def __call__(self, request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+        record = await self.store.load_thread(self.thread)
+        self.stored_as_seen.append(decode_messages(record.messages) == request.messages)
+        number = len(self.stored_as_seen)
+        if number == self.fail_at:
+            raise RuntimeError("the provider went away")
+        return reply("", call("read", id=f"r{number}"))
+
+
+class TestCompactionsAreDurableBeforeTheModelCall:
+    """A persistent rewrite (Summarize, Microcompact, the budget guard's reliefs) is in the
+    store before the model call that sees it, so a crash in that call loses nothing the
+    model saw."""
+
+    @pytest.mark.parametrize("kind", ["summarize", "microcompact", "budget"])
+    async def test_the_store_holds_what_each_model_call_sees(self, store: Any, kind: str) -> None:
+        """At every call, the compacted ones included, the stored thread is the request's
+        history; the call that fails after a compaction finds it stored already."""
+        model = StoreWatcher(store, "c", fail_at=6)
+        agent = Agent(
+            model=model,
+            tools=[FakeTool("read", returns="line of output " * 30).tool],
+            middleware=[compacting(kind)],
+        )
+        config = RunConfig(thread_id="c", max_model_calls=10)
+        async with Session(agent, config=config, store=store) as session:
+            with pytest.raises(RuntimeError, match="provider went away"):
+                await session.run("read a lot")
+        assert await store.archived("c"), f"{kind} compacted nothing: the test shows nothing"
+        assert model.stored_as_seen == [True] * 6
+
+    async def test_an_alternative_models_call_sees_a_durable_history(self, store: Any) -> None:
+        """Fallback's alternative models are called past the onion's core: when the
+        primary path fails before reaching it (a layer inside Fallback refused), the store
+        holds the compacted history before an alternative runs too."""
+        watcher = StoreWatcher(store, "f", fail_at=0)
+
+        async def refuse(
+            request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+        ) -> ModelResponse:
+            raise ConnectionError("primary region down")
+
+        agent = Agent(
+            model=StoreWatcher(store, "f", fail_at=1),  # never reached
+            tools=[FakeTool("read", returns="line of output " * 30).tool],
+            middleware=[Microcompact(keep_recent=1), Fallback(watcher), refuse],
+        )
+        config = RunConfig(thread_id="f", max_model_calls=5)
+        async with Session(agent, config=config, store=store) as session:
+            with pytest.raises(LimitExceeded):
+                await session.run("read a lot")
+        assert await store.archived("f")
+        assert watcher.stored_as_seen == [True] * 5
+
+
+class TestACrashRightAfterACompaction:
+    """A worker SIGKILLed inside the model call that first saw a persisted compaction
+    leaves a stored thread equal to what that call saw (a real process, real SQLite)."""
+
+    @pytest.mark.parametrize("kind", ["summarize", "microcompact", "budget"])
+    @pytest.mark.parametrize("backend", ["trio", "asyncio"])
+    def test_the_stored_thread_is_what_the_killed_call_saw(
+        self, tmp_path: Path, kind: str, backend: str
+    ) -> None:
+        """The worker is killed in its sixth model call; the file holds that call's history."""
+        db, seen = tmp_path / "threads.db", tmp_path / "seen.json"
+        done = subprocess.run(
+            [sys.executable, str(CRASH_WORKER), str(db), str(seen), kind, backend],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        saw = decode_messages(json.loads(seen.read_text()))
+
+        async def stored() -> tuple[Any, ...]:
+            store = SqliteStore(db)
+            try:
+                assert await store.archived("c"), f"{kind} compacted nothing before the kill"
+                return decode_messages((await store.load_thread("c")).messages)
+            finally:
+                await store.aclose()
+
+        assert anyio.run(stored, backend=backend) == saw

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import anyio
@@ -224,7 +225,9 @@ class Agent:
         check_layer_names(self.middleware)
         check_ordering(self.middleware)
         object.__setattr__(self, "registry", ToolRegistry(self.tools, self.server_tools))
-        object.__setattr__(self, "model_onion", compose(self.middleware, self.model))
+        object.__setattr__(
+            self, "model_onion", compose(self.middleware, _committed_first(self.model))
+        )
         object.__setattr__(self, "tool_onion", compose(self.middleware, invoke_tool, hook="tool"))
         object.__setattr__(self, "bus", LayerBus(self.middleware))
         layers = [m for m in self.middleware if isinstance(m, Layer)]
@@ -246,6 +249,19 @@ class Agent:
         """One run in a fresh session (``async with Session(self, ...)``)."""
         async with Session(self, **session_options) as session:
             return await session.run(input)
+
+
+def _committed_first(model: ModelHandler) -> ModelHandler:
+    """The onion's core: what the conversation committed on the way in (a persistent
+    compaction, a relief) is made durable (:meth:`RunContext.commit`), then the model is
+    called; a store that cannot take the write fails the call before the model runs."""
+
+    async def call_model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+        if ctx.commit_source is not None:
+            await ctx.commit_source(ctx)
+        return await model(request, ctx)
+
+    return call_model
 
 
 # ---------------------------------------------------------------------------------------
@@ -472,6 +488,7 @@ class Session(Generic[Data]):
         self._ids_seen: tuple[int, Message | None, set[str]] = (0, None, set())
         self._abandoned: tuple[ToolCall, ...] = ()
         self._link: ThreadLink | None = None
+        self._writing: anyio.Lock | None = None  # made on entering (in its event loop)
         if store is not None:
             from .durable import ThreadLink, default_owner
 
@@ -526,13 +543,16 @@ class Session(Generic[Data]):
                 owner=link.owner,
                 seconds=time.perf_counter() - started,
             )
+        self._writing = anyio.Lock()
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
         self._background = BackgroundTasks(group, self._base.events)
         self._base = self._base._with(background=self._background)
         if link is not None:
-            self._base = self._base._with(lease_source=link.current_lease)
+            self._base = self._base._with(
+                lease_source=link.current_lease, commit_source=_weak_commit(self)
+            )
             self._lease_kept = (stop, kept) = (anyio.Event(), anyio.Event())
             group.start_soon(link.keep_leased, self._base, stop, kept, name="tinyctx.lease")
         return self
@@ -582,6 +602,14 @@ class Session(Generic[Data]):
                 except Exception as exc:  # the lease expires by itself; the write mattered
                     self._base.emit(SubscriberFailed, subscriber="lease", error=str(exc))
 
+    async def _commit(self, ctx: RunContext[Any]) -> None:
+        """``ctx.commit()`` of this session's contexts: write what the session's
+        conversation committed since the last write (a context of another conversation,
+        a sub-agent's or an extraction's, has nothing of this thread to write)."""
+        conversation = self._base.conversation
+        if ctx.conversation is conversation and conversation.changes():
+            await self._sync()
+
     async def _sync(self, *, failing: bool = False) -> None:
         """Make what the conversation committed durable (no-op without a store).
 
@@ -599,7 +627,11 @@ class Session(Generic[Data]):
         try:
             with anyio.CancelScope(shield=True):
                 with anyio.move_on_after(limit) as scope:
-                    await link.sync(self._base.conversation)
+                    # one write at a time: a layer's ctx.commit() may come from a task
+                    # beside the run (each write goes from the version the last one made)
+                    assert self._writing is not None
+                    async with self._writing:
+                        await link.sync(self._base.conversation)
                 if scope.cancelled_caught:
                     raise TimeoutError(
                         f"writing thread {link.thread_id!r} took longer than {limit:g}s"
@@ -1253,6 +1285,20 @@ class Session(Generic[Data]):
                 events=tuple(state.events),
             )
         )
+
+
+def _weak_commit(session: Session[Any]) -> Callable[[RunContext[Any]], Awaitable[None]]:
+    """The session's ``ctx.commit()``, through a weak reference: its contexts hold it, and
+    a session that referenced its context back would keep its whole conversation alive
+    after it closed, until the cyclic collector came by."""
+    method = weakref.WeakMethod(session._commit)
+
+    async def commit(ctx: RunContext[Any]) -> None:
+        bound = method()
+        if bound is not None:
+            await bound(ctx)
+
+    return commit
 
 
 def _check_input(
