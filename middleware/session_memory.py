@@ -39,8 +39,8 @@ filtered context view the run's model calls had at this layer, so a field an enc
 every message committed since the last extraction, as it was committed: a tool result
 Microcompact cleared, or a head Summarize or a budget relief replaced, reaches the
 extractor with its original content (the layer reads them through a
-:class:`~tinyctx.MessageTap` on the conversation; a later session of the thread starts from
-the stored history after the last extraction's mark). Its bullets are de-duplicated
+:class:`~tinyctx.MessageTap` on the conversation, and its thread state keeps what is still
+unread for a later session: see ``middleware/_unread.py``). Its bullets are de-duplicated
 against the newest
 ``scan_notes`` stored notes and written in one atomic batch (shielded from cancellation once
 started, so a note batch is all written or not at all). An extractor that raises, or is
@@ -72,7 +72,6 @@ thresholds were not met, or why else), ``.loaded`` (notes offered), ``.load_fail
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
@@ -110,6 +109,7 @@ from tinyctx.events import EventLevel
 from tinyctx.stores import Note, append_notes
 from tinyctx.tokens import TokenCounter
 
+from ._unread import Unread, fingerprint
 from .context_view import VIEW_GLOBAL_KEY, VIEW_KEY, VIEW_STEP_KEY
 from .extractors import (
     ExtractionJob,
@@ -584,7 +584,7 @@ class _MemoryState:
         "seen_fingerprint",
         "seen_last",
         "seen_upto",
-        "tap",
+        "unread",
         "view",
     )
 
@@ -604,7 +604,7 @@ class _MemoryState:
         self.pending = False
         # every message committed since the last extraction, as committed (compaction
         # rewrites the conversation, not this): what the next extraction reads
-        self.tap: MessageTap | None = None
+        self.unread = Unread()
 
     def since(self, messages: tuple[Message, ...]) -> int:
         upto = self.seen_upto
@@ -612,7 +612,7 @@ class _MemoryState:
             last = messages[upto - 1]
             if last is self.seen_last:
                 return upto
-            if self.seen_fingerprint is not None and _fingerprint(last) == self.seen_fingerprint:
+            if self.seen_fingerprint is not None and fingerprint(last) == self.seen_fingerprint:
                 self.seen_last, self.seen_fingerprint = last, None
                 return upto
         return 0  # nothing read yet, or the history was rewritten since
@@ -625,31 +625,35 @@ class _MemoryState:
         self.seen_last = messages[upto - 1] if upto else None
         self.seen_fingerprint = None
 
-    def unread(self, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...], int]:
+    def reading(self, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...], int]:
         """What the next extraction reads: the history already read (as it is now, empty
         when it was rewritten) followed by every message committed since, as committed;
         and how many of those there are."""
         since = self.since(messages)
-        tap = self.tap
-        if tap is None:
+        if not self.unread.is_open:
             return messages, len(messages) - since
-        fresh = tap.messages
+        fresh = self.unread.messages
         return (*messages[:since], *fresh), len(fresh)
 
     def to_json(self) -> dict[str, Any]:
         last = self.seen_last
-        return {
+        data = {
             "counters": self.counters.to_json(),
             "seen_upto": self.seen_upto,
-            "seen": _fingerprint(last) if last is not None else self.seen_fingerprint,
+            "seen": fingerprint(last) if last is not None else self.seen_fingerprint,
             "pending": self.pending or self.counters.in_progress or self.queued is not None,
         }
+        unread = self.unread.to_json()
+        if unread is not None:
+            data["unread"] = unread
+        return data
 
     @classmethod
     def from_json(cls, data: Any, thresholds: MemoryThresholds) -> _MemoryState:
         if not isinstance(data, dict):
             raise TypeError(f"SessionMemory state must be an object, got {data!r}")
         state = cls(MemoryCounters.from_json(data.get("counters"), thresholds))
+        state.unread = Unread.from_json(data.get("unread"))
         state.seen_upto = _non_negative_count("seen_upto", data.get("seen_upto", 0))
         seen = data.get("seen")
         if seen is not None and not isinstance(seen, str):
@@ -660,14 +664,6 @@ class _MemoryState:
             raise TypeError(f"SessionMemory state: pending must be true or false, got {pending!r}")
         state.pending = pending
         return state
-
-
-def _fingerprint(message: Message) -> str:
-    """A stable short digest of a message (kind, text, tool-call ids) across processes."""
-    ids = ",".join(c.id for c in getattr(message, "tool_calls", ()))
-    call_id = getattr(message, "tool_call_id", "")
-    raw = f"{type(message).__name__}\0{message.text}\0{ids}\0{call_id}"
-    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 def _error_text(exc: BaseException | None) -> str:
@@ -781,15 +777,14 @@ class SessionMemory(Layer):
 
     def _state(self, ctx: RunContext[Any]) -> _MemoryState:
         state = ctx.thread_state(self, self._new_state, self._restore_state)
+        unread = state.unread
         if state.counters.enabled:
-            if state.tap is None:
+            if not unread.is_open:
                 # from here every committed message is recorded as committed; what came
                 # before and no extraction read yet is the backlog
-                messages = ctx.conversation.messages
-                state.tap = ctx.conversation.tap(messages[state.since(messages) :])
-        elif state.tap is not None:  # disabled: no bookkeeping at all
-            state.tap.close()
-            state.tap = None
+                unread.open(ctx.conversation, state.since(ctx.conversation.messages))
+        elif unread.is_open:  # disabled: no bookkeeping at all
+            unread.close()
         return state
 
     def counters(self, ctx: RunContext[Any]) -> MemoryCounters:
@@ -987,7 +982,7 @@ class SessionMemory(Layer):
         namespace: str,
     ) -> tuple[ExtractionTicket, ExtractionJob]:
         counters = state.counters
-        read, fresh = state.unread(messages)
+        read, fresh = state.reading(messages)
         job = ExtractionJob(read, since=len(read) - fresh, namespace=namespace)
         deltas = counters.deltas()
         ticket = counters.begin()
@@ -1013,7 +1008,7 @@ class SessionMemory(Layer):
         state.queued = None  # one left by an ended session: this extraction covers it
         conversation = ctx.conversation
         ticket, job = self._begin(child, state, conversation.messages, namespace)
-        source = (conversation, state.tap)
+        source = (conversation, state.unread.tap)
         try:
             ctx.spawn(
                 self._extract_all,
@@ -1052,7 +1047,7 @@ class SessionMemory(Layer):
             state.queued = None
             ctx, store = queued.ctx, queued.store
             ticket, job = self._begin(ctx, state, conversation.messages, queued.namespace)
-            work = (job, (conversation, state.tap))
+            work = (job, (conversation, state.unread.tap))
 
     def _note_metadata(self, ctx: RunContext[Any]) -> dict[str, Any]:
         config = ctx.config
@@ -1111,9 +1106,10 @@ class SessionMemory(Layer):
                 return  # reported above; not a BackgroundTaskFailed as well
             raise
         counters.complete(ticket)
-        if tap is not None and state.tap is tap:
-            tap.drop(len(job.new_messages))  # read; what came meanwhile is the next one's
-            state.advance(conversation.messages, len(tap))
+        if tap is not None and state.unread.tap is tap:
+            # read; what came meanwhile is the next one's
+            state.unread.drop(len(job.new_messages))
+            state.advance(conversation.messages, state.unread.in_history())
         else:  # disabled while it ran: no bookkeeping goes on
             state.advance(conversation.messages)
         ctx.emit(

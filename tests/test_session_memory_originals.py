@@ -36,6 +36,7 @@ from tinyctx.middleware import (
     SessionMemory,
     Summarize,
 )
+from tinyctx.middleware._unread import Unread
 from tinyctx.middleware.extractors import ExtractionJob
 from tinyctx.testing import call, reply
 
@@ -107,21 +108,38 @@ def stack(kind: str) -> list[LayerLike]:
 
 
 async def run_all(
-    runs: Sequence[Sequence[int]], kind: str, pauses: Sequence[int], store: Any = None
+    runs: Sequence[Sequence[int]],
+    kind: str,
+    pauses: Sequence[int],
+    store: Any = None,
+    *,
+    sessions: Sequence[int] = (),
+    min_turns: int = 1,
 ) -> tuple[Recording, list[ToolResult]]:
-    """Run ``runs`` in one session under ``kind``; the extractor and every tool result as
-    the loop committed it (recorded by a tap opened before the first run)."""
-    script = Script(runs)
+    """Run ``runs`` under ``kind``, in one session, or a new one (on ``store``) before
+    each run whose index is in ``sessions``; then, with ``min_turns`` above 1, as many
+    runs without tools as make the last extraction start. The extractor, and every tool
+    result as the loop committed it (recorded by a tap opened in each session)."""
+    flush = [[] for _ in range(min_turns - 1)]
+    script = Script([*runs, *flush])
     extractor = Recording(pauses)
     notes = store if store is not None else MemoryStore()  # fenced by the thread's lease
-    memory = SessionMemory(extractor, store=notes, min_tokens=0, min_tool_calls=0, min_turns=1)
+    memory = SessionMemory(
+        extractor, store=notes, min_tokens=0, min_tool_calls=0, min_turns=min_turns
+    )
     agent = Agent(model=script, tools=[script.read_tool()], middleware=[memory, *stack(kind)])
     config = RunConfig(thread_id="m", max_model_calls=50)
-    async with Session(agent, config=config, store=store) as session:
-        witness = session.ctx.conversation.tap()
-        for index in range(len(runs)):
-            await session.run(f"task {index}")
-        committed = [m for m in witness.messages if isinstance(m, ToolResult)]
+    starts = sorted({0, *(i for i in sessions if 0 < i < len(runs)), len(runs)})
+    committed: list[ToolResult] = []
+    for first, end in zip(starts, starts[1:], strict=False):
+        async with Session(agent, config=config, store=store) as session:
+            witness = session.ctx.conversation.tap()
+            for index in range(first, end):
+                await session.run(f"task {index}")
+            if end == len(runs):
+                for index in range(len(flush)):
+                    await session.run(f"wrap up {index}")
+            committed += [m for m in witness.messages if isinstance(m, ToolResult)]
     return extractor, committed
 
 
@@ -150,6 +168,31 @@ class TestTheExtractorSeesTheOriginals:
         expected = Counter((m.tool_call_id, m.text) for m in committed)
         assert seen == expected
         assert all("[Old tool result content cleared]" not in text for _, text in seen)
+
+    @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        runs=runs_strategy,
+        kind=st.sampled_from(["microcompact", "summarize", "budget", "all"]),
+        pauses=st.lists(st.integers(0, 6), min_size=1, max_size=4),
+        sessions=st.lists(st.integers(1, 4), max_size=4),
+        min_turns=st.integers(1, 3),
+    )
+    async def test_across_sessions_of_a_stored_thread(
+        self,
+        runs: list[list[int]],
+        kind: str,
+        pauses: list[int],
+        sessions: list[int],
+        min_turns: int,
+    ) -> None:
+        """The same with the runs spread over sessions of a stored thread and extraction
+        every ``min_turns`` runs: what one session left unread and compacted, a later
+        one's extraction reads as committed."""
+        store = MemoryStore()
+        extractor, committed = await run_all(
+            runs, kind, pauses, store, sessions=sessions, min_turns=min_turns
+        )
+        assert extractor.tool_results() == Counter((m.tool_call_id, m.text) for m in committed)
 
     @pytest.mark.parametrize("kind", ["microcompact", "summarize", "budget", "all"])
     async def test_under_pressure_no_tool_result_is_missed(self, kind: str) -> None:
@@ -182,6 +225,24 @@ class TestMessageTap:
         conversation.replace([*conversation.messages, UserMessage("b")])
         assert [m.text for m in tap.messages] == ["a", "b"]
 
+    async def test_is_displaced_follows_rewrites(self) -> None:
+        """A held message a rewrite took out is displaced, and again not once it is back;
+        a backlog message the conversation does not hold is displaced from the start."""
+        conversation = Conversation()
+        elsewhere = UserMessage("restored from a store")
+        tap = conversation.tap(backlog=[elsewhere])
+        assert tap.is_displaced(elsewhere)
+        first, second = UserMessage("a"), AssistantMessage("b")
+        await conversation.append(first)
+        await conversation.append(second)
+        assert not tap.is_displaced(first)
+        conversation.replace([UserMessage("[summary of a]"), second], emit_new=False)
+        assert tap.is_displaced(first) and not tap.is_displaced(second)
+        conversation.replace([first, second], emit_new=False)
+        assert not tap.is_displaced(first)
+        tap.drop(2)
+        assert not tap.is_displaced(elsewhere)
+
     async def test_drop_and_close(self) -> None:
         """drop forgets the oldest; more than held is an error naming the count; a closed
         tap records nothing more and the conversation forgets it."""
@@ -201,6 +262,56 @@ class TestMessageTap:
         assert conversation._taps == []
 
 
+STORES = ["memory", "sqlite", "postgres", "redis"]
+
+
+@pytest.fixture(params=STORES)
+async def thread_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A new, empty store of each kind (real PostgreSQL and Redis)."""
+    backend = make_backend(request.param, request, tmp_path)
+    yield backend
+    await backend.aclose()
+
+
+class TestAcrossSessions:
+    """One session per request, extraction every third: what a session left unread, a
+    compaction cleared or summarized meanwhile, reaches a later session's extraction as it
+    was committed (the layer's thread state keeps it), on every store."""
+
+    @pytest.mark.parametrize("kind", ["microcompact", "all"])
+    async def test_originals_left_unread_reach_a_later_session(
+        self, thread_store: Any, kind: str
+    ) -> None:
+        """Six requests, each its own Session and run; two extractions see all 36 results
+        once, with their original content."""
+        script = Script([[2, 2, 2]] * 6)
+        extractor = Recording([3, 0])
+        memory = SessionMemory(
+            extractor, store=thread_store, min_tokens=0, min_tool_calls=0, min_turns=3
+        )
+        agent = Agent(model=script, tools=[script.read_tool()], middleware=[memory, *stack(kind)])
+        committed: list[ToolResult] = []
+        for index in range(6):
+            config = RunConfig(thread_id="x", max_model_calls=50)
+            async with Session(agent, config=config, store=thread_store) as session:
+                witness = session.ctx.conversation.tap()
+                await session.run(f"request {index}")
+                committed += [m for m in witness.messages if isinstance(m, ToolResult)]
+        assert len(extractor.jobs) >= 2 and len(committed) == 36
+        assert extractor.tool_results() == Counter((m.tool_call_id, m.text) for m in committed)
+
+    async def test_originals_are_kept_over_several_session_boundaries(
+        self, thread_store: Any
+    ) -> None:
+        """Extraction every fourth request: a result cleared in the first session is kept
+        through three session boundaries and read once, as committed."""
+        extractor, committed = await run_all(
+            [[2, 2]] * 4, "microcompact", [0], thread_store, sessions=[1, 2, 3], min_turns=4
+        )
+        assert extractor.jobs and len(committed) == 16  # one, or more queued behind it
+        assert extractor.tool_results() == Counter((m.tool_call_id, m.text) for m in committed)
+
+
 class TestAcrossAStoredThread:
     """With a thread store (SQLite), the same holds within each session."""
 
@@ -212,3 +323,46 @@ class TestAcrossAStoredThread:
         finally:
             await store.aclose()
         assert extractor.tool_results() == Counter((m.tool_call_id, m.text) for m in committed)
+
+
+class TestStoredUnreadState:
+    """The unread part of the layer's thread state reads back, and a malformed one is a
+    clear error naming the entry."""
+
+    def test_round_trip_through_json(self) -> None:
+        """An entry per message: a fingerprint, or the document of a displaced one."""
+        conversation = Conversation()
+        unread = Unread()
+        unread.open(conversation, 0)
+        kept, cleared = UserMessage("kept"), ToolResult("c1", "read", "original output")
+        unread.tap._record(kept)  # type: ignore[union-attr]
+        unread.tap._record(cleared)  # type: ignore[union-attr]
+        conversation.replace([kept], emit_new=False)  # the store holds `kept` only
+        data = unread.to_json()
+        assert data is not None and list(data[0]) == ["seen"] and list(data[1]) == ["message"]
+        again = Unread.from_json(data)
+        again.open(conversation, 0)
+        assert again.messages == (kept, cleared)
+
+    @pytest.mark.parametrize(
+        ("data", "problem"),
+        [
+            ("x", "unread must be a list"),
+            ([{"seen": 1}], r"unread\[0\] must be"),
+            ([{"other": "x"}], r"unread\[0\] must be"),
+            ([{"seen": "a", "message": "b"}], r"unread\[0\] must be"),
+            ([{"message": "{not json"}], r"unread\[0\]\.message"),
+        ],
+    )
+    def test_a_malformed_state_names_the_entry(self, data: Any, problem: str) -> None:
+        """Not a list, a bad entry, a document that does not decode: named."""
+        with pytest.raises((TypeError, ValueError), match=problem):
+            Unread.from_json(data)
+
+    def test_a_state_without_unread_reads_the_history_after_its_mark(self) -> None:
+        """A state written before unread messages were kept: the backlog is the history."""
+        conversation = Conversation([UserMessage("a"), UserMessage("b")])
+        unread = Unread.from_json(None)
+        assert unread.to_json() is None
+        unread.open(conversation, 1)
+        assert [m.text for m in unread.messages] == ["b"]

@@ -57,14 +57,17 @@ class MessageTap:
     reads :attr:`messages` and :meth:`drop` s what it has handled. Messages a rewrite put
     in (``replace(..., emit_new=False)``: a summary, a restored history) are not
     committed messages and are not recorded. The tap holds what it recorded until it is
-    dropped or the tap is closed.
+    dropped or the tap is closed; :meth:`is_displaced` says which of them a rewrite took
+    out of the conversation (what a store no longer holds as it was committed).
     """
 
-    __slots__ = ("_closed", "_messages")
+    __slots__ = ("_closed", "_displaced", "_messages")
 
     def __init__(self, backlog: Iterable[Message] = ()) -> None:
         self._messages: list[Message] = list(backlog)
         self._closed = False
+        # ids of held messages the conversation no longer holds (each is alive: held here)
+        self._displaced: set[int] = set()
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -91,15 +94,27 @@ class MessageTap:
                 f"MessageTap.drop: count {count} is more than the {len(self._messages)} "
                 "messages the tap holds"
             )
+        if self._displaced:
+            self._displaced.difference_update(id(m) for m in self._messages[:count])
         del self._messages[:count]
+
+    def is_displaced(self, message: Message) -> bool:
+        """Whether ``message`` (one the tap holds) was taken out of the conversation by a
+        rewrite since it was committed (cleared, summarized, trimmed)."""
+        # exact: ids are unique among live objects, and every id kept is of a held one
+        return id(message) in self._displaced
 
     def close(self) -> None:
         """Stop recording and forget what the tap holds."""
         self._closed = True
         self._messages.clear()
+        self._displaced.clear()
 
     def _record(self, message: Message) -> None:
         self._messages.append(message)
+
+    def _rewritten(self, kept: set[int]) -> None:
+        self._displaced = {id(m) for m in self._messages if id(m) not in kept}
 
 
 def _common_prefix(old: list[Message], new: list[Message]) -> int:
@@ -201,6 +216,8 @@ class Conversation:
         committed, whatever later rewrites the conversation; it starts holding
         ``backlog`` (e.g. the part of the history a reader has not handled yet)."""
         tap = MessageTap(backlog)
+        if len(tap):  # a backlog message the log does not hold (any more) is displaced
+            tap._rewritten({id(m) for m in self._messages})
         self._taps.append(tap)
         return tap
 
@@ -274,6 +291,10 @@ class Conversation:
             self._queued.extend((m, None) for m in fresh)
             if self._taps:
                 self._tapped(fresh)
+        if self._taps:
+            kept = {id(m) for m in new}
+            for tap in self._taps:
+                tap._rewritten(kept)
         # the first index where the logs differ (identity: equal-but-new objects count as
         # changed, which only makes the recorded range wider, never wrong)
         same = _common_prefix(old, new)
