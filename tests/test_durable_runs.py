@@ -154,6 +154,21 @@ class TestTheStoredCheckpointIsTheAuthority:
         assert [c.user_id for c in model.seen] == ["alice", "alice"]
         assert model.seen[-1].max_model_calls == 4
 
+    async def test_a_value_edited_to_another_json_type_is_caught(self, store: Any) -> None:
+        """A counter edited from 1 to true (equal in Python) is a different stored document."""
+        model, deploy = script(), FakeTool("deploy", returns="ok")
+        checkpoint = await pause(store, model, deploy)
+        state = {
+            name: {**value, "model": True} if value.get("model") == 1 else value
+            for name, value in checkpoint.state.items()
+        }
+        forged = checkpoint.evolve(state=state)
+        assert forged == checkpoint  # equal as Python values: only the documents differ
+        async with Session(agent_for(model, deploy), thread_id="t", store=store) as session:
+            with pytest.raises(ResumeError, match="the stored document"):
+                await session.resume(forged)
+        assert deploy.calls == [] and len(model.seen) == 1
+
     async def test_a_decoded_copy_of_the_stored_checkpoint_resumes(self, store: Any) -> None:
         """The checkpoint as a client kept it (encoded, decoded again) is the same pause."""
         model, deploy = script(), FakeTool("deploy", returns="ok")
