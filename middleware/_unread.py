@@ -7,6 +7,12 @@ reads the same originals: a message still in the stored history as it was commit
 kept by its fingerprint (it is found in the loaded history again), and one a rewrite took
 out of the conversation (a cleared tool result, a summarized or trimmed head) is kept as
 its codec document, because the stored history no longer holds it as it was.
+
+The durable form is bounded, since it is written with the thread at every step: at most
+the newest :data:`KEEP_MESSAGES` unread messages, and of their documents at most
+:data:`KEEP_BYTES` (a thread whose extraction never comes, a model that reports no usage
+for the token threshold, does not grow its state without end). Within a session nothing
+is dropped; what the bound leaves out (the oldest) a later session does not read.
 """
 
 from __future__ import annotations
@@ -18,7 +24,13 @@ from typing import Any
 from tinyctx import Conversation, Message, MessageTap
 from tinyctx.codec import CodecError, decode_message, encode_message
 
-__all__ = ["Unread", "fingerprint"]
+__all__ = ["Unread", "fingerprint", "KEEP_MESSAGES", "KEEP_BYTES"]
+
+KEEP_MESSAGES = 2000
+"""The most unread messages the thread state keeps for a later session (the newest)."""
+
+KEEP_BYTES = 1 << 20
+"""The most bytes of documents of displaced unread messages the thread state keeps."""
 
 
 def fingerprint(message: Message) -> str:
@@ -99,18 +111,24 @@ class Unread:
                 return None
             return [_restored_entry(entry) for entry in self.restored]
         entries: list[dict[str, str]] = []
-        for message in tap.messages:
+        room = KEEP_BYTES
+        held = tap.messages
+        for message in reversed(held[-KEEP_MESSAGES:]):  # newest first, within the bound
             key = id(message)
             if tap.is_displaced(message):
                 document = self._documents.get(key)
                 if document is None:
                     document = self._documents[key] = encode_message(message)
+                room -= len(document)
+                if room < 0:
+                    break
                 entries.append({"message": document})
             else:
                 mark = self._prints.get(key)
                 if mark is None:
                     mark = self._prints[key] = fingerprint(message)
                 entries.append({"seen": mark})
+        entries.reverse()
         return entries
 
     @classmethod

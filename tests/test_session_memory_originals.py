@@ -35,6 +35,7 @@ from tinyctx.middleware import (
     Microcompact,
     SessionMemory,
     Summarize,
+    _unread,
 )
 from tinyctx.middleware._unread import Unread
 from tinyctx.middleware.extractors import ExtractionJob
@@ -343,6 +344,25 @@ class TestStoredUnreadState:
         again = Unread.from_json(data)
         again.open(conversation, 0)
         assert again.messages == (kept, cleared)
+
+    def test_the_durable_form_is_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """At most the newest KEEP_MESSAGES entries, and KEEP_BYTES of documents."""
+        monkeypatch.setattr(_unread, "KEEP_MESSAGES", 3)
+        conversation = Conversation()
+        unread = Unread()
+        unread.open(conversation, 0)
+        tap = unread.tap
+        assert tap is not None
+        results = [ToolResult(f"c{i}", "read", f"output {i} " * 20) for i in range(5)]
+        for result in results:
+            tap._record(result)
+        conversation.replace([], emit_new=False)  # every one displaced
+        data = unread.to_json()
+        assert data is not None and len(data) == 3
+        assert Unread.from_json(data).restored == results[2:]
+        document = len(data[0]["message"])
+        monkeypatch.setattr(_unread, "KEEP_BYTES", document * 2 + 1)
+        assert Unread.from_json(unread.to_json()).restored == results[3:]
 
     @pytest.mark.parametrize(
         ("data", "problem"),
