@@ -8,11 +8,15 @@ kept by its fingerprint (it is found in the loaded history again), and one a rew
 out of the conversation (a cleared tool result, a summarized or trimmed head) is kept as
 its codec document, because the stored history no longer holds it as it was.
 
-The durable form is bounded, since it is written with the thread at every step: at most
-the newest :data:`KEEP_MESSAGES` unread messages, and of their documents at most
-:data:`KEEP_BYTES` (a thread whose extraction never comes, a model that reports no usage
-for the token threshold, does not grow its state without end). Within a session nothing
-is dropped; what the bound leaves out (the oldest) a later session does not read.
+The durable record is a snapshot taken when a run ends and when an extraction
+completes, not at every step: the layer state is written with the thread at every step,
+and a long run would otherwise rewrite its growing record each time. It also marks how
+far the history went at the snapshot, so what a later step committed (a run a crash cut
+short) is read from the stored history after that mark. It is bounded: at most the newest
+:data:`KEEP_MESSAGES` unread messages in at most :data:`KEEP_BYTES` (a thread whose
+extraction never comes, a model that reports no usage for the token threshold, does not
+grow its state without end). Within a session nothing is dropped; what the bound leaves
+out (the oldest) a later session does not read.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from tinyctx.codec import CodecError, decode_message, encode_message
 
 __all__ = ["Unread", "fingerprint", "KEEP_MESSAGES", "KEEP_BYTES"]
 
-KEEP_MESSAGES = 2000
+KEEP_MESSAGES = 256
 """The most unread messages the thread state keeps for a later session (the newest)."""
 
-KEEP_BYTES = 1 << 20
-"""The most bytes of documents of displaced unread messages the thread state keeps."""
+KEEP_BYTES = 64 << 10
+"""The most bytes of the record (documents and fingerprints) the thread state keeps: the
+thread state is written with every step, so it bounds what the record adds to a write."""
 
 
 def fingerprint(message: Message) -> str:
@@ -45,19 +50,23 @@ class Unread:
     """The messages the next extraction reads (durable with the layer's thread state).
 
     :meth:`open` starts recording on a conversation; until then (a state restored in a new
-    session) it holds what the stored state said. The JSON form lists one entry per
-    message, oldest first: ``{"seen": fingerprint}`` for one the stored history holds as
-    committed, ``{"message": document}`` for one it does not.
+    session) it holds what the stored state said. The JSON form is the last
+    :meth:`snapshot`: ``entries``, one per message, oldest first (``{"seen": fingerprint}``
+    for one the stored history holds as committed, ``{"message": document}`` for one it
+    does not), and ``upto`` / ``last``, the history's length and its last message's
+    fingerprint at the snapshot.
     """
 
-    __slots__ = ("_documents", "_prints", "restored", "tap")
+    __slots__ = ("_documents", "_prints", "_snapshot", "restored", "tap")
 
     def __init__(self) -> None:
         self.tap: MessageTap | None = None
-        # entries of a restored state, resolved against the loaded history on open
-        self.restored: list[str | Message] | None = None
+        # a restored record (entries, upto, last), resolved against the loaded history on open
+        self.restored: tuple[list[str | Message], int, str | None] | None = None
+        # the record as last snapshotted (what the thread state holds), None: no record
+        self._snapshot: dict[str, Any] | None = None
         # per held message (by id; each is alive, held by the tap): its fingerprint and
-        # document, computed once (the state is written at every step)
+        # document, computed once
         self._prints: dict[int, str] = {}
         self._documents: dict[int, str] = {}
 
@@ -66,14 +75,17 @@ class Unread:
         return self.tap is not None
 
     def open(self, conversation: Conversation, since: int) -> None:
-        """Record from now on; the backlog is what a restored state listed (found again in
-        the loaded history), else the history after the last extraction's mark."""
+        """Record from now on; the backlog is what a restored record listed (found again in
+        the loaded history) and what the history holds after its mark, else (no record)
+        the history after the last extraction's mark."""
         messages = conversation.messages
         restored, self.restored = self.restored, None
         if restored is None:
             backlog: list[Message] = list(messages[since:])
         else:
-            backlog = _resolve(restored, messages)
+            entries, upto, last = restored
+            backlog = _resolve(entries, messages)
+            backlog += _after(messages, upto, last, backlog)
         self.tap = conversation.tap(backlog)
 
     def close(self) -> None:
@@ -104,12 +116,11 @@ class Unread:
             return 0
         return sum(1 for m in tap.messages if not tap.is_displaced(m))
 
-    def to_json(self) -> list[dict[str, str]] | None:
+    def snapshot(self, conversation: Conversation) -> None:
+        """Take the record the thread state keeps from now on (see the module docstring)."""
         tap = self.tap
         if tap is None:
-            if self.restored is None:
-                return None
-            return [_restored_entry(entry) for entry in self.restored]
+            return
         entries: list[dict[str, str]] = []
         room = KEEP_BYTES
         held = tap.messages
@@ -120,16 +131,26 @@ class Unread:
                 if document is None:
                     document = self._documents[key] = encode_message(message)
                 room -= len(document)
-                if room < 0:
-                    break
-                entries.append({"message": document})
+                entry = {"message": document}
             else:
                 mark = self._prints.get(key)
                 if mark is None:
                     mark = self._prints[key] = fingerprint(message)
-                entries.append({"seen": mark})
+                room -= len(mark) + 12
+                entry = {"seen": mark}
+            if room < 0:
+                break
+            entries.append(entry)
         entries.reverse()
-        return entries
+        messages = conversation.messages
+        last = fingerprint(messages[-1]) if messages else None
+        self._snapshot = {"entries": entries, "upto": len(messages), "last": last}
+
+    def to_json(self) -> dict[str, Any] | None:
+        if self.tap is None and self.restored is not None:
+            entries, upto, last = self.restored
+            return {"entries": [_entry(e) for e in entries], "upto": upto, "last": last}
+        return self._snapshot
 
     @classmethod
     def from_json(cls, data: Any) -> Unread:
@@ -138,31 +159,58 @@ class Unread:
         unread = cls()
         if data is None:
             return unread
-        if not isinstance(data, list):
-            raise TypeError(f"SessionMemory state: unread must be a list, got {data!r}")
-        restored: list[str | Message] = []
-        for index, entry in enumerate(data):
-            where = f"SessionMemory state: unread[{index}]"
+        where = "SessionMemory state: unread"
+        if not isinstance(data, dict) or set(data) != {"entries", "upto", "last"}:
+            raise TypeError(f"{where} must be an object with entries, upto and last")
+        upto, last, raw = data["upto"], data["last"], data["entries"]
+        if isinstance(upto, bool) or not isinstance(upto, int) or upto < 0:
+            raise ValueError(f"{where}.upto must be an integer >= 0, got {upto!r}")
+        if last is not None and not isinstance(last, str):
+            raise ValueError(f"{where}.last must be a string or null, got {last!r}")
+        if not isinstance(raw, list):
+            raise TypeError(f"{where}.entries must be a list, got {raw!r}")
+        entries: list[str | Message] = []
+        for index, entry in enumerate(raw):
+            at = f"{where}.entries[{index}]"
             if not isinstance(entry, dict) or len(entry) != 1:
-                raise ValueError(f"{where} must be {{'seen': ...}} or {{'message': ...}}")
+                raise ValueError(f"{at} must be {{'seen': str}} or {{'message': str}}")
             ((kind, value),) = entry.items()
             if not isinstance(value, str) or kind not in ("seen", "message"):
-                raise ValueError(f"{where} must be {{'seen': str}} or {{'message': str}}")
+                raise ValueError(f"{at} must be {{'seen': str}} or {{'message': str}}")
             if kind == "seen":
-                restored.append(value)
+                entries.append(value)
                 continue
             try:
-                restored.append(decode_message(value))
+                entries.append(decode_message(value))
             except CodecError as exc:
-                raise ValueError(f"{where}.message: {exc}") from exc
-        unread.restored = restored
+                raise ValueError(f"{at}.message: {exc}") from exc
+        unread.restored = (entries, upto, last)
+        unread._snapshot = unread.to_json()
         return unread
 
 
-def _restored_entry(entry: str | Message) -> dict[str, str]:
+def _entry(entry: str | Message) -> dict[str, str]:
     if isinstance(entry, str):
         return {"seen": entry}
     return {"message": encode_message(entry)}
+
+
+def _after(
+    messages: tuple[Message, ...], upto: int, last: str | None, found: list[Message]
+) -> list[Message]:
+    """What the loaded history holds past the snapshot's mark (committed later, e.g. in a
+    run a crash cut short): from ``upto`` when its last message is the one marked, else
+    after the newest message of the record found in it (none: nothing more)."""
+    if upto <= len(messages) and (
+        (upto == 0 and last is None)
+        or (upto > 0 and last is not None and fingerprint(messages[upto - 1]) == last)
+    ):
+        return list(messages[upto:])
+    held = {id(m) for m in found}
+    for index in range(len(messages) - 1, -1, -1):
+        if id(messages[index]) in held:
+            return list(messages[index + 1 :])
+    return []
 
 
 def _resolve(entries: list[str | Message], messages: tuple[Message, ...]) -> list[Message]:

@@ -915,6 +915,8 @@ class SessionMemory(Layer):
         if EXTRACTION_TAG in ctx.tags:
             return
         state = self._state(ctx)
+        # what is unread now becomes the durable record (not at every step: see _unread)
+        state.unread.snapshot(ctx.conversation)
         counters = state.counters
         if not counters.enabled or isinstance(error, Interrupted):
             return
@@ -1110,6 +1112,7 @@ class SessionMemory(Layer):
             # read; what came meanwhile is the next one's
             state.unread.drop(len(job.new_messages))
             state.advance(conversation.messages, state.unread.in_history())
+            state.unread.snapshot(conversation)
         else:  # disabled while it ran: no bookkeeping goes on
             state.advance(conversation.messages)
         ctx.emit(

@@ -330,48 +330,87 @@ class TestStoredUnreadState:
     """The unread part of the layer's thread state reads back, and a malformed one is a
     clear error naming the entry."""
 
-    def test_round_trip_through_json(self) -> None:
+    async def test_round_trip_through_json(self) -> None:
         """An entry per message: a fingerprint, or the document of a displaced one."""
         conversation = Conversation()
         unread = Unread()
         unread.open(conversation, 0)
-        kept, cleared = UserMessage("kept"), ToolResult("c1", "read", "original output")
-        unread.tap._record(kept)  # type: ignore[union-attr]
-        unread.tap._record(cleared)  # type: ignore[union-attr]
+        kept, cleared = UserMessage("kept"), UserMessage("original text")
+        await conversation.append(kept)
+        await conversation.append(cleared)
         conversation.replace([kept], emit_new=False)  # the store holds `kept` only
+        assert unread.to_json() is None  # no record before the first snapshot
+        unread.snapshot(conversation)
         data = unread.to_json()
-        assert data is not None and list(data[0]) == ["seen"] and list(data[1]) == ["message"]
+        assert data is not None and data["upto"] == 1
+        assert [list(entry) for entry in data["entries"]] == [["seen"], ["message"]]
         again = Unread.from_json(data)
+        assert again.to_json() == data
+        later = UserMessage("committed after the snapshot")
+        await conversation.append(later)  # a run a crash cut short
         again.open(conversation, 0)
-        assert again.messages == (kept, cleared)
+        assert again.messages == (kept, cleared, later)
 
-    def test_the_durable_form_is_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """At most the newest KEEP_MESSAGES entries, and KEEP_BYTES of documents."""
+    async def test_after_a_rewrite_past_the_mark_the_record_still_finds_the_rest(
+        self,
+    ) -> None:
+        """When the history was rewritten after the snapshot (a crash before the next run
+        end took the newer record with it), the recorded messages still in it, and what
+        follows the newest of them, are read; one the rewrite took out went with the
+        crash (before this record, every such one did)."""
+        conversation = Conversation()
+        unread = Unread()
+        unread.open(conversation, 0)
+        first, second = UserMessage("first"), UserMessage("second")
+        await conversation.append(first)
+        await conversation.append(second)
+        unread.snapshot(conversation)
+        record = unread.to_json()
+        later = UserMessage("later")
+        conversation.replace([UserMessage("[summary of first]"), second], emit_new=False)
+        await conversation.append(later)
+        again = Unread.from_json(record)
+        again.open(conversation, 0)
+        assert [m.text for m in again.messages] == ["second", "later"]
+
+    async def test_the_durable_form_is_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """At most the newest KEEP_MESSAGES entries, in at most KEEP_BYTES."""
         monkeypatch.setattr(_unread, "KEEP_MESSAGES", 3)
         conversation = Conversation()
         unread = Unread()
         unread.open(conversation, 0)
-        tap = unread.tap
-        assert tap is not None
-        results = [ToolResult(f"c{i}", "read", f"output {i} " * 20) for i in range(5)]
+        results = [UserMessage(f"output {i} " * 20) for i in range(5)]
         for result in results:
-            tap._record(result)
+            await conversation.append(result)
         conversation.replace([], emit_new=False)  # every one displaced
+        unread.snapshot(conversation)
         data = unread.to_json()
-        assert data is not None and len(data) == 3
-        assert Unread.from_json(data).restored == results[2:]
-        document = len(data[0]["message"])
+        assert data is not None and len(data["entries"]) == 3
+        restored = Unread.from_json(data).restored
+        assert restored is not None and restored[0] == results[2:]
+        document = len(data["entries"][0]["message"])
         monkeypatch.setattr(_unread, "KEEP_BYTES", document * 2 + 1)
-        assert Unread.from_json(unread.to_json()).restored == results[3:]
+        unread.snapshot(conversation)
+        restored = Unread.from_json(unread.to_json()).restored
+        assert restored is not None and restored[0] == results[3:]
 
     @pytest.mark.parametrize(
         ("data", "problem"),
         [
-            ("x", "unread must be a list"),
-            ([{"seen": 1}], r"unread\[0\] must be"),
-            ([{"other": "x"}], r"unread\[0\] must be"),
-            ([{"seen": "a", "message": "b"}], r"unread\[0\] must be"),
-            ([{"message": "{not json"}], r"unread\[0\]\.message"),
+            ("x", "unread must be an object with entries, upto and last"),
+            ({"entries": [], "upto": -1, "last": None}, r"unread\.upto must be"),
+            ({"entries": [], "upto": 0, "last": 3}, r"unread\.last must be"),
+            ({"entries": {}, "upto": 0, "last": None}, r"unread\.entries must be a list"),
+            ({"entries": [{"seen": 1}], "upto": 0, "last": None}, r"entries\[0\] must be"),
+            ({"entries": [{"other": "x"}], "upto": 0, "last": None}, r"entries\[0\] must"),
+            (
+                {"entries": [{"seen": "a", "message": "b"}], "upto": 0, "last": None},
+                r"entries\[0\] must be",
+            ),
+            (
+                {"entries": [{"message": "{not json"}], "upto": 0, "last": None},
+                r"entries\[0\]\.message",
+            ),
         ],
     )
     def test_a_malformed_state_names_the_entry(self, data: Any, problem: str) -> None:

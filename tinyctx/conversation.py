@@ -61,12 +61,14 @@ class MessageTap:
     out of the conversation (what a store no longer holds as it was committed).
     """
 
-    __slots__ = ("_closed", "_displaced", "_messages")
+    __slots__ = ("_closed", "_displaced", "_held", "_messages")
 
     def __init__(self, backlog: Iterable[Message] = ()) -> None:
         self._messages: list[Message] = list(backlog)
         self._closed = False
-        # ids of held messages the conversation no longer holds (each is alive: held here)
+        # ids of the held messages, and of those the conversation no longer holds (ids
+        # are unique among live objects, and each of these is alive: held here)
+        self._held: set[int] = {id(m) for m in self._messages}
         self._displaced: set[int] = set()
 
     @property
@@ -94,8 +96,9 @@ class MessageTap:
                 f"MessageTap.drop: count {count} is more than the {len(self._messages)} "
                 "messages the tap holds"
             )
-        if self._displaced:
-            self._displaced.difference_update(id(m) for m in self._messages[:count])
+        dropped = {id(m) for m in self._messages[:count]}
+        self._held -= dropped
+        self._displaced -= dropped
         del self._messages[:count]
 
     def is_displaced(self, message: Message) -> bool:
@@ -108,13 +111,20 @@ class MessageTap:
         """Stop recording and forget what the tap holds."""
         self._closed = True
         self._messages.clear()
+        self._held.clear()
         self._displaced.clear()
 
     def _record(self, message: Message) -> None:
         self._messages.append(message)
+        self._held.add(id(message))
 
-    def _rewritten(self, kept: set[int]) -> None:
-        self._displaced = {id(m) for m in self._messages if id(m) not in kept}
+    def _moved(self, gone: set[int], back: set[int]) -> None:
+        """A rewrite took the messages ``gone`` out of the conversation and holds ``back``
+        (ids): the held ones among them are displaced, or no longer."""
+        if gone:
+            self._displaced |= gone & self._held
+        if back and self._displaced:
+            self._displaced -= back
 
 
 def _common_prefix(old: list[Message], new: list[Message]) -> int:
@@ -217,7 +227,7 @@ class Conversation:
         ``backlog`` (e.g. the part of the history a reader has not handled yet)."""
         tap = MessageTap(backlog)
         if len(tap):  # a backlog message the log does not hold (any more) is displaced
-            tap._rewritten({id(m) for m in self._messages})
+            tap._moved(set(tap._held), {id(m) for m in self._messages})
         self._taps.append(tap)
         return tap
 
@@ -291,13 +301,14 @@ class Conversation:
             self._queued.extend((m, None) for m in fresh)
             if self._taps:
                 self._tapped(fresh)
-        if self._taps:
-            kept = {id(m) for m in new}
-            for tap in self._taps:
-                tap._rewritten(kept)
         # the first index where the logs differ (identity: equal-but-new objects count as
         # changed, which only makes the recorded range wider, never wrong)
         same = _common_prefix(old, new)
+        if self._taps:
+            back = {id(m) for m in new[same:]}
+            gone = {id(m) for m in old[same:]} - back
+            for tap in self._taps:
+                tap._moved(gone, back)
         if same < len(old) or same < len(new):
             if same == len(old):
                 self._appended += len(new) - same  # only appended at the end
