@@ -70,10 +70,12 @@ def _notes(value: Iterable[Note]) -> tuple[Note, ...]:
 class ExtractionJob:
     """What one extraction works on.
 
-    ``messages`` is the conversation when the extraction started; ``messages[since:]`` is
-    the part no earlier extraction of this session processed (``since`` is 0 when the
-    history was rewritten, e.g. compacted, since then). ``existing`` are the notes already
-    in ``namespace``, oldest first: an extractor must not propose them again.
+    ``messages[since:]`` (:attr:`new_messages`) is every message committed since the last
+    extraction, each as it was committed: a tool result compaction cleared since, or a
+    head a summary replaced, comes with its original content. ``messages[:since]`` is the
+    history earlier extractions read, as the conversation holds it now (empty once it was
+    rewritten), for context. ``existing`` are the notes already in ``namespace``, oldest
+    first: an extractor must not propose them again.
     """
 
     messages: tuple[Message, ...] = field(converter=_messages)

@@ -152,6 +152,9 @@ class Fallback(Layer):
                 else:
                     model = alternative.model
                     call = request if model is None else request.evolve(model=model)
+                    # an alternative is called here, not at the onion's core: what the
+                    # conversation committed is made durable first, as the core does
+                    await ctx.commit()
                     response = await alternative.handler(call, ctx)
                     if model is not None and response.model is None:
                         response = response.evolve(model=model)

@@ -35,8 +35,13 @@ period. A queue cut off by the grace period stays pending (:meth:`SessionMemory.
 The extractor gets a child context of the run (tag
 ``session_memory.extraction``, its own empty conversation, linked cancellation, and the
 filtered context view the run's model calls had at this layer, so a field an enclosing
-``Inherit`` policy excluded never reaches it: place ``Inherit`` outside this layer) and the
-new part of the conversation; its bullets are de-duplicated against the newest
+``Inherit`` policy excluded never reaches it: place ``Inherit`` outside this layer) and
+every message committed since the last extraction, as it was committed: a tool result
+Microcompact cleared, or a head Summarize or a budget relief replaced, reaches the
+extractor with its original content (the layer reads them through a
+:class:`~tinyctx.MessageTap` on the conversation, and its thread state keeps what is still
+unread for a later session: see ``middleware/_unread.py``). Its bullets are de-duplicated
+against the newest
 ``scan_notes`` stored notes and written in one atomic batch (shielded from cancellation once
 started, so a note batch is all written or not at all). An extractor that raises, or is
 cancelled when the session ends after its grace period, fails the extraction: nothing is
@@ -67,7 +72,6 @@ thresholds were not met, or why else), ``.loaded`` (notes offered), ``.load_fail
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
@@ -84,6 +88,7 @@ from tinyctx import (
     Interrupted,
     Layer,
     Message,
+    MessageTap,
     ModelCall,
     ModelRequest,
     ModelResponse,
@@ -104,6 +109,7 @@ from tinyctx.events import EventLevel
 from tinyctx.stores import Note, append_notes
 from tinyctx.tokens import TokenCounter
 
+from ._unread import Unread, fingerprint
 from .context_view import VIEW_GLOBAL_KEY, VIEW_KEY, VIEW_STEP_KEY
 from .extractors import (
     ExtractionJob,
@@ -547,6 +553,10 @@ SECTION_HEADER = (
 )
 
 
+_Source = tuple[Conversation, "MessageTap | None"]
+"""Where an extraction reads: the session's conversation and the layer's tap on it."""
+
+
 @frozen
 class _Queued:
     """An extraction triggered while another ran: what it extracts, and where to."""
@@ -574,6 +584,7 @@ class _MemoryState:
         "seen_fingerprint",
         "seen_last",
         "seen_upto",
+        "unread",
         "view",
     )
 
@@ -591,6 +602,9 @@ class _MemoryState:
         # a restored mark knows its last message by fingerprint until it is matched again
         self.seen_fingerprint: str | None = None
         self.pending = False
+        # every message committed since the last extraction, as committed (compaction
+        # rewrites the conversation, not this): what the next extraction reads
+        self.unread = Unread()
 
     def since(self, messages: tuple[Message, ...]) -> int:
         upto = self.seen_upto
@@ -598,30 +612,48 @@ class _MemoryState:
             last = messages[upto - 1]
             if last is self.seen_last:
                 return upto
-            if self.seen_fingerprint is not None and _fingerprint(last) == self.seen_fingerprint:
+            if self.seen_fingerprint is not None and fingerprint(last) == self.seen_fingerprint:
                 self.seen_last, self.seen_fingerprint = last, None
                 return upto
         return 0  # nothing read yet, or the history was rewritten since
 
-    def advance(self, messages: tuple[Message, ...]) -> None:
-        self.seen_upto = len(messages)
-        self.seen_last = messages[-1] if messages else None
+    def advance(self, messages: tuple[Message, ...], unread: int = 0) -> None:
+        """Extractions read ``messages`` up to its last ``unread`` (the mark a later
+        session continues from; a rewrite that shrank the tail only moves it earlier)."""
+        upto = max(0, len(messages) - unread)
+        self.seen_upto = upto
+        self.seen_last = messages[upto - 1] if upto else None
         self.seen_fingerprint = None
+
+    def reading(self, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...], int]:
+        """What the next extraction reads: the history already read (as it is now, empty
+        when it was rewritten) followed by every message committed since, as committed;
+        and how many of those there are."""
+        since = self.since(messages)
+        if not self.unread.is_open:
+            return messages, len(messages) - since
+        fresh = self.unread.messages
+        return (*messages[:since], *fresh), len(fresh)
 
     def to_json(self) -> dict[str, Any]:
         last = self.seen_last
-        return {
+        data = {
             "counters": self.counters.to_json(),
             "seen_upto": self.seen_upto,
-            "seen": _fingerprint(last) if last is not None else self.seen_fingerprint,
+            "seen": fingerprint(last) if last is not None else self.seen_fingerprint,
             "pending": self.pending or self.counters.in_progress or self.queued is not None,
         }
+        unread = self.unread.to_json()
+        if unread is not None:
+            data["unread"] = unread
+        return data
 
     @classmethod
     def from_json(cls, data: Any, thresholds: MemoryThresholds) -> _MemoryState:
         if not isinstance(data, dict):
             raise TypeError(f"SessionMemory state must be an object, got {data!r}")
         state = cls(MemoryCounters.from_json(data.get("counters"), thresholds))
+        state.unread = Unread.from_json(data.get("unread"))
         state.seen_upto = _non_negative_count("seen_upto", data.get("seen_upto", 0))
         seen = data.get("seen")
         if seen is not None and not isinstance(seen, str):
@@ -632,14 +664,6 @@ class _MemoryState:
             raise TypeError(f"SessionMemory state: pending must be true or false, got {pending!r}")
         state.pending = pending
         return state
-
-
-def _fingerprint(message: Message) -> str:
-    """A stable short digest of a message (kind, text, tool-call ids) across processes."""
-    ids = ",".join(c.id for c in getattr(message, "tool_calls", ()))
-    call_id = getattr(message, "tool_call_id", "")
-    raw = f"{type(message).__name__}\0{message.text}\0{ids}\0{call_id}"
-    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 def _error_text(exc: BaseException | None) -> str:
@@ -752,7 +776,16 @@ class SessionMemory(Layer):
         return _MemoryState.from_json(data, self.thresholds)
 
     def _state(self, ctx: RunContext[Any]) -> _MemoryState:
-        return ctx.thread_state(self, self._new_state, self._restore_state)
+        state = ctx.thread_state(self, self._new_state, self._restore_state)
+        unread = state.unread
+        if state.counters.enabled:
+            if not unread.is_open:
+                # from here every committed message is recorded as committed; what came
+                # before and no extraction read yet is the backlog
+                unread.open(ctx.conversation, state.since(ctx.conversation.messages))
+        elif unread.is_open:  # disabled: no bookkeeping at all
+            unread.close()
+        return state
 
     def counters(self, ctx: RunContext[Any]) -> MemoryCounters:
         """This session's counters (``ctx`` is the session's or any of its runs')."""
@@ -882,6 +915,8 @@ class SessionMemory(Layer):
         if EXTRACTION_TAG in ctx.tags:
             return
         state = self._state(ctx)
+        # what is unread now becomes the durable record (not at every step: see _unread)
+        state.unread.snapshot(ctx.conversation)
         counters = state.counters
         if not counters.enabled or isinstance(error, Interrupted):
             return
@@ -949,7 +984,8 @@ class SessionMemory(Layer):
         namespace: str,
     ) -> tuple[ExtractionTicket, ExtractionJob]:
         counters = state.counters
-        job = ExtractionJob(messages, since=state.since(messages), namespace=namespace)
+        read, fresh = state.reading(messages)
+        job = ExtractionJob(read, since=len(read) - fresh, namespace=namespace)
         deltas = counters.deltas()
         ticket = counters.begin()
         state.pending = False  # in progress now; written as pending until it completes
@@ -972,10 +1008,18 @@ class SessionMemory(Layer):
         if child is None:
             return
         state.queued = None  # one left by an ended session: this extraction covers it
-        ticket, job = self._begin(child, state, ctx.conversation.messages, namespace)
+        conversation = ctx.conversation
+        ticket, job = self._begin(child, state, conversation.messages, namespace)
+        source = (conversation, state.unread.tap)
         try:
             ctx.spawn(
-                self._extract_all, child, state, store, ticket, job, name=f"{self.name}.extract"
+                self._extract_all,
+                child,
+                state,
+                store,
+                ticket,
+                (job, source),
+                name=f"{self.name}.extract",
             )
         except Exception as exc:
             state.counters.fail(ticket)
@@ -991,18 +1035,21 @@ class SessionMemory(Layer):
         state: _MemoryState,
         store: Store,
         ticket: ExtractionTicket,
-        job: ExtractionJob,
+        work: tuple[ExtractionJob, _Source],
     ) -> None:
         """Extract, then whatever was queued meanwhile, in this same background task (so
-        leaving the session waits for the queue within its grace period)."""
+        leaving the session waits for the queue within its grace period). A queued
+        extraction reads everything committed up to when it starts."""
+        job, (conversation, _) = work
         while True:
-            await self._extract(ctx, state, store, ticket, job)
+            await self._extract(ctx, state, store, ticket, work)
             queued = state.queued
             if queued is None or not state.counters.enabled:
                 return
             state.queued = None
             ctx, store = queued.ctx, queued.store
-            ticket, job = self._begin(ctx, state, queued.messages, queued.namespace)
+            ticket, job = self._begin(ctx, state, conversation.messages, queued.namespace)
+            work = (job, (conversation, state.unread.tap))
 
     def _note_metadata(self, ctx: RunContext[Any]) -> dict[str, Any]:
         config = ctx.config
@@ -1022,8 +1069,9 @@ class SessionMemory(Layer):
         state: _MemoryState,
         store: Store,
         ticket: ExtractionTicket,
-        job: ExtractionJob,
+        work: tuple[ExtractionJob, _Source],
     ) -> None:
+        job, (conversation, tap) = work
         counters = state.counters
         started = time.perf_counter()
         try:
@@ -1060,7 +1108,13 @@ class SessionMemory(Layer):
                 return  # reported above; not a BackgroundTaskFailed as well
             raise
         counters.complete(ticket)
-        state.advance(job.messages)
+        if tap is not None and state.unread.tap is tap:
+            # read; what came meanwhile is the next one's
+            state.unread.drop(len(job.new_messages))
+            state.advance(conversation.messages, state.unread.in_history())
+            state.unread.snapshot(conversation)
+        else:  # disabled while it ran: no bookkeeping goes on
+            state.advance(conversation.messages)
         ctx.emit(
             MemoryExtractionCompleted(
                 namespace=job.namespace,

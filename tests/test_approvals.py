@@ -466,14 +466,22 @@ class TestRefusedDecisions:
             assert session.paused is not None
 
     async def test_a_checkpoint_that_lost_its_payload_is_refused_clearly(self) -> None:
-        """A review pause without its payload (a lossy store) is named as the problem."""
+        """A review pause without its payload (a lossy store, handed to a fresh session)
+        is named as the problem; the session holding the pause refuses the edited copy."""
+        layer = Approvals("deploy")
         session, box, model, paused = await paused_session(
-            Approvals("deploy"), call("deploy", id="d1", service="web")
+            layer, call("deploy", id="d1", service="web")
         )
         try:
             stripped = paused.checkpoint.evolve(payload=None)
-            with pytest.raises(ResumeError, match="has no review payload"):
+            with pytest.raises(ResumeError, match="differs .* in payload"):
                 await session.resume(stripped, decisions={"d1": Approve()})
+            fresh = Session(
+                Agent(model=model, tools=box.tools, middleware=[layer]), thread_id="review"
+            )
+            async with fresh:
+                with pytest.raises(ResumeError, match="has no review payload"):
+                    await fresh.resume(stripped, decisions={"d1": Approve()})
             assert box.ran == []
         finally:
             await session.__aexit__(None, None, None)

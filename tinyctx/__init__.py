@@ -67,6 +67,7 @@ from .control import (
 from .conversation import (
     Conversation,
     ConversationChange,
+    MessageTap,
 )
 from .decisions import (
     DECISION_KINDS,
@@ -266,6 +267,7 @@ __all__ = [
     "tool_turns",
     "Conversation",
     "ConversationChange",
+    "MessageTap",
     "DurableState",
     "LayerStates",
     "RunStates",

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import anyio
@@ -224,7 +225,9 @@ class Agent:
         check_layer_names(self.middleware)
         check_ordering(self.middleware)
         object.__setattr__(self, "registry", ToolRegistry(self.tools, self.server_tools))
-        object.__setattr__(self, "model_onion", compose(self.middleware, self.model))
+        object.__setattr__(
+            self, "model_onion", compose(self.middleware, _committed_first(self.model))
+        )
         object.__setattr__(self, "tool_onion", compose(self.middleware, invoke_tool, hook="tool"))
         object.__setattr__(self, "bus", LayerBus(self.middleware))
         layers = [m for m in self.middleware if isinstance(m, Layer)]
@@ -246,6 +249,19 @@ class Agent:
         """One run in a fresh session (``async with Session(self, ...)``)."""
         async with Session(self, **session_options) as session:
             return await session.run(input)
+
+
+def _committed_first(model: ModelHandler) -> ModelHandler:
+    """The onion's core: what the conversation committed on the way in (a persistent
+    compaction, a relief) is made durable (:meth:`RunContext.commit`), then the model is
+    called; a store that cannot take the write fails the call before the model runs."""
+
+    async def call_model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+        if ctx.commit_source is not None:
+            await ctx.commit_source(ctx)
+        return await model(request, ctx)
+
+    return call_model
 
 
 # ---------------------------------------------------------------------------------------
@@ -345,6 +361,7 @@ class _RunState:
         "resumed_call",
         "resuming",
         "tool_calls",
+        "usage_before",
         "usage_start",
     )
 
@@ -358,9 +375,18 @@ class _RunState:
         self.added: list[Message] = []
         self.model_calls = 0
         self.tool_calls = 0
-        total = ctx.usage.total()
-        self.usage_start = total if usage_before == _NO_USAGE else total - usage_before
+        # the run's usage: what the session's tracker adds from here, plus what the run
+        # used before its pause (a resumed run's checkpoint carries it, whichever session
+        # or process paused it: the tracker here may never have seen it)
+        self.usage_start = ctx.usage.total()
+        self.usage_before = usage_before
         self.events: list[Event] = []
+
+    def usage(self) -> Usage:
+        """The run's usage so far, its part before a pause included."""
+        used = self.ctx.usage.total() - self.usage_start
+        before = self.usage_before
+        return used if before == _NO_USAGE else before + used
 
 
 class _Finished(Exception):
@@ -462,6 +488,7 @@ class Session(Generic[Data]):
         self._ids_seen: tuple[int, Message | None, set[str]] = (0, None, set())
         self._abandoned: tuple[ToolCall, ...] = ()
         self._link: ThreadLink | None = None
+        self._writing: anyio.Lock | None = None  # made on entering (in its event loop)
         if store is not None:
             from .durable import ThreadLink, default_owner
 
@@ -516,13 +543,16 @@ class Session(Generic[Data]):
                 owner=link.owner,
                 seconds=time.perf_counter() - started,
             )
+        self._writing = anyio.Lock()
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
         self._background = BackgroundTasks(group, self._base.events)
         self._base = self._base._with(background=self._background)
         if link is not None:
-            self._base = self._base._with(lease_source=link.current_lease)
+            self._base = self._base._with(
+                lease_source=link.current_lease, commit_source=_weak_commit(self)
+            )
             self._lease_kept = (stop, kept) = (anyio.Event(), anyio.Event())
             group.start_soon(link.keep_leased, self._base, stop, kept, name="tinyctx.lease")
         return self
@@ -572,6 +602,14 @@ class Session(Generic[Data]):
                 except Exception as exc:  # the lease expires by itself; the write mattered
                     self._base.emit(SubscriberFailed, subscriber="lease", error=str(exc))
 
+    async def _commit(self, ctx: RunContext[Any]) -> None:
+        """``ctx.commit()`` of this session's contexts: write what the session's
+        conversation committed since the last write (a context of another conversation,
+        a sub-agent's or an extraction's, has nothing of this thread to write)."""
+        conversation = self._base.conversation
+        if ctx.conversation is conversation and conversation.changes():
+            await self._sync()
+
     async def _sync(self, *, failing: bool = False) -> None:
         """Make what the conversation committed durable (no-op without a store).
 
@@ -589,7 +627,11 @@ class Session(Generic[Data]):
         try:
             with anyio.CancelScope(shield=True):
                 with anyio.move_on_after(limit) as scope:
-                    await link.sync(self._base.conversation)
+                    # one write at a time: a layer's ctx.commit() may come from a task
+                    # beside the run (each write goes from the version the last one made)
+                    assert self._writing is not None
+                    async with self._writing:
+                        await link.sync(self._base.conversation)
                 if scope.cancelled_caught:
                     raise TimeoutError(
                         f"writing thread {link.thread_id!r} took longer than {limit:g}s"
@@ -799,7 +841,7 @@ class Session(Generic[Data]):
             )
         checkpoint.check()
         if checkpoint is not self._paused:
-            self._check_resumable(checkpoint)
+            return self._check_resumable(checkpoint)
         return checkpoint
 
     async def _take_decisions(
@@ -827,11 +869,16 @@ class Session(Generic[Data]):
             raise
         return ctx, resumed_call
 
-    def _check_resumable(self, checkpoint: Checkpoint) -> None:
-        """A checkpoint given to :meth:`resume` must be the pause this session (or its
-        stored thread) is on, or come to a fresh in-memory session: resuming one the
-        conversation moved on from would roll the thread back to the pause and run the
-        approved calls a second time (a double-clicked approval, a stale review page)."""
+    def _check_resumable(self, checkpoint: Checkpoint) -> Checkpoint:
+        """The checkpoint a resume given ``checkpoint`` continues.
+
+        It must be the pause this session (or its stored thread) is on, or come to a fresh
+        in-memory session: resuming one the conversation moved on from would roll the
+        thread back to the pause and run the approved calls a second time (a
+        double-clicked approval, a stale review page). The pause the session holds is the
+        authority: a copy of it that differs in any field (a client that edited the run
+        config, the layers' counters, the node or the payload) is a ResumeError, and the
+        resume continues the session's own checkpoint."""
         paused = self._paused
         thread = self._base.thread_id
         if paused is not None:
@@ -841,10 +888,11 @@ class Session(Generic[Data]):
                     f"not on this checkpoint ({_pause_label(checkpoint)}); resume() with no "
                     "checkpoint resumes the run it is paused on"
                 )
-            return
+            _check_unedited(checkpoint, paused, stored=self._link is not None)
+            return paused
         history = self._base.conversation.messages
         if self._link is None and (not history or history == checkpoint.messages):
-            return  # a fresh session takes a checkpoint from elsewhere
+            return checkpoint  # a fresh session takes a checkpoint from elsewhere
         raise InvalidCheckpoint(
             f"thread {thread!r} is not paused on this checkpoint ({_pause_label(checkpoint)}): "
             "its run was resumed or abandoned already, and the thread went on "
@@ -1159,7 +1207,7 @@ class Session(Generic[Data]):
                 added=tuple(state.added),
                 model_calls=state.model_calls,
                 tool_calls=state.tool_calls,
-                usage=ctx.usage.total() - state.usage_start,
+                usage=state.usage(),
                 payload=control.payload,
             )
             for layer in self.agent.checkpoint_hooks:
@@ -1223,7 +1271,7 @@ class Session(Generic[Data]):
             RunResult(
                 final_text=text,
                 messages=tuple(state.added),
-                usage=ctx.usage.total() - state.usage_start,
+                usage=state.usage(),
                 status=status,
                 run_id=ctx.run_id,
                 thread_id=ctx.thread_id,
@@ -1232,6 +1280,20 @@ class Session(Generic[Data]):
                 events=tuple(state.events),
             )
         )
+
+
+def _weak_commit(session: Session[Any]) -> Callable[[RunContext[Any]], Awaitable[None]]:
+    """The session's ``ctx.commit()``, through a weak reference: its contexts hold it, and
+    a session that referenced its context back would keep its whole conversation alive
+    after it closed, until the cyclic collector came by."""
+    method = weakref.WeakMethod(session._commit)
+
+    async def commit(ctx: RunContext[Any]) -> None:
+        bound = method()
+        if bound is not None:
+            await bound(ctx)
+
+    return commit
 
 
 def _check_input(
@@ -1333,6 +1395,35 @@ def _same_pause(a: Checkpoint, b: Checkpoint) -> bool:
         and [c.id for c in a.pending] == [c.id for c in b.pending]
         and a.messages == b.messages
     )
+
+
+def _check_unedited(given: Checkpoint, paused: Checkpoint, *, stored: bool) -> None:
+    """``given`` must equal the pause the session holds in every field (with a store, as
+    the documents the store keeps too, so a value edited to another JSON type of equal
+    Python value, ``1`` for ``True``, is caught as well); else a ResumeError naming the
+    fields that differ. Nothing has run."""
+    names = [f.name for f in attrs.fields(Checkpoint)]
+    edited = [name for name in names if getattr(given, name) != getattr(paused, name)]
+    if not edited and stored:
+        from .codec import CodecError, encode_checkpoint
+
+        try:
+            same = encode_checkpoint(given) == encode_checkpoint(paused)
+        except CodecError as exc:
+            raise ResumeError(
+                [f"the checkpoint given cannot be stored as the thread's checkpoint is: {exc}"]
+            ) from None
+        if not same:
+            edited = ["the stored document"]
+    if edited:
+        where = "the stored checkpoint" if stored else "the checkpoint this session holds"
+        raise ResumeError(
+            [
+                f"the checkpoint given differs from {where} of run {paused.run_id!r} in "
+                f"{', '.join(edited)}; resume() with no checkpoint resumes the pause as it "
+                "was stored (hand a client the thread id, not the checkpoint document)"
+            ]
+        )
 
 
 _SUSPENDED = "tinyctx:suspended"

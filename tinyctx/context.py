@@ -10,7 +10,7 @@ cancellation token is linked: cancelling the parent cancels the child, not the r
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
@@ -191,6 +191,11 @@ class RunContext(Generic[Data]):
     """Per-run durable layer state of this session tree (see :meth:`run_state`)."""
     lease_source: Callable[[], Lease | None] | None = field(default=None, eq=False, repr=False)
     """Set by a Session with a store: its thread's current lease (see :meth:`thread_lease`)."""
+    commit_source: Callable[[RunContext[Any]], Awaitable[None]] | None = field(
+        default=None, eq=False, repr=False
+    )
+    """Set by a Session with a store: writes what its conversation committed (see
+    :meth:`commit`)."""
 
     @costs.default
     def _costs_from_usage(self) -> CostTracker:
@@ -448,6 +453,21 @@ class RunContext(Generic[Data]):
         if lease is None or lease.thread_id != self.config.thread_id:
             return None
         return lease
+
+    async def commit(self) -> None:
+        """Make durable, now, what this context's conversation committed (new messages and
+        compactions, with the layers' thread state): a Session with a store writes them
+        before it returns; a no-op without a store, or when nothing changed.
+
+        The loop calls it right before every model call (inside the innermost layer), so
+        a persistent rewrite a layer made on the way in (a summary, cleared tool results,
+        a budget relief) is in the store before the model sees it. A layer that calls a
+        model handler of its own on the conversation's behalf calls it first. A failed
+        write raises (the model is then not called) and stays pending for the next one.
+        """
+        source = self.commit_source
+        if source is not None:
+            await source(self)
 
     def spawn(self, fn: Callable[..., Any], *args: Any, name: str | None = None) -> None:
         """Start ``fn(*args)`` in the owning session's task group (never fire-and-forget)."""

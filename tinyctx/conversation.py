@@ -17,7 +17,7 @@ from .messages import Message, check_messages, check_pairing
 from .model import Usage
 from .state import LayerStates
 
-__all__ = ["Conversation", "ConversationChange", "MessageSubscriber"]
+__all__ = ["Conversation", "ConversationChange", "MessageSubscriber", "MessageTap"]
 
 MessageSubscriber = Callable[[Message, "Usage | None"], Awaitable[None]]
 
@@ -45,6 +45,86 @@ class ConversationChange:
 
 
 _NO_CHANGE = ConversationChange(0, 0, (), ())
+
+
+class MessageTap:
+    """Every message committed to a conversation since the tap was opened, as it was
+    committed (:meth:`Conversation.tap`).
+
+    A later rewrite of the conversation (a tool result cleared, a head summarized, a
+    relief) changes the conversation, never what the tap holds: a reader that must see
+    every message once, originals included (a session-memory extractor, an audit log),
+    reads :attr:`messages` and :meth:`drop` s what it has handled. Messages a rewrite put
+    in (``replace(..., emit_new=False)``: a summary, a restored history) are not
+    committed messages and are not recorded. The tap holds what it recorded until it is
+    dropped or the tap is closed; :meth:`is_displaced` says which of them a rewrite took
+    out of the conversation (what a store no longer holds as it was committed).
+    """
+
+    __slots__ = ("_closed", "_displaced", "_held", "_messages")
+
+    def __init__(self, backlog: Iterable[Message] = ()) -> None:
+        self._messages: list[Message] = list(backlog)
+        self._closed = False
+        # ids of the held messages, and of those the conversation no longer holds (ids
+        # are unique among live objects, and each of these is alive: held here)
+        self._held: set[int] = {id(m) for m in self._messages}
+        self._displaced: set[int] = set()
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """What the tap holds, oldest first."""
+        return tuple(self._messages)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<MessageTap {state}, {len(self._messages)} messages>"
+
+    def drop(self, count: int) -> None:
+        """Forget the ``count`` oldest messages (handled); more than it holds is an error."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"MessageTap.drop: count must be an integer >= 0, got {count!r}")
+        if count > len(self._messages):
+            raise ValueError(
+                f"MessageTap.drop: count {count} is more than the {len(self._messages)} "
+                "messages the tap holds"
+            )
+        dropped = {id(m) for m in self._messages[:count]}
+        self._held -= dropped
+        self._displaced -= dropped
+        del self._messages[:count]
+
+    def is_displaced(self, message: Message) -> bool:
+        """Whether ``message`` (one the tap holds) was taken out of the conversation by a
+        rewrite since it was committed (cleared, summarized, trimmed)."""
+        # exact: ids are unique among live objects, and every id kept is of a held one
+        return id(message) in self._displaced
+
+    def close(self) -> None:
+        """Stop recording and forget what the tap holds."""
+        self._closed = True
+        self._messages.clear()
+        self._held.clear()
+        self._displaced.clear()
+
+    def _record(self, message: Message) -> None:
+        self._messages.append(message)
+        self._held.add(id(message))
+
+    def _moved(self, gone: set[int], back: set[int]) -> None:
+        """A rewrite took the messages ``gone`` out of the conversation and holds ``back``
+        (ids): the held ones among them are displaced, or no longer."""
+        if gone:
+            self._displaced |= gone & self._held
+        if back and self._displaced:
+            self._displaced -= back
 
 
 def _common_prefix(old: list[Message], new: list[Message]) -> int:
@@ -75,6 +155,7 @@ class Conversation:
         "_snapshot",
         "_subscribers",
         "_synced",
+        "_taps",
         "_version",
         "layer_state",
     )
@@ -91,6 +172,7 @@ class Conversation:
         self._synced: tuple[Message, ...] = ()
         self._dirty_from: int | None = None
         self._appended = 0
+        self._taps: list[MessageTap] = []
         self.layer_state = LayerStates()
 
     # -- reading -------------------------------------------------------------------------
@@ -136,6 +218,27 @@ class Conversation:
 
         return unsubscribe
 
+    # -- taps ----------------------------------------------------------------------------
+
+    def tap(self, backlog: Iterable[Message] = ()) -> MessageTap:
+        """A :class:`MessageTap` recording every message committed from now on (``append``,
+        ``add``, and the new messages of ``replace(..., emit_new=True)``) as it was
+        committed, whatever later rewrites the conversation; it starts holding
+        ``backlog`` (e.g. the part of the history a reader has not handled yet)."""
+        tap = MessageTap(backlog)
+        if len(tap):  # a backlog message the log does not hold (any more) is displaced
+            tap._moved(set(tap._held), {id(m) for m in self._messages})
+        self._taps.append(tap)
+        return tap
+
+    def _tapped(self, messages: Iterable[Message]) -> None:
+        taps = self._taps
+        if any(tap.closed for tap in taps):
+            taps[:] = [tap for tap in taps if not tap.closed]
+        for message in messages:
+            for tap in taps:
+                tap._record(message)
+
     # -- writing -------------------------------------------------------------------------
 
     def _changed(self) -> None:
@@ -153,6 +256,8 @@ class Conversation:
         self._messages.append(message)
         self._changed()
         self._appended += 1
+        if self._taps:
+            self._tapped((message,))
         for fn in tuple(self._subscribers):
             await fn(message, usage)
 
@@ -172,6 +277,8 @@ class Conversation:
             self._rewritten(position)
         self._changed()
         self._queued.append((message, usage))
+        if self._taps:
+            self._tapped((message,))
 
     def replace(self, messages: Sequence[Message], *, emit_new: bool = True) -> None:
         """Replace the whole log (compaction, restore).
@@ -190,10 +297,18 @@ class Conversation:
         old = self._messages
         if emit_new:
             before = set(old)
-            self._queued.extend((m, None) for m in new if m not in before)
+            fresh = [m for m in new if m not in before]
+            self._queued.extend((m, None) for m in fresh)
+            if self._taps:
+                self._tapped(fresh)
         # the first index where the logs differ (identity: equal-but-new objects count as
         # changed, which only makes the recorded range wider, never wrong)
         same = _common_prefix(old, new)
+        if self._taps:
+            back = {id(m) for m in new[same:]}
+            gone = {id(m) for m in old[same:]} - back
+            for tap in self._taps:
+                tap._moved(gone, back)
         if same < len(old) or same < len(new):
             if same == len(old):
                 self._appended += len(new) - same  # only appended at the end
