@@ -66,11 +66,11 @@ def full_server() -> Any:
         return text
 
     @app.tool()
-    def picture() -> list[mt.ContentBlock]:
+    def picture(width: int = 3, height: int = 2) -> list[mt.ContentBlock]:
         """A picture, a note about it and a caption."""
         note = mt.TextResourceContents(uri="note://picture", mime_type="text/plain", text="red")
         return [
-            mt.ImageContent(data=_png(), mime_type="image/png"),
+            mt.ImageContent(data=_png(width, height), mime_type="image/png"),
             mt.EmbeddedResource(resource=note),
             mt.TextContent(text="a red picture"),
         ]
