@@ -166,6 +166,9 @@ class MCPConnection:
         self.session_id: str | None = None
         """The HTTP session id the server gave (None over stdio)."""
         self.server_info: mt.Implementation | None = None
+        self._attribute_items: (
+            tuple[tuple[str | None, str | None], tuple[tuple[str, str | int], ...]] | None
+        ) = None
 
     def __repr__(self) -> str:
         state = "connected" if self._session is not None else "not connected"
@@ -175,6 +178,14 @@ class MCPConnection:
 
     def _transport(self) -> AbstractAsyncContextManager[tuple[Any, Any]]:
         raise NotImplementedError
+
+    def span_attribute_items(self) -> tuple[tuple[str, str | int], ...]:
+        """:meth:`span_attributes` as sorted pairs, made once per connection."""
+        key = (self.protocol_version, self.session_id)
+        cached = self._attribute_items
+        if cached is None or cached[0] != key:
+            cached = self._attribute_items = (key, tuple(sorted(self.span_attributes().items())))
+        return cached[1]
 
     def span_attributes(self) -> dict[str, str | int]:
         """The OpenTelemetry attributes of a call to this server (GenAI MCP conventions)."""
@@ -214,6 +225,12 @@ class MCPConnection:
     @property
     def connected(self) -> bool:
         return self._session is not None
+
+    @property
+    def client_session(self) -> ClientSession | None:
+        """The SDK's session of the live connection, for what tinyctx does not wrap
+        (None while disconnected; a reconnection brings a new one)."""
+        return self._session
 
     def _offered(self, remote: str) -> bool:
         if remote in self.exclude:

@@ -180,5 +180,5 @@ def _report(
         session_id=server.session_id or "",
         is_error=is_error,
         error_type=error,
-        attributes=tuple(sorted(server.span_attributes().items())),
+        attributes=server.span_attribute_items(),
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import mcp.types as mt
@@ -12,11 +12,11 @@ from jsonschema import validators
 
 from ..context import RunContext
 from ..errors import TinyCtxError
-from ..frozen import thaw
 from ..parts import Part
 from ..schema import ToolArgumentError
 from ..tools import Tool, ToolHandler
 from ._content import result_text
+from ._schema import fast_check, plain_arguments
 
 if TYPE_CHECKING:
     from ._connection import MCPConnection
@@ -62,6 +62,9 @@ class MCPTool(Tool):
     remote_name: str = field(kw_only=True)
     generation: int = field(kw_only=True, default=0, eq=False)
     validator: Any = field(kw_only=True, eq=False, repr=False)
+    fast: Callable[[dict[str, Any]], bool] | None = field(
+        kw_only=True, default=None, eq=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "handler", self.invoke)
@@ -72,9 +75,12 @@ class MCPTool(Tool):
 
     def check_arguments(self, arguments: Mapping[str, Any]) -> None:
         """Raise :class:`~tinyctx.ToolArgumentError` unless ``arguments`` fit the schema."""
-        self._checked(thaw(arguments))
+        self._checked(plain_arguments(arguments))
 
     def _checked(self, plain: dict[str, Any]) -> dict[str, Any]:
+        fast = self.fast
+        if fast is not None and fast(plain):
+            return plain
         validator = self.validator
         if not validator.is_valid(plain):
             errors = sorted(validator.iter_errors(plain), key=lambda e: list(e.absolute_path))
@@ -85,7 +91,7 @@ class MCPTool(Tool):
     async def invoke(
         self, arguments: Mapping[str, Any], ctx: RunContext[Any]
     ) -> str | tuple[Part, ...]:
-        plain = self._checked(thaw(arguments))
+        plain = self._checked(plain_arguments(arguments))
         result = await self.server.call_tool(self.remote_name, plain, ctx)
         output = result_text(result)
         if result.is_error:
@@ -124,4 +130,5 @@ def build_tool(server: MCPConnection, remote: mt.Tool, generation: int) -> MCPTo
         remote_name=remote.name,
         generation=generation,
         validator=cls(schema),
+        fast=fast_check(schema),
     )
