@@ -248,6 +248,19 @@ class TestMalformedServers:
 class TestLifecycle:
     """Crashes, hangs, cancellation and changing tool lists."""
 
+    async def test_a_server_never_opened_fails_the_run_at_start(
+        self, log: Path, errlog: Any
+    ) -> None:
+        """A run with a server outside its `async with` fails before the model is called,
+        saying how to open it."""
+        model = ScriptedModel(["never"])
+        closed = stdio(log, errlog)
+        with anyio.fail_after(LIMIT):
+            async with Session(Agent(model, middleware=[MCPTools(closed)])) as session:
+                with pytest.raises(MCPConnectError, match="not open.*async with server"):
+                    await session.run("go")
+        assert model.calls == 0
+
     async def test_a_crash_mid_call_is_an_error_result_and_reconnects(
         self, server: MCPServerStdio
     ) -> None:

@@ -222,9 +222,18 @@ class MCPConnection:
         """True when the server said its tool list changed and it was not listed since."""
         return self._stale
 
+    def mark_stale(self) -> None:
+        """List the tools again before the next model call (what a list_changed does)."""
+        self._stale = True
+
     @property
     def connected(self) -> bool:
         return self._session is not None
+
+    @property
+    def opened(self) -> bool:
+        """True inside ``async with server:``."""
+        return self._group is not None and not self._closed
 
     @property
     def client_session(self) -> ClientSession | None:
@@ -286,7 +295,7 @@ class MCPConnection:
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mt.ToolListChangedNotification):
-            self._stale = True
+            self.mark_stale()
 
     # -- lifecycle -----------------------------------------------------------------------
 

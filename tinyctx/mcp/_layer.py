@@ -11,7 +11,7 @@ from ..errors import ConfigError, TinyCtxError, ToolError
 from ..messages import ToolCall, ToolResult
 from ..model import ModelRequest, ModelResponse
 from ..ordering import Outside
-from ._connection import MCPConnection
+from ._connection import MCPConnectError, MCPConnection, MCPServerError
 from ._events import MCPCall, MCPToolsChanged
 from ._tool import MCPTool
 
@@ -53,7 +53,7 @@ class MCPTools(Layer):
 
     constraints = (
         Outside(
-            "Approvals",
+            "Approvals",  # by name: tinyctx's modules never import the layer library
             reason="a resume's edited arguments are checked against the MCP tools, which "
             "must be registered first",
         ),
@@ -133,11 +133,21 @@ class MCPTools(Layer):
         )
         return True
 
+    def _check_open(self) -> None:
+        for server in self.servers:
+            if not server.opened:
+                raise MCPConnectError(
+                    f"MCP server {server.name!r} is not open: enter it (`async with server:`) "
+                    "around the sessions that use it"
+                )
+
     async def on_resume(self, ctx: RunContext[Any], checkpoint: Any, decisions: Any) -> bool:
+        self._check_open()
         self.sync(ctx)  # before a reviewer's decisions are checked against the tools
         return False
 
     async def on_run_start(self, ctx: RunContext[Any]) -> None:
+        self._check_open()
         self.sync(ctx)
 
     async def wrap_model(
@@ -145,7 +155,12 @@ class MCPTools(Layer):
     ) -> ModelResponse:
         for server in self.servers:
             if server.tools_stale and server.connected:
-                await server.refresh_tools()
+                try:
+                    await server.refresh_tools()
+                except (MCPServerError, MCPConnectError):
+                    # the connection is going: keep the tools it had (their calls fail
+                    # as errors until it is back), and list them again next time
+                    server.mark_stale()
         if self.sync(ctx):
             request = request.evolve(tools=ctx.tools.specs())
         return await call_next(request, ctx)
