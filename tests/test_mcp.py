@@ -156,6 +156,28 @@ class TestTools:
         assert model.requests[0].tools[0].name == "shout"
 
 
+class TestSharing:
+    """One open server serves many sessions at once."""
+
+    async def test_concurrent_sessions_share_one_connection(self, server: MCPServerStdio) -> None:
+        """Runs of several sessions call the server at the same time; each gets its own
+        answers, and each run's registry is its own."""
+        answers: dict[int, list[str]] = {}
+
+        async def one(n: int) -> None:
+            script = [reply("", call("echo", text=f"s{n}-{i}")) for i in range(3)]
+            model = ScriptedModel([*script, "done"])
+            async with Session(Agent(model, middleware=[MCPTools(server)])) as session:
+                result = await session.run("go")
+            answers[n] = [r.content for r in results(result.messages)]
+
+        with anyio.fail_after(LIMIT):
+            async with anyio.create_task_group() as group:
+                for n in range(4):
+                    group.start_soon(one, n)
+        assert answers == {n: [f"s{n}-{i}" for i in range(3)] for n in range(4)}
+
+
 class TestNames:
     """Two tools of one name are refused, never silently overridden."""
 

@@ -543,8 +543,10 @@ class MCPServerStdio(MCPConnection):
 
     ``MCPServerStdio("python", ["server.py"], name="files")``: the process starts when
     the connection opens (``async with``) and is stopped when it closes; a process that
-    dies is started again (backoff). ``env`` is added to the SDK's default environment;
-    the server's stderr goes to ``errlog`` (this process's stderr by default).
+    dies is started again (backoff). ``env`` is added to the SDK's default environment
+    (a few variables such as ``PATH`` and ``HOME``, not this process's whole
+    environment: pass what the server needs, API keys too); the server's stderr goes to
+    ``errlog`` (this process's stderr by default).
     """
 
     transport = "stdio"
