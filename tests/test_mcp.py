@@ -25,6 +25,7 @@ from tinyctx import (
 from tinyctx.mcp import (
     MCPCall,
     MCPConnectError,
+    MCPDisconnected,
     MCPServerHTTP,
     MCPServerStdio,
     MCPToolConflict,
@@ -296,6 +297,52 @@ class TestLifecycle:
         assert crashed.is_error and "closed the connection" in crashed.content
         assert not added.is_error and added.content == "2"
         assert result.final_text == "done"
+
+    async def test_a_server_that_stays_down_is_retried_with_backoff(
+        self, tmp_path: Path, log: Path, errlog: Any
+    ) -> None:
+        """Each failed attempt waits twice as long as the last, up to max_backoff; a call
+        meanwhile fails with an error result naming the last error; once the server can
+        start again the connection is back."""
+        once = tmp_path / "started"
+        sink = EventSink(logger=None)
+        down: list[Any] = []
+        sink.subscribe(lambda e: down.append(e) if isinstance(e, MCPDisconnected) else None)
+        # the first start serves; later ones exit at once while the file exists
+        first_start_only = (
+            "import os, sys\n"
+            f"if os.path.exists({str(once)!r}): sys.exit(4)\n"
+            f"open({str(once)!r}, 'w').close()\n"
+            f"os.execv(sys.executable, [sys.executable, {SERVER!r}, 'stdio'])\n"
+        )
+        flaky = MCPServerStdio(
+            sys.executable,
+            ["-c", first_start_only],
+            name="flaky",
+            env={"MCP_TEST_LOG": str(log)},
+            errlog=errlog,
+            backoff=0.01,
+            max_backoff=0.04,
+            connect_timeout=20,
+            reconnect_wait=0.2,
+            events=sink,
+        )
+        with anyio.fail_after(LIMIT):
+            async with flaky:
+                result, _ = await run_once(
+                    flaky, reply("", call("crash")), reply("", call("echo", text="x")), "done"
+                )
+                while len(down) < 5:  # noqa: ASYNC110 - the supervisor retries on its own
+                    await anyio.sleep(0.01)
+                once.unlink()
+                while not flaky.connected:  # noqa: ASYNC110 - as above
+                    await anyio.sleep(0.01)
+                back, _ = await run_once(flaky, reply("", call("echo", text="back")), "done")
+        assert [e.retry_in for e in down[:5]] == [0.01, 0.02, 0.04, 0.04, 0.04]
+        crashed, meanwhile = results(result.messages)
+        assert crashed.is_error
+        assert meanwhile.is_error and "not connected (reconnecting" in meanwhile.content
+        assert [r.content for r in results(back.messages)] == ["back"]
 
     async def test_a_hung_call_times_out_and_the_server_is_told(
         self, log: Path, errlog: Any

@@ -104,8 +104,9 @@ class MCPConnection:
       leave out.
     - ``call_timeout``: seconds a tool call may take before it fails (the SDK sends the
       server a cancellation); None waits as long as the run does.
-    - ``connect_timeout``: seconds for the handshake and tool listing, and for a call to
-      wait for a reconnection.
+    - ``connect_timeout``: seconds for the handshake and tool listing.
+    - ``reconnect_wait``: seconds a call waits for a lost connection to come back before
+      it fails (None: ``connect_timeout``).
     - ``backoff`` / ``max_backoff``: the first wait before reconnecting, doubled after
       each failed attempt up to ``max_backoff``.
     - ``events``: where connection events go (connected, disconnected, tool skipped);
@@ -124,6 +125,7 @@ class MCPConnection:
         exclude: Iterable[str] | None = None,
         call_timeout: float | None = 60.0,
         connect_timeout: float = 10.0,
+        reconnect_wait: float | None = None,
         backoff: float = 0.1,
         max_backoff: float = 10.0,
         events: EventSink | None = None,
@@ -135,6 +137,7 @@ class MCPConnection:
             raise ConfigError("prefix", prefix, "a non-empty string or None", owner=owner)
         _positive(owner, "call_timeout", call_timeout, allow_none=True)
         _positive(owner, "connect_timeout", connect_timeout)
+        _positive(owner, "reconnect_wait", reconnect_wait, allow_none=True)
         _positive(owner, "backoff", backoff)
         _positive(owner, "max_backoff", max_backoff)
         if max_backoff < backoff:
@@ -147,6 +150,7 @@ class MCPConnection:
         self.exclude = _names(owner, "exclude", exclude) or frozenset()
         self.call_timeout = call_timeout
         self.connect_timeout = connect_timeout
+        self.reconnect_wait = connect_timeout if reconnect_wait is None else reconnect_wait
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.events = events if events is not None else EventSink()
@@ -405,7 +409,7 @@ class MCPConnection:
             raise MCPConnectError(
                 f"MCP server {self.name!r} is not open: use it inside `async with server:`"
             )
-        with anyio.move_on_after(self.connect_timeout):
+        with anyio.move_on_after(self.reconnect_wait):
             while self._session is None and not self._closed:
                 await self._ready.wait()
         session = self._session
@@ -413,7 +417,7 @@ class MCPConnection:
             why = f": {self._failure}" if self._failure else ""
             raise MCPConnectError(
                 f"MCP server {self.name!r} is not connected (reconnecting{why}); "
-                f"waited {self.connect_timeout:g}s"
+                f"waited {self.reconnect_wait:g}s"
             )
         return session
 
