@@ -26,17 +26,12 @@ from typing import Any
 from ..context import RunContext
 from ..messages import AssistantMessage, Message, UserMessage
 from ..parts import Part
-from ._connection import (
-    MCPConnectError,
-    MCPConnection,
-    MCPServerError,
-    MCPServerHTTP,
-    MCPServerStdio,
-)
+from ._connection import MCPConnectError, MCPConnection, MCPServerError
 from ._content import content_to_parts, parts_or_text, resource_to_parts
 from ._events import MCPCall, MCPConnected, MCPDisconnected, MCPToolsChanged, MCPToolSkipped
 from ._layer import MCPToolConflict, MCPTools, mcp_servers
 from ._tool import MCPTool, MCPToolError
+from ._transports import MCPServerHTTP, MCPServerStdio
 
 __all__ = [
     "MCPTools",

@@ -1,4 +1,4 @@
-"""Connections to MCP servers, kept alive in a task group the application owns.
+"""A connection to an MCP server, kept alive in a task group the application owns.
 
 ``async with MCPServerStdio(...) as server:`` starts the server's process (or opens the
 HTTP session), runs the MCP handshake and lists its tools before the block's body runs; a
@@ -11,19 +11,17 @@ the SDK) and cancels the supervisor: nothing outlives the block.
 
 from __future__ import annotations
 
+import json
 import math
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
-from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
 import httpx2
 import mcp.types as mt
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
@@ -35,13 +33,7 @@ from ._tool import MCPTool, build_tool
 if TYPE_CHECKING:
     from ..context import RunContext
 
-__all__ = [
-    "MCPConnection",
-    "MCPServerStdio",
-    "MCPServerHTTP",
-    "MCPConnectError",
-    "MCPServerError",
-]
+__all__ = ["MCPConnection", "MCPConnectError", "MCPServerError"]
 
 T = TypeVar("T")
 _CLIENT_INFO = mt.Implementation(name="tinyctx", version="0.1")
@@ -263,8 +255,6 @@ class MCPConnection:
         self._adopt(remote)
 
     def _adopt(self, remote: Sequence[mt.Tool]) -> None:
-        import json
-
         offered = [t for t in remote if self._offered(t.name)]
         listing = tuple(
             (t.name, t.description or "", json.dumps(t.input_schema, sort_keys=True, default=str))
@@ -540,95 +530,3 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-class MCPServerStdio(MCPConnection):
-    """An MCP server run as a subprocess, spoken to over its stdin and stdout.
-
-    ``MCPServerStdio("python", ["server.py"], name="files")``: the process starts when
-    the connection opens (``async with``) and is stopped when it closes; a process that
-    dies is started again (backoff). ``env`` is added to the SDK's default environment
-    (a few variables such as ``PATH`` and ``HOME``, not this process's whole
-    environment: pass what the server needs, API keys too); the server's stderr goes to
-    ``errlog`` (this process's stderr by default).
-    """
-
-    transport = "stdio"
-    network_transport = "pipe"
-
-    def __init__(
-        self,
-        command: str,
-        args: Sequence[str] = (),
-        *,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        errlog: Any = None,
-        name: str | None = None,
-        **options: Any,
-    ) -> None:
-        if not isinstance(command, str) or not command:
-            raise ConfigError("command", command, "a non-empty string", owner="MCPServerStdio")
-        if isinstance(args, str) or not all(isinstance(a, str) for a in args):
-            raise ConfigError("args", args, "a sequence of strings", owner="MCPServerStdio")
-        super().__init__(name=name or command.rsplit("/", 1)[-1], **options)
-        self.params = StdioServerParameters(
-            command=command, args=list(args), env=dict(env) if env else None, cwd=cwd
-        )
-        self.errlog = errlog
-
-    def _transport(self) -> AbstractAsyncContextManager[tuple[Any, Any]]:
-        return stdio_client(self.params, errlog=self.errlog or sys.stderr)
-
-
-class MCPServerHTTP(MCPConnection):
-    """An MCP server over streamable HTTP: ``MCPServerHTTP("http://127.0.0.1:8000/mcp")``.
-
-    ``headers`` go with every request (authorization); a lost session (the server
-    restarted) is opened again (backoff).
-    """
-
-    transport = "streamable-http"
-    network_transport = "tcp"
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        name: str | None = None,
-        **options: Any,
-    ) -> None:
-        parts = urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError("url", url, "an http:// or https:// URL", owner="MCPServerHTTP")
-        super().__init__(name=name or parts.hostname, **options)
-        self.url = url
-        self.headers = dict(headers or {})
-        self._address = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
-
-    def span_attributes(self) -> dict[str, str | int]:
-        attributes = super().span_attributes()
-        attributes["network.protocol.name"] = "http"
-        attributes["server.address"], attributes["server.port"] = self._address
-        return attributes
-
-    @asynccontextmanager
-    async def _open(self) -> AsyncIterator[tuple[Any, Any]]:
-        self.session_id = None
-
-        async def remember_session(response: httpx2.Response) -> None:
-            session_id = response.headers.get("mcp-session-id")
-            if session_id:
-                self.session_id = session_id
-
-        client = httpx2.AsyncClient(
-            headers=self.headers,
-            timeout=httpx2.Timeout(30.0, read=300.0),
-            event_hooks={"response": [remember_session]},
-        )
-        async with client, streamable_http_client(self.url, http_client=client) as streams:
-            yield streams
-
-    def _transport(self) -> AbstractAsyncContextManager[tuple[Any, Any]]:
-        return self._open()
