@@ -426,10 +426,12 @@ class TestTracing:
 
     async def test_a_call_reports_its_mcp_attributes(self, server: MCPServerStdio) -> None:
         """An MCPCall event names the method, transport and protocol version, and marks an
-        isError answer as tool_error."""
+        isError answer as tool_error; arguments refused before sending report no call."""
         with anyio.fail_after(LIMIT), capture_events(MCPCall) as calls:
             await run_once(
-                server, reply("", call("add", a=1, b=1), call("fail", message="no")), "done"
+                server,
+                reply("", call("add", a=1, b=1), call("fail", message="no"), call("add", a="x")),
+                "done",
             )
         ok, failed = calls
         assert ok.method == "tools/call" and ok.transport == "stdio"  # type: ignore[attr-defined]

@@ -174,8 +174,9 @@ class MCPTools(Layer):
         try:
             result = await call_next(call, ctx)
         except ToolError as exc:
-            kind = "tool_error" if exc.error_type == "MCPToolError" else exc.error_type
-            _report(ctx, tool, call, is_error=True, error=kind)
+            if exc.error_type != "InvalidArguments":  # refused here: nothing was sent
+                kind = "tool_error" if exc.error_type == "MCPToolError" else exc.error_type
+                _report(ctx, tool, call, is_error=True, error=kind)
             raise
         _report(ctx, tool, call, is_error=result.is_error, error="")
         return result
