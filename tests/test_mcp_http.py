@@ -15,7 +15,7 @@ import pytest
 
 from tests.loopback import TRIO_ASYNCGEN_WARNING
 from tinyctx import Agent, ImagePart, Session, ToolResult
-from tinyctx.mcp import MCPCall, MCPServerHTTP, MCPTools
+from tinyctx.mcp import MCPCall, MCPConnectError, MCPServerHTTP, MCPTools
 from tinyctx.testing import ScriptedModel, call, capture_events, reply
 
 # trio reports the SDK's HTTP streams (httpx2) it collects unexhausted; nothing leaks
@@ -135,3 +135,11 @@ class TestStreamableHttp:
         assert down.is_error and "web" in down.content
         assert restarted.is_set()
         assert after.content == "after"
+
+    async def test_nothing_listening_fails_at_open(self) -> None:
+        """A URL where no server listens fails `async with` with MCPConnectError naming
+        the server."""
+        nowhere = MCPServerHTTP(f"http://127.0.0.1:{free_port()}/mcp", name="nowhere")
+        with anyio.fail_after(LIMIT), pytest.raises(MCPConnectError, match="'nowhere'"):
+            async with nowhere:
+                pass  # pragma: no cover
