@@ -13,8 +13,8 @@ __all__ = ["MCPConnected", "MCPDisconnected", "MCPToolSkipped", "MCPToolsChanged
 
 @frozen
 class MCPConnected(Event):
-    """A connection to an MCP server is up (``attempt`` 1 the first time, more after a
-    loss) and its tools are listed."""
+    """A connection to an MCP server is up and its tools are listed; ``attempt`` counts
+    the tries it took since the last connection was up (1: the first try worked)."""
 
     kind: ClassVar[str] = "mcp.connected"
     level: ClassVar[EventLevel] = "info"
