@@ -8,7 +8,8 @@ and tools whose input schemas are malformed.
 The tools: ``add``, ``echo``, ``picture`` (an image, an embedded text resource and text),
 ``fail`` (answers ``isError``), ``crash`` (the process exits mid-call), ``hang`` (never
 answers; writes ``cancelled`` to ``$MCP_TEST_LOG`` when the client cancels it), ``grow``
-(adds the tool ``double`` and says the tool list changed) and ``record`` (appends its
+(adds the tool ``double`` and says the tool list changed), ``shrink`` (removes ``echo``,
+likewise) and ``record`` (appends its
 note to ``$MCP_TEST_LOG``: the side effect a test counts). A resource ``note://greeting``
 and a prompt ``review``.
 """
@@ -107,6 +108,13 @@ def full_server() -> Any:
         app.add_tool(double, name="double")
         await ctx.session.send_tool_list_changed()
         return "grown"
+
+    @app.tool()
+    async def shrink(ctx: Context) -> str:
+        """Remove the tool 'echo' and tell the client."""
+        app.remove_tool("echo")
+        await ctx.session.send_tool_list_changed()
+        return "shrunk"
 
     @app.tool()
     def record(note: str) -> str:

@@ -397,6 +397,24 @@ class TestLifecycle:
         assert results(result.messages)[-1].content == "42"
         assert any("double" in e.added for e in changed)  # type: ignore[attr-defined]
 
+    async def test_a_removed_tool_is_withdrawn_before_the_next_model_call(
+        self, server: MCPServerStdio
+    ) -> None:
+        """A tool the server removes is no longer offered from the next model call on; a
+        call to it then is an UnknownTool error result."""
+        with anyio.fail_after(LIMIT):
+            result, model = await run_once(
+                server,
+                reply("", call("shrink")),
+                reply("", call("add", a=1, b=1)),
+                reply("", call("echo", text="gone?")),
+                "done",
+            )
+        assert "echo" in {s.name for s in model.requests[0].tools}
+        assert "echo" not in {s.name for s in model.requests[-1].tools}
+        gone = results(result.messages)[-1]
+        assert gone.is_error and gone.content.startswith("Error (UnknownTool)")
+
 
 class TestResourcesAndPrompts:
     """Layers and tools reach a run's servers through the context."""
