@@ -136,6 +136,24 @@ class TestStreamableHttp:
         assert restarted.is_set()
         assert after.content == "after"
 
+    async def test_list_changed_over_http(self, http_server: HttpServer) -> None:
+        """A tool the server adds during a call is offered over HTTP too, from a later
+        model call on."""
+        model = ScriptedModel(
+            [
+                reply("", call("grow")),
+                reply("", call("echo", text="x")),
+                reply("", call("double", x=4)),
+                "done",
+            ]
+        )
+        with anyio.fail_after(LIMIT):
+            async with MCPServerHTTP(http_server.url, name="web") as web:
+                async with Session(Agent(model, middleware=[MCPTools(web)])) as session:
+                    result = await session.run("go")
+        assert "double" not in {s.name for s in model.requests[0].tools}
+        assert results(result.messages)[-1].content == "8"
+
     async def test_nothing_listening_fails_at_open(self) -> None:
         """A URL where no server listens fails `async with` with MCPConnectError naming
         the server."""
