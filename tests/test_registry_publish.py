@@ -179,6 +179,21 @@ class TestAmbiguousNames:
         fresh.register(other_search)  # another run: the name is free again
         assert fresh.get("search") is other_search
 
+    def test_a_run_tool_can_be_replaced_but_an_agent_tool_cannot(self) -> None:
+        """unregister frees a run tool's name for a new tool (a layer replacing what it
+        registered); the agent's tools and unknown names raise KeyError, changing nothing."""
+        first, second, agent_tool = FakeTool("lookup"), FakeTool("lookup"), FakeTool("read")
+        registry = ToolRegistry([agent_tool.tool]).for_new_run()
+        registry.register(first.tool)
+        assert registry.unregister("lookup") is first.tool
+        registry.register(second.tool)
+        assert registry.get("lookup") is second.tool
+        with pytest.raises(KeyError, match="'read': it is an agent tool"):
+            registry.unregister("read")
+        with pytest.raises(KeyError, match="'nothing': it is not registered"):
+            registry.unregister("nothing")
+        assert registry.names == ("read", "lookup")
+
 
 class TestServerTools:
     """Provider-hosted tools: unique by type, configuration copied, never run locally."""

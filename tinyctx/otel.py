@@ -12,7 +12,9 @@ Install with ``pip install 'tinyctx[otel]'``. :class:`OtelExporter` is an event 
   ``cache_read.input_tokens`` / ``reasoning.output_tokens``;
 - a span per tool call, ``execute_tool {tool}``, with ``gen_ai.tool.name`` and
   ``gen_ai.tool.call.id``; a failed tool sets the span's status to ERROR and ``error.type``
-  (the exception's type, or ``tool_error`` for an error result);
+  (the exception's type, or ``tool_error`` for an error result); a call to an MCP server
+  (:mod:`tinyctx.mcp`) is a CLIENT span with the conventions' MCP attributes too
+  (``mcp.method.name``, ``mcp.protocol.version``, ``mcp.session.id``, ``network.transport``);
 - ``gen_ai.conversation.id`` (the thread) on every span of a thread;
 - context actions (pressure, compaction, summary, memory extraction, control, limits) as
   events on the span of the run they happened in, with ``tinyctx.tokens_freed``; what the
@@ -172,6 +174,8 @@ class OtelExporter:
         self._tool_content: dict[str, tuple[str, str]] = {}
         self._failures: dict[str, str] = {}
         self._compactions: dict[str, list[tuple[str | None, int, Event]]] = {}
+        # the MCP attributes of a tool call to an MCP server, until its span is made
+        self._tool_mcp: dict[str, dict[str, Any]] = {}
 
     def content_layer(self) -> Layer:
         """The layer that records message content for this exporter's spans (opt-in:
@@ -199,6 +203,8 @@ class OtelExporter:
             self._tool_failed(event)  # type: ignore[arg-type]
         elif kind is Cancelled:
             self._cancelled(event)  # type: ignore[arg-type]
+        elif event.kind == "mcp.call":
+            self._mcp_call(event)
         elif event.kind.startswith(CONTEXT_ACTIONS) or kind in (ControlApplied, LimitHit):
             self._action(event)
 
@@ -349,16 +355,30 @@ class OtelExporter:
             if content is not None:
                 attributes["gen_ai.tool.call.arguments"] = content[0]
                 attributes["gen_ai.tool.call.result"] = content[1]
+        mcp = self._tool_mcp.pop(event.tool_call_id, None)
+        if mcp is not None:
+            attributes.update(mcp)
         span = self.tracer.start_span(
             f"execute_tool {event.tool}",
             context=self._parent(event),
-            kind=SpanKind.INTERNAL,
+            kind=SpanKind.INTERNAL if mcp is None else SpanKind.CLIENT,
             attributes=attributes,
             start_time=end - _ns(event.seconds),
         )
         if isinstance(event, ToolCallFinished) and event.is_error:
             span.set_status(Status(StatusCode.ERROR, "the tool answered with an error"))
         span.end(end_time=end)
+
+    def _mcp_call(self, event: Event) -> None:
+        """A call went to an MCP server (:class:`tinyctx.mcp.MCPCall`): its span gets the
+        MCP attributes of the GenAI conventions (``mcp.method.name``, ``mcp.session.id``,
+        ``mcp.protocol.version``, ``network.transport``, ``error.type``...)."""
+        payload = event.payload()
+        attributes: dict[str, Any] = {"mcp.method.name": payload.get("method") or "tools/call"}
+        attributes.update(dict(payload.get("attributes") or ()))
+        if payload.get("error_type"):
+            attributes["error.type"] = payload["error_type"]
+        self._tool_mcp[str(payload.get("tool_call_id", ""))] = attributes
 
     def _tool_failed(self, event: ToolFailed) -> None:
         self._failures[event.tool_call_id] = event.error_type or "tool_error"

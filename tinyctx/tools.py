@@ -252,6 +252,16 @@ class ToolRegistry:
             tool.check_context(self._context)
         self._add(self._local, tool, where="this run's tools")
 
+    def unregister(self, name: str) -> Tool:
+        """Remove and return a tool registered for this run (:meth:`register`), so a layer
+        can replace the tools it registered (an MCP server's changed tool list). The
+        agent's own tools cannot be removed; any other name raises KeyError naming it."""
+        tool = self._local.pop(name, None)
+        if tool is None:
+            where = "an agent tool" if name in self._base else "not registered"
+            raise KeyError(f"cannot unregister tool {name!r}: it is {where} for this run")
+        return tool
+
     def register_server_tool(self, tool: ServerTool) -> None:
         """Add a provider-hosted tool; its ``type`` must be unique within the run."""
         if not isinstance(tool, ServerTool):
