@@ -256,3 +256,43 @@ class TestRealTranscripts:
         one = (UserMessage("a"), AssistantMessage("b"))
         with pytest.raises(ValueError, match="another transcript"):
             replay_sync(one, [], uses=UsesIndex.build((UserMessage("c"), AssistantMessage("d"))))
+
+
+def previous_default() -> list[Any]:
+    """default_stack() as it was before issue #38."""
+    from tinyctx.middleware.stacks import default_stack
+
+    return default_stack(
+        low_water=0.4, order="default", result_bytes=16384, result_keep="head", keep_task=False
+    )
+
+
+class TestDefaultStackForgetsLess:
+    """On the shared transcripts the default stack forgets less than before, for no more."""
+
+    def test_at_32k_fewer_lost_uses_for_no_more_cost_and_at_128k_almost_none(
+        self, shared_data: Path
+    ) -> None:
+        """32K: fewer lost uses than the previous default at no more cost; 128K: <= 0.5%."""
+        from tinyctx.cost import price_replay
+        from tinyctx.middleware.stacks import default_stack
+        from tinyctx.replay import replay_sync
+
+        totals: dict[tuple[int, str], list[float]] = {}
+        for path in sorted((shared_data / "transcripts" / "openai").glob("*.jsonl")):
+            recording = tuple(load_transcript(path))
+            index = UsesIndex.build(recording)
+            for window in (32_000, 128_000):
+                for name, stack in (("now", default_stack()), ("before", previous_default())):
+                    report = replay_sync(
+                        recording, stack, window=window, reserved=4_000, uses=index
+                    )
+                    assert report.error is None, (path.name, window, name)
+                    entry = totals.setdefault((window, name), [0, 0, 0.0])
+                    entry[0] += report.uses
+                    entry[1] += report.lost
+                    entry[2] += price_replay(report).total
+        now, before = totals[(32_000, "now")], totals[(32_000, "before")]
+        assert now[1] < before[1] and now[2] <= before[2]
+        wide = totals[(128_000, "now")]
+        assert wide[1] <= 0.005 * wide[0]

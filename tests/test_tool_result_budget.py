@@ -145,6 +145,41 @@ class TestBudgetFunction:
         assert stats.original_bytes == size(text)
 
 
+class TestMiddleCut:
+    """keep="middle": the start and the end of a result survive, the marker in between."""
+
+    def test_keeps_the_head_and_the_tail(self) -> None:
+        """The first and last lines stay; the marker says the middle went."""
+        text = "".join(f"line {i}\n" for i in range(1000))
+        out, stats = budget_tool_result(text, 1024, keep="middle")
+        assert size(out) <= 1024 and stats.final_bytes == size(out)
+        assert out.startswith("line 0\n") and out.endswith("line 999\n")
+        assert f"{stats.dropped_bytes} of {size(text)} bytes dropped from the middle" in out
+
+    @given(text=st.text(min_size=1, max_size=400), budget=st.integers(1, 300))
+    def test_never_over_budget_and_valid_utf8(self, text: str, budget: int) -> None:
+        """Whatever the text and budget, the cut fits, is valid UTF-8, and is the original's
+        start and end around the marker."""
+        out, stats = budget_tool_result(text, budget, keep="middle")
+        if not stats.truncated:
+            assert out == text and size(text) <= budget
+            return
+        assert stats.final_bytes == size(out) <= budget  # size() refuses invalid UTF-8
+        assert stats.kept_bytes <= size(text)
+        data, kept = text.encode("utf-8"), out.encode("utf-8")
+        head = stats.kept_bytes // 2
+        assert kept.startswith(data[: max(0, head - 3)])  # up to a character's bytes back
+
+    def test_the_layer_and_a_bad_keep(self) -> None:
+        """ToolResultBudget(keep="middle") cuts the middle; another value names the field."""
+        layer = ToolResultBudget(64, keep="middle", hint="")
+        assert layer.keep == "middle"
+        with pytest.raises(ConfigError, match="keep"):
+            ToolResultBudget(64, keep="tail")
+        with pytest.raises(ConfigError, match="keep"):
+            budget_tool_result("x" * 100, 10, keep="end")
+
+
 class TestToolResultBudgetLayer:
     """On the tool onion: results are budgeted before they enter history, with an event."""
 
