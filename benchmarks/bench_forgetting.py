@@ -17,7 +17,9 @@ prefix breaks, side by side; the totals per window; then the issue #38 checks, e
 NOT MET: at 32K ``default_stack()`` loses at most 8% of uses at no more cost than the
 previous default; at 128K at most 0.5%; and on every transcript window it is below
 LangChain's lost rate at equal cost — no setting of LangChain's low-water mark (swept over
-0.1 ... 0.8) costs no more and loses no more.
+0.1 ... 0.8) costs no more and loses no more. Before that, each transcript window's
+cost x lost-rate frontier of ``default_stack()`` and of LangChain's pair, both swept over
+their low-water mark (``--plot DIR`` draws both on one chart per transcript window).
 """
 
 from __future__ import annotations
@@ -44,7 +46,15 @@ from tinyctx import (  # noqa: E402
     RunContext,
     ToolResult,
 )
-from tinyctx.cost import DEFAULT_PRICE, ModelPrice, price_for, price_replay  # noqa: E402
+from tinyctx.chart import lost_frontier_svg  # noqa: E402
+from tinyctx.cost import (  # noqa: E402
+    DEFAULT_PRICE,
+    ModelPrice,
+    SweepPoint,
+    lost_frontier,
+    price_for,
+    price_replay,
+)
 from tinyctx.forgetting import UsesIndex  # noqa: E402
 from tinyctx.middleware import ToolResultBudget  # noqa: E402
 from tinyctx.middleware.stacks import (  # noqa: E402
@@ -58,7 +68,7 @@ from tinyctx.tokens import TokenCounter, default_counter  # noqa: E402
 WINDOWS = (32_000, 128_000)
 RESERVE = 4_000
 LOW_WATER = 0.4
-LANGCHAIN_SWEEP = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+SWEEP = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 TARGETS = {32_000: 0.08, 128_000: 0.005}
 
 
@@ -147,6 +157,57 @@ def measure(
     return Result(report.uses, report.lost, tokens, cost.total, cost.breaks)
 
 
+def sweep_points(
+    messages: tuple[Message, ...],
+    index: UsesIndex,
+    factory: Callable[[float], list[LayerLike]],
+    window: int,
+    counter: TokenCounter,
+    price: ModelPrice,
+    series: str,
+) -> list[SweepPoint]:
+    """One stack swept over its low-water mark: cost and lost rate per value."""
+    points = []
+    for value in SWEEP:
+        layers = factory(value)
+        report = replay_sync(
+            messages, layers, window=window, reserved=RESERVE, counter=counter, uses=index
+        )
+        cost = price_replay(report, price)
+        points.append(
+            SweepPoint(
+                value,
+                cost.average_prompt_tokens,
+                cost.total,
+                cost.breaks,
+                len(cost.calls),
+                report.error,
+                series,
+                report.uses,
+                report.lost,
+            )
+        )
+    return points
+
+
+def frontier_text(points: list[SweepPoint]) -> str:
+    """A curve's cost x lost-rate frontier as ``low_water: $cost lost%`` points."""
+    return "  ".join(
+        f"{p.value:g}: ${p.cost:.3f} {p.lost_rate or 0.0:.1%}" for p in lost_frontier(points)
+    )
+
+
+def plot(folder: Path, name: str, window: int, points: list[SweepPoint]) -> None:
+    """Both curves on one cost x lost-rate chart, ``folder/NAME-WINDOWk.svg``."""
+    best = {id(p) for p in lost_frontier([p for p in points if p.series == points[0].series])}
+    best |= {id(p) for p in lost_frontier([p for p in points if p.series != points[0].series])}
+    payload = [{**p.to_json(), "lost_frontier": id(p) in best} for p in points]
+    title = f"{name}, {window // 1000}K: lost rate against cost"
+    (folder / f"{name}-{window // 1000}k.svg").write_text(
+        lost_frontier_svg(payload, title, "low_water"), encoding="utf-8"
+    )
+
+
 def below_langchain(ours: Result, theirs: list[Result]) -> tuple[bool, str]:
     """Whether no LangChain setting costs no more than ours and loses no more."""
     cheaper = [t for t in theirs if t.cost <= ours.cost * (1 + 1e-9)]
@@ -165,7 +226,12 @@ def _line(name: str, stack: str, r: Result) -> str:
     )
 
 
-def run(quick: bool = False, price_name: str = DEFAULT_PRICE, every: bool = False) -> list[Row]:
+def run(
+    quick: bool = False,
+    price_name: str = DEFAULT_PRICE,
+    every: bool = False,
+    folder: Path | None = None,
+) -> list[Row]:
     data = shared_data()
     if data is None:
         print("shared data not found (set TINYCTX_SHARED_DATA): bench_forgetting skipped")
@@ -183,6 +249,7 @@ def run(quick: bool = False, price_name: str = DEFAULT_PRICE, every: bool = Fals
         }
     rows: list[Row] = []
     checks: list[str] = []
+    frontiers: list[str] = []
     head = (
         f"{'transcript':<36} {'stack':<32} {'lost':>7} {'lost/uses':>11} "
         f"{'sent':>8} {'cost':>9} {'breaks':>6}"
@@ -202,17 +269,35 @@ def run(quick: bool = False, price_name: str = DEFAULT_PRICE, every: bool = Fals
                 print(_line(name, stack, results[stack]))
             ours = results["default_stack()"]
             if with_langchain:
+                mine = sweep_points(
+                    messages,
+                    index,
+                    lambda lw: default_stack(counter=counter, low_water=lw),
+                    window,
+                    counter,
+                    price,
+                    "tinyctx default_stack",
+                )
+                curve = sweep_points(
+                    messages,
+                    index,
+                    lambda lw: langchain_stack(counter, window, lw, editing=True, summary=True),
+                    window,
+                    counter,
+                    price,
+                    "LangChain",
+                )
                 theirs = [
-                    measure(
-                        messages,
-                        index,
-                        langchain_stack(counter, window, lw, editing=True, summary=True),
-                        window,
-                        counter,
-                        price,
-                    )
-                    for lw in LANGCHAIN_SWEEP
+                    Result(p.uses or 0, p.lost or 0, 0, p.cost, p.breaks)
+                    for p in curve
+                    if p.error is None
                 ]
+                frontiers.append(
+                    f"{name[:36]:<36} {window // 1000:>4}K\n   tinyctx   {frontier_text(mine)}"
+                    f"\n   LangChain {frontier_text(curve)}"
+                )
+                if folder is not None:
+                    plot(folder, name, window, mine + curve)
                 ok, why = below_langchain(ours, theirs)
                 checks.append(
                     f"{name[:36]:<36} {window // 1000:>4}K default {ours.rate:>6.1%} "
@@ -252,6 +337,9 @@ def run(quick: bool = False, price_name: str = DEFAULT_PRICE, every: bool = Fals
             f"against the previous default {before.rate:.1%}, ${before.cost:.2f}: "
             f"{'MET' if ok else 'NOT MET'}"
         )
+    if frontiers:
+        print("\n== cost x lost-rate frontiers over the low-water mark (0.1 ... 0.8)")
+        print("\n".join(frontiers))
     if checks:
         print("\n== below LangChain's lost rate at equal cost (its low-water mark swept)")
         print("\n".join(checks))
@@ -263,8 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the default stacks only")
     parser.add_argument("--price", default=DEFAULT_PRICE, help="model whose prices to use")
     parser.add_argument("--all", action="store_true", help="every transcript, not only openai/")
+    parser.add_argument(
+        "--plot", type=Path, metavar="DIR", help="write each cost x lost-rate chart (SVG) here"
+    )
     args = parser.parse_args(argv)
-    run(quick=args.quick, price_name=args.price, every=args.all)
+    run(quick=args.quick, price_name=args.price, every=args.all, folder=args.plot)
     return 0
 
 

@@ -296,3 +296,45 @@ class TestDefaultStackForgetsLess:
         assert now[1] < before[1] and now[2] <= before[2]
         wide = totals[(128_000, "now")]
         assert wide[1] <= 0.005 * wide[0]
+
+
+class TestLostFrontier:
+    """The cost x lost-rate frontier keeps the settings no other beats on both axes."""
+
+    def test_dominated_and_failed_points_are_left_out(self) -> None:
+        """A point costing more and losing more than another is off the frontier."""
+        from tinyctx.cost import SweepPoint, lost_frontier
+
+        def point(value: float, cost: float, lost: int, error: str | None = None) -> SweepPoint:
+            return SweepPoint(value, 0.0, cost, 0, 1, error, None, 100, lost)
+
+        cheap, mid, dominated, best, failed = (
+            point(0.1, 1.0, 30),
+            point(0.2, 2.0, 10),
+            point(0.3, 2.5, 20),
+            point(0.4, 3.0, 5),
+            point(0.5, 0.5, 0, "stopped"),
+        )
+        assert lost_frontier([best, dominated, failed, mid, cheap]) == (cheap, mid, best)
+        assert mid.lost_rate == 0.1 and mid.to_json()["lost_uses"] == 10
+
+    def test_the_standalone_chart_draws_each_series(self) -> None:
+        """lost_frontier_svg: one line and one legend label per series, hollow off-curve."""
+        import xml.etree.ElementTree as ElementTree
+
+        from tinyctx.chart import lost_frontier_svg
+
+        points = [
+            {"value": v, "cost": c, "lost_rate": r, "series": s, "lost_frontier": f, "uses": 9}
+            for v, c, r, s, f in (
+                (0.2, 1.0, 0.3, "ours", True),
+                (0.4, 2.0, 0.1, "ours", True),
+                (0.2, 1.5, 0.4, "theirs", True),
+                (0.4, 2.5, 0.5, "theirs", False),
+            )
+        ]
+        svg = lost_frontier_svg(points, "a title", "low_water")
+        ElementTree.fromstring(svg)  # well-formed
+        assert svg.count("<polyline") == 2
+        assert ">ours</text>" in svg and ">theirs</text>" in svg
+        assert svg.count('fill="white" stroke=') == 1  # the one point off its frontier

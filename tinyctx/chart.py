@@ -17,7 +17,14 @@ from xml.sax.saxutils import escape
 
 from attrs import frozen
 
-__all__ = ["Series", "CHART_SERIES", "svg_chart", "write_chart", "nice_ticks"]
+__all__ = [
+    "Series",
+    "CHART_SERIES",
+    "svg_chart",
+    "write_chart",
+    "nice_ticks",
+    "lost_frontier_svg",
+]
 
 
 @frozen
@@ -400,11 +407,18 @@ def _lost_panel(points: Sequence[Mapping[str, Any]], knob: str, top: float) -> l
     series: dict[str | None, list[Mapping[str, Any]]] = {}
     for p in good:
         series.setdefault(p.get("series"), []).append(p)
-    for n, members in enumerate(series.values()):
+    for n, (label, members) in enumerate(series.items()):
         color = _SWEEP_COLORS[n % len(_SWEEP_COLORS)]
         ordered = sorted(members, key=lambda p: p["cost"])
         line = " ".join(f"{x(p['cost']):.1f},{y(p['lost_rate']):.1f}" for p in ordered)
         out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{line}"/>')
+        if label is not None:  # in the legend column, at the right of the panel
+            row = upper + 20 * n
+            out.append(
+                f'<line x1="{right + 24}" y1="{row - 4}" x2="{right + 46}" y2="{row - 4}" '
+                f'stroke="{color}" stroke-width="2"/>'
+            )
+            out.append(f'<text x="{right + 54}" y="{row}">{escape(label)}</text>')
         for p in ordered:
             px, py = x(p["cost"]), y(p["lost_rate"])
             title = (
@@ -425,6 +439,29 @@ def _lost_panel(points: Sequence[Mapping[str, Any]], knob: str, top: float) -> l
         "cost of the replay (USD)</text>"
     )
     return out
+
+
+def lost_frontier_svg(points: Sequence[Mapping[str, Any]], title: str, knob: str) -> str:
+    """A standalone SVG of sweep points (``SweepPoint.to_json()`` dicts with
+    ``lost_frontier``, one ``series`` per curve): lost rate against cost, each series a
+    line (``benchmarks/bench_forgetting.py`` draws tinyctx's and LangChain's together)."""
+    height = _SWEEP_H + 40
+    body = _lost_panel(points, knob, 30)
+    return (
+        "\n".join(
+            [
+                f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" '
+                f'viewBox="0 0 {_W} {height}" font-family="DejaVu Sans, Helvetica, Arial, '
+                'sans-serif" font-size="12">',
+                f'<rect width="{_W}" height="{height}" fill="white"/>',
+                f'<text x="{_LEFT}" y="24" font-size="16" font-weight="bold">'
+                f"{escape(title)}</text>",
+                *body,
+                "</svg>",
+            ]
+        )
+        + "\n"
+    )
 
 
 def write_chart(
