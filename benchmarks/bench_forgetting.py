@@ -100,6 +100,7 @@ def previous_default(counter: TokenCounter) -> list[LayerLike]:
         order="default",
         result_bytes=16384,
         result_keep="head",
+        result_room=None,
         keep_task=False,
     )
 

@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_ORDER",
     "DEFAULT_RESULT_BYTES",
     "DEFAULT_RESULT_KEEP",
+    "DEFAULT_RESULT_ROOM",
 ]
 
 SUMMARIZERS = ("extractive",)
@@ -54,10 +55,15 @@ then trim the oldest turns before summarizing. Measured by the lost-references m
 (whose tool output microcompaction already cleared) loses fewer of the spans the agent uses
 next than a summary of the recent head, at the same cost."""
 
-DEFAULT_RESULT_BYTES = 65536
-"""default_stack's byte cap on one tool result (with :data:`DEFAULT_RESULT_SHARE`): 64 KiB,
-so at a large window the share of the window decides, not a fixed 16 KiB that cut the
-file reads the agent used next."""
+DEFAULT_RESULT_BYTES = 16384
+"""default_stack's byte cap on one tool result (with :data:`DEFAULT_RESULT_SHARE`), lifted
+while the window has room (:data:`DEFAULT_RESULT_ROOM`)."""
+
+DEFAULT_RESULT_ROOM = 0.8
+"""default_stack keeps a tool result over its byte cap whole (up to its share of the
+window) while the conversation with it stays under 80% of the usable window
+(``ToolResultBudget(room=0.8)``): what the window can afford while there is no pressure.
+A fixed 16 KiB cut the large file reads whose lines the agent copied a few calls later."""
 
 DEFAULT_RESULT_KEEP = "middle"
 """default_stack's cut of a tool result over its cap: the start and the end are kept, the
@@ -103,12 +109,14 @@ def default_stack(
     order: OrderSpec = DEFAULT_ORDER,
     result_bytes: int = DEFAULT_RESULT_BYTES,
     result_keep: str = DEFAULT_RESULT_KEEP,
+    result_room: float | None = DEFAULT_RESULT_ROOM,
     keep_task: bool = True,
 ) -> list[LayerLike]:
-    """Budget every tool result (at most 10% of the usable window, and 64 KiB; a cut keeps
-    the start and the end), then guard the window with the policies in ``order``: drop
-    non-essential context, clear old images, microcompact old tool results, trim the
-    oldest turns (the first user message, the task, last: ``keep_task``), summarize. The
+    """Budget every tool result (at most 10% of the usable window, and 16 KiB unless the
+    window has room for it: ``result_room``; a cut keeps the start and the end), then guard
+    the window with the policies in ``order``: drop non-essential context, clear old
+    images, microcompact old tool results, trim the oldest turns (the first user message,
+    the task, last: ``keep_task``), summarize. The
     guard acts only when a request would not fit the usable window and relieves in one
     batch down to ``low_water`` (0.3 of it), or deeper when the conversation grows so fast
     that the mark would not leave room for 20 calls (``relief_run``), so that rewrites,
@@ -120,8 +128,10 @@ def default_stack(
 
     The defaults were chosen by what the stack forgets (:mod:`tinyctx.forgetting`) beside
     what it costs; the stack before issue #38 is ``default_stack(low_water=0.4,
-    order="default", result_bytes=16384, result_keep="head", keep_task=False)``."""
-    budget = ToolResultBudget(result_bytes, window_fraction=DEFAULT_RESULT_SHARE, keep=result_keep)
+    order="default", result_keep="head", result_room=None, keep_task=False)``."""
+    budget = ToolResultBudget(
+        result_bytes, window_fraction=DEFAULT_RESULT_SHARE, keep=result_keep, room=result_room
+    )
     policies = [
         TrimOldest(keep_task=True) if keep_task and policy_role(p) == "trim" else p
         for p in default_policies(order)

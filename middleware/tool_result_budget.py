@@ -309,6 +309,15 @@ class ToolResultTruncated(Event):
         return f"{self.tool} result cut to {self.final_bytes}B"
 
 
+def _fraction(value: object, field: str) -> float | None:
+    """None, or a number in (0, 1] as a float; anything else a ConfigError naming ``field``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ConfigError(field, value, "None or a number in (0, 1]", owner="ToolResultBudget")
+    return float(value)
+
+
 class ToolResultBudget(Layer):
     """Caps every tool result at ``budget_bytes`` (default 16384; 0 disables) on the tool onion.
 
@@ -321,6 +330,11 @@ class ToolResultBudget(Layer):
     ``keep`` says what a cut keeps: ``"head"`` (default) the start, ``"middle"`` the start
     and the end around a marker (see :func:`budget_tool_result`).
 
+    ``room`` (default None: off) keeps what the window can afford while there is no
+    pressure: a result over ``budget_bytes`` but within ``window_fraction`` of the usable
+    window enters whole while the conversation with it stays under ``room`` of the usable
+    window (with 0.8 and a 128K window, a 40 KB file read early in a run is not cut).
+
     As a pressure policy (``relieve``) it budgets every tool result already in the history.
     """
 
@@ -331,6 +345,7 @@ class ToolResultBudget(Layer):
         hint: str = DEFAULT_HINT,
         window_fraction: float | None = None,
         keep: str = "head",
+        room: float | None = None,
         name: str | None = None,
     ) -> None:
         self.budget_bytes = check_int(budget_bytes, "budget_bytes", "ToolResultBudget")
@@ -338,31 +353,29 @@ class ToolResultBudget(Layer):
         if not isinstance(hint, str):
             raise ConfigError("hint", hint, "a string (may be empty)", owner="ToolResultBudget")
         self.hint = hint
-        if window_fraction is not None and (
-            isinstance(window_fraction, bool)
-            or not isinstance(window_fraction, int | float)
-            or not 0 < window_fraction <= 1
-        ):
-            raise ConfigError(
-                "window_fraction",
-                window_fraction,
-                "None or a number in (0, 1]",
-                owner="ToolResultBudget",
-            )
-        self.window_fraction = None if window_fraction is None else float(window_fraction)
+        self.window_fraction = _fraction(window_fraction, "window_fraction")
+        self.room = _fraction(room, "room")
         if name is not None:
             self.name = name
 
     def budget_for(self, result: ToolResult, ctx: RunContext[Any]) -> int:
         """The byte budget of ``result`` in ``ctx``: ``budget_bytes``, lowered to
-        ``window_fraction`` of the usable window when that is known (0: no budget)."""
+        ``window_fraction`` of the usable window when that is known (0: no budget); with
+        ``room``, the result's whole size while it is within ``window_fraction`` and the
+        conversation with it stays under ``room`` of the usable window."""
         budget = self.budget_bytes
         usable = ctx.config.usable_tokens
-        if budget == 0 or self.window_fraction is None or not usable:
+        if budget == 0 or not usable or (self.window_fraction is None and self.room is None):
             return budget
-        limit = max(1, int(self.window_fraction * usable))
-        tokens = default_counter().count_text(result.text)
+        counter = default_counter()
+        tokens = counter.count_text(result.text)
+        limit = usable if self.window_fraction is None else int(self.window_fraction * usable)
+        limit = max(1, limit)
         if tokens <= limit:
+            if self.room is not None and (
+                counter.count_messages(ctx.conversation.messages) + tokens <= self.room * usable
+            ):
+                return max(budget, utf8_len(result.text))  # the window can afford it whole
             return budget
         size = utf8_len(result.text)
         return max(1, min(budget, size * limit // tokens))

@@ -263,7 +263,12 @@ def previous_default() -> list[Any]:
     from tinyctx.middleware.stacks import default_stack
 
     return default_stack(
-        low_water=0.4, order="default", result_bytes=16384, result_keep="head", keep_task=False
+        low_water=0.4,
+        order="default",
+        result_bytes=16384,
+        result_keep="head",
+        result_room=None,
+        keep_task=False,
     )
 
 

@@ -15,6 +15,7 @@ from tinyctx import (
     ConfigError,
     HeuristicCounter,
     Message,
+    RunConfig,
     RunContext,
     Session,
     TextPart,
@@ -178,6 +179,30 @@ class TestMiddleCut:
             ToolResultBudget(64, keep="tail")
         with pytest.raises(ConfigError, match="keep"):
             budget_tool_result("x" * 100, 10, keep="end")
+
+
+class TestRoom:
+    """room=: a result over the byte cap enters whole while the window can afford it."""
+
+    async def test_whole_while_there_is_room_cut_once_the_window_fills(self) -> None:
+        """The same result is kept whole in a short conversation, cut in a full one."""
+        big = "word " * 2000  # 10,000 bytes, about 2,500 tokens
+        layer = ToolResultBudget(1024, window_fraction=0.5, room=0.5, hint="")
+        for history, whole in ((("short",), True), (("filler " * 3000,), False)):
+            tool = FakeTool("read", returns=big)
+            model = ScriptedModel([reply("", call("read")), "done"])
+            agent = Agent(model=model, tools=[tool.tool], middleware=[layer])
+            config = RunConfig(max_tokens=12_000, reserved_output_tokens=0)
+            async with Session(agent, config=config) as session:
+                await session.run(history[0])
+                results = [m for m in session.conversation_messages if isinstance(m, ToolResult)]
+            assert (results[0].text == big) is whole
+
+    @pytest.mark.parametrize("value", [0, 1.5, True, "0.5"])
+    def test_room_must_be_a_fraction(self, value: Any) -> None:
+        """A room outside (0, 1] is refused, naming the field."""
+        with pytest.raises(ConfigError, match="room"):
+            ToolResultBudget(room=value)
 
 
 class TestToolResultBudgetLayer:
