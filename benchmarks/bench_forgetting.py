@@ -227,6 +227,76 @@ def _line(name: str, stack: str, r: Result) -> str:
     )
 
 
+def against_langchain(
+    name: str,
+    messages: tuple[Message, ...],
+    index: UsesIndex,
+    window: int,
+    counter: TokenCounter,
+    price: ModelPrice,
+    ours: Result,
+    frontiers: list[str],
+    checks: list[str],
+    folder: Path | None,
+) -> tuple[bool, list[Result]]:
+    """Both curves of one transcript window (their frontiers printed, drawn into
+    ``folder``), and whether ``ours`` is below LangChain's lost rate at equal cost."""
+    mine = sweep_points(
+        messages,
+        index,
+        lambda lw: default_stack(counter=counter, low_water=lw),
+        window,
+        counter,
+        price,
+        "tinyctx default_stack",
+    )
+    curve = sweep_points(
+        messages,
+        index,
+        lambda lw: langchain_stack(counter, window, lw, editing=True, summary=True),
+        window,
+        counter,
+        price,
+        "LangChain",
+    )
+    theirs = [Result(p.uses or 0, p.lost or 0, 0, p.cost, p.breaks) for p in curve if not p.error]
+    frontiers.append(
+        f"{name[:36]:<36} {window // 1000:>4}K\n   tinyctx   {frontier_text(mine)}"
+        f"\n   LangChain {frontier_text(curve)}"
+    )
+    if folder is not None:
+        plot(folder, name, window, mine + curve)
+    ok, why = below_langchain(ours, theirs)
+    checks.append(
+        f"{name[:36]:<36} {window // 1000:>4}K default {ours.rate:>6.1%} "
+        f"${ours.cost:>7.3f}  {'MET' if ok else 'NOT MET'}: {why}"
+    )
+    return ok, theirs
+
+
+def window_totals(window: int, count: int, totals: dict[str, Result]) -> Row:
+    """Print one window's totals per stack and check the issue's target there."""
+    print(f"-- totals at {window // 1000}K over {count} transcripts")
+    for stack, total in totals.items():
+        print(_line("(all)", stack, total))
+    ours, before = totals["default_stack()"], totals["previous default_stack()"]
+    target = TARGETS[window]
+    ok = ours.rate <= target and (window != 32_000 or ours.cost <= before.cost * (1 + 1e-9))
+    print(
+        f"   default_stack() {ours.rate:.1%} (target <= {target:.1%}), ${ours.cost:.2f} "
+        f"against the previous default {before.rate:.1%}, ${before.cost:.2f}: "
+        f"{'MET' if ok else 'NOT MET'}"
+    )
+    return Row(
+        "forgetting: default_stack lost rate",
+        f"{window // 1000}K",
+        0.0,
+        target=f"<= {target:.1%}" + (" at no more cost" if window == 32_000 else ""),
+        met=ok,
+        extra={"lost_rate": ours.rate, "cost": ours.cost, "previous_cost": before.cost},
+    )
+
+
 def run(
     quick: bool = False,
     price_name: str = DEFAULT_PRICE,
@@ -268,41 +338,10 @@ def run(
                 )
                 totals[stack] = totals.get(stack, Result(0, 0, 0, 0.0, 0)) + results[stack]
                 print(_line(name, stack, results[stack]))
-            ours = results["default_stack()"]
             if with_langchain:
-                mine = sweep_points(
-                    messages,
-                    index,
-                    lambda lw: default_stack(counter=counter, low_water=lw),
-                    window,
-                    counter,
-                    price,
-                    "tinyctx default_stack",
-                )
-                curve = sweep_points(
-                    messages,
-                    index,
-                    lambda lw: langchain_stack(counter, window, lw, editing=True, summary=True),
-                    window,
-                    counter,
-                    price,
-                    "LangChain",
-                )
-                theirs = [
-                    Result(p.uses or 0, p.lost or 0, 0, p.cost, p.breaks)
-                    for p in curve
-                    if p.error is None
-                ]
-                frontiers.append(
-                    f"{name[:36]:<36} {window // 1000:>4}K\n   tinyctx   {frontier_text(mine)}"
-                    f"\n   LangChain {frontier_text(curve)}"
-                )
-                if folder is not None:
-                    plot(folder, name, window, mine + curve)
-                ok, why = below_langchain(ours, theirs)
-                checks.append(
-                    f"{name[:36]:<36} {window // 1000:>4}K default {ours.rate:>6.1%} "
-                    f"${ours.cost:>7.3f}  {'MET' if ok else 'NOT MET'}: {why}"
+                ours = results["default_stack()"]
+                ok, theirs = against_langchain(
+                    name, messages, index, window, counter, price, ours, frontiers, checks, folder
                 )
                 rows.append(
                     Row(
@@ -317,27 +356,7 @@ def run(
                         },
                     )
                 )
-        print(f"-- totals at {window // 1000}K over {len(transcripts)} transcripts")
-        for stack, total in totals.items():
-            print(_line("(all)", stack, total))
-        ours, before = totals["default_stack()"], totals["previous default_stack()"]
-        target = TARGETS[window]
-        ok = ours.rate <= target and (window != 32_000 or ours.cost <= before.cost * (1 + 1e-9))
-        rows.append(
-            Row(
-                "forgetting: default_stack lost rate",
-                f"{window // 1000}K",
-                0.0,
-                target=f"<= {target:.1%}" + (" at no more cost" if window == 32_000 else ""),
-                met=ok,
-                extra={"lost_rate": ours.rate, "cost": ours.cost, "previous_cost": before.cost},
-            )
-        )
-        print(
-            f"   default_stack() {ours.rate:.1%} (target <= {target:.1%}), ${ours.cost:.2f} "
-            f"against the previous default {before.rate:.1%}, ${before.cost:.2f}: "
-            f"{'MET' if ok else 'NOT MET'}"
-        )
+        rows.append(window_totals(window, len(transcripts), totals))
     if frontiers:
         print("\n== cost x lost-rate frontiers over the low-water mark (0.1 ... 0.8)")
         print("\n".join(frontiers))
