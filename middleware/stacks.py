@@ -15,10 +15,11 @@ from typing import Any
 from tinyctx import ConfigError, LayerLike
 from tinyctx.tokens import TokenCounter
 
-from .budget import BudgetGuard, default_policies, policy_role
+from .budget import BudgetGuard, OrderSpec, default_policies, policy_role
 from .policy import PressurePolicy
 from .summarize import ExtractiveSummarizer, Summarize
 from .tool_result_budget import ShrinkToolResults, ToolResultBudget
+from .trim import TrimOldest
 
 __all__ = [
     "default_stack",
@@ -30,14 +31,43 @@ __all__ = [
     "DEFAULT_RESULT_SHARE",
     "DEFAULT_KEEP_SUMMARIES",
     "DEFAULT_RELIEF_RUN",
+    "DEFAULT_ORDER",
+    "DEFAULT_RESULT_BYTES",
+    "DEFAULT_RESULT_KEEP",
+    "DEFAULT_RESULT_ROOM",
 ]
 
 SUMMARIZERS = ("extractive",)
 
 
-DEFAULT_LOW_WATER = 0.4
-"""default_stack's low-water mark: a relief goes down to 40% of the usable window, so the
-calls after it grow the cached prefix for a while (see docs/budget-and-compaction.md)."""
+DEFAULT_LOW_WATER = 0.3
+"""default_stack's low-water mark: a relief goes down to 30% of the usable window, so the
+calls after it grow the cached prefix for a while (see docs/budget-and-compaction.md).
+(0.4 before issue #38: with the order and cap below, 0.3 forgets less and costs less.)"""
+
+SEED_LOW_WATER = 0.4
+"""seed_order_stack's low-water mark."""
+
+DEFAULT_ORDER = ("drop", "images", "compact", "trim", "summarize")
+"""default_stack's policy order: drop non-essential context, clear old images, microcompact,
+then trim the oldest turns before summarizing. Measured by the lost-references measure
+(:mod:`tinyctx.forgetting`, issue #38) on the shared transcripts, trimming whole old turns
+(whose tool output microcompaction already cleared) loses fewer of the spans the agent uses
+next than a summary of the recent head, at the same cost."""
+
+DEFAULT_RESULT_BYTES = 16384
+"""default_stack's byte cap on one tool result (with :data:`DEFAULT_RESULT_SHARE`), lifted
+while the window has room (:data:`DEFAULT_RESULT_ROOM`)."""
+
+DEFAULT_RESULT_ROOM = 0.8
+"""default_stack keeps a tool result over its byte cap whole (up to its share of the
+window) while the conversation with it stays under 80% of the usable window
+(``ToolResultBudget(room=0.8)``): what the window can afford while there is no pressure.
+A fixed 16 KiB cut the large file reads whose lines the agent copied a few calls later."""
+
+DEFAULT_RESULT_KEEP = "middle"
+"""default_stack's cut of a tool result over its cap: the start and the end are kept, the
+middle dropped (``ToolResultBudget(keep="middle")``)."""
 
 DEFAULT_TRIGGER = 1.0
 """default_stack's trigger: relieve only when a request would not fit the usable window, and
@@ -76,29 +106,49 @@ def default_stack(
     low_water: float = DEFAULT_LOW_WATER,
     keep_summaries: int = DEFAULT_KEEP_SUMMARIES,
     relief_run: int = DEFAULT_RELIEF_RUN,
+    order: OrderSpec = DEFAULT_ORDER,
+    result_bytes: int = DEFAULT_RESULT_BYTES,
+    result_keep: str = DEFAULT_RESULT_KEEP,
+    result_room: float | None = DEFAULT_RESULT_ROOM,
+    keep_task: bool = True,
 ) -> list[LayerLike]:
-    """Budget every tool result (16 KiB, and at most 10% of the usable window), then guard
-    the window with the default policy order — drop non-essential context → clear old
-    images → microcompact old tool results → summarize → trim — acting only when a request
-    would not fit the usable window and relieving in one batch down to ``low_water`` (0.4 of
-    it), or deeper when the conversation grows so fast that the mark would not leave room
-    for 20 calls (``relief_run``), so that rewrites, which break a provider's cached
-    prefix, stay rare; and, last, shrink tool results (the newest turn's too) before giving
-    up. Summaries keep the task in front of them and stack
-    (``keep_summaries`` earlier ones stay verbatim, see :class:`Summarize`), so a relief
-    rewrites only what follows the last summary. ``relief_run=0`` lets the mark alone decide
-    how much a relief keeps (more context on a fast-growing conversation, more breaks)."""
-    return _guarded(default_policies(), counter, low_water, keep_summaries, relief_run)
+    """Budget every tool result (at most 10% of the usable window, and 16 KiB unless the
+    window has room for it: ``result_room``; a cut keeps the start and the end), then guard
+    the window with the policies in ``order``: drop non-essential context, clear old
+    images, microcompact old tool results, trim the oldest turns (the first user message,
+    the task, last: ``keep_task``), summarize. The
+    guard acts only when a request would not fit the usable window and relieves in one
+    batch down to ``low_water`` (0.3 of it), or deeper when the conversation grows so fast
+    that the mark would not leave room for 20 calls (``relief_run``), so that rewrites,
+    which break a provider's cached prefix, stay rare; last, it shrinks tool results (the
+    newest turn's too) before giving up. Summaries keep the task in front of them and
+    stack (``keep_summaries`` earlier ones stay verbatim, see :class:`Summarize`).
+    ``relief_run=0`` lets the mark alone decide how much a relief keeps (more context on a
+    fast-growing conversation, more breaks).
+
+    The defaults were chosen by what the stack forgets (:mod:`tinyctx.forgetting`) beside
+    what it costs; the stack before issue #38 is ``default_stack(low_water=0.4,
+    order="default", result_keep="head", result_room=None, keep_task=False)``."""
+    budget = ToolResultBudget(
+        result_bytes, window_fraction=DEFAULT_RESULT_SHARE, keep=result_keep, room=result_room
+    )
+    policies = [
+        TrimOldest(keep_task=True) if keep_task and policy_role(p) == "trim" else p
+        for p in default_policies(order)
+    ]
+    return _guarded(policies, counter, low_water, keep_summaries, relief_run, budget)
 
 
 def seed_order_stack(
     *,
     counter: TokenCounter | None = None,
-    low_water: float = DEFAULT_LOW_WATER,
+    low_water: float = SEED_LOW_WATER,
     keep_summaries: int = DEFAULT_KEEP_SUMMARIES,
     relief_run: int = DEFAULT_RELIEF_RUN,
 ) -> list[LayerLike]:
-    """The same with seed 000's order: drop → trim → summarize → compact (→ shrink)."""
+    """The stack before issue #38 with seed 000's order: drop → trim → summarize →
+    compact (→ shrink), every tool result cut to 16 KiB and 10% of the usable window (its
+    head kept), relieved down to 0.4."""
     return _guarded(default_policies("seed"), counter, low_water, keep_summaries, relief_run)
 
 
@@ -108,12 +158,13 @@ def _guarded(
     low_water: float,
     keep_summaries: int,
     relief_run: int,
+    budget: ToolResultBudget | None = None,
 ) -> list[LayerLike]:
     """The named stacks' shape for one policy order: every tool result budgeted, then the
     guard (acting only on a request that would not fit) with ``policies``, their summary
     keeping the task and stacking, and shrinking tool results last."""
     return [
-        ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
+        budget or ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
         BudgetGuard(
             policies=[*_keeping_the_task(policies, keep_summaries), ShrinkToolResults()],
             counter=counter,

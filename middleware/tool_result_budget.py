@@ -92,9 +92,20 @@ def _cut(data: bytes, limit: int) -> int:
     return k
 
 
-def _markers(dropped: int, total: int, hint: str) -> tuple[str, str, str]:
+KEEPS = ("head", "middle")
+"""What a cut keeps: ``head`` the start (the marker at the end), ``middle`` the start and
+the end, half each (the marker where the middle was)."""
+
+
+def _markers(dropped: int, total: int, hint: str, keep: str = "head") -> tuple[str, str, str]:
     """The markers from most to least informative; the last one is cut when nothing fits."""
     how = f"; {hint}" if hint else ""
+    if keep == "middle":
+        return (
+            f"\n[truncated: {dropped} of {total} bytes dropped from the middle{how}]\n",
+            f"[+{dropped}B cut]",
+            "[cut]",
+        )
     return (
         f"\n[truncated: {dropped} of {total} bytes dropped{how}]",
         f"[+{dropped}B cut]",
@@ -102,17 +113,26 @@ def _markers(dropped: int, total: int, hint: str) -> tuple[str, str, str]:
     )
 
 
+def _check_keep(keep: object, owner: str) -> str:
+    if keep not in KEEPS:
+        raise ConfigError("keep", keep, f"one of {KEEPS}", owner=owner)
+    return str(keep)
+
+
 def budget_tool_result(
-    content: str, budget_bytes: int, *, hint: str = DEFAULT_HINT
+    content: str, budget_bytes: int, *, hint: str = DEFAULT_HINT, keep: str = "head"
 ) -> tuple[str, TruncationStats]:
     """``content`` capped at ``budget_bytes`` UTF-8 bytes, and what was done.
 
     Over budget, the kept prefix is cut on a character boundary and followed by a marker
-    naming the dropped byte count and ``hint`` (how to see the rest). The result is valid
-    UTF-8 (a lone surrogate, which is not, becomes U+FFFD of the same size) and never longer
-    than ``budget_bytes``. ``budget_bytes == 0`` returns ``content`` as is.
+    naming the dropped byte count and ``hint`` (how to see the rest); with
+    ``keep="middle"`` the kept bytes are the start and the end, half each, and the marker
+    stands where the middle was (a file's last lines and a log's final error survive). The
+    result is valid UTF-8 (a lone surrogate, which is not, becomes U+FFFD of the same size)
+    and never longer than ``budget_bytes``. ``budget_bytes == 0`` returns ``content`` as is.
     """
     check_int(budget_bytes, "budget_bytes", "budget_tool_result")
+    _check_keep(keep, "budget_tool_result")
     if budget_bytes == 0:
         return content, _untouched(utf8_len(content))
     if content.isascii():
@@ -130,10 +150,12 @@ def budget_tool_result(
     total = len(data)
     # the dropped count is at most ``total``: a marker rendered with it is the longest one,
     # so the real marker (with fewer or as many digits) fits wherever this one fits
-    for rank, longest in enumerate(_markers(total, total, hint)):
+    for rank, longest in enumerate(_markers(total, total, hint, keep)):
         size = utf8_len(longest)
         if size <= budget_bytes:
             kept = _cut(data, budget_bytes - size)
+            if keep == "middle":
+                return _middle(data, kept, hint, rank)
             marker = _markers(total - kept, total, hint)[rank]
             break
     else:
@@ -142,6 +164,21 @@ def budget_tool_result(
         marker = longest[:budget_bytes]
     text = data[:kept].decode("utf-8") + marker
     return text, TruncationStats(total, kept + utf8_len(marker), True, kept)
+
+
+def _middle(data: bytes, kept: int, hint: str, rank: int) -> tuple[str, TruncationStats]:
+    """``kept`` bytes of ``data``, the first and the last half, around the marker of
+    ``rank`` (sized for the largest dropped count, so the real one fits)."""
+    total = len(data)
+    head = _cut(data, kept // 2)
+    start = total - (kept - head)
+    while start < total and (data[start] & 0xC0) == 0x80:
+        start += 1  # never start the tail inside a character
+    dropped = start - head
+    marker = _markers(dropped, total, hint, "middle")[rank]
+    text = data[:head].decode("utf-8") + marker + data[start:].decode("utf-8")
+    tail = total - start
+    return text, TruncationStats(total, head + tail + utf8_len(marker), True, head + tail)
 
 
 @frozen
@@ -161,7 +198,7 @@ class HistoryBudgetStats:
 
 
 def _budgeted(
-    result: ToolResult, budget_bytes: int, hint: str
+    result: ToolResult, budget_bytes: int, hint: str, keep: str = "head"
 ) -> tuple[ToolResult, TruncationStats]:
     """``result`` with its content budgeted and marked, or ``result`` itself when untouched.
 
@@ -172,8 +209,8 @@ def _budgeted(
     """
     content = result.content
     if not isinstance(content, str):
-        return _budgeted_parts(result, content, budget_bytes, hint)
-    text, stats = budget_tool_result(content, budget_bytes, hint=hint)
+        return _budgeted_parts(result, content, budget_bytes, hint, keep)
+    text, stats = budget_tool_result(content, budget_bytes, hint=hint, keep=keep)
     if not stats.truncated:
         return result, stats
     return _marked(result, text, stats, budget_bytes), stats
@@ -195,9 +232,9 @@ def _marked(
 
 
 def _budgeted_parts(
-    result: ToolResult, parts: tuple[Part, ...], budget_bytes: int, hint: str
+    result: ToolResult, parts: tuple[Part, ...], budget_bytes: int, hint: str, keep: str
 ) -> tuple[ToolResult, TruncationStats]:
-    text, stats = budget_tool_result(result.text, budget_bytes, hint=hint)
+    text, stats = budget_tool_result(result.text, budget_bytes, hint=hint, keep=keep)
     if not stats.truncated:
         return result, stats
     out: list[Part] = []
@@ -218,6 +255,7 @@ def budget_history(
     *,
     hint: str = DEFAULT_HINT,
     counter: TokenCounter | None = None,
+    keep: str = "head",
 ) -> tuple[tuple[Message, ...], HistoryBudgetStats]:
     """Every tool result of ``history`` budgeted; the same tuple back when nothing changed.
 
@@ -235,7 +273,7 @@ def budget_history(
     for index, message in enumerate(history):
         if not isinstance(message, ToolResult):
             continue
-        new, stats = _budgeted(message, budget_bytes, hint)
+        new, stats = _budgeted(message, budget_bytes, hint, keep)
         if new is message:
             continue
         if counter is not None:
@@ -271,6 +309,15 @@ class ToolResultTruncated(Event):
         return f"{self.tool} result cut to {self.final_bytes}B"
 
 
+def _fraction(value: object, field: str) -> float | None:
+    """None, or a number in (0, 1] as a float; anything else a ConfigError naming ``field``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ConfigError(field, value, "None or a number in (0, 1]", owner="ToolResultBudget")
+    return float(value)
+
+
 class ToolResultBudget(Layer):
     """Caps every tool result at ``budget_bytes`` (default 16384; 0 disables) on the tool onion.
 
@@ -279,6 +326,14 @@ class ToolResultBudget(Layer):
     so that at a small window one result cannot take a large share of it (with a 32K
     window and 0.1, about 8 KiB; a 128K window leaves the 16 KiB budget in charge). Results
     are cut as they enter the history, so this never breaks a cached prompt prefix.
+
+    ``keep`` says what a cut keeps: ``"head"`` (default) the start, ``"middle"`` the start
+    and the end around a marker (see :func:`budget_tool_result`).
+
+    ``room`` (default None: off) keeps what the window can afford while there is no
+    pressure: a result over ``budget_bytes`` but within ``window_fraction`` of the usable
+    window enters whole while the conversation with it stays under ``room`` of the usable
+    window (with 0.8 and a 128K window, a 40 KB file read early in a run is not cut).
 
     As a pressure policy (``relieve``) it budgets every tool result already in the history.
     """
@@ -289,37 +344,38 @@ class ToolResultBudget(Layer):
         *,
         hint: str = DEFAULT_HINT,
         window_fraction: float | None = None,
+        keep: str = "head",
+        room: float | None = None,
         name: str | None = None,
     ) -> None:
         self.budget_bytes = check_int(budget_bytes, "budget_bytes", "ToolResultBudget")
+        self.keep = _check_keep(keep, "ToolResultBudget")
         if not isinstance(hint, str):
             raise ConfigError("hint", hint, "a string (may be empty)", owner="ToolResultBudget")
         self.hint = hint
-        if window_fraction is not None and (
-            isinstance(window_fraction, bool)
-            or not isinstance(window_fraction, int | float)
-            or not 0 < window_fraction <= 1
-        ):
-            raise ConfigError(
-                "window_fraction",
-                window_fraction,
-                "None or a number in (0, 1]",
-                owner="ToolResultBudget",
-            )
-        self.window_fraction = None if window_fraction is None else float(window_fraction)
+        self.window_fraction = _fraction(window_fraction, "window_fraction")
+        self.room = _fraction(room, "room")
         if name is not None:
             self.name = name
 
     def budget_for(self, result: ToolResult, ctx: RunContext[Any]) -> int:
         """The byte budget of ``result`` in ``ctx``: ``budget_bytes``, lowered to
-        ``window_fraction`` of the usable window when that is known (0: no budget)."""
+        ``window_fraction`` of the usable window when that is known (0: no budget); with
+        ``room``, the result's whole size while it is within ``window_fraction`` and the
+        conversation with it stays under ``room`` of the usable window."""
         budget = self.budget_bytes
         usable = ctx.config.usable_tokens
-        if budget == 0 or self.window_fraction is None or not usable:
+        if budget == 0 or not usable or (self.window_fraction is None and self.room is None):
             return budget
-        limit = max(1, int(self.window_fraction * usable))
-        tokens = default_counter().count_text(result.text)
+        counter = default_counter()
+        tokens = counter.count_text(result.text)
+        limit = usable if self.window_fraction is None else int(self.window_fraction * usable)
+        limit = max(1, limit)
         if tokens <= limit:
+            if self.room is not None and (
+                counter.count_messages(ctx.conversation.messages) + tokens <= self.room * usable
+            ):
+                return max(budget, utf8_len(result.text))  # the window can afford it whole
             return budget
         size = utf8_len(result.text)
         return max(1, min(budget, size * limit // tokens))
@@ -344,7 +400,7 @@ class ToolResultBudget(Layer):
 
     def _budget(self, call: ToolCall, result: ToolResult, ctx: RunContext[Any]) -> ToolResult:
         budget = self.budget_for(result, ctx)
-        new, stats = _budgeted(result, budget, self.hint)
+        new, stats = _budgeted(result, budget, self.hint, self.keep)
         if new is not result:
             ctx.emit(
                 ToolResultTruncated(
@@ -366,7 +422,9 @@ class ToolResultBudget(Layer):
         need: int,
     ) -> Relief:
         """Budget every tool result already in ``messages`` (nothing when disabled)."""
-        new, stats = budget_history(messages, self.budget_bytes, hint=self.hint, counter=counter)
+        new, stats = budget_history(
+            messages, self.budget_bytes, hint=self.hint, counter=counter, keep=self.keep
+        )
         for tool_call_id, tool, cut in stats.truncated:
             ctx.emit(
                 ToolResultTruncated(

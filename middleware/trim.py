@@ -16,7 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tinyctx import ConfigError, Message, RunContext, SystemMessage, safe_boundaries, snap_boundary
+from tinyctx import (
+    ConfigError,
+    Message,
+    RunContext,
+    SystemMessage,
+    UserMessage,
+    safe_boundaries,
+    snap_boundary,
+)
 from tinyctx.tokens import TokenCounter, default_counter
 
 from .policy import Relief
@@ -45,9 +53,14 @@ def trim_oldest(
     keep_recent: int,
     need: int | None = None,
     counter: TokenCounter | None = None,
+    keep_task: bool = False,
 ) -> Relief:
     """Remove the oldest non-system messages until ``need`` tokens are freed (when None:
     everything older than the newest ``keep_recent`` messages).
+
+    ``keep_task=True`` treats the first user message, when it is the first message after
+    the system messages, as a one-message digest: it goes last, only when nothing else
+    frees enough (as the task a summary keeps in front of it does).
 
     Pure: the cut is the first safe boundary at which enough is freed, never later than
     the safe boundary at or before ``len - keep_recent``. A summarized history's digest
@@ -66,6 +79,8 @@ def trim_oldest(
     safe = safe_boundaries(history)
     limit = snap_boundary(history, n - keep_recent, direction="backward", boundaries=safe)
     digest = min(digest_end(history), limit)
+    if keep_task and digest == 0:
+        digest = min(_task_end(history, safe), limit)
     cut = limit
     freed = 0
     if need is not None:
@@ -95,19 +110,35 @@ def trim_oldest(
     return Relief(kept, freed_tokens, {"removed": len(gone), "kept": len(kept)})
 
 
+def _task_end(history: tuple[Message, ...], safe: Sequence[bool]) -> int:
+    """Just after the first message when it is (after system messages) a user message
+    with a safe boundary after it; else 0."""
+    for index, message in enumerate(history):
+        if isinstance(message, SystemMessage):
+            continue
+        return index + 1 if isinstance(message, UserMessage) and safe[index + 1] else 0
+    return 0
+
+
 class TrimOldest:
     """Context-pressure policy: :func:`trim_oldest` with the guard's ``need``.
 
     ``keep_recent`` (default 4) messages at the end are never removed; 0 lets the guard
     trim down to the system messages. After a summary, the raw turns that follow it go
-    before the summary and the task in front of it.
+    before the summary and the task in front of it; ``keep_task=True`` keeps the first user
+    message (the task) the same way when there is no summary yet.
     """
 
     role = "trim"
     breaker_group: str | None = None
 
-    def __init__(self, keep_recent: int = 4, *, name: str = "TrimOldest") -> None:
+    def __init__(
+        self, keep_recent: int = 4, *, keep_task: bool = False, name: str = "TrimOldest"
+    ) -> None:
         self.keep_recent = check_keep(keep_recent, owner="TrimOldest")
+        if not isinstance(keep_task, bool):
+            raise ConfigError("keep_task", keep_task, "True or False", owner="TrimOldest")
+        self.keep_task = keep_task
         self.name = check_name(name, owner="TrimOldest")
 
     async def relieve(
@@ -118,7 +149,16 @@ class TrimOldest:
         *,
         need: int,
     ) -> Relief:
-        return trim_oldest(messages, keep_recent=self.keep_recent, need=need, counter=counter)
+        return trim_oldest(
+            messages,
+            keep_recent=self.keep_recent,
+            need=need,
+            counter=counter,
+            keep_task=self.keep_task,
+        )
 
     def __repr__(self) -> str:
-        return f"TrimOldest(keep_recent={self.keep_recent}, name={self.name!r})"
+        return (
+            f"TrimOldest(keep_recent={self.keep_recent}, keep_task={self.keep_task}, "
+            f"name={self.name!r})"
+        )

@@ -157,6 +157,56 @@ class TestDropNonessential:
             assert all(flags), "stopped early without freeing enough"
 
 
+class TestTrimKeepingTheTask:
+    """keep_task=True: the first user message (the task) goes last, only when nothing
+    else frees enough."""
+
+    def test_the_task_stays_while_later_turns_free_enough(self) -> None:
+        """The oldest turns after the task go first; the task and the system prompt stay."""
+        history = (
+            SystemMessage("rules"),
+            UserMessage("the task " * 20),
+            *_turn("c1"),
+            *_turn("c2"),
+            UserMessage("next"),
+            *_turn("c3"),
+        )
+        need = sum(COUNTER.count_message(m) for m in history[2:4])
+        kept = trim_oldest(history, keep_recent=2, need=need, counter=COUNTER, keep_task=True)
+        assert kept.messages[:2] == history[:2]
+        assert history[2] not in kept.messages
+        assert_pairing_intact(kept.messages, history)
+        plain = trim_oldest(history, keep_recent=2, need=need, counter=COUNTER)
+        assert history[1] not in plain.messages  # without keep_task the task goes first
+
+    def test_the_task_goes_last_when_nothing_else_is_enough(self) -> None:
+        """When everything up to the kept tail is not enough, the task goes too."""
+        history = (UserMessage("the task"), *_turn("c1"), UserMessage("last"))
+        relief = trim_oldest(history, keep_recent=1, need=10_000, counter=COUNTER, keep_task=True)
+        assert relief.messages == (history[-1],)
+
+    @given(history=strategies.histories(), need=st.integers(0, 400))
+    def test_pairing_survives_and_the_task_is_kept_when_the_rest_suffices(
+        self, history: tuple[Message, ...], need: int
+    ) -> None:
+        """On any history the cut keeps pairing, and the task goes only when all else that
+        may go did not free ``need``."""
+        relief = trim_oldest(history, keep_recent=2, need=need, counter=COUNTER, keep_task=True)
+        assert_pairing_intact(relief.messages, history)
+        lead = [m for m in history if not isinstance(m, SystemMessage)]
+        if not lead or not isinstance(lead[0], UserMessage):
+            return
+        task = lead[0]
+        if not any(m is task for m in relief.messages):
+            assert relief.freed_tokens - COUNTER.count_message(task) < need
+
+    @pytest.mark.parametrize("value", [1, "yes", None])
+    def test_keep_task_must_be_a_bool(self, value: Any) -> None:
+        """A non-bool keep_task is refused, naming the field."""
+        with pytest.raises(ConfigError, match="keep_task"):
+            TrimOldest(keep_task=value)
+
+
 class TestTrimOldest:
     """The oldest messages go first, cut only between tool turns; system messages and the
     newest keep_recent messages stay."""

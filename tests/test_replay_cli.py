@@ -356,3 +356,62 @@ class TestProgress:
         text = terminal.getvalue()
         assert "100/100" in text and "messages" in text
         assert text.endswith("\x1b[2K")  # the last thing written erases the bar's line
+
+
+class TestLostReferences:
+    """`tinyctx replay` reports uses and lost uses per call and in total, beside cost."""
+
+    def test_json_counts_uses_and_losses_per_call_and_in_total(self) -> None:
+        """Per-call uses and lost uses add up to the summary; each lost use names its span."""
+        code, out, _ = run_cli("replay", "--json", "--price", "claude-sonnet-4-5")
+        assert code == 0
+        payload = json.loads(out)
+        calls, summary = payload["calls"], payload["summary"]
+        assert summary["uses"] == sum(c["uses"] for c in calls) > 0
+        assert summary["lost_uses"] == sum(c["lost_uses"] for c in calls) > 0
+        assert summary["lost_rate"] == summary["lost_uses"] / summary["uses"]
+        assert summary["total_cost_usd"] > 0  # beside cost
+        for call in calls:
+            assert len(call["lost"]) == call["lost_uses"] <= call["uses"]
+            assert all({"kind", "span", "source", "tool"} <= set(u) for u in call["lost"])
+        by_source = summary["lost_by_source"]
+        assert sum(v["lost"] for v in by_source.values()) == summary["lost_uses"]
+        assert sum(v["uses"] for v in summary["lost_by_kind"].values()) == summary["uses"]
+
+    def test_the_table_shows_lost_of_uses_and_the_rate(self) -> None:
+        """The table has a lost/uses column and the summary the lost rate."""
+        code, out, _ = run_cli("replay")
+        assert code == 0
+        payload = json.loads(run_cli("replay", "--json")[1])
+        lost = next(c for c in payload["calls"] if c["lost_uses"])
+        assert f"{lost['lost_uses']}/{lost['uses']}" in out
+        assert f"{payload['summary']['lost_rate'] * 100:.1f}%" in out
+        assert "lost rate (lost uses / uses)" in out
+
+    def test_the_chart_marks_calls_with_losses(self, tmp_path: Path) -> None:
+        """Each call with a lost use gets a red mark naming its losses, and a legend line."""
+        chart = tmp_path / "chart.svg"
+        assert run_cli("replay", "--plot", str(chart))[0] == 0
+        payload = json.loads(run_cli("replay", "--json")[1])
+        svg = chart.read_text()
+        with_losses = [c for c in payload["calls"] if c["lost_uses"]]
+        assert svg.count("uses lost") == len(with_losses)
+        assert f"lost references ({len(with_losses)} calls" in svg
+
+    def test_sweep_draws_the_cost_by_lost_rate_frontier(self, tmp_path: Path) -> None:
+        """Each sweep point has its lost rate; the frontier points forget less as cost rises."""
+        chart = tmp_path / "chart.svg"
+        code, out, _ = run_cli("replay", "--json", "--sweep", "0.2,0.5", "--plot", str(chart))
+        assert code == 0
+        points = json.loads(out)["sweep"]["points"]
+        assert all(p["lost_rate"] is not None and "lost_frontier" in p for p in points)
+        best = sorted((p for p in points if p["lost_frontier"]), key=lambda p: p["cost"])
+        assert best
+        rates = [p["lost_rate"] for p in best]
+        assert rates == sorted(rates, reverse=True) and len(set(rates)) == len(rates)
+        for p in points:  # nothing off the frontier beats a frontier point on both axes
+            if not p["lost_frontier"]:
+                assert any(
+                    b["cost"] <= p["cost"] and b["lost_rate"] <= p["lost_rate"] for b in best
+                )
+        assert "lost rate against cost" in chart.read_text()

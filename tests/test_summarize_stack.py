@@ -343,12 +343,14 @@ class TestDefaultStack:
             default_stack(keep_summaries=-1)
 
     async def test_a_long_run_stacks_its_summaries(self) -> None:
-        """Relieving a long run in a small window, default_stack leaves several summaries
-        in front, the earlier ones unchanged from one request to the next."""
+        """Relieving a long run in a small window, default_stack with the summarize-first
+        order (its default trims first) leaves several summaries in front, the earlier ones
+        unchanged from one request to the next."""
         tool = FakeTool("search", returns="result line\n" * 150)
         script = [reply(f"step {i}", call("search", q=i)) for i in range(60)] + ["done"]
         model = ScriptedModel(script)
-        agent = Agent(model=model, tools=[tool.tool], middleware=default_stack())
+        stack = default_stack(order="default")
+        agent = Agent(model=model, tools=[tool.tool], middleware=stack)
         config = RunConfig(max_tokens=8_000, reserved_output_tokens=1_000, max_model_calls=100)
         async with Session(agent, config=config) as session:
             await session.run("research this " * 5)

@@ -15,6 +15,7 @@ from tinyctx import (
     ConfigError,
     HeuristicCounter,
     Message,
+    RunConfig,
     RunContext,
     Session,
     TextPart,
@@ -143,6 +144,65 @@ class TestBudgetFunction:
         kept = text.encode("utf-8")[: stats.kept_bytes].decode("utf-8")  # a char boundary
         assert out.startswith(kept)
         assert stats.original_bytes == size(text)
+
+
+class TestMiddleCut:
+    """keep="middle": the start and the end of a result survive, the marker in between."""
+
+    def test_keeps_the_head_and_the_tail(self) -> None:
+        """The first and last lines stay; the marker says the middle went."""
+        text = "".join(f"line {i}\n" for i in range(1000))
+        out, stats = budget_tool_result(text, 1024, keep="middle")
+        assert size(out) <= 1024 and stats.final_bytes == size(out)
+        assert out.startswith("line 0\n") and out.endswith("line 999\n")
+        assert f"{stats.dropped_bytes} of {size(text)} bytes dropped from the middle" in out
+
+    @given(text=st.text(min_size=1, max_size=400), budget=st.integers(1, 300))
+    def test_never_over_budget_and_valid_utf8(self, text: str, budget: int) -> None:
+        """Whatever the text and budget, the cut fits, is valid UTF-8, and is the original's
+        start and end around the marker."""
+        out, stats = budget_tool_result(text, budget, keep="middle")
+        if not stats.truncated:
+            assert out == text and size(text) <= budget
+            return
+        assert stats.final_bytes == size(out) <= budget  # size() refuses invalid UTF-8
+        assert stats.kept_bytes <= size(text)
+        data, kept = text.encode("utf-8"), out.encode("utf-8")
+        head = stats.kept_bytes // 2
+        assert kept.startswith(data[: max(0, head - 3)])  # up to a character's bytes back
+
+    def test_the_layer_and_a_bad_keep(self) -> None:
+        """ToolResultBudget(keep="middle") cuts the middle; another value names the field."""
+        layer = ToolResultBudget(64, keep="middle", hint="")
+        assert layer.keep == "middle"
+        with pytest.raises(ConfigError, match="keep"):
+            ToolResultBudget(64, keep="tail")
+        with pytest.raises(ConfigError, match="keep"):
+            budget_tool_result("x" * 100, 10, keep="end")
+
+
+class TestRoom:
+    """room=: a result over the byte cap enters whole while the window can afford it."""
+
+    async def test_whole_while_there_is_room_cut_once_the_window_fills(self) -> None:
+        """The same result is kept whole in a short conversation, cut in a full one."""
+        big = "word " * 2000  # 10,000 bytes, about 2,500 tokens
+        layer = ToolResultBudget(1024, window_fraction=0.5, room=0.5, hint="")
+        for history, whole in ((("short",), True), (("filler " * 3000,), False)):
+            tool = FakeTool("read", returns=big)
+            model = ScriptedModel([reply("", call("read")), "done"])
+            agent = Agent(model=model, tools=[tool.tool], middleware=[layer])
+            config = RunConfig(max_tokens=12_000, reserved_output_tokens=0)
+            async with Session(agent, config=config) as session:
+                await session.run(history[0])
+                results = [m for m in session.conversation_messages if isinstance(m, ToolResult)]
+            assert (results[0].text == big) is whole
+
+    @pytest.mark.parametrize("value", [0, 1.5, True, "0.5"])
+    def test_room_must_be_a_fraction(self, value: Any) -> None:
+        """A room outside (0, 1] is refused, naming the field."""
+        with pytest.raises(ConfigError, match="room"):
+            ToolResultBudget(room=value)
 
 
 class TestToolResultBudgetLayer:

@@ -17,7 +17,14 @@ from xml.sax.saxutils import escape
 
 from attrs import frozen
 
-__all__ = ["Series", "CHART_SERIES", "svg_chart", "write_chart", "nice_ticks"]
+__all__ = [
+    "Series",
+    "CHART_SERIES",
+    "svg_chart",
+    "write_chart",
+    "nice_ticks",
+    "lost_frontier_svg",
+]
 
 
 @frozen
@@ -112,7 +119,10 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
         return _BOTTOM - (_BOTTOM - _TOP) * tokens / y_top
 
     sweep = payload.get("sweep")
-    height = _H + (_SWEEP_H if sweep else 0)
+    lost_panel = bool(sweep) and any(
+        p.get("lost_rate") is not None for p in (sweep or {}).get("points", ())
+    )
+    height = _H + (_SWEEP_H if sweep else 0) + (_SWEEP_H if lost_panel else 0)
     out: list[str] = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" '
         f'viewBox="0 0 {_W} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" '
@@ -223,6 +233,17 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
     for key, (shape, color) in kinds.items():
         times = f"{counts[key]} call{'' if counts[key] == 1 else 's'}"
         legend.append((_marker(shape, 11, 0, color), f"{key} ({times})"))
+    losses = _loss_marks(calls, x)
+    out += losses
+    if losses:
+        lost = sum(1 for c in calls if c.get("lost_uses"))
+        legend.append(
+            (
+                _loss_mark(11, 0),
+                f"lost references ({lost} call{'' if lost == 1 else 's'}, "
+                f"{percent_text(summary.get('lost_rate'))} of uses)",
+            )
+        )
     error = summary.get("error")
     if error and stopped_at is not None:
         sx = x(stopped_at)
@@ -245,6 +266,8 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
         out.append(f'<text x="{lx + 30}" y="{row}">{escape(label)}</text>')
     if sweep:
         out += _sweep_panel(sweep["points"], sweep.get("knob", "low_water"), _H)
+    if sweep and lost_panel:
+        out += _lost_panel(sweep["points"], sweep.get("knob", "low_water"), _H + _SWEEP_H)
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -322,6 +345,123 @@ def _sweep_panel(points: Sequence[Mapping[str, Any]], knob: str, top: float) -> 
         "average prompt tokens per call</text>"
     )
     return out
+
+
+def percent_text(value: Any) -> str:
+    return "-" if value is None else f"{float(value) * 100:.1f}%"
+
+
+def _loss_mark(x: float, y: float, title: str = "") -> str:
+    tip = f"<title>{escape(title)}</title>" if title else ""
+    points = f"{x - 4.5:.1f},{y - 5:.1f} {x + 4.5:.1f},{y - 5:.1f} {x:.1f},{y + 3:.1f}"
+    look = 'fill="#c92a2a" stroke="white" stroke-width="0.6"'
+    return f'<polygon points="{points}" {look}>{tip}</polygon>'
+
+
+def _loss_marks(calls: Sequence[Mapping[str, Any]], x: Any) -> list[str]:
+    """A red mark above the x axis at each call whose sent request had lost a use."""
+    out: list[str] = []
+    for i, call in enumerate(calls):
+        lost = call.get("lost_uses") or 0
+        if lost:
+            title = f"call {call['index']}: {lost} of {call.get('uses', '?')} uses lost"
+            spans = [str(u.get("span", "")) for u in call.get("lost") or ()][:3]
+            if spans:
+                title += " (" + "; ".join(spans) + ")"
+            out.append(_loss_mark(x(i + 1), _BOTTOM - 6, title))
+    return out
+
+
+def _lost_panel(points: Sequence[Mapping[str, Any]], knob: str, top: float) -> list[str]:
+    """Under the sweep panel: lost rate against cost, one point per value of the knob, the
+    points on the cost x lost-rate frontier filled (no other setting forgets less for no
+    more cost)."""
+    good = [p for p in points if p.get("error") is None and p.get("lost_rate") is not None]
+    if not good:
+        return []
+    left, right, upper, lower = _LEFT, _RIGHT, top + 50, top + _SWEEP_H - 50
+    x_ticks = nice_ticks(max(max(p["cost"] for p in good), 1e-9) * 1.04)
+    y_ticks = nice_ticks(max(max(p["lost_rate"] for p in good) * 100, 1.0) * 1.08)
+
+    def x(cost: float) -> float:
+        return left + (right - left) * cost / x_ticks[-1]
+
+    def y(rate: float) -> float:
+        return lower - (lower - upper) * rate * 100 / y_ticks[-1]
+
+    out = [
+        f'<text x="{left}" y="{top + 24}" font-size="14" font-weight="bold">sweep of {knob}: '
+        "lost rate against cost</text>",
+        f'<line x1="{left}" y1="{lower}" x2="{right}" y2="{lower}" stroke="#333"/>',
+        f'<line x1="{left}" y1="{upper}" x2="{left}" y2="{lower}" stroke="#333"/>',
+    ]
+    out += [
+        f'<text x="{x(t):.1f}" y="{lower + 16}" text-anchor="middle" fill="#444">${t:.2f}</text>'
+        for t in x_ticks
+    ]
+    out += [
+        f'<text x="{left - 8}" y="{y(t / 100) + 4:.1f}" text-anchor="end" fill="#444">'
+        f"{_label(t)}%</text>"
+        for t in y_ticks
+    ]
+    series: dict[str | None, list[Mapping[str, Any]]] = {}
+    for p in good:
+        series.setdefault(p.get("series"), []).append(p)
+    for n, (label, members) in enumerate(series.items()):
+        color = _SWEEP_COLORS[n % len(_SWEEP_COLORS)]
+        ordered = sorted(members, key=lambda p: p["cost"])
+        line = " ".join(f"{x(p['cost']):.1f},{y(p['lost_rate']):.1f}" for p in ordered)
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{line}"/>')
+        if label is not None:  # in the legend column, at the right of the panel
+            row = upper + 20 * n
+            out.append(
+                f'<line x1="{right + 24}" y1="{row - 4}" x2="{right + 46}" y2="{row - 4}" '
+                f'stroke="{color}" stroke-width="2"/>'
+            )
+            out.append(f'<text x="{right + 54}" y="{row}">{escape(label)}</text>')
+        for p in ordered:
+            px, py = x(p["cost"]), y(p["lost_rate"])
+            title = (
+                f"{knob} {p['value']:g}: ${p['cost']:.4f}, {p['lost_rate'] * 100:.1f}% of "
+                f"{p.get('uses', '?')} uses lost"
+            )
+            hollow = p.get("lost_frontier") is False
+            out.append(_marker("circle", px, py, color, title, hollow=hollow))
+            out.append(
+                f'<text x="{px:.1f}" y="{py - 10:.1f}" text-anchor="middle">{p["value"]:g}</text>'
+            )
+    out.append(
+        f'<text x="{right}" y="{upper - 8}" text-anchor="end" fill="#444">filled: on the '
+        "frontier (no other setting forgets less for no more cost)</text>"
+    )
+    out.append(
+        f'<text x="{(left + right) / 2}" y="{lower + 36}" text-anchor="middle">'
+        "cost of the replay (USD)</text>"
+    )
+    return out
+
+
+def lost_frontier_svg(points: Sequence[Mapping[str, Any]], title: str, knob: str) -> str:
+    """A standalone SVG of sweep points (``SweepPoint.to_json()`` dicts with
+    ``lost_frontier``, one ``series`` per curve): lost rate against cost, each series a
+    line (``benchmarks/bench_forgetting.py`` draws tinyctx's and LangChain's together)."""
+    height = _SWEEP_H + 40
+    body = _lost_panel(points, knob, 30)
+    return (
+        "\n".join(
+            [
+                f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" '
+                f'viewBox="0 0 {_W} {height}" font-family="DejaVu Sans, Helvetica, Arial, '
+                'sans-serif" font-size="12">',
+                f'<rect width="{_W}" height="{height}" fill="white"/>',
+                f'<text x="{_LEFT}" y="24" font-size="16" font-weight="bold">'
+                f"{escape(title)}</text>",
+                *body,
+                "</svg>",
+            ]
+        )
+        + "\n"
+    )
 
 
 def write_chart(

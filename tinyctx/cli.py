@@ -420,7 +420,7 @@ def _sweep_payload(
 ) -> dict[str, Any]:
     """``--sweep``'s points, each series in turn, each marked whether it is on the frontier
     (no other point keeps as much context for less: the settings worth picking)."""
-    from .cost import frontier, sweep
+    from .cost import frontier, lost_frontier, sweep
 
     points: list[SweepPoint] = []
     for series, stacks in swept:
@@ -436,9 +436,13 @@ def _sweep_payload(
             series=series,
         )
     best = {id(p) for p in frontier(points)}
+    forgets_least = {id(p) for p in lost_frontier(points)}
     return {
         "knob": "low_water",
-        "points": [{**p.to_json(), "frontier": id(p) in best} for p in points],
+        "points": [
+            {**p.to_json(), "frontier": id(p) in best, "lost_frontier": id(p) in forgets_least}
+            for p in points
+        ],
     }
 
 
@@ -508,13 +512,17 @@ def _progress(err: TextIO) -> Iterator[Callable[[int, int], None] | None]:
         yield show
 
 
-def _image_cells(payload: dict[str, Any]) -> dict[str, Any]:
-    """The payload with an ``imgs`` cell ("sent/recorded") per call for the table, when the
-    transcript has images (a text-only replay shows no such column)."""
-    calls = payload["calls"]
-    if not any(call["raw_images"] for call in calls):
-        return payload
-    cells = [{**call, "imgs": f"{call['images']}/{call['raw_images']}"} for call in calls]
+def _table_cells(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload with the table's combined cells per call: ``lost_of_uses`` ("lost/uses")
+    and, when the transcript has images, ``imgs`` ("sent/recorded"; a text-only replay
+    shows no such column)."""
+    images = any(call["raw_images"] for call in payload["calls"])
+    cells = []
+    for call in payload["calls"]:
+        cell = {**call, "lost_of_uses": f"{call['lost_uses']}/{call['uses']}"}
+        if images:
+            cell["imgs"] = f"{call['images']}/{call['raw_images']}"
+        cells.append(cell)
     return {**payload, "calls": cells}
 
 
@@ -572,7 +580,7 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
         json.dump(payload, io.out, indent=2)
         io.out.write("\n")
     else:
-        print_replay(_image_cells(payload), console(io.out), name)
+        print_replay(_table_cells(payload), console(io.out), name)
     io.out.flush()
     if plot is not None:
         write_chart(payload, plot, name, stack=args.stack)
@@ -788,7 +796,7 @@ def _replay_parser(io: _IO) -> _Parser:
         const="default",
         metavar="VALUES",
         help="also replay at each low-water mark (default 0.1,...,0.8) and show average "
-        "prompt tokens against cost (a table, and a panel of --plot)",
+        "prompt tokens and the lost rate against cost (a table, and panels of --plot)",
     )
     return parser
 

@@ -69,6 +69,7 @@ __all__ = [
     "sweep",
     "cost_at",
     "frontier",
+    "lost_frontier",
     "CurveComparison",
     "compare_curves",
     "DEFAULT_PRICE",
@@ -463,6 +464,14 @@ class SweepPoint:
     calls: int
     error: str | None = None
     series: str | None = None
+    uses: int | None = None
+    """Uses of earlier context by the replayed replies (:mod:`tinyctx.forgetting`)."""
+    lost: int | None = None
+    """Those the sent requests had lost."""
+
+    @property
+    def lost_rate(self) -> float | None:
+        return self.lost / self.uses if self.uses and self.lost is not None else None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -475,6 +484,8 @@ class SweepPoint:
         }
         if self.series is not None:
             out["series"] = self.series
+        if self.uses is not None:
+            out.update(uses=self.uses, lost_uses=self.lost, lost_rate=self.lost_rate)
         return out
 
 
@@ -496,15 +507,23 @@ def sweep(
     made until then). Sweep again with another ``stack_for`` and ``series`` to put a second
     knob on the same curve (:func:`frontier` takes the points of both).
     """
+    from .forgetting import UsesIndex
     from .replay import replay_sync
     from .tokens import default_counter
 
     chosen = price_for(price) if isinstance(price, str) else price
     counter = counter or default_counter()
+    transcript = tuple(transcript)
+    uses = UsesIndex.build(transcript)
     points: list[SweepPoint] = []
     for value in values:
         report = replay_sync(
-            transcript, stack_for(value), window=window, reserved=reserved, counter=counter
+            transcript,
+            stack_for(value),
+            window=window,
+            reserved=reserved,
+            counter=counter,
+            uses=uses,
         )
         cost = price_replay(report, chosen)
         points.append(
@@ -516,6 +535,8 @@ def sweep(
                 len(cost.calls),
                 report.error,
                 series,
+                report.uses,
+                report.lost,
             )
         )
     return tuple(points)
@@ -538,6 +559,24 @@ def frontier(points: Iterable[SweepPoint]) -> tuple[SweepPoint, ...]:
         if not kept or point.cost < kept[-1].cost:
             kept.append(point)
     return tuple(reversed(kept))
+
+
+def lost_frontier(points: Iterable[SweepPoint]) -> tuple[SweepPoint, ...]:
+    """The settings of a sweep worth picking by cost and forgetting: those no other point
+    beats on both (no more cost and no higher lost rate, one of them strictly less),
+    sorted by cost, their lost rate falling strictly. Points with an ``error`` or without
+    a lost rate are left out."""
+    ordered = sorted(
+        (p for p in points if p.error is None and p.lost_rate is not None),
+        key=lambda p: (p.cost, p.lost_rate),
+    )
+    kept: list[SweepPoint] = []
+    for point in ordered:  # from the cheapest up: keep what forgets less than all below
+        rate = point.lost_rate
+        assert rate is not None
+        if not kept or rate < (kept[-1].lost_rate or 0.0):
+            kept.append(point)
+    return tuple(kept)
 
 
 def _interpolate(curve: Sequence[SweepPoint], x: float) -> float | None:

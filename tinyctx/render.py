@@ -108,6 +108,13 @@ CALL_COLUMNS: list[Column] = [
         style=lambda call: "yellow" if call.get("prefix_broke") else "",
     ),
     Column("imgs", "imgs", "images sent / images in the recording so far", str),
+    Column(
+        "lost_of_uses",
+        "lost",
+        "uses lost / uses: the reply's spans of earlier context the request no longer held",
+        str,
+        style=lambda call: "bold red" if call.get("lost_uses") else "",
+    ),
     Column("actions", "actions", "what the layers did", "; ".join, "left", wrap=True),
 ]
 """The replay table's columns, in order. Append to show a key you added to each call."""
@@ -119,6 +126,9 @@ SUMMARY_ITEMS: list[SummaryItem] = [
     SummaryItem("overflows_avoided", "  kept inside it by the stack"),
     SummaryItem("overflows_remaining", "calls over it even with the stack"),
     SummaryItem("total_tokens_saved", "tokens saved over all calls"),
+    SummaryItem("uses", "uses of earlier context by the recorded replies"),
+    SummaryItem("lost_uses", "  lost: their span was not in the sent request"),
+    SummaryItem("lost_rate", "lost rate (lost uses / uses)", percent),
     # with --price (tinyctx.cost)
     SummaryItem("average_prompt_tokens", "average prompt tokens", lambda v: f"{v:,.0f}"),
     SummaryItem("cache_read_tokens", "tokens read from the prompt cache"),
@@ -136,12 +146,20 @@ SWEEP_COLUMNS: list[Column] = [
     Column("average_prompt_tokens", "avg prompt", "tokens sent per call", lambda v: f"{v:,.0f}"),
     Column("cost", "cost", "USD for the replay", "${:.4f}".format),
     Column("prefix_breaks", "breaks", "calls that broke the cached prefix"),
+    Column("lost_rate", "lost", "lost uses / uses (tinyctx.forgetting)", percent),
     Column("calls", "calls", "model calls replayed"),
     Column("error", "stopped", "why the replay stopped", str, "left", wrap=True),
     Column(
         "frontier",
         "pick",
         "on the curve: no other setting keeps as much context for less",
+        lambda on: "*" if on else "",
+        "center",
+    ),
+    Column(
+        "lost_frontier",
+        "pick lost",
+        "on the cost x lost-rate curve: no other setting forgets less for no more cost",
         lambda on: "*" if on else "",
         "center",
     ),
@@ -236,7 +254,7 @@ def print_replay(payload: Mapping[str, Any], out: Console, name: str) -> None:
             table(
                 sweep["points"],
                 SWEEP_COLUMNS,
-                title=f"sweep of {sweep['knob']}: average prompt tokens against cost",
+                title=f"sweep of {sweep['knob']}: average prompt tokens and lost rate against cost",
             )
         )
 

@@ -27,6 +27,7 @@ from .control import Interrupt
 from .cost import PromptShape
 from .errors import ContextLimitExceeded, Interrupted
 from .events import Event, EventSink, freed_tokens
+from .forgetting import CallForgetting, Use, UsesIndex
 from .messages import AssistantMessage, Message, ToolCall, ToolResult, check_pairing
 from .model import ModelRequest, ModelResponse
 from .parts import ImagePart
@@ -60,6 +61,17 @@ class CallRow:
     """Images the uncompacted recording up to this call holds."""
     shape: PromptShape | None = field(default=None, repr=False, eq=False)
     """The sent prompt as :mod:`tinyctx.cost` prices it (messages, per-message tokens)."""
+    forgetting: CallForgetting = field(factory=CallForgetting, repr=False, eq=False)
+    """The recorded reply's uses of earlier context, and those the sent request had lost
+    (:mod:`tinyctx.forgetting`)."""
+
+    @property
+    def uses(self) -> int:
+        return len(self.forgetting.uses)
+
+    @property
+    def lost(self) -> int:
+        return len(self.forgetting.lost)
 
     @property
     def utilisation(self) -> float | None:
@@ -139,6 +151,21 @@ class ReplayReport:
         """Tokens not sent, summed over every call (what the stack saved in all)."""
         return sum(r.saved for r in self.rows)
 
+    @property
+    def uses(self) -> int:
+        """Uses of earlier context by the replayed calls' recorded replies."""
+        return sum(r.uses for r in self.rows)
+
+    @property
+    def lost(self) -> int:
+        """Those uses whose span the request the stack sent no longer held."""
+        return sum(r.lost for r in self.rows)
+
+    @property
+    def lost_rate(self) -> float | None:
+        """Lost uses over all uses (None when the replies used nothing)."""
+        return self.lost / self.uses if self.uses else None
+
     def _over(self, row: CallRow) -> bool:
         return row.usable is not None and row.tokens > row.usable
 
@@ -162,6 +189,10 @@ class ReplayReport:
                     "images": r.images,
                     "raw_images": r.raw_images,
                     "events": [_event_json(e, label) for e in r.events if (label := e.describe())],
+                    "uses": r.uses,
+                    "lost_uses": r.lost,
+                    "lost_rate": r.forgetting.lost_rate,
+                    "lost": [_use_json(u) for u in r.forgetting.lost],
                 }
                 for r in self.rows
             ],
@@ -177,8 +208,35 @@ class ReplayReport:
                 "final_messages": len(self.final_messages),
                 "max_images_per_call": max((r.images for r in self.rows), default=0),
                 "error": self.error,
+                "uses": self.uses,
+                "lost_uses": self.lost,
+                "lost_rate": self.lost_rate,
+                "lost_by_kind": _breakdown(self.rows, lambda u: u.span.kind),
+                "lost_by_source": _breakdown(self.rows, lambda u: u.source_name),
             },
         }
+
+
+_SPAN_SHOWN = 80
+"""Characters of a lost span the JSON shows (the rest is cut, with an ellipsis)."""
+
+
+def _use_json(use: Use) -> dict[str, Any]:
+    text = use.span.text
+    shown = text if len(text) <= _SPAN_SHOWN else text[: _SPAN_SHOWN - 1] + "\u2026"
+    return {"kind": use.span.kind, "span": shown, "source": use.source, "tool": use.source_name}
+
+
+def _breakdown(rows: Sequence[CallRow], key: Callable[[Use], str]) -> dict[str, dict[str, int]]:
+    """Uses and lost uses by ``key`` (a span's kind, or the tool its source came from),
+    the most used first."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        for use in row.forgetting.uses:
+            counts.setdefault(key(use), {"uses": 0, "lost": 0})["uses"] += 1
+        for use in row.forgetting.lost:
+            counts[key(use)]["lost"] += 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1]["uses"], item[0])))
 
 
 def count_images(messages: Sequence[Message]) -> int:
@@ -310,15 +368,26 @@ async def replay(
     counter: TokenCounter | None = None,
     tools: Sequence[Tool] = (),
     progress: Callable[[int, int], None] | None = None,
+    uses: UsesIndex | None = None,
 ) -> ReplayReport:
-    """Replay ``transcript`` through ``stack`` and report every model call."""
+    """Replay ``transcript`` through ``stack`` and report every model call.
+
+    Each call is scored by :mod:`tinyctx.forgetting`: the uses of earlier context its
+    recorded reply makes, and those the request the stack sent had lost. ``uses`` is the
+    recording's index when the caller built it already (:meth:`UsesIndex.build`, once per
+    recording for many replays); it must be the index of ``transcript``."""
     counter = counter or default_counter()
     transcript = tuple(transcript)
     check_pairing(transcript)
+    if uses is not None and uses.transcript != transcript:
+        raise ValueError("replay: uses= is the UsesIndex of another transcript")
+    index = uses if uses is not None else UsesIndex.build(transcript)
     model = ReplayModel(transcript)
     rows: list[CallRow] = []
     seen: list[Event] = []
     pending_raw: list[tuple[int, int]] = []
+    sent: list[ModelRequest] = []
+    texts: dict[int, tuple[Message, str]] = {}
 
     def outer(request: ModelRequest, ctx: RunContext[Any]) -> None:
         # what the uncompacted recording up to here would cost
@@ -354,15 +423,22 @@ async def replay(
                 shape=shape,
             )
         )
+        sent[:] = [request]
         if progress is not None:
             progress(model.position, len(transcript))
 
     def answered(response: ModelResponse) -> None:
-        # the reply's tokens are what the call's output costs
+        # the reply's tokens are what the call's output costs; the recorded reply (the
+        # model turn just answered) is scored against what was sent for it
         row = rows[-1]
+        changes: dict[str, Any] = {}
         if row.shape is not None:
             output = counter.count_message(response.message)
-            rows[-1] = attrs.evolve(row, shape=attrs.evolve(row.shape, output_tokens=output))
+            changes["shape"] = attrs.evolve(row.shape, output_tokens=output)
+        if sent:
+            changes["forgetting"] = index.score(model.position - 1, sent.pop().messages, texts)
+        if changes:
+            rows[-1] = attrs.evolve(row, **changes)
 
     agent = Agent(
         model=model,
