@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 from attrs import field, frozen
 
-from .frozen import EMPTY, FrozenDict, freeze
+from .frozen import EMPTY, FrozenDict, NestingError, freeze
 
 if TYPE_CHECKING:
     from .decisions import Decision
@@ -43,9 +43,13 @@ class StopWithFinal:
         return self.text
 
 
-def _frozen_json(value: Any, owner: str, name: str) -> Any:
-    """Deep-freeze ``value`` and check it is JSON data (so a store can keep the checkpoint)."""
-    frozen_value = freeze(value)
+def _frozen_json(value: Any, owner: str, name: str, depth: int = 0) -> Any:
+    """Deep-freeze ``value`` and check it is JSON data (so a store can keep the checkpoint;
+    ``depth``: the levels of objects the checkpoint keeps it under)."""
+    try:
+        frozen_value = freeze(value, depth)
+    except NestingError as exc:
+        raise NestingError(f"{owner}.{name}: {exc}") from None
     problem = _json_problem(frozen_value, name)
     if problem is not None:
         raise TypeError(f"{owner}.{problem}")
@@ -87,7 +91,8 @@ class Interrupt:
 
     ``payload`` is optional structured data for whoever handles the pause (a review UI:
     the calls to review); it must be JSON data and is stored deep-frozen, so it travels
-    with the checkpoint through any store.
+    with the checkpoint through any store; nested past :data:`~tinyctx.codec.MAX_NESTING`
+    it is refused here.
     """
 
     node: str
@@ -125,7 +130,8 @@ class Suspend(BaseException):
         if not isinstance(node, str) or not node:
             raise TypeError(f"Suspend.node must be a non-empty string, got {node!r}")
         self.interrupt = Interrupt(node, message, payload)
-        self.state = _frozen_json(state, "Suspend", "state")
+        # the checkpoint keeps it two objects down its state: {"tinyctx:suspended": {"state"}}
+        self.state = _frozen_json(state, "Suspend", "state", depth=2)
         super().__init__(self.interrupt.detail)
 
     @property

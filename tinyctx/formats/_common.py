@@ -24,8 +24,8 @@ from typing import Any, Final
 
 import attrs
 
-from ..errors import PairingError, TinyCtxError
-from ..frozen import EMPTY, FrozenDict, freeze, frozen_mapping, thaw
+from ..errors import PairingError, TinyCtxError, a_type
+from ..frozen import EMPTY, MAX_NESTING, FrozenDict, freeze, frozen_mapping, nests_deeper, thaw
 from ..messages import (
     RENAMED_IDS,
     AssistantMessage,
@@ -230,21 +230,36 @@ def parse_arguments(raw: object) -> tuple[Mapping[str, Any], str | None]:
     """``(arguments, invalid_arguments)`` from a JSON string the model produced.
 
     An empty string means no arguments; a string that is not a JSON object is kept verbatim
-    as ``invalid_arguments`` (the loop reports it to the model); an object is taken as is.
+    as ``invalid_arguments`` (the loop reports it to the model); an object is taken as is,
+    unless it nests deeper than :data:`~tinyctx.codec.MAX_NESTING` levels (no thread keeps
+    that: it is invalid arguments too, so the call gets an error result and the run goes on).
     """
     if isinstance(raw, Mapping):
+        if nests_deeper(raw):
+            return {}, _deep_text(raw)
         return raw, None
     if not isinstance(raw, str):
-        return {}, json.dumps(raw, ensure_ascii=False, default=str)
+        return {}, _deep_text(raw)
     if not raw.strip():
         return {}, None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}, raw
-    if isinstance(value, dict):
+    if isinstance(value, dict) and not nests_deeper(value):
         return value, None
     return {}, raw
+
+
+def _deep_text(raw: object) -> str:
+    """The JSON text of arguments that are not a JSON object a call can hold (nested past
+    :data:`~tinyctx.codec.MAX_NESTING`, or not an object)."""
+    try:
+        return json.dumps(raw, ensure_ascii=False, default=str)
+    except RecursionError:
+        return f"<{a_type(type(raw))} nested deeper than {MAX_NESTING} levels>"
+    except ValueError as exc:  # a cycle
+        return f"<{a_type(type(raw))} that is not JSON: {exc}>"
 
 
 def arguments_json(call: ToolCall, *, fmt: str, index: int) -> str:
