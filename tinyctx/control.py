@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 from attrs import field, frozen
 
-from .frozen import EMPTY, FrozenDict, NestingError, freeze
+from .errors import a_type
+from .frozen import EMPTY, HUGE_INT, FrozenDict, NestingError, freeze, value_fits
 
 if TYPE_CHECKING:
     from .decisions import Decision
@@ -30,11 +31,26 @@ __all__ = [
 ]
 
 
+def _text(instance: Any, attribute: Any, value: Any) -> None:
+    """A control outcome's text field is a ``str`` (it is the run's answer, or stored with
+    the checkpoint): anything else is refused where the outcome is built."""
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{type(instance).__name__}.{attribute.name} must be a str, got {a_type(type(value))}"
+        )
+
+
+def _node(instance: Any, attribute: Any, value: Any) -> None:
+    _text(instance, attribute, value)
+    if not value:
+        raise ValueError(f"{type(instance).__name__}.node must be a non-empty string")
+
+
 @frozen
 class StopWithFinal:
-    """Stop the loop now; ``text`` becomes the run's final answer."""
+    """Stop the loop now; ``text`` (a ``str``) becomes the run's final answer."""
 
-    text: str
+    text: str = field(validator=_text)
     kind: ClassVar[Literal["stop_with_final"]] = "stop_with_final"
     precedence: ClassVar[int] = 1
 
@@ -61,8 +77,10 @@ def _json_payload(value: Any) -> Any:
 
 
 def _json_problem(value: Any, path: str) -> str | None:
-    if value is None or isinstance(value, (str, bool, int)):
+    if value is None or isinstance(value, (str, bool)):
         return None
+    if isinstance(value, int):
+        return None if value_fits(value) else f"{path} {HUGE_INT}"
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{path} must be a finite number, got {value!r}"
     if isinstance(value, FrozenDict):
@@ -91,12 +109,15 @@ class Interrupt:
 
     ``payload`` is optional structured data for whoever handles the pause (a review UI:
     the calls to review); it must be JSON data and is stored deep-frozen, so it travels
-    with the checkpoint through any store; nested past :data:`~tinyctx.codec.MAX_NESTING`
-    it is refused here.
+    with the checkpoint through any store. ``node`` (a non-empty ``str``), ``message`` (a
+    ``str``) and ``payload`` are checked when the Interrupt is built: a value no store could
+    read back (a number as the node, NaN, an integer past the digits Python converts,
+    nesting past :data:`~tinyctx.codec.MAX_NESTING`) is an error there, never a checkpoint
+    that bricks the thread.
     """
 
-    node: str
-    message: str = ""
+    node: str = field(validator=_node)
+    message: str = field(default="", validator=_text)
     payload: Any = field(default=None, converter=_json_payload)
     kind: ClassVar[Literal["interrupt"]] = "interrupt"
     precedence: ClassVar[int] = 2
@@ -129,7 +150,10 @@ class Suspend(BaseException):
     ) -> None:
         if not isinstance(node, str) or not node:
             raise TypeError(f"Suspend.node must be a non-empty string, got {node!r}")
-        self.interrupt = Interrupt(node, message, payload)
+        try:
+            self.interrupt = Interrupt(node, message, payload)
+        except (TypeError, ValueError) as exc:  # named as the caller wrote it
+            raise type(exc)(str(exc).replace("Interrupt.", "Suspend.", 1)) from None
         # the checkpoint keeps it two objects down its state: {"tinyctx:suspended": {"state"}}
         self.state = _frozen_json(state, "Suspend", "state", depth=2)
         super().__init__(self.interrupt.detail)
