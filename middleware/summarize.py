@@ -49,6 +49,7 @@ from tinyctx import (
     thaw,
 )
 from tinyctx.events import EventLevel
+from tinyctx.parts import TextPart, describe_part
 from tinyctx.tokens import TokenCounter
 
 from ._compaction import (
@@ -329,6 +330,22 @@ def _middle_cut(text: str, limit: int) -> str:
     return text[:head] + note + text[len(text) - (keep - head) :] if keep else text[:limit]
 
 
+def _described(message: Message, limit: int) -> str:
+    """A message's :meth:`~tinyctx.Message.describe` within about ``limit`` characters: its
+    text is cut in the middle, an image or a document is named whole (its URL too: a URL
+    cut short could not be fetched again)."""
+    content = getattr(message, "content", "")
+    if isinstance(content, str):
+        return _middle_cut(content, limit)
+    texts = sum(1 for part in content if isinstance(part, TextPart)) or 1
+    return "\n".join(
+        _middle_cut(part.text, limit // texts)
+        if isinstance(part, TextPart)
+        else describe_part(part)
+        for part in content
+    )
+
+
 def _arguments(arguments: Mapping[str, Any]) -> str:
     return json.dumps(thaw(arguments), ensure_ascii=False, sort_keys=True, default=str)
 
@@ -339,14 +356,14 @@ def _render(message: Message, limit: int) -> str:
         label = f"tool result {message.name}".rstrip() + (" (error)" if message.is_error else "")
         if "cleared" in tinyctx_meta(message):
             return f"[{label}] (content cleared earlier)"
-        return f"[{label}] {_middle_cut(message.describe(), limit)}"
+        return f"[{label}] {_described(message, limit)}"
     if isinstance(message, AssistantMessage):
         lines = [f"[assistant] {_middle_cut(message.content, limit)}"] if message.content else []
         for call in message.tool_calls:
             args = _middle_cut(_arguments(call.arguments), limit)
             lines.append(f"[assistant calls {call.name}] {args}")
         return "\n".join(lines) or "[assistant] (no text)"
-    return f"[{message.role}] {_middle_cut(message.describe(), limit)}"
+    return f"[{message.role}] {_described(message, limit)}"
 
 
 def render_transcript(

@@ -606,9 +606,16 @@ def content_bytes(content: Content) -> int:
     return total
 
 
+def _source(url: str) -> str:
+    """Where a part comes from, as a description names it: the URL whole (a signed URL cut
+    short could not be fetched again), a ``data:`` URL only by its start (never base64)."""
+    return _preview(url, 80) if url.startswith("data:") else url
+
+
 def describe_part(part: Part) -> str:
     """A short text naming a part: the text itself, or ``[image: screenshot image/png
-    1280×800]`` / ``[document: report.pdf application/pdf, 12 pages]`` — never base64."""
+    1280×800]`` / ``[document: report.pdf application/pdf, 12 pages]`` — never base64. A
+    part from a URL names it whole (``[image: from https://...]``)."""
     if isinstance(part, TextPart):
         return part.text
     words = []
@@ -620,7 +627,7 @@ def describe_part(part: Part) -> str:
         if part.width is not None:
             words.append(f"{part.width}×{part.height}")
         if part.data is None:
-            words.append(f"from {_preview(str(part.url), 80)}")
+            words.append(f"from {_source(str(part.url))}")
         return f"[image: {' '.join(words)}]" if words else "[image]"
     if part.title:
         words.append(part.title)
@@ -630,7 +637,7 @@ def describe_part(part: Part) -> str:
     if part.pages is not None:
         text += f", {part.pages} page{'s' if part.pages != 1 else ''}"
     if part.data is None:
-        text += f" from {_preview(str(part.url), 80)}"
+        text += f" from {_source(str(part.url))}"
     return f"[document: {text.strip(' ,')}]" if text.strip() else "[document]"
 
 
