@@ -231,17 +231,25 @@ class TestModelArguments:
     """Tool-call arguments a model nests past the limit are invalid arguments: that call gets
     an error result and the run goes on."""
 
-    @pytest.mark.parametrize("levels", [MAX_NESTING + 1, 330, 5000])
+    @pytest.mark.parametrize(
+        "arguments",
+        [
+            '{"q":' + nested_text(MAX_NESTING) + "}",
+            '{"q":' + nested_text(330) + "}",
+            '{"q":' + nested_text(5000) + "}",
+            '{"q": NaN}',
+            '{"q": [1e400]}',
+            '{"q": ' + "7" * 4301 + "}",
+        ],
+        ids=["101-levels", "330-levels", "5000-levels", "nan", "overflow", "4301-digits"],
+    )
     async def test_through_the_openai_adapter(
-        self, levels: int, server: LoopbackServer, client: openai.AsyncOpenAI, tmp_path: Path
+        self, arguments: str, server: LoopbackServer, client: openai.AsyncOpenAI, tmp_path: Path
     ) -> None:
-        """The deep call is answered with an error, the next one runs, the thread reopens."""
+        """That call is answered with an error, the next one runs, the thread reopens."""
         server.add(
             json_reply(
-                openai_completion(
-                    None,
-                    [("c1", "lookup", '{"q":' + nested_text(levels) + "}"), ("c2", "lookup", "{}")],
-                )
+                openai_completion(None, [("c1", "lookup", arguments), ("c2", "lookup", "{}")])
             )
         )
         server.add(json_reply(openai_completion("done")))

@@ -21,7 +21,6 @@ __all__ = [
     "NestingError",
     "INT_DIGITS",
     "value_fits",
-    "nests_deeper",
 ]
 
 MAX_NESTING: Final = 100
@@ -185,24 +184,6 @@ def freeze(value: Any, _depth: int = 0) -> Any:
         depth = _depth + 1
         return tuple([freeze(v, depth) for v in sorted(value, key=repr)])
     return value
-
-
-def nests_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
-    """Whether ``value``'s mappings and sequences (not strings) nest deeper than ``limit``
-    levels, itself counted; walked without recursion, so any depth is measured."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            children: Any = item.values()
-        elif isinstance(item, (list, tuple)):
-            children = item
-        else:
-            continue
-        if depth >= limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 def _too_deep() -> NestingError:

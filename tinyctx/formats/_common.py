@@ -19,13 +19,14 @@ in file mode. ``for_api=True`` leaves all of that out: it is what a provider acc
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
 
 from ..errors import PairingError, TinyCtxError, a_type
-from ..frozen import EMPTY, MAX_NESTING, FrozenDict, freeze, frozen_mapping, nests_deeper, thaw
+from ..frozen import EMPTY, MAX_NESTING, FrozenDict, freeze, frozen_mapping, thaw, value_fits
 from ..messages import (
     RENAMED_IDS,
     AssistantMessage,
@@ -231,11 +232,12 @@ def parse_arguments(raw: object) -> tuple[Mapping[str, Any], str | None]:
 
     An empty string means no arguments; a string that is not a JSON object is kept verbatim
     as ``invalid_arguments`` (the loop reports it to the model); an object is taken as is,
-    unless it nests deeper than :data:`~tinyctx.codec.MAX_NESTING` levels (no thread keeps
-    that: it is invalid arguments too, so the call gets an error result and the run goes on).
+    unless a thread could not keep it (see :func:`keepable`: nested past
+    :data:`~tinyctx.codec.MAX_NESTING` levels, ``NaN``, an integer past 4300 digits): that
+    is invalid arguments too, so the call gets an error result and the run goes on.
     """
     if isinstance(raw, Mapping):
-        if nests_deeper(raw):
+        if not keepable(raw):
             return {}, _deep_text(raw)
         return raw, None
     if not isinstance(raw, str):
@@ -244,11 +246,39 @@ def parse_arguments(raw: object) -> tuple[Mapping[str, Any], str | None]:
         return {}, None
     try:
         value = json.loads(raw)
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError):  # not JSON, or an integer past 4300 digits
         return {}, raw
-    if isinstance(value, dict) and not nests_deeper(value):
+    if isinstance(value, dict) and keepable(value):
         return value, None
     return {}, raw
+
+
+def keepable(value: object) -> bool:
+    """Whether ``value`` is JSON a thread keeps: str keys, finite floats (``NaN`` and
+    ``1e400`` parse to floats that are not), integers of at most 4300 digits, nested at
+    most :data:`~tinyctx.codec.MAX_NESTING` levels. Walked without recursion."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if item is None or isinstance(item, (str, bool)):
+            continue
+        if isinstance(item, int):
+            if not value_fits(item):
+                return False
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, Mapping):
+            if depth >= MAX_NESTING or not all(isinstance(key, str) for key in item):
+                return False
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, (list, tuple)):
+            if depth >= MAX_NESTING:
+                return False
+            stack.extend((child, depth + 1) for child in item)
+        else:
+            return False
+    return True
 
 
 def _deep_text(raw: object) -> str:
