@@ -43,11 +43,6 @@ class TestBuilt:
         with pytest.raises(TypeError, match=r"^StopWithFinal\.text must be a str"):
             StopWithFinal(value)
 
-    def test_an_empty_node_is_refused(self) -> None:
-        """An interrupt names where it paused, as a suspension does."""
-        with pytest.raises(ValueError, match=r"^Interrupt\.node must be a non-empty string"):
-            Interrupt("")
-
     @pytest.mark.parametrize(
         "payload",
         [10**4300, {"n": [-(10**5000)]}, float("nan"), {"x": float("inf")}, {1: "key"}],

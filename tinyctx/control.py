@@ -40,12 +40,6 @@ def _text(instance: Any, attribute: Any, value: Any) -> None:
         )
 
 
-def _node(instance: Any, attribute: Any, value: Any) -> None:
-    _text(instance, attribute, value)
-    if not value:
-        raise ValueError(f"{type(instance).__name__}.node must be a non-empty string")
-
-
 @frozen
 class StopWithFinal:
     """Stop the loop now; ``text`` (a ``str``) becomes the run's final answer."""
@@ -109,14 +103,14 @@ class Interrupt:
 
     ``payload`` is optional structured data for whoever handles the pause (a review UI:
     the calls to review); it must be JSON data and is stored deep-frozen, so it travels
-    with the checkpoint through any store. ``node`` (a non-empty ``str``), ``message`` (a
-    ``str``) and ``payload`` are checked when the Interrupt is built: a value no store could
+    with the checkpoint through any store. ``node`` and ``message`` (each a ``str``) and
+    ``payload`` are checked when the Interrupt is built: a value no store could
     read back (a number as the node, NaN, an integer past the digits Python converts,
     nesting past :data:`~tinyctx.codec.MAX_NESTING`) is an error there, never a checkpoint
     that bricks the thread.
     """
 
-    node: str = field(validator=_node)
+    node: str = field(validator=_text)
     message: str = field(default="", validator=_text)
     payload: Any = field(default=None, converter=_json_payload)
     kind: ClassVar[Literal["interrupt"]] = "interrupt"
