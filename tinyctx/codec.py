@@ -10,10 +10,13 @@ back, with no pickle anywhere:
   first problem (``messages[12].tool_calls[0].arguments``); nothing is half built.
 - **Canonical.** Equal values give equal bytes: keys sorted, separators ``","`` and
   ``":"``, fields equal to their default left out, tuples and lists both written as
-  arrays, and ``ensure_ascii=True``, so every document is pure ASCII and any Python
-  string (lone surrogates included) round-trips exactly; a non-ASCII character costs a
-  ``\\uXXXX`` escape. Values compare by type as well: ``1``, ``1.0`` and ``True`` are
-  different JSON and give different documents (and decode back to their own type).
+  arrays, and ``ensure_ascii=True``, so every document is pure ASCII and a Python
+  string round-trips exactly, lone surrogates included; a non-ASCII character costs a
+  ``\\uXXXX`` escape. The one string JSON cannot keep, a surrogate pair written as two code
+  points (its escapes read back as the one character they stand for), is refused naming
+  its path, as is an integer past 4300 digits (what Python reads back). Values compare
+  by type as well: ``1``, ``1.0`` and ``True`` are different JSON and give different
+  documents (and decode back to their own type).
 - **Small.** A message document holds that message only, so the bytes a step adds do not
   depend on the length of the history.
 - **JSON values only** in metadata, tool arguments, run-config mappings, layer state and
@@ -48,7 +51,15 @@ from .agent import Checkpoint
 from .context import RunConfig
 from .documents import TEXT_HOLE, SplitDocuments, join_document
 from .errors import ConfigError, TinyCtxError, a_type
-from .frozen import EMPTY, MAX_NESTING, FrozenDict
+from .frozen import (
+    EMPTY,
+    HUGE_INT,
+    MAX_NESTING,
+    SPLIT_PAIR,
+    FrozenDict,
+    text_fits,
+    value_fits,
+)
 from .messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult, UserMessage
 from .model import Usage
 from .parts import Part, part_from_json
@@ -73,6 +84,9 @@ CODEC_VERSION: Final = 1
 """The schema version this tinyctx writes (and the newest it reads)."""
 
 T = TypeVar("T")
+
+_INT_BOUND: Final = 1 << 14_000
+"""Integers inside (-bound, bound) have at most 4215 digits: no need to count them."""
 
 _TOO_DEEP: Final = (
     f"nested deeper than {MAX_NESTING} levels of objects and arrays "
@@ -175,8 +189,16 @@ def _plain(value: Any, depth: int = 0) -> Any:
     """A JSON-ready copy of ``value`` (mappings to dicts); ``_Bad`` for anything else
     (``depth``: the levels of objects and arrays around ``value`` within its field)."""
     t = type(value)
-    if t is str or t is int or t is bool or value is None:
+    if t is str:
+        if value.isascii() or text_fits(value):
+            return value
+        raise _Bad(f"the string {value!r} {SPLIT_PAIR}")
+    if t is bool or value is None:
         return value
+    if t is int:
+        if -_INT_BOUND < value < _INT_BOUND or value_fits(value):
+            return value
+        raise _Bad(f"the value {HUGE_INT}")
     if t is float:
         if not math.isfinite(value):
             raise _Bad(f"{value!r} is not a finite number (JSON has no NaN or infinity)")
@@ -188,6 +210,8 @@ def _plain(value: Any, depth: int = 0) -> Any:
         for key, item in value.items():
             if type(key) is not str:
                 raise _Bad(f"mapping key {key!r} is {_kind(key)}; JSON keys are strings")
+            if not (key.isascii() or text_fits(key)):
+                raise _Bad(f"the mapping key {key!r} {SPLIT_PAIR}")
             try:
                 out[key] = _plain(item, depth + 1)
             except _Bad as bad:
@@ -206,11 +230,11 @@ def _plain(value: Any, depth: int = 0) -> Any:
                 raise
         return items
     if isinstance(value, str):
-        return str(value)
+        return _plain(str(value))
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
-        return int(value)
+        return _plain(int(value))
     if isinstance(value, float):
         return _plain(float(value))
     raise _Bad(

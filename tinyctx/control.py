@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 from attrs import field, frozen
 
 from .errors import a_type
-from .frozen import EMPTY, HUGE_INT, FrozenDict, NestingError, freeze, value_fits
+from .frozen import (
+    EMPTY,
+    HUGE_INT,
+    SPLIT_PAIR,
+    FrozenDict,
+    NestingError,
+    freeze,
+    text_fits,
+    value_fits,
+)
 
 if TYPE_CHECKING:
     from .decisions import Decision
@@ -38,6 +47,8 @@ def _text(instance: Any, attribute: Any, value: Any) -> None:
         raise TypeError(
             f"{type(instance).__name__}.{attribute.name} must be a str, got {a_type(type(value))}"
         )
+    if not text_fits(value):
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} {SPLIT_PAIR}")
 
 
 @frozen
@@ -71,7 +82,9 @@ def _json_payload(value: Any) -> Any:
 
 
 def _json_problem(value: Any, path: str) -> str | None:
-    if value is None or isinstance(value, (str, bool)):
+    if isinstance(value, str):
+        return None if text_fits(value) else f"{path} {SPLIT_PAIR}"
+    if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int):
         return None if value_fits(value) else f"{path} {HUGE_INT}"
@@ -81,6 +94,8 @@ def _json_problem(value: Any, path: str) -> str | None:
         for key, item in value.items():
             if not isinstance(key, str):
                 return f"{path} keys must be strings, got {key!r}"
+            if not text_fits(key):
+                return f"{path} key {key!r} {SPLIT_PAIR}"
             problem = _json_problem(item, f"{path}[{key!r}]")
             if problem is not None:
                 return problem

@@ -7,6 +7,7 @@ but neither hashable nor safe against the caller keeping the original dict.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar, overload
 
@@ -21,6 +22,7 @@ __all__ = [
     "NestingError",
     "INT_DIGITS",
     "value_fits",
+    "text_fits",
 ]
 
 MAX_NESTING: Final = 100
@@ -39,6 +41,21 @@ from text by default (``sys.get_int_max_str_digits()``), so every reader can rea
 HUGE_INT: Final = (
     f"is an integer of more than {INT_DIGITS} digits (more than Python reads back from JSON)"
 )
+
+
+_SPLIT_PAIR: Final = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+SPLIT_PAIR: Final = (
+    "holds a surrogate pair written as two code points, which JSON reads back as the one "
+    "character it stands for (join it first: tinyctx.messages.valid_text)"
+)
+
+
+def text_fits(text: str) -> bool:
+    """Whether the string ``text`` reads back from JSON as itself: every string does but one
+    holding a surrogate pair as two code points (``"\\ud83d\\ude00"``), whose escapes any JSON
+    reader joins into one character. A lone surrogate reads back as itself."""
+    return text.isascii() or _SPLIT_PAIR.search(text) is None
 
 
 def value_fits(value: int) -> bool:

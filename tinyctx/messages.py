@@ -22,9 +22,11 @@ from .frozen import (
     EMPTY,
     HUGE_INT,
     MAX_NESTING,
+    SPLIT_PAIR,
     FrozenDict,
     NestingError,
     frozen_mapping,
+    text_fits,
     value_fits,
 )
 from .parts import (
@@ -84,7 +86,9 @@ def _json_problem(value: Any, depth: int = 0) -> str | None:
     """Why a (frozen) value is not JSON, or None when it is (``depth``: the levels of
     objects and arrays around it)."""
     t = type(value)
-    if t is str or t is bool or value is None:
+    if t is str:
+        return None if text_fits(value) else f"the string {value!r} {SPLIT_PAIR}"
+    if t is bool or value is None:
         return None
     if t is int:
         return None if value_fits(value) else f"the value {HUGE_INT}"
@@ -102,6 +106,8 @@ def _json_problem(value: Any, depth: int = 0) -> str | None:
         for key, item in value.items():
             if not isinstance(key, str):
                 return f"the object key {key!r} is {a_type(type(key))}, not a str"
+            if not text_fits(key):
+                return f"the object key {key!r} {SPLIT_PAIR}"
             problem = _json_problem(item, depth + 1)
             if problem is not None:
                 return problem
@@ -128,6 +134,8 @@ def _frozen_arguments(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
         return frozen_mapping(value)
     except NestingError as exc:
         raise NestingError(f"ToolCall.arguments: {exc}") from None
+    except TypeError as exc:  # not a mapping
+        raise TypeError(f"ToolCall.arguments: {exc}") from None
 
 
 def _frozen_metadata(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
@@ -136,6 +144,8 @@ def _frozen_metadata(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
         return frozen_mapping(value)
     except NestingError as exc:
         raise NestingError(f"Message.metadata: {exc}") from None
+    except TypeError as exc:  # not a mapping
+        raise TypeError(f"Message.metadata: {exc}") from None
 
 
 @frozen(cache_hash=True)

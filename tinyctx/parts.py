@@ -99,6 +99,19 @@ def _optional_str(owner: str, name: str, value: object, *, nonempty: bool = True
         raise ConfigError(name, value, "None or a non-empty string", owner=owner)
 
 
+def _url(owner: str, value: object) -> None:
+    """A part's URL: a non-empty string a provider can send (no lone surrogate, which no
+    UTF-8 encoder accepts)."""
+    _optional_str(owner, "url", value)
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(
+                "url", _preview(value), "a URL without lone surrogates", owner=owner
+            ) from None
+
+
 def _optional_positive(owner: str, name: str, value: object) -> None:
     if value is None:
         return
@@ -324,7 +337,7 @@ class ImagePart(_Binary):
                 "media_type", self.media_type, f"one of {IMAGE_MEDIA_TYPES}", owner=owner
             )
         if self.data is None:
-            _optional_str(owner, "url", self.url)
+            _url(owner, self.url)
             object.__setattr__(self, "digest", "url:" + _digest(str(self.url).encode()))
             return
         raw = _decode_base64(owner, self.data)
@@ -430,7 +443,7 @@ class DocumentPart(_Binary):
                 "media_type", self.media_type, f"one of {DOCUMENT_MEDIA_TYPES}", owner=owner
             )
         if self.data is None:
-            _optional_str(owner, "url", self.url)
+            _url(owner, self.url)
             object.__setattr__(self, "digest", "url:" + _digest(str(self.url).encode()))
             return
         if self.media_type is None:

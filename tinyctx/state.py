@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .errors import TinyCtxError
-from .frozen import HUGE_INT, MAX_NESTING, thaw, value_fits
+from .frozen import HUGE_INT, MAX_NESTING, SPLIT_PAIR, text_fits, thaw, value_fits
 
 __all__ = [
     "DurableState",
@@ -58,7 +58,11 @@ def check_json(value: Any, path: str, _depth: int = 1) -> None:
     """Raise :class:`StateError` naming the path of the first value that is not plain JSON
     a thread can keep (``_depth``: the objects around it; a layer's state is kept one
     object down, in the mapping of every layer's state)."""
-    if value is None or isinstance(value, (str, bool)):
+    if isinstance(value, str):
+        if not text_fits(value):
+            raise StateError(f"{path}: the string {value!r} {SPLIT_PAIR}")
+        return
+    if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
         if not value_fits(value):
@@ -77,6 +81,8 @@ def check_json(value: Any, path: str, _depth: int = 1) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise StateError(f"{path}: key {key!r} is not a string")
+            if not text_fits(key):
+                raise StateError(f"{path}: key {key!r} {SPLIT_PAIR}")
             check_json(item, f"{path}.{key}", _depth + 1)
         return
     if isinstance(value, (list, tuple)):

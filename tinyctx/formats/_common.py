@@ -26,7 +26,16 @@ from typing import Any, Final
 import attrs
 
 from ..errors import PairingError, TinyCtxError, a_type
-from ..frozen import EMPTY, MAX_NESTING, FrozenDict, freeze, frozen_mapping, thaw, value_fits
+from ..frozen import (
+    EMPTY,
+    MAX_NESTING,
+    FrozenDict,
+    freeze,
+    frozen_mapping,
+    text_fits,
+    thaw,
+    value_fits,
+)
 from ..messages import (
     RENAMED_IDS,
     AssistantMessage,
@@ -255,21 +264,27 @@ def parse_arguments(raw: object) -> tuple[Mapping[str, Any], str | None]:
 
 def keepable(value: object) -> bool:
     """Whether ``value`` is JSON a thread keeps: str keys, finite floats (``NaN`` and
-    ``1e400`` parse to floats that are not), integers of at most 4300 digits, nested at
-    most :data:`~tinyctx.codec.MAX_NESTING` levels. Walked without recursion."""
+    ``1e400`` parse to floats that are not), integers of at most 4300 digits, strings that
+    read back as themselves (:func:`tinyctx.frozen.text_fits`), nested at most
+    :data:`~tinyctx.codec.MAX_NESTING` levels. Walked without recursion."""
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        if item is None or isinstance(item, (str, bool)):
+        if isinstance(item, str):
+            if not text_fits(item):
+                return False
+        elif item is None or isinstance(item, bool):
             continue
-        if isinstance(item, int):
+        elif isinstance(item, int):
             if not value_fits(item):
                 return False
         elif isinstance(item, float):
             if not math.isfinite(item):
                 return False
         elif isinstance(item, Mapping):
-            if depth >= MAX_NESTING or not all(isinstance(key, str) for key in item):
+            if depth >= MAX_NESTING or not all(
+                isinstance(key, str) and text_fits(key) for key in item
+            ):
                 return False
             stack.extend((child, depth + 1) for child in item.values())
         elif isinstance(item, (list, tuple)):
