@@ -212,6 +212,15 @@ def _plain(value: Any, depth: int = 0) -> Any:
                 raise _Bad(f"mapping key {key!r} is {_kind(key)}; JSON keys are strings")
             if not (key.isascii() or text_fits(key)):
                 raise _Bad(f"the mapping key {key!r} {SPLIT_PAIR}")
+            kind = type(item)  # the usual scalars are taken here, without a call
+            if (
+                (kind is str and item.isascii())
+                or (kind is int and -_INT_BOUND < item < _INT_BOUND)
+                or kind is bool
+                or item is None
+            ):
+                out[key] = item
+                continue
             try:
                 out[key] = _plain(item, depth + 1)
             except _Bad as bad:
@@ -223,6 +232,15 @@ def _plain(value: Any, depth: int = 0) -> Any:
             raise _Bad(_TOO_DEEP)
         items = []
         for index, item in enumerate(value):
+            kind = type(item)
+            if (
+                (kind is str and item.isascii())
+                or (kind is int and -_INT_BOUND < item < _INT_BOUND)
+                or kind is bool
+                or item is None
+            ):
+                items.append(item)
+                continue
             try:
                 items.append(_plain(item, depth + 1))
             except _Bad as bad:
