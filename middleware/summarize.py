@@ -536,6 +536,20 @@ class ExtractiveSummarizer:
         lines = [line for line in (raw.strip() for raw in text.splitlines()[:20]) if line]
         return self._line(" | ".join(lines[:count])) if lines else "(empty)"
 
+    def _message_line(self, message: Message, scale: int = 1, *, first: bool = False) -> str:
+        """A message as a summary line: its text cut (``first``: only its first lines), an
+        image or a document named whole, so a URL stays fetchable."""
+        content = getattr(message, "content", "")
+        if isinstance(content, str):
+            return self._first_lines(content) if first else self._line(content, scale)
+        texts = [
+            self._first_lines(part.text) if first else self._line(part.text, scale)
+            for part in content
+            if isinstance(part, TextPart)
+        ]
+        media = [describe_part(part) for part in content if not isinstance(part, TextPart)]
+        return " | ".join([*texts[:1], *media] if first else [*texts, *media])
+
     def extract(self, messages: Sequence[Message]) -> str:
         """The summary text of ``messages`` (never empty for a non-empty input)."""
         earlier: list[str] = []
@@ -549,7 +563,7 @@ class ExtractiveSummarizer:
                 if "cleared" in tinyctx_meta(message):
                     line = "(result cleared earlier)"
                 else:
-                    line = self._first_lines(message.describe())
+                    line = self._message_line(message, first=True)
                 results[message.tool_call_id] = ("error: " if message.is_error else "") + line
         for message in messages:
             if is_summary(message):
@@ -561,7 +575,7 @@ class ExtractiveSummarizer:
                 and message.describe().strip()
             ):
                 # the first request usually states the task: give it more room
-                goals.append(self._line(message.describe(), 1 if goals else 3))
+                goals.append(self._message_line(message, 1 if goals else 3))
             elif isinstance(message, AssistantMessage):
                 if message.content.strip():
                     statements.append(self._line(message.content))

@@ -405,6 +405,19 @@ class TestMediaInTheSummaryPrompt:
         assert text.endswith(f"[image: from {SIGNED_URL}]")
         assert len(text) < 2000 + len(SIGNED_URL) + 100
 
+    def test_the_extractive_summary_keeps_urls_whole(self) -> None:
+        """ExtractiveSummarizer names a user's image and a tool's document with the URL."""
+        history = (
+            UserMessage((TextPart("first goal"),)),
+            UserMessage((TextPart("look " * 100), ImagePart(url=SIGNED_URL))),
+            AssistantMessage("", (ToolCall("c1", "fetch", {}),)),
+            ToolResult("c1", (TextPart("got it"), DocumentPart(url=SIGNED_URL)), "fetch"),
+            AssistantMessage("Read both."),
+        )
+        summary = ExtractiveSummarizer(max_tokens=4000).extract(history)
+        assert f"[image: from {SIGNED_URL}]" in summary
+        assert f"fetch({{}}) -> got it | [document: from {SIGNED_URL}]" in summary
+
     def test_a_data_url_is_never_spelled_out(self) -> None:
         """A part built from a URL that is a data: URL is named by its start only."""
         assert describe_part(ImagePart(url="data:," + "A" * 1000)).endswith("(1006 chars)]")
