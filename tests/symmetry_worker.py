@@ -60,8 +60,8 @@ def canonical(value: Any) -> Any:
 
 def thread_view(messages: Any, paused: Any, state: str | None) -> str:
     """What a thread holds, as one ASCII string: its messages, its pause (node, message,
-    payload) and the keeper layer's state."""
-    pause = None if paused is None else (paused.node, paused.message, paused.payload)
+    payload, per-run layer state) and the keeper layer's thread state."""
+    pause = None if paused is None else (paused.node, paused.message, paused.payload, paused.state)
     kept = decode_state(state).get(KEEPER) if state is not None else None
     return ascii(canonical({"messages": tuple(messages), "pause": pause, "state": kept}))
 

@@ -182,7 +182,8 @@ class _Box:
 
 
 class Keeper(Layer):
-    """Keeps one value as its thread state, set on the first model call."""
+    """Keeps one value as its thread state and as its run's state (which a pause keeps in
+    the checkpoint), set on every model call."""
 
     name = KEEPER
 
@@ -193,6 +194,7 @@ class Keeper(Layer):
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
     ) -> ModelResponse:
         ctx.thread_state(self, _Box).value = self.value
+        ctx.run_state(self, _Box).value = self.value
         return await call_next(request, ctx)
 
 
@@ -273,6 +275,8 @@ async def _example(
                     pause.message,
                     pause.payload,
                 )
+                if scenario["state"] is not None:
+                    assert canonical(paused.state[KEEPER]) == canonical(scenario["state"])
             if scenario["state"] is not None:
                 kept = decode_state(record.state or '{"v":1}').get(KEEPER)
                 assert canonical(kept) == canonical(scenario["state"])
