@@ -14,6 +14,8 @@ import pytest
 from tests.loopback import (
     TRIO_ASYNCGEN_WARNING,
     LoopbackServer,
+    anthropic_client,
+    anthropic_message,
     json_reply,
     openai_client,
     openai_completion,
@@ -40,7 +42,7 @@ from tinyctx import (
 from tinyctx.codec import MAX_NESTING
 from tinyctx.formats._common import parse_arguments
 from tinyctx.frozen import NestingError
-from tinyctx.providers import OpenAIChatModel
+from tinyctx.providers import AnthropicModel, OpenAIChatModel
 from tinyctx.state import StateError, check_json
 from tinyctx.stores import SqliteStore
 from tinyctx.testing import FakeTool, ScriptedModel, reply
@@ -265,6 +267,25 @@ class TestModelArguments:
             assert "not a JSON object (nested at most 100 levels)" in first.text
             async with Session(agent, thread_id="t", store=store) as reopened:
                 assert reopened.conversation_messages == result.messages
+
+    @pytest.mark.parametrize("levels", [MAX_NESTING + 1, 330])
+    async def test_through_the_anthropic_adapter(self, levels: int, server: LoopbackServer) -> None:
+        """tool_use input nested past the limit (an object the SDK parsed): an error result."""
+        deep = {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": nested(levels)}
+        fine = {"type": "tool_use", "id": "toolu_2", "name": "lookup", "input": {}}
+        server.add(
+            json_reply(anthropic_message([deep, fine])),
+            json_reply(anthropic_message([{"type": "text", "text": "done"}])),
+        )
+        lookup = FakeTool("lookup", returns="found")
+        async with anthropic_client(server) as sdk:
+            model = AnthropicModel("claude-sonnet-4-6", client=sdk, cache_prefix=False)
+            async with Session(Agent(model, tools=[lookup.tool])) as session:
+                result = await session.run("look it up")
+        assert result.final_text == "done"
+        assert lookup.calls == [{}]
+        first = next(m for m in result.messages if isinstance(m, ToolResult))
+        assert first.tool_call_id == "toolu_1" and first.is_error
 
     def test_an_object_given_whole_is_invalid_past_the_limit(self) -> None:
         """Arguments an SDK parsed already (Anthropic's input) past the limit are invalid."""
