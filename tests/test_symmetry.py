@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -339,9 +340,12 @@ class TestWriteReadSymmetry:
             json.dumps({"backend": backend, "store": store_spec, "threads": written}),
             encoding="ascii",
         )
+        # the new process imports the tinyctx this one does (the checkout's), not another
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         done = subprocess.run(
             [sys.executable, str(WORKER), str(plan)],
             cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": path},
             capture_output=True,
             text=True,
             timeout=300,
