@@ -27,6 +27,7 @@ never retried, or that ``retry_on`` refuses, always raise.
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal, TypeAlias
@@ -61,6 +62,7 @@ __all__ = [
     "NEVER_RETRIED",
     "DEFAULT_RETRY_ON",
     "check_attempt",
+    "check_callable",
     "error_text",
     "refusal",
 ]
@@ -87,6 +89,25 @@ GAVE_UP = (
 )
 
 RetryOn: TypeAlias = "type[Exception] | tuple[type[Exception], ...] | Callable[[Exception], bool]"
+
+
+def check_callable(value: Any, arity: int, field_name: str, allowed: str, *, owner: str) -> None:
+    """``ConfigError`` naming ``field_name`` unless ``value`` is a function that can be called
+    with ``arity`` positional arguments (a callable whose signature Python cannot tell, a
+    builtin's, is taken on trust): a formatter that takes one argument is refused when the
+    layer is built, not found when the attempts have run out."""
+    if isinstance(value, str) or not callable(value):
+        raise ConfigError(field_name, value, allowed, owner=owner)
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*(None,) * arity)
+    except TypeError as exc:
+        raise ConfigError(
+            field_name, value, f"{allowed} (its signature {signature}: {exc})", owner=owner
+        ) from None
 
 
 def check_attempt(ctx: RunContext[Any], checkpoint: str, attempt: int) -> ModelResponse | None:
@@ -238,12 +259,11 @@ class Retry(Layer):
     ) -> None:
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise ConfigError("attempts", attempts, "an integer >= 1", owner="Retry")
-        if on_failure not in ("raise", "continue") and (
-            isinstance(on_failure, str) or not callable(on_failure)
-        ):
-            raise ConfigError(
-                "on_failure",
+        if on_failure not in ("raise", "continue"):
+            check_callable(
                 on_failure,
+                2,
+                "on_failure",
                 "'raise', 'continue' or a function (error, attempts) -> str",
                 owner="Retry",
             )

@@ -49,6 +49,7 @@ from tinyctx import (
     thaw,
 )
 from tinyctx.events import EventLevel
+from tinyctx.parts import TextPart, describe_part
 from tinyctx.tokens import TokenCounter
 
 from ._compaction import (
@@ -329,6 +330,22 @@ def _middle_cut(text: str, limit: int) -> str:
     return text[:head] + note + text[len(text) - (keep - head) :] if keep else text[:limit]
 
 
+def _described(message: Message, limit: int) -> str:
+    """A message's :meth:`~tinyctx.Message.describe` within about ``limit`` characters: its
+    text is cut in the middle, an image or a document is named whole (its URL too: a URL
+    cut short could not be fetched again)."""
+    content = getattr(message, "content", "")
+    if isinstance(content, str):
+        return _middle_cut(content, limit)
+    texts = sum(1 for part in content if isinstance(part, TextPart)) or 1
+    return "\n".join(
+        _middle_cut(part.text, limit // texts)
+        if isinstance(part, TextPart)
+        else describe_part(part)
+        for part in content
+    )
+
+
 def _arguments(arguments: Mapping[str, Any]) -> str:
     return json.dumps(thaw(arguments), ensure_ascii=False, sort_keys=True, default=str)
 
@@ -339,14 +356,14 @@ def _render(message: Message, limit: int) -> str:
         label = f"tool result {message.name}".rstrip() + (" (error)" if message.is_error else "")
         if "cleared" in tinyctx_meta(message):
             return f"[{label}] (content cleared earlier)"
-        return f"[{label}] {_middle_cut(message.describe(), limit)}"
+        return f"[{label}] {_described(message, limit)}"
     if isinstance(message, AssistantMessage):
         lines = [f"[assistant] {_middle_cut(message.content, limit)}"] if message.content else []
         for call in message.tool_calls:
             args = _middle_cut(_arguments(call.arguments), limit)
             lines.append(f"[assistant calls {call.name}] {args}")
         return "\n".join(lines) or "[assistant] (no text)"
-    return f"[{message.role}] {_middle_cut(message.describe(), limit)}"
+    return f"[{message.role}] {_described(message, limit)}"
 
 
 def render_transcript(
@@ -513,6 +530,20 @@ class ExtractiveSummarizer:
         lines = [line for line in (raw.strip() for raw in text.splitlines()[:20]) if line]
         return self._line(" | ".join(lines[:count])) if lines else "(empty)"
 
+    def _message_line(self, message: Message, scale: int = 1, *, first: bool = False) -> str:
+        """A message as a summary line: its text cut (``first``: only its first lines), an
+        image or a document named whole, so a URL stays fetchable."""
+        content = getattr(message, "content", "")
+        if isinstance(content, str):
+            return self._first_lines(content) if first else self._line(content, scale)
+        texts = [
+            self._first_lines(part.text) if first else self._line(part.text, scale)
+            for part in content
+            if isinstance(part, TextPart)
+        ]
+        media = [describe_part(part) for part in content if not isinstance(part, TextPart)]
+        return " | ".join([*texts[:1], *media] if first else [*texts, *media])
+
     def extract(self, messages: Sequence[Message]) -> str:
         """The summary text of ``messages`` (never empty for a non-empty input)."""
         earlier: list[str] = []
@@ -526,7 +557,7 @@ class ExtractiveSummarizer:
                 if "cleared" in tinyctx_meta(message):
                     line = "(result cleared earlier)"
                 else:
-                    line = self._first_lines(message.describe())
+                    line = self._message_line(message, first=True)
                 results[message.tool_call_id] = ("error: " if message.is_error else "") + line
         for message in messages:
             if is_summary(message):
@@ -538,7 +569,7 @@ class ExtractiveSummarizer:
                 and message.describe().strip()
             ):
                 # the first request usually states the task: give it more room
-                goals.append(self._line(message.describe(), 1 if goals else 3))
+                goals.append(self._message_line(message, 1 if goals else 3))
             elif isinstance(message, AssistantMessage):
                 if message.content.strip():
                     statements.append(self._line(message.content))

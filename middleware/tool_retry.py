@@ -54,7 +54,14 @@ from tinyctx import (
 )
 from tinyctx.events import EventLevel
 
-from .retry import NEVER_RETRIED, RetryOn, backoff_schedule, backoff_sleep, error_matcher
+from .retry import (
+    NEVER_RETRIED,
+    RetryOn,
+    backoff_schedule,
+    backoff_sleep,
+    check_callable,
+    error_matcher,
+)
 from .tool_result_budget import ToolResultBudget
 
 __all__ = ["ToolRetry", "ToolRetryAttempt", "ToolRetryFailed", "ToolFailurePolicy"]
@@ -119,15 +126,16 @@ def _choice(value: Any) -> Callable[[ToolCall], bool] | None:
 
 
 def _failure_policy(value: Any) -> ToolFailurePolicy:
-    if value in ("result", "raise") or (callable(value) and not isinstance(value, str)):
-        policy: ToolFailurePolicy = value
-        return policy
-    raise ConfigError(
-        "on_failure",
-        value,
-        "'result', 'raise' or a function (error, attempts) -> str",
-        owner="ToolRetry",
-    )
+    if value not in ("result", "raise"):
+        check_callable(
+            value,
+            2,
+            "on_failure",
+            "'result', 'raise' or a function (error, attempts) -> str",
+            owner="ToolRetry",
+        )
+    policy: ToolFailurePolicy = value
+    return policy
 
 
 class ToolRetry(Layer):

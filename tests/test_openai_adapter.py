@@ -219,6 +219,60 @@ class TestToolUsingRun:
         assert sent[1] == {"role": "assistant", "content": "42"}
 
 
+class TestOneIdTwice:
+    """Two tool calls of one response under one id: the same call repeated runs once;
+    different calls both run, the later under a fresh id (never a ProviderError)."""
+
+    @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+    async def test_the_same_call_twice_runs_once(
+        self, stream: bool, server: LoopbackServer, client: openai.AsyncOpenAI
+    ) -> None:
+        """An identical repeat is dropped: one call, one result, the run completes."""
+        calls = [("call_1", "search", '{"q": "a"}')] * 2
+        if stream:
+            server.add(sse_reply(openai_stream([], [(i, n, [a]) for i, n, a in calls])))
+            server.add(sse_reply(openai_stream(["done"])))
+        else:
+            server.add(json_reply(openai_completion(None, calls)))
+            server.add(json_reply(openai_completion("done")))
+        search = FakeTool("search", returns="A", parameters=SEARCH_SCHEMA)
+        agent = Agent(OpenAIChatModel("gpt-4o", client=client, stream=stream), tools=[search.tool])
+        async with Session(agent) as session:
+            result = await session.run("go")
+            history = session.conversation_messages
+        assert result.final_text == "done"
+        assert search.calls == [{"q": "a"}]
+        assert history[1] == AssistantMessage("", (ToolCall("call_1", "search", {"q": "a"}),))
+        check_pairing(history, allow_pending=False)
+
+    async def test_different_calls_under_one_id_both_run(
+        self, server: LoopbackServer, client: openai.AsyncOpenAI
+    ) -> None:
+        """The later call gets a fresh call_ id; each result answers its own call."""
+        server.add(
+            json_reply(
+                openai_completion(
+                    None, [("call_1", "search", '{"q": "a"}'), ("call_1", "search", '{"q": "b"}')]
+                )
+            ),
+            json_reply(openai_completion("done")),
+        )
+        search = FakeTool("search", returns=lambda arguments: arguments["q"].upper())
+        agent = Agent(OpenAIChatModel("gpt-4o", client=client), tools=[search.tool])
+        async with Session(agent) as session:
+            result = await session.run("go")
+            history = session.conversation_messages
+        assert result.final_text == "done"
+        assert search.calls == [{"q": "a"}, {"q": "b"}]
+        first, second = history[1].tool_calls  # type: ignore[attr-defined]
+        assert first.id == "call_1" and second.id.startswith("call_") and second.id != "call_1"
+        answers = {m.tool_call_id: m.text for m in history if isinstance(m, ToolResult)}
+        assert answers == {"call_1": "A", second.id: "B"}
+        check_pairing(history, allow_pending=False)
+        sent = server.requests[1].json()["messages"]
+        assert [c["id"] for c in sent[1]["tool_calls"]] == ["call_1", second.id]
+
+
 class TestStreaming:
     """stream=True emits text and tool-call deltas as events and assembles the response."""
 

@@ -149,16 +149,6 @@ class TestSameMessagesAsPython:
         assert decoded == (message,)
         assert type(decoded[0].tool_calls[0].arguments["n"][0]) is type(number)
 
-    def test_nesting_deeper_than_the_c_reader_goes_goes_to_python(self) -> None:
-        """Arguments nested 300 deep get no C answer, and still decode."""
-        value: Any = "leaf"
-        for _ in range(300):
-            value = {"k": value}
-        message = AssistantMessage("", (ToolCall("c1", "run", {"deep": value}),))
-        (doc,) = encode_all((message,))
-        assert _c(doc) is None
-        assert decode_messages([doc]) == (message,)
-
     def test_bytes_and_odd_rows_go_to_python(self) -> None:
         """A row that is not a str or a (head, text) pair is the Python reader's to read."""
         (doc,) = encode_all((AssistantMessage("hi"),))
@@ -320,6 +310,63 @@ class TestTheDirectReader:
         assert _c('{"content":"x", "role":"user","v":1}') is None
 
 
+def _nested_doc(where: str, levels: int) -> str:
+    """A message document whose metadata or call arguments nest ``levels`` objects deep
+    (written out as text: the encoder refuses to write it)."""
+    value = '{"k":' * levels + '"leaf"' + "}" * levels
+    if where == "metadata":
+        return '{"content":"hi","metadata":' + value + ',"role":"user","v":1}'
+    calls = '[{"arguments":' + value + ',"id":"c1","name":"run"}]'
+    return '{"role":"assistant","tool_calls":' + calls + ',"v":1}'
+
+
+class TestTheNestingLimit:
+    """The C reader holds the codec's one nesting limit: to it, the Python reader's message;
+    past it, no answer, and the Python reader's CodecError."""
+
+    @pytest.mark.parametrize("where", ["metadata", "arguments"])
+    def test_nesting_to_the_limit_is_read_in_c(self, where: str) -> None:
+        """A value nested exactly MAX_NESTING levels is read in C, as Python reads it."""
+        doc = _nested_doc(where, codec.MAX_NESTING)
+        answer = _c(doc)
+        assert answer is not None
+        _same(answer, doc)
+
+    @pytest.mark.parametrize("where", ["metadata", "arguments"])
+    @pytest.mark.parametrize("levels", [codec.MAX_NESTING + 1, 200, 350, 490, 5000])
+    def test_nesting_past_the_limit_is_a_codec_error(self, where: str, levels: int) -> None:
+        """Deeper gets no C answer, and decoding it is a CodecError, never RecursionError."""
+        doc = _nested_doc(where, levels)
+        assert _c(doc) is None
+        with pytest.raises(CodecError, match="nested") as raised:
+            decode_messages([doc])
+        assert raised.value.path.startswith("messages[0]")
+
+    def test_the_limit_is_given_by_configure(self) -> None:
+        """configure() refuses a max_depth outside 1..1000 (what the C stack holds)."""
+        from tinyctx import _speedups
+
+        with pytest.raises(ValueError, match="max_depth"):
+            _speedups.configure(
+                empty={},
+                frozen_dict=(AssistantMessage, ()),
+                tool_call=(AssistantMessage, ()),
+                tool_result=(AssistantMessage, ()),
+                assistant=(AssistantMessage, ()),
+                user=(AssistantMessage, ()),
+                system=(AssistantMessage, ()),
+                tool_keys=frozenset(),
+                assistant_keys=frozenset(),
+                text_keys=frozenset(),
+                call_keys=frozenset(),
+                version=1,
+                text_hole='{"content":null',
+                max_depth=0,
+            )
+        (doc,) = encode_all((AssistantMessage("still read"),))
+        assert _c(doc) == AssistantMessage("still read")
+
+
 class TestOutOfTheCollectorsSight:
     """Messages built in C are not tracked by the cyclic collector, which would otherwise
     traverse a long thread's thousands of them at every collection while they live."""
@@ -411,6 +458,7 @@ class TestBuilt:
                 call_keys=frozenset(),
                 version=1,
                 text_hole='{"content":null',
+                max_depth=100,
             )
         (doc,) = encode_all((AssistantMessage("still read"),))
         assert _c(doc) == AssistantMessage("still read")  # the refused call changed nothing

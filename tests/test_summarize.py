@@ -15,7 +15,9 @@ from tinyctx import (
     AssistantMessage,
     ConfigError,
     Conversation,
+    DocumentPart,
     HeuristicCounter,
+    ImagePart,
     Message,
     ModelCall,
     ModelCallFinished,
@@ -26,6 +28,7 @@ from tinyctx import (
     RunContext,
     Session,
     SystemMessage,
+    TextPart,
     ToolCall,
     ToolResult,
     Usage,
@@ -49,6 +52,7 @@ from tinyctx.middleware import (
     summary_split,
 )
 from tinyctx.middleware.policy import PressurePolicy
+from tinyctx.parts import describe_part
 from tinyctx.testing import (
     FakeTool,
     ScriptedModel,
@@ -364,6 +368,59 @@ class TestModelSummarizer:
         text = render_transcript(history, max_tokens=500)
         assert text.startswith("[user] GOAL") and text.endswith("END")
         assert HeuristicCounter().count_text(text) <= 520
+
+
+SIGNED_URL = (
+    "https://bucket.example.com/uploads/2026/12/screenshot-of-the-failing-build.png"
+    "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDEXAMPLE%2F20261201%2Fus-east-1"
+    "&X-Amz-Expires=3600&X-Amz-Signature=" + "f" * 64
+)
+
+
+class TestMediaInTheSummaryPrompt:
+    """Images and documents from a URL are named with the URL whole (a signed URL cut short
+    could not be fetched again); their text around may still be cut."""
+
+    async def test_a_long_image_url_reaches_the_summarizer_whole(self) -> None:
+        """A 250-character signed URL in a user message and a tool result stays whole."""
+        image = ImagePart(url=SIGNED_URL, label="screenshot")
+        document = DocumentPart(url=SIGNED_URL.replace(".png", ".pdf"), title="log.pdf")
+        history = (
+            UserMessage((TextPart("Why does it fail?"), image)),
+            AssistantMessage("", (ToolCall("c1", "fetch", {"what": "log"}),)),
+            ToolResult("c1", (TextPart("the log:"), document), "fetch"),
+            AssistantMessage("It is the header."),
+        )
+        model = ScriptedModel(["summary"])
+        await ModelSummarizer(model).summarize(history, RunContext.new())
+        body = model.requests[0].messages[0].text
+        assert f"[image: screenshot from {SIGNED_URL}]" in body
+        assert f"[document: log.pdf from {SIGNED_URL.replace('.png', '.pdf')}]" in body
+
+    def test_text_beside_a_url_is_still_cut_and_the_url_kept(self) -> None:
+        """A huge text part is cut in its middle; the image after it keeps its URL."""
+        message = UserMessage((TextPart("x" * 20_000), ImagePart(url=SIGNED_URL)))
+        text = render_transcript((message,), max_tokens=100_000, block_chars=2000)
+        assert "characters omitted" in text
+        assert text.endswith(f"[image: from {SIGNED_URL}]")
+        assert len(text) < 2000 + len(SIGNED_URL) + 100
+
+    def test_the_extractive_summary_keeps_urls_whole(self) -> None:
+        """ExtractiveSummarizer names a user's image and a tool's document with the URL."""
+        history = (
+            UserMessage((TextPart("first goal"),)),
+            UserMessage((TextPart("look " * 100), ImagePart(url=SIGNED_URL))),
+            AssistantMessage("", (ToolCall("c1", "fetch", {}),)),
+            ToolResult("c1", (TextPart("got it"), DocumentPart(url=SIGNED_URL)), "fetch"),
+            AssistantMessage("Read both."),
+        )
+        summary = ExtractiveSummarizer(max_tokens=4000).extract(history)
+        assert f"[image: from {SIGNED_URL}]" in summary
+        assert f"fetch({{}}) -> got it | [document: from {SIGNED_URL}]" in summary
+
+    def test_a_data_url_is_never_spelled_out(self) -> None:
+        """A part built from a URL that is a data: URL is named by its start only."""
+        assert describe_part(ImagePart(url="data:," + "A" * 1000)).endswith("(1006 chars)]")
 
 
 class TestExtractiveSummarizer:

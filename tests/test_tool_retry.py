@@ -293,6 +293,43 @@ class TestRetryOnFailure:
             Retry(on_failure="ignore")  # type: ignore[arg-type]
         assert info.value.field == "on_failure"
 
+    @pytest.mark.parametrize(
+        "formatter",
+        [
+            lambda exc: "one argument",
+            lambda: "none",
+            lambda exc, attempts, extra: "three",
+            lambda exc, attempts, *, must: "a required keyword",
+        ],
+        ids=["one", "none", "three", "keyword"],
+    )
+    @pytest.mark.parametrize("layer", ["Retry", "ToolRetry"])
+    def test_a_formatter_that_cannot_take_error_and_attempts_is_refused(
+        self, layer: str, formatter: Any
+    ) -> None:
+        """Checked when built (ConfigError naming on_failure), not when retries run out."""
+        build = Retry if layer == "Retry" else ToolRetry
+        with pytest.raises(
+            ConfigError, match=r"\(error, attempts\) -> str \(its signature"
+        ) as info:
+            build(on_failure=formatter)
+        assert (info.value.field, info.value.owner) == ("on_failure", layer)
+
+    @pytest.mark.parametrize(
+        "formatter",
+        [
+            lambda exc, attempts: "two",
+            lambda *args: "any",
+            lambda exc, attempts=1, more=2: "x",
+            str,
+        ],
+        ids=["two", "varargs", "defaults", "builtin"],
+    )
+    def test_a_formatter_that_takes_both_is_accepted(self, formatter: Any) -> None:
+        """Two positional parameters (or *args, or defaults after them) are fine."""
+        Retry(on_failure=formatter)
+        ToolRetry(on_failure=formatter)
+
     async def test_exhausted_with_raise_is_todays_behaviour(self) -> None:
         """The last error reaches the caller."""
         model = ScriptedModel([ConnectionError("one"), ConnectionError("two")])

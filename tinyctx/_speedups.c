@@ -18,7 +18,10 @@
 #include <stdint.h>
 #include <math.h>
 
-#define MAX_DEPTH 200 /* deeper JSON goes to the Python reader */
+/* the levels of objects and arrays a metadata or arguments value may nest, its own object
+   counted (tinyctx.codec.MAX_NESTING, given by configure()): deeper JSON goes to the Python
+   reader, which refuses it (the writer refuses it too) */
+static int max_depth = 0;
 
 typedef struct {
     PyTypeObject *type;
@@ -341,7 +344,7 @@ message_from_fields(Fields *fields, PyObject *text)
    A document the codec wrote is compact ASCII JSON (no spaces, non-ASCII escaped); the
    message is read straight from it, with metadata and arguments built frozen. Anything
    else gets DOUBT (a space, an escaped or repeated key, a number it cannot read exactly as
-   Python does, a lone surrogate, nesting past MAX_DEPTH), so what is answered, the Python
+   Python does, a lone surrogate, nesting past max_depth), so what is answered, the Python
    reader answers too (tests/test_speedups.py holds both to the same messages). */
 
 typedef struct {
@@ -589,7 +592,7 @@ read_number(Cursor *c)
 static PyObject *
 read_object(Cursor *c, int top)
 {
-    if (c->depth >= MAX_DEPTH)
+    if (c->depth >= max_depth)
         return DOUBT;
     if (expect(c, '}'))
         return top ? Py_NewRef(empty) : wrap_new();
@@ -641,7 +644,7 @@ append_new(PyObject *list, PyObject *item)
 static PyObject *
 read_array(Cursor *c)
 {
-    if (c->depth >= MAX_DEPTH)
+    if (c->depth >= max_depth)
         return DOUBT;
     if (expect(c, ']'))
         return PyTuple_New(0);
@@ -896,13 +899,19 @@ configure(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"empty", "frozen_dict", "tool_call", "tool_result", "assistant",
                             "user", "system", "tool_keys", "assistant_keys", "text_keys",
-                            "call_keys", "version", "text_hole", NULL};
+                            "call_keys", "version", "text_hole", "max_depth", NULL};
     PyObject *new_empty, *specs[6], *tk, *ak, *xk, *ck, *hole;
     long version;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOOOOOlU:configure", names,
+    int new_max_depth;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOOOOOlUi:configure", names,
                                      &new_empty, &specs[0], &specs[1], &specs[2], &specs[3],
-                                     &specs[4], &specs[5], &tk, &ak, &xk, &ck, &version, &hole))
+                                     &specs[4], &specs[5], &tk, &ak, &xk, &ck, &version, &hole,
+                                     &new_max_depth))
         return NULL;
+    if (new_max_depth < 1 || new_max_depth > 1000) { /* the C stack holds 1000 levels */
+        PyErr_SetString(PyExc_ValueError, "max_depth must be in 1..1000");
+        return NULL;
+    }
     if (PyUnicode_GET_LENGTH(hole) != 15) {
         PyErr_SetString(PyExc_ValueError, "text_hole must be 15 characters");
         return NULL;
@@ -930,6 +939,7 @@ configure(PyObject *module, PyObject *args, PyObject *kwargs)
     replace(&empty, new_empty);
     replace(&text_hole, hole);
     codec_version = version;
+    max_depth = new_max_depth;
     Py_RETURN_NONE;
 }
 

@@ -18,5 +18,6 @@ def configure(
     call_keys: frozenset[str],
     version: int,
     text_hole: str,
+    max_depth: int,
 ) -> None: ...
 def read_rows(rows: Sequence[Any], /) -> list[Any]: ...

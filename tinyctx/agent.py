@@ -63,7 +63,7 @@ from .events import (
     ToolCallSuspended,
     ToolFailed,
 )
-from .frozen import EMPTY, FrozenDict, freeze, frozen_mapping, thaw
+from .frozen import EMPTY, MAX_NESTING, FrozenDict, freeze, frozen_mapping, thaw
 from .messages import (
     AssistantMessage,
     Message,
@@ -136,7 +136,8 @@ async def invoke_tool(call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
         raise ToolError(
             call,
             "InvalidArguments",
-            f"arguments for {call.name!r} are not a JSON object: {call.invalid_arguments[:200]!r}",
+            f"arguments for {call.name!r} are not a JSON object (nested at most {MAX_NESTING} "
+            f"levels): {call.invalid_arguments[:200]!r}",
         )
     try:
         output: object = await tool.invoke(call.arguments, ctx)

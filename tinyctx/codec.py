@@ -10,16 +10,24 @@ back, with no pickle anywhere:
   first problem (``messages[12].tool_calls[0].arguments``); nothing is half built.
 - **Canonical.** Equal values give equal bytes: keys sorted, separators ``","`` and
   ``":"``, fields equal to their default left out, tuples and lists both written as
-  arrays, and ``ensure_ascii=True``, so every document is pure ASCII and any Python
-  string (lone surrogates included) round-trips exactly; a non-ASCII character costs a
-  ``\\uXXXX`` escape. Values compare by type as well: ``1``, ``1.0`` and ``True`` are
-  different JSON and give different documents (and decode back to their own type).
+  arrays, and ``ensure_ascii=True``, so every document is pure ASCII and a Python
+  string round-trips exactly, lone surrogates included; a non-ASCII character costs a
+  ``\\uXXXX`` escape. The one string JSON cannot keep, a surrogate pair written as two code
+  points (its escapes read back as the one character they stand for), is refused naming
+  its path, as is an integer past 4300 digits (what Python reads back). Values compare
+  by type as well: ``1``, ``1.0`` and ``True`` are different JSON and give different
+  documents (and decode back to their own type).
 - **Small.** A message document holds that message only, so the bytes a step adds do not
   depend on the length of the history.
 - **JSON values only** in metadata, tool arguments, run-config mappings, layer state and
   an interrupt's payload:
   ``str``, ``int``, finite ``float``, ``bool``, ``None``, mappings with string keys and
   sequences. Anything else is refused at encoding time, naming its path.
+- **Nested at most** :data:`MAX_NESTING` **levels** of objects and arrays in one field's
+  value (the field's own mapping counted). The encoder refuses deeper, naming the path, and
+  both readers (Python and ``tinyctx._speedups``) hold the same limit, so a stored document
+  nested deeper is a :class:`CodecError` when read, never a ``RecursionError``; message,
+  call and control constructors refuse deeper values already (``tinyctx.frozen.freeze``).
 
 What a checkpoint carries of its run config is exactly :class:`~tinyctx.RunConfig`'s own
 fields; the session strips what the run's context policy hid before it checkpoints, so a
@@ -44,13 +52,22 @@ from .agent import Checkpoint
 from .context import RunConfig
 from .documents import TEXT_HOLE, SplitDocuments, join_document
 from .errors import ConfigError, TinyCtxError, a_type
-from .frozen import EMPTY, FrozenDict
+from .frozen import (
+    EMPTY,
+    HUGE_INT,
+    MAX_NESTING,
+    SPLIT_PAIR,
+    FrozenDict,
+    text_fits,
+    value_fits,
+)
 from .messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult, UserMessage
 from .model import Usage
 from .parts import Part, part_from_json
 
 __all__ = [
     "CODEC_VERSION",
+    "MAX_NESTING",
     "CodecError",
     "encode",
     "decode",
@@ -68,6 +85,14 @@ CODEC_VERSION: Final = 1
 """The schema version this tinyctx writes (and the newest it reads)."""
 
 T = TypeVar("T")
+
+_INT_BOUND: Final = 1 << 14_000
+"""Integers inside (-bound, bound) have at most 4215 digits: no need to count them."""
+
+_TOO_DEEP: Final = (
+    f"nested deeper than {MAX_NESTING} levels of objects and arrays "
+    "(the most a thread keeps: tinyctx.codec.MAX_NESTING)"
+)
 
 
 class CodecError(TinyCtxError, ValueError):
@@ -144,7 +169,12 @@ def _join(base: str, parts: Iterable[str | int]) -> str:
 
 
 def _raise_bad(base: str, bad: _Bad) -> CodecError:
-    return CodecError(_join(base, reversed(bad.parts)), bad.problem)
+    parts = bad.parts[::-1]
+    if len(parts) <= 24:
+        return CodecError(_join(base, parts), bad.problem)
+    # a path down a deeply nested value: its first and last steps, the count between
+    elided = _join(base, parts[:12]) + f"[...{len(parts) - 16} more...]"
+    return CodecError(elided + _join("_", parts[-4:])[1:], bad.problem)
 
 
 # ---------------------------------------------------------------------------------------
@@ -156,41 +186,74 @@ def _kind(value: object) -> str:
     return a_type(type(value))
 
 
-def _plain(value: Any) -> Any:
-    """A JSON-ready copy of ``value`` (mappings to dicts); ``_Bad`` for anything else."""
+def _plain(value: Any, depth: int = 0) -> Any:
+    """A JSON-ready copy of ``value`` (mappings to dicts); ``_Bad`` for anything else
+    (``depth``: the levels of objects and arrays around ``value`` within its field)."""
     t = type(value)
-    if t is str or t is int or t is bool or value is None:
+    if t is str:
+        if value.isascii() or text_fits(value):
+            return value
+        raise _Bad(f"the string {value!r} {SPLIT_PAIR}")
+    if t is bool or value is None:
         return value
+    if t is int:
+        if -_INT_BOUND < value < _INT_BOUND or value_fits(value):
+            return value
+        raise _Bad(f"the value {HUGE_INT}")
     if t is float:
         if not math.isfinite(value):
             raise _Bad(f"{value!r} is not a finite number (JSON has no NaN or infinity)")
         return value
     if t is FrozenDict or t is dict or isinstance(value, Mapping):
+        if depth >= MAX_NESTING:
+            raise _Bad(_TOO_DEEP)
         out: dict[str, Any] = {}
         for key, item in value.items():
             if type(key) is not str:
                 raise _Bad(f"mapping key {key!r} is {_kind(key)}; JSON keys are strings")
+            if not (key.isascii() or text_fits(key)):
+                raise _Bad(f"the mapping key {key!r} {SPLIT_PAIR}")
+            kind = type(item)  # the usual scalars are taken here, without a call
+            if (
+                (kind is str and item.isascii())
+                or (kind is int and -_INT_BOUND < item < _INT_BOUND)
+                or kind is bool
+                or item is None
+            ):
+                out[key] = item
+                continue
             try:
-                out[key] = _plain(item)
+                out[key] = _plain(item, depth + 1)
             except _Bad as bad:
                 bad.parts.append(key)
                 raise
         return out
     if t is tuple or t is list:
+        if depth >= MAX_NESTING:
+            raise _Bad(_TOO_DEEP)
         items = []
         for index, item in enumerate(value):
+            kind = type(item)
+            if (
+                (kind is str and item.isascii())
+                or (kind is int and -_INT_BOUND < item < _INT_BOUND)
+                or kind is bool
+                or item is None
+            ):
+                items.append(item)
+                continue
             try:
-                items.append(_plain(item))
+                items.append(_plain(item, depth + 1))
             except _Bad as bad:
                 bad.parts.append(index)
                 raise
         return items
     if isinstance(value, str):
-        return str(value)
+        return _plain(str(value))
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
-        return int(value)
+        return _plain(int(value))
     if isinstance(value, float):
         return _plain(float(value))
     raise _Bad(
@@ -475,7 +538,9 @@ def _parse(doc: str | bytes) -> dict[str, Any]:
         obj = _fast_loads(doc) if isinstance(doc, str) else json.loads(doc)
     except json.JSONDecodeError as exc:
         raise CodecError("", f"not JSON ({exc})") from None
-    except (RecursionError, UnicodeDecodeError) as exc:
+    except RecursionError:
+        raise CodecError("", f"too deeply nested to parse: {_TOO_DEEP}") from None
+    except UnicodeDecodeError as exc:
         raise CodecError("", f"not a JSON document ({type(exc).__name__})") from None
     except ValueError as exc:  # an integer past Python's digit limit
         raise _huge_integer(doc, exc) from None
@@ -605,17 +670,35 @@ def _frozen_object(obj: dict[str, Any], key: str) -> FrozenDict[str, Any]:
         raise CodecError(key, f"expected an object, got {_json_kind(value)}")
     if not value:
         return EMPTY
-    frozen: FrozenDict[str, Any] = _freeze_json(value)
+    frozen: FrozenDict[str, Any] = _frozen_field(key, value)
     return frozen
 
 
-def _freeze_json(value: Any) -> Any:
+def _frozen_field(key: str, value: Any) -> Any:
+    """``value``, the field ``key``, frozen; nested past the limit: :class:`CodecError`."""
+    try:
+        return _freeze_json(value)
+    except _TooDeep:
+        raise CodecError(key, _TOO_DEEP) from None
+
+
+class _TooDeep(Exception):
+    """Internal: a stored value nests deeper than MAX_NESTING; the field is named above."""
+
+
+def _freeze_json(value: Any, depth: int = 0) -> Any:
     """``freeze`` for what the JSON parser returns (dicts, lists, scalars): no dispatch."""
     t = type(value)
     if t is dict:
-        return FrozenDict._wrap({k: _freeze_json(v) for k, v in value.items()})
+        if depth >= MAX_NESTING:
+            raise _TooDeep
+        depth += 1
+        return FrozenDict._wrap({k: _freeze_json(v, depth) for k, v in value.items()})
     if t is list:
-        return tuple([_freeze_json(v) for v in value])
+        if depth >= MAX_NESTING:
+            raise _TooDeep
+        depth += 1
+        return tuple([_freeze_json(v, depth) for v in value])
     return value
 
 
@@ -770,22 +853,30 @@ document to the stdlib parser, which keeps the integer (and reads real floats al
 _wrap: Final = FrozenDict._wrap
 
 
-def _freeze_object(value: dict[str, Any]) -> FrozenDict[str, Any]:
-    """``_freeze_json`` of a parsed object for the fast reader: a flat object (most tool
-    arguments, most metadata) is adopted as it is, without copying."""
+def _freeze_object(value: dict[str, Any], depth: int) -> FrozenDict[str, Any]:
+    """``_freeze_json`` of a parsed object (``depth`` levels down its field: 1 for the
+    field's own object) for the fast reader: a flat object (most tool arguments, most
+    metadata) is adopted as it is, without copying."""
     for item in value.values():
         kind = type(item)
         if kind is dict or kind is list or kind is float:
-            return _wrap({k: _freeze_value(v) for k, v in value.items()})
+            return _wrap({k: _freeze_value(v, depth) for k, v in value.items()})
     return _wrap(value)
 
 
-def _freeze_value(value: Any) -> Any:
+def _freeze_value(value: Any, depth: int) -> Any:
+    """An item of a container ``depth`` levels down its field; past the nesting limit
+    :class:`_Slow` (the strict reader names the field)."""
     kind = type(value)
     if kind is dict:
-        return _freeze_object(value)
+        if depth >= MAX_NESTING:
+            raise _Slow
+        return _freeze_object(value, depth + 1)
     if kind is list:
-        return tuple([_freeze_value(v) for v in value])
+        if depth >= MAX_NESTING:
+            raise _Slow
+        depth += 1
+        return tuple([_freeze_value(v, depth) for v in value])
     if kind is float and not -_BIG_FLOAT < value < _BIG_FLOAT:
         raise _Slow
     return value
@@ -878,6 +969,7 @@ def _c_reader() -> Callable[[Sequence[Any]], list[Message | None]] | None:
         call_keys=_CALL_KEYS,
         version=CODEC_VERSION,
         text_hole=TEXT_HOLE,
+        max_depth=MAX_NESTING,
     )
     return _speedups.read_rows
 
@@ -896,7 +988,7 @@ def _fast_mapping(value: Any) -> FrozenDict[str, Any]:
         return EMPTY  # type: ignore[no-any-return]
     if type(value) is not dict:
         raise _Slow
-    return _freeze_object(value) if value else EMPTY
+    return _freeze_object(value, 1) if value else EMPTY
 
 
 def _fill_base(
@@ -1241,7 +1333,7 @@ def _checkpoint_from(value: Any) -> Checkpoint:
         tool_calls=_count(obj, "tool_calls"),
         usage=_field(obj, "usage", _usage_from, required=False),
         state=_frozen_object(obj, "state"),
-        payload=_freeze_json(obj.get("payload")),
+        payload=_frozen_field("payload", obj.get("payload")),
     )
 
 

@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 from attrs import field, frozen
 
-from .frozen import EMPTY, FrozenDict, freeze
+from .errors import a_type
+from .frozen import (
+    EMPTY,
+    HUGE_INT,
+    SPLIT_PAIR,
+    FrozenDict,
+    NestingError,
+    freeze,
+    text_fits,
+    value_fits,
+)
 
 if TYPE_CHECKING:
     from .decisions import Decision
@@ -30,11 +40,22 @@ __all__ = [
 ]
 
 
+def _text(instance: Any, attribute: Any, value: Any) -> None:
+    """A control outcome's text field is a ``str`` (it is the run's answer, or stored with
+    the checkpoint): anything else is refused where the outcome is built."""
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{type(instance).__name__}.{attribute.name} must be a str, got {a_type(type(value))}"
+        )
+    if not text_fits(value):
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} {SPLIT_PAIR}")
+
+
 @frozen
 class StopWithFinal:
-    """Stop the loop now; ``text`` becomes the run's final answer."""
+    """Stop the loop now; ``text`` (a ``str``) becomes the run's final answer."""
 
-    text: str
+    text: str = field(validator=_text)
     kind: ClassVar[Literal["stop_with_final"]] = "stop_with_final"
     precedence: ClassVar[int] = 1
 
@@ -43,9 +64,13 @@ class StopWithFinal:
         return self.text
 
 
-def _frozen_json(value: Any, owner: str, name: str) -> Any:
-    """Deep-freeze ``value`` and check it is JSON data (so a store can keep the checkpoint)."""
-    frozen_value = freeze(value)
+def _frozen_json(value: Any, owner: str, name: str, depth: int = 0) -> Any:
+    """Deep-freeze ``value`` and check it is JSON data (so a store can keep the checkpoint;
+    ``depth``: the levels of objects the checkpoint keeps it under)."""
+    try:
+        frozen_value = freeze(value, depth)
+    except NestingError as exc:
+        raise NestingError(f"{owner}.{name}: {exc}") from None
     problem = _json_problem(frozen_value, name)
     if problem is not None:
         raise TypeError(f"{owner}.{problem}")
@@ -57,14 +82,20 @@ def _json_payload(value: Any) -> Any:
 
 
 def _json_problem(value: Any, path: str) -> str | None:
-    if value is None or isinstance(value, (str, bool, int)):
+    if isinstance(value, str):
+        return None if text_fits(value) else f"{path} {SPLIT_PAIR}"
+    if value is None or isinstance(value, bool):
         return None
+    if isinstance(value, int):
+        return None if value_fits(value) else f"{path} {HUGE_INT}"
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{path} must be a finite number, got {value!r}"
     if isinstance(value, FrozenDict):
         for key, item in value.items():
             if not isinstance(key, str):
                 return f"{path} keys must be strings, got {key!r}"
+            if not text_fits(key):
+                return f"{path} key {key!r} {SPLIT_PAIR}"
             problem = _json_problem(item, f"{path}[{key!r}]")
             if problem is not None:
                 return problem
@@ -87,11 +118,15 @@ class Interrupt:
 
     ``payload`` is optional structured data for whoever handles the pause (a review UI:
     the calls to review); it must be JSON data and is stored deep-frozen, so it travels
-    with the checkpoint through any store.
+    with the checkpoint through any store. ``node`` and ``message`` (each a ``str``) and
+    ``payload`` are checked when the Interrupt is built: a value no store could
+    read back (a number as the node, NaN, an integer past the digits Python converts,
+    nesting past :data:`~tinyctx.codec.MAX_NESTING`) is an error there, never a checkpoint
+    that bricks the thread.
     """
 
-    node: str
-    message: str = ""
+    node: str = field(validator=_text)
+    message: str = field(default="", validator=_text)
     payload: Any = field(default=None, converter=_json_payload)
     kind: ClassVar[Literal["interrupt"]] = "interrupt"
     precedence: ClassVar[int] = 2
@@ -124,8 +159,12 @@ class Suspend(BaseException):
     ) -> None:
         if not isinstance(node, str) or not node:
             raise TypeError(f"Suspend.node must be a non-empty string, got {node!r}")
-        self.interrupt = Interrupt(node, message, payload)
-        self.state = _frozen_json(state, "Suspend", "state")
+        try:
+            self.interrupt = Interrupt(node, message, payload)
+        except (TypeError, ValueError) as exc:  # named as the caller wrote it
+            raise type(exc)(str(exc).replace("Interrupt.", "Suspend.", 1)) from None
+        # the checkpoint keeps it two objects down its state: {"tinyctx:suspended": {"state"}}
+        self.state = _frozen_json(state, "Suspend", "state", depth=2)
         super().__init__(self.interrupt.detail)
 
     @property

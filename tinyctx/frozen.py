@@ -7,10 +7,70 @@ but neither hashable nor safe against the caller keeping the original dict.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar, overload
+from typing import Any, Final, TypeVar, overload
 
-__all__ = ["FrozenDict", "freeze", "thaw", "frozen_mapping", "EMPTY", "clone_with"]
+__all__ = [
+    "FrozenDict",
+    "freeze",
+    "thaw",
+    "frozen_mapping",
+    "EMPTY",
+    "clone_with",
+    "MAX_NESTING",
+    "NestingError",
+    "INT_DIGITS",
+    "value_fits",
+    "text_fits",
+]
+
+MAX_NESTING: Final = 100
+"""The most levels of objects and arrays a JSON value a thread keeps may nest, counting the
+field's own mapping or array (``{"a": [1]}`` nests 2 levels). Metadata, tool-call arguments,
+an interrupt's payload and layer state are refused past it where they enter (a message or
+call constructor, ``Interrupt``, ``Suspend``, the encoder), and a stored document past it is
+a ``CodecError`` when read: the writer and both readers (Python and C) hold the same limit,
+so nothing stored is too deep to read back, on any stack."""
+
+
+INT_DIGITS: Final = 4300
+"""The most decimal digits an integer a thread keeps may have: what Python converts to and
+from text by default (``sys.get_int_max_str_digits()``), so every reader can read it."""
+
+HUGE_INT: Final = (
+    f"is an integer of more than {INT_DIGITS} digits (more than Python reads back from JSON)"
+)
+
+
+_SPLIT_PAIR: Final = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+SPLIT_PAIR: Final = (
+    "holds a surrogate pair written as two code points, which JSON reads back as the one "
+    "character it stands for (join it first: tinyctx.messages.valid_text)"
+)
+
+
+def text_fits(text: str) -> bool:
+    """Whether the string ``text`` reads back from JSON as itself: every string does but one
+    holding a surrogate pair as two code points (``"\\ud83d\\ude00"``), whose escapes any JSON
+    reader joins into one character. A lone surrogate reads back as itself."""
+    return text.isascii() or _SPLIT_PAIR.search(text) is None
+
+
+def value_fits(value: int) -> bool:
+    """Whether the integer ``value`` has at most :data:`INT_DIGITS` decimal digits."""
+    if value.bit_length() <= 14_000:  # at most 4215 digits: no need to count them
+        return True
+    try:
+        return len(str(abs(value))) <= INT_DIGITS
+    except ValueError:  # more digits than this Python converts
+        return False
+
+
+class NestingError(ValueError):
+    """A value nested deeper than :data:`MAX_NESTING` levels (the owner's field named)."""
+
 
 K = TypeVar("K")
 _T = TypeVar("_T")
@@ -117,18 +177,37 @@ _SET_JSON_CHARS: Callable[[FrozenDict[Any, Any], int | None], None] = FrozenDict
 EMPTY: FrozenDict[Any, Any] = FrozenDict()
 
 
-def freeze(value: Any) -> Any:
-    """Deep-freeze a JSON-like value: dicts become FrozenDicts, lists and sets tuples."""
+def freeze(value: Any, _depth: int = 0) -> Any:
+    """Deep-freeze a JSON-like value: dicts become FrozenDicts, lists and sets tuples.
+
+    A value whose mappings and sequences nest deeper than :data:`MAX_NESTING` levels is a
+    :class:`NestingError` (what no thread could keep; also what no stack could walk)."""
     t = type(value)
     if t is str or t is int or t is float or t is bool or value is None or t is FrozenDict:
         return value
     if isinstance(value, Mapping):
-        return FrozenDict._wrap({k: freeze(v) for k, v in value.items()})
+        if _depth >= MAX_NESTING:
+            raise _too_deep()
+        depth = _depth + 1
+        return FrozenDict._wrap({k: freeze(v, depth) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
-        return tuple(freeze(v) for v in value)
+        if _depth >= MAX_NESTING:
+            raise _too_deep()
+        depth = _depth + 1
+        return tuple([freeze(v, depth) for v in value])
     if isinstance(value, (set, frozenset)):
-        return tuple(freeze(v) for v in sorted(value, key=repr))
+        if _depth >= MAX_NESTING:
+            raise _too_deep()
+        depth = _depth + 1
+        return tuple([freeze(v, depth) for v in sorted(value, key=repr)])
     return value
+
+
+def _too_deep() -> NestingError:
+    return NestingError(
+        f"nested deeper than {MAX_NESTING} levels of objects and arrays "
+        f"(the most a thread keeps: tinyctx.codec.MAX_NESTING)"
+    )
 
 
 def thaw(value: Any) -> Any:

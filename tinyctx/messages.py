@@ -18,7 +18,17 @@ from attrs import field, frozen
 from attrs.validators import instance_of
 
 from .errors import PairingError, a_type
-from .frozen import EMPTY, FrozenDict, frozen_mapping
+from .frozen import (
+    EMPTY,
+    HUGE_INT,
+    MAX_NESTING,
+    SPLIT_PAIR,
+    FrozenDict,
+    NestingError,
+    frozen_mapping,
+    text_fits,
+    value_fits,
+)
 from .parts import (
     Content,
     Part,
@@ -72,16 +82,23 @@ def _nonempty_str(instance: object, attribute: Any, value: Any) -> None:
         raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
 
 
-def _json_problem(value: Any) -> str | None:
-    """Why a (frozen) value is not JSON, or None when it is."""
+def _json_problem(value: Any, depth: int = 0) -> str | None:
+    """Why a (frozen) value is not JSON, or None when it is (``depth``: the levels of
+    objects and arrays around it)."""
     t = type(value)
-    if t is str or t is int or t is bool or value is None:
+    if t is str:
+        return None if text_fits(value) else f"the string {value!r} {SPLIT_PAIR}"
+    if t is bool or value is None:
         return None
+    if t is int:
+        return None if value_fits(value) else f"the value {HUGE_INT}"
     if t is float:
         return None if math.isfinite(value) else f"the float {value!r} is not finite"
+    if isinstance(value, (tuple, Mapping)) and depth >= MAX_NESTING:
+        return f"it nests deeper than {MAX_NESTING} levels (tinyctx.codec.MAX_NESTING)"
     if isinstance(value, tuple):
         for item in value:
-            problem = _json_problem(item)
+            problem = _json_problem(item, depth + 1)
             if problem is not None:
                 return problem
         return None
@@ -89,7 +106,9 @@ def _json_problem(value: Any) -> str | None:
         for key, item in value.items():
             if not isinstance(key, str):
                 return f"the object key {key!r} is {a_type(type(key))}, not a str"
-            problem = _json_problem(item)
+            if not text_fits(key):
+                return f"the object key {key!r} {SPLIT_PAIR}"
+            problem = _json_problem(item, depth + 1)
             if problem is not None:
                 return problem
         return None
@@ -100,13 +119,33 @@ def _json_problem(value: Any) -> str | None:
 
 def _json_arguments(instance: ToolCall, attribute: Any, value: FrozenDict[str, Any]) -> None:
     for name, argument in value.items():
-        problem = _json_problem({name: argument})
+        problem = _json_problem(argument, 1)
         if problem is not None:
             raise TypeError(
                 f"ToolCall {instance.id!r} ({instance.name}): argument {name!r} is not JSON: "
                 f"{problem}; arguments must be JSON values (str, int, float, bool, None, "
                 "lists and objects with str keys)"
             )
+
+
+def _frozen_arguments(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
+    """:func:`frozen_mapping`; nested past MAX_NESTING: a NestingError naming the field."""
+    try:
+        return frozen_mapping(value)
+    except NestingError as exc:
+        raise NestingError(f"ToolCall.arguments: {exc}") from None
+    except TypeError as exc:  # not a mapping
+        raise TypeError(f"ToolCall.arguments: {exc}") from None
+
+
+def _frozen_metadata(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
+    """:func:`frozen_mapping`; nested past MAX_NESTING: a NestingError naming the field."""
+    try:
+        return frozen_mapping(value)
+    except NestingError as exc:
+        raise NestingError(f"Message.metadata: {exc}") from None
+    except TypeError as exc:  # not a mapping
+        raise TypeError(f"Message.metadata: {exc}") from None
 
 
 @frozen(cache_hash=True)
@@ -117,7 +156,7 @@ class ToolCall:
     id: str = field(validator=_nonempty_str)
     name: str = field(validator=_nonempty_str)
     arguments: FrozenDict[str, Any] = field(
-        default=EMPTY, converter=frozen_mapping, validator=_json_arguments
+        default=EMPTY, converter=_frozen_arguments, validator=_json_arguments
     )
     invalid_arguments: str | None = field(default=None, kw_only=True)
     """Raw argument text the model produced that was not a JSON object, if any."""
@@ -129,7 +168,7 @@ class Message:
 
     role: ClassVar[Role]
     essential: bool = field(default=True, kw_only=True, validator=instance_of(bool))
-    metadata: FrozenDict[str, Any] = field(default=EMPTY, kw_only=True, converter=frozen_mapping)
+    metadata: FrozenDict[str, Any] = field(default=EMPTY, kw_only=True, converter=_frozen_metadata)
 
     @property
     def text(self) -> str:

@@ -99,6 +99,19 @@ def _optional_str(owner: str, name: str, value: object, *, nonempty: bool = True
         raise ConfigError(name, value, "None or a non-empty string", owner=owner)
 
 
+def _url(owner: str, value: object) -> None:
+    """A part's URL: a non-empty string a provider can send (no lone surrogate, which no
+    UTF-8 encoder accepts)."""
+    _optional_str(owner, "url", value)
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(
+                "url", _preview(value), "a URL without lone surrogates", owner=owner
+            ) from None
+
+
 def _optional_positive(owner: str, name: str, value: object) -> None:
     if value is None:
         return
@@ -324,7 +337,7 @@ class ImagePart(_Binary):
                 "media_type", self.media_type, f"one of {IMAGE_MEDIA_TYPES}", owner=owner
             )
         if self.data is None:
-            _optional_str(owner, "url", self.url)
+            _url(owner, self.url)
             object.__setattr__(self, "digest", "url:" + _digest(str(self.url).encode()))
             return
         raw = _decode_base64(owner, self.data)
@@ -430,7 +443,7 @@ class DocumentPart(_Binary):
                 "media_type", self.media_type, f"one of {DOCUMENT_MEDIA_TYPES}", owner=owner
             )
         if self.data is None:
-            _optional_str(owner, "url", self.url)
+            _url(owner, self.url)
             object.__setattr__(self, "digest", "url:" + _digest(str(self.url).encode()))
             return
         if self.media_type is None:
@@ -606,9 +619,16 @@ def content_bytes(content: Content) -> int:
     return total
 
 
+def _source(url: str) -> str:
+    """Where a part comes from, as a description names it: the URL whole (a signed URL cut
+    short could not be fetched again), a ``data:`` URL only by its start (never base64)."""
+    return _preview(url, 80) if url.startswith("data:") else url
+
+
 def describe_part(part: Part) -> str:
     """A short text naming a part: the text itself, or ``[image: screenshot image/png
-    1280×800]`` / ``[document: report.pdf application/pdf, 12 pages]`` — never base64."""
+    1280×800]`` / ``[document: report.pdf application/pdf, 12 pages]`` — never base64. A
+    part from a URL names it whole (``[image: from https://...]``)."""
     if isinstance(part, TextPart):
         return part.text
     words = []
@@ -620,7 +640,7 @@ def describe_part(part: Part) -> str:
         if part.width is not None:
             words.append(f"{part.width}×{part.height}")
         if part.data is None:
-            words.append(f"from {_preview(str(part.url), 80)}")
+            words.append(f"from {_source(str(part.url))}")
         return f"[image: {' '.join(words)}]" if words else "[image]"
     if part.title:
         words.append(part.title)
@@ -630,7 +650,7 @@ def describe_part(part: Part) -> str:
     if part.pages is not None:
         text += f", {part.pages} page{'s' if part.pages != 1 else ''}"
     if part.data is None:
-        text += f" from {_preview(str(part.url), 80)}"
+        text += f" from {_source(str(part.url))}"
     return f"[document: {text.strip(' ,')}]" if text.strip() else "[document]"
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .errors import TinyCtxError
-from .frozen import thaw
+from .frozen import HUGE_INT, MAX_NESTING, SPLIT_PAIR, text_fits, thaw, value_fits
 
 __all__ = [
     "DurableState",
@@ -54,23 +54,40 @@ class StateError(TinyCtxError):
     """Layer state that cannot be kept or restored (named layer, and why)."""
 
 
-def check_json(value: Any, path: str) -> None:
-    """Raise :class:`StateError` naming the path of the first value that is not plain JSON."""
-    if value is None or isinstance(value, (str, bool, int)):
+def check_json(value: Any, path: str, _depth: int = 1) -> None:
+    """Raise :class:`StateError` naming the path of the first value that is not plain JSON
+    a thread can keep (``_depth``: the objects around it; a layer's state is kept one
+    object down, in the mapping of every layer's state)."""
+    if isinstance(value, str):
+        if not text_fits(value):
+            raise StateError(f"{path}: the string {value!r} {SPLIT_PAIR}")
+        return
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not value_fits(value):
+            raise StateError(f"{path}: {HUGE_INT}")
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise StateError(f"{path}: {value!r} is not a finite number (JSON has no NaN/inf)")
         return
+    if isinstance(value, (Mapping, list, tuple)) and _depth >= MAX_NESTING:
+        raise StateError(
+            f"{path}: nested deeper than {MAX_NESTING} levels of objects and arrays, the "
+            "mapping of layer states counted (tinyctx.codec.MAX_NESTING)"
+        )
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise StateError(f"{path}: key {key!r} is not a string")
-            check_json(item, f"{path}.{key}")
+            if not text_fits(key):
+                raise StateError(f"{path}: key {key!r} {SPLIT_PAIR}")
+            check_json(item, f"{path}.{key}", _depth + 1)
         return
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            check_json(item, f"{path}[{index}]")
+            check_json(item, f"{path}[{index}]", _depth + 1)
         return
     raise StateError(
         f"{path}: {type(value).__name__} is not JSON (dict, list, str, number, bool, None)"

@@ -19,13 +19,23 @@ in file mode. ``for_api=True`` leaves all of that out: it is what a provider acc
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
 
-from ..errors import PairingError, TinyCtxError
-from ..frozen import EMPTY, FrozenDict, freeze, frozen_mapping, thaw
+from ..errors import PairingError, TinyCtxError, a_type
+from ..frozen import (
+    EMPTY,
+    MAX_NESTING,
+    FrozenDict,
+    freeze,
+    frozen_mapping,
+    text_fits,
+    thaw,
+    value_fits,
+)
 from ..messages import (
     RENAMED_IDS,
     AssistantMessage,
@@ -230,21 +240,71 @@ def parse_arguments(raw: object) -> tuple[Mapping[str, Any], str | None]:
     """``(arguments, invalid_arguments)`` from a JSON string the model produced.
 
     An empty string means no arguments; a string that is not a JSON object is kept verbatim
-    as ``invalid_arguments`` (the loop reports it to the model); an object is taken as is.
+    as ``invalid_arguments`` (the loop reports it to the model); an object is taken as is,
+    unless a thread could not keep it (see :func:`keepable`: nested past
+    :data:`~tinyctx.codec.MAX_NESTING` levels, ``NaN``, an integer past 4300 digits): that
+    is invalid arguments too, so the call gets an error result and the run goes on.
     """
     if isinstance(raw, Mapping):
+        if not keepable(raw):
+            return {}, _deep_text(raw)
         return raw, None
     if not isinstance(raw, str):
-        return {}, json.dumps(raw, ensure_ascii=False, default=str)
+        return {}, _deep_text(raw)
     if not raw.strip():
         return {}, None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or an integer past 4300 digits
         return {}, raw
-    if isinstance(value, dict):
+    if isinstance(value, dict) and keepable(value):
         return value, None
     return {}, raw
+
+
+def keepable(value: object) -> bool:
+    """Whether ``value`` is JSON a thread keeps: str keys, finite floats (``NaN`` and
+    ``1e400`` parse to floats that are not), integers of at most 4300 digits, strings that
+    read back as themselves (:func:`tinyctx.frozen.text_fits`), nested at most
+    :data:`~tinyctx.codec.MAX_NESTING` levels. Walked without recursion."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if not text_fits(item):
+                return False
+        elif item is None or isinstance(item, bool):
+            continue
+        elif isinstance(item, int):
+            if not value_fits(item):
+                return False
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, Mapping):
+            if depth >= MAX_NESTING or not all(
+                isinstance(key, str) and text_fits(key) for key in item
+            ):
+                return False
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, (list, tuple)):
+            if depth >= MAX_NESTING:
+                return False
+            stack.extend((child, depth + 1) for child in item)
+        else:
+            return False
+    return True
+
+
+def _deep_text(raw: object) -> str:
+    """The JSON text of arguments that are not a JSON object a call can hold (nested past
+    :data:`~tinyctx.codec.MAX_NESTING`, or not an object)."""
+    try:
+        return json.dumps(raw, ensure_ascii=False, default=str)
+    except RecursionError:
+        return f"<{a_type(type(raw))} nested deeper than {MAX_NESTING} levels>"
+    except ValueError as exc:  # a cycle
+        return f"<{a_type(type(raw))} that is not JSON: {exc}>"
 
 
 def arguments_json(call: ToolCall, *, fmt: str, index: int) -> str:

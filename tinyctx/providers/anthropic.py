@@ -18,6 +18,7 @@ from anthropic.types import Usage as AnthropicUsage
 from ..context import RunContext
 from ..errors import ConfigError, ContextLimitExceeded, ProviderError, TinyCtxError
 from ..formats import FormatError, to_anthropic
+from ..formats._common import EXTENSION_KEY, keepable, parse_arguments
 from ..formats.anthropic import read_anthropic_assistant
 from ..frozen import thaw
 from ..messages import AssistantMessage
@@ -72,10 +73,34 @@ def _usage(usage: AnthropicUsage) -> Usage:
     return Usage(usage.input_tokens + read + written, usage.output_tokens, read)
 
 
-def _assistant(message: AnthropicMessage) -> AssistantMessage:
-    blocks = [block.to_dict(mode="json", exclude_none=True) for block in message.content]
+def _block(block: Any, invalid: dict[str, str]) -> dict[str, Any]:
+    """A content block as the format reads it. A tool_use input a thread could not keep
+    (nested past MAX_NESTING, or past what pydantic serializes; NaN...) becomes invalid
+    arguments: ``{}`` as its input and its text in ``invalid`` by call id, so that call gets
+    an error result instead of the whole response failing, and the thread keeps no copy of
+    it in metadata."""
     try:
-        return read_anthropic_assistant({"role": "assistant", "content": blocks})
+        dumped: dict[str, Any] = block.to_dict(mode="json", exclude_none=True)
+    except ValueError:
+        if getattr(block, "type", None) != "tool_use":
+            raise
+    else:
+        if dumped.get("type") != "tool_use" or keepable(dumped.get("input")):
+            return dumped
+    invalid[block.id] = parse_arguments(block.input)[1] or "{}"
+    return {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
+
+
+def _assistant(message: AnthropicMessage) -> AssistantMessage:
+    invalid: dict[str, str] = {}
+    raw: dict[str, Any] = {
+        "role": "assistant",
+        "content": [_block(block, invalid) for block in message.content],
+    }
+    if invalid:
+        raw[EXTENSION_KEY] = {"invalid_arguments": invalid}
+    try:
+        return read_anthropic_assistant(raw)
     except FormatError as exc:
         raise unreadable(PROVIDER, exc) from exc
 

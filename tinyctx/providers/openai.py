@@ -94,7 +94,7 @@ def _assistant(
         if not content:
             raw["content"] = refusal
     if calls:
-        raw["tool_calls"] = calls
+        raw["tool_calls"] = _distinct_calls(calls)
     if reasoning:
         raw["reasoning_content"] = reasoning
     try:
@@ -103,6 +103,24 @@ def _assistant(
         raise unreadable(PROVIDER, exc) from exc
     assert isinstance(message, AssistantMessage)
     return message
+
+
+def _distinct_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The calls of one response with each id once: a call repeated whole under its id (some
+    servers send one twice) runs once, as other SDKs do; another call under an id the
+    response used already is a call of its own, so it runs too, under a fresh id."""
+    seen: dict[str, dict[str, Any]] = {}
+    out: list[dict[str, Any]] = []
+    for call in calls:
+        first = seen.get(call["id"])
+        if first is None:
+            seen[call["id"]] = call
+        elif first["function"] == call["function"]:
+            continue
+        else:
+            call = {**call, "id": _new_call_id()}
+        out.append(call)
+    return out
 
 
 class _StreamState:
@@ -203,6 +221,8 @@ class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
     ``web_search_options``). With ``stream=True`` text and tool-call deltas are emitted as
     :class:`tinyctx.ModelStreamDelta` events while the response is assembled; a cancel of
     the run's token stops the read, closes the HTTP response and raises RunCancelled.
+    Two tool calls of one response under one id: the same call repeated (name and argument
+    text equal) runs once; different calls both run, the later under a fresh ``call_...`` id.
     Errors: ContextLimitExceeded for an overflowing prompt, RetryableProviderError for
     rate limits, overload, server and connection errors, ProviderError otherwise.
     """
