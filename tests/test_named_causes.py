@@ -68,7 +68,7 @@ class TestReplayPriceOption:
         code = main(["replay", "--price", "nope-model"], out=io.StringIO(), err=err)
         text = err.getvalue()
         assert code == 2
-        assert "--price 'nope-model' is not a known model" in text
+        assert "--price nope-model: not a known model" in text
         assert all(model in text for model in PRICES)
         assert "price_for" not in text
 

@@ -382,7 +382,7 @@ def _price(args: argparse.Namespace) -> Any:
     except ConfigError:
         known = ", ".join(sorted(PRICES if table is None else table))
         where = f"in --prices {args.prices}" if table is not None else "built in"
-        _fail(f"--price {name!r} is not a known model; the models {where}: {known}")
+        _fail(f"--price {name}: not a known model; the models {where}: {known}")
 
 
 DEFAULT_SWEEP = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
