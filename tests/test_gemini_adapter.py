@@ -185,6 +185,29 @@ class TestToolUsingRun:
         )
         assert info.server_address == "127.0.0.1"
 
+    async def test_arguments_a_thread_cannot_keep_are_that_calls_error(
+        self, server: LoopbackServer, client: genai.Client
+    ) -> None:
+        """Arguments nested past the codec's limit give the call an error result; the run
+        goes on to its answer and the tool never runs."""
+        deep: dict[str, Any] = {}
+        for _ in range(150):
+            deep = {"d": deep}
+        server.add(
+            json_reply(gemini_body([call_part("search", {"q": deep})])),
+            json_reply(gemini_body([{"text": "Sorry."}])),
+        )
+        search = FakeTool("search", returns="never", parameters=SEARCH_SCHEMA)
+        agent = Agent(GeminiModel("gemini-2.5-flash", client=client), tools=[search.tool])
+        async with Session(agent) as session:
+            result = await session.run("Search deeply.")
+            history = session.conversation_messages
+        assert result.final_text == "Sorry."
+        assert search.calls == []
+        check_pairing(history, allow_pending=False)
+        answered = [m for m in history if isinstance(m, ToolResult)]
+        assert len(answered) == 1 and answered[0].is_error
+
     async def test_thoughts_are_counted_with_their_turn(
         self, server: LoopbackServer, client: genai.Client
     ) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ..formats import FormatError
+from ..formats._common import keepable, parse_arguments
 from ..frozen import thaw
 from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult, UserMessage
 from ..parts import Content, DocumentPart, ImagePart, Part, TextPart, content_text, media_parts
@@ -72,12 +73,30 @@ def _says(
         call = part.get("function_call")
         if isinstance(call, Mapping):
             call_id = next(next_id, None) or call.get("id") or f"call_{uuid.uuid4().hex[:24]}"
+            # arguments a thread could not keep (too deep, NaN) are that call's invalid
+            # arguments: it gets an error result and the run goes on
+            arguments, invalid = parse_arguments(call.get("args") or {})
             calls.append(
-                ToolCall(str(call_id), str(call.get("name") or ""), call.get("args") or {})
+                ToolCall(
+                    str(call_id),
+                    str(call.get("name") or ""),
+                    arguments,
+                    invalid_arguments=invalid,
+                )
             )
         elif isinstance(part.get("text"), str) and not part.get("thought"):
             texts.append(part["text"])
     return "".join(texts), tuple(calls)
+
+
+def _keepable_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``part`` a thread can keep: a call's arguments it could not keep (too
+    deep, NaN) become ``{}`` there, as in the call itself (its invalid arguments)."""
+    plain = dict(part)
+    call = plain.get("function_call")
+    if isinstance(call, Mapping) and not keepable(call.get("args") or {}):
+        plain["function_call"] = {**call, "args": {}}
+    return plain
 
 
 def assistant_from_parts(parts: Sequence[Mapping[str, Any]]) -> AssistantMessage:
@@ -95,7 +114,7 @@ def assistant_from_parts(parts: Sequence[Mapping[str, Any]]) -> AssistantMessage
             )
     text, calls = _says(parts, [i for i, _ in ids])
     message = AssistantMessage(text, calls)
-    plain = [dict(p) for p in parts]
+    plain = [_keepable_part(p) for p in parts]
     if plain != _generated(message) or not all(sent for _, sent in ids):
         message = message.evolve(metadata={GEMINI: {PARTS: plain, IDS: [list(i) for i in ids]}})
     return message
