@@ -142,6 +142,12 @@ def lc_histories(draw: st.DrawFn) -> list[BaseMessage]:
     return out
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """LangGraph runs on asyncio only (it starts asyncio tasks itself): these tests run there."""
+    return "asyncio"
+
+
 class TestConversion:
     """LangChain messages and tinyctx messages convert both ways without loss."""
 
@@ -249,8 +255,6 @@ class TestMiddleware:
     ) -> None:
         """Over a real transcript, every request fits, pairing holds, and the checkpointer
         (InMemorySaver) stores the history tinyctx committed."""
-        if anyio_backend == "trio":
-            pytest.skip("LangGraph runs on asyncio only")
         recorder = _Recorder()
         middleware = TinyctxMiddleware(default_stack(), max_tokens=WINDOW)
         agent = create_agent(
@@ -274,8 +278,6 @@ class TestMiddleware:
         self, shared_data: Path, tmp_path: Path, anyio_backend: str
     ) -> None:
         """With SqliteSaver the committed summary is what a new graph reads back."""
-        if anyio_backend == "trio":
-            pytest.skip("LangGraph runs on asyncio only")
         middleware = TinyctxMiddleware(default_stack(), max_tokens=WINDOW)
         config: Any = {"configurable": {"thread_id": "t2"}}
         async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "lg.db")) as saver:
@@ -298,8 +300,6 @@ class TestMiddleware:
         self, anyio_backend: str
     ) -> None:
         """A layer that only edits the request changes what the model got, not the state."""
-        if anyio_backend == "trio":
-            pytest.skip("LangGraph runs on asyncio only")
 
         async def shout(request: Any, ctx: Any, call_next: Any) -> Any:
             edited = [m.evolve(content=m.content.upper()) for m in request.messages]
@@ -319,8 +319,6 @@ class TestMiddleware:
 
     async def test_stop_with_final_ends_the_run_with_its_text(self, anyio_backend: str) -> None:
         """A layer's StopWithFinal ends LangChain's loop with its text, no call left open."""
-        if anyio_backend == "trio":
-            pytest.skip("LangGraph runs on asyncio only")
 
         async def stop(request: Any, ctx: Any, call_next: Any) -> Any:
             response = await call_next(request, ctx)

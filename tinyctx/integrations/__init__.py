@@ -15,6 +15,6 @@ package imports no framework; each submodule imports only its own.
 
 from __future__ import annotations
 
-from ._stack import FrameworkModel, FrameworkTool, Stack, StackCall
+from ._stack import FrameworkModel, FrameworkTool, Stack, StackCall, StackInterrupted
 
-__all__ = ["Stack", "StackCall", "FrameworkModel", "FrameworkTool"]
+__all__ = ["Stack", "StackCall", "StackInterrupted", "FrameworkModel", "FrameworkTool"]

@@ -24,13 +24,14 @@ from ..chain import LayerLike, check_layer_names, compose
 from ..context import RunConfig, RunContext
 from ..control import Interrupt, StopWithFinal, stronger
 from ..conversation import Conversation
+from ..errors import TinyCtxError
 from ..events import EventSink
 from ..messages import Message, ToolCall, ToolResult
 from ..model import ModelRequest, ModelResponse
 from ..ordering import check_ordering
 from ..tools import ToolSpec
 
-__all__ = ["Stack", "StackCall", "FrameworkModel", "FrameworkTool"]
+__all__ = ["Stack", "StackCall", "StackInterrupted", "FrameworkModel", "FrameworkTool"]
 
 FrameworkModel = Callable[[ModelRequest], Awaitable[ModelResponse]]
 """Calls the framework's model with a (possibly rewritten) tinyctx request."""
@@ -47,6 +48,19 @@ async def _core_model(request: ModelRequest, ctx: RunContext[Any]) -> ModelRespo
 
 async def _core_tool(call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
     return await _TOOL.get()(call)
+
+
+class StackInterrupted(TinyCtxError):
+    """A layer asked for an :class:`~tinyctx.Interrupt` in a framework with no pause of
+    its own: the model call is abandoned (nothing of it enters the framework's history)
+    and the caller gets the interrupt's ``node``, ``message`` and ``payload``."""
+
+    def __init__(self, interrupt: Interrupt) -> None:
+        self.interrupt = interrupt
+        self.node = interrupt.node
+        self.message = interrupt.message
+        self.payload = interrupt.payload
+        super().__init__(f"interrupted at node {interrupt.node!r}: {interrupt.message}")
 
 
 @attrs.frozen
