@@ -346,3 +346,26 @@ class TestMiddleware:
         result = next(m for m in out["messages"] if isinstance(m, ToolMessage))
         assert len(result.content.encode()) < 4000  # ToolResultBudget cut it
         assert out["messages"][-1].content == "all done"
+
+
+class TestHistory:
+    """A LangGraph thread imports into a tinyctx thread and exports back unchanged."""
+
+    async def test_import_then_export_round_trips(self, tmp_path: Path) -> None:
+        """The checkpointer's messages land in the tinyctx store and come back equal."""
+        from tinyctx import SqliteStore
+        from tinyctx.integrations.langchain import export_langgraph, import_langgraph
+
+        agent = create_agent(
+            _FakeModel(messages=iter(_script(1))), tools=[lookup], checkpointer=InMemorySaver()
+        )
+        config: Any = {"configurable": {"thread_id": "lg"}}
+        await agent.ainvoke({"messages": [HumanMessage("hello")]}, config)
+        original = (await agent.aget_state(config)).values["messages"]
+        store = SqliteStore(tmp_path / "t.db")
+        imported = await import_langgraph(agent, "lg", store)
+        assert imported == from_langchain(original)
+        exported = await export_langgraph(store, "lg", agent, into="lg2")
+        assert exported == original
+        copy = (await agent.aget_state({"configurable": {"thread_id": "lg2"}})).values
+        assert copy["messages"] == original

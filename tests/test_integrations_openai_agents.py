@@ -306,3 +306,31 @@ class TestModelWrapper:
             await Runner.run(
                 Agent(name="a", model=TinyctxModel(_script(0), [pause])), "hi", run_config=config
             )
+
+
+class TestHistory:
+    """An Agents SDK SQLiteSession imports into a tinyctx thread and exports back."""
+
+    async def test_import_then_export_round_trips(self, tmp_path: Path) -> None:
+        """The SDK session's items land in the store and export back equal."""
+        from agents import SQLiteSession
+
+        from tinyctx.integrations.openai_agents_session import export_session, import_session
+
+        sdk = SQLiteSession("conv", str(tmp_path / "sdk.db"))
+        model = _script(1)
+        await Runner.run(
+            Agent(name="a", model=model, tools=[lookup]),
+            "hello",
+            session=sdk,
+            run_config=RunConfig(tracing_disabled=True),
+        )
+        original = await sdk.get_items()
+        store = SqliteStore(tmp_path / "t.db")
+        imported = await import_session(sdk, store)
+        assert imported == from_agents_items(original)
+        copy = SQLiteSession("copy", str(tmp_path / "sdk.db"))
+        await export_session(store, "conv", copy)
+        assert await copy.get_items() == original
+        sdk.close()
+        copy.close()

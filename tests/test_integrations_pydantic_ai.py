@@ -271,3 +271,19 @@ class TestCapability:
         messages = from_pydantic_ai(seen[0])
         check_pairing(messages, allow_pending=False)
         assert default_counter().count_messages(messages) <= WINDOW
+
+
+class TestHistory:
+    """pydantic-ai JSON history imports into a tinyctx thread and exports back unchanged."""
+
+    async def test_import_then_export_round_trips(self, tmp_path: Path) -> None:
+        """A run's all_messages_json() lands in the store and exports to the same history."""
+        from tinyctx import SqliteStore
+        from tinyctx.integrations.pydantic_ai import export_json, import_json
+
+        result = await _agent(TestModel(), TinyctxCapability([])).run("hello")
+        store = SqliteStore(tmp_path / "t.db")
+        imported = await import_json(result.all_messages_json(), store, "pa")
+        assert imported == from_pydantic_ai(result.all_messages())
+        exported = ModelMessagesTypeAdapter.validate_json(await export_json(store, "pa"))
+        assert exported == result.all_messages()

@@ -53,10 +53,12 @@ from ..chain import LayerLike
 from ..control import Interrupt, StopWithFinal
 from ..events import EventSink
 from ..frozen import thaw
-from ..messages import AssistantMessage, ToolCall, ToolResult
+from ..messages import AssistantMessage, Message, ToolCall, ToolResult
 from ..model import ModelRequest, ModelResponse
+from ..threads import ThreadStore
 from ..tools import ToolSpec
 from ._stack import Stack, StackCall
+from ._threads import read_thread, write_thread
 from .langchain_messages import (
     from_langchain,
     from_langchain_message,
@@ -65,7 +67,7 @@ from .langchain_messages import (
     usage_from_langchain,
 )
 
-__all__ = ["TinyctxMiddleware", "DEFAULT_THREAD"]
+__all__ = ["TinyctxMiddleware", "DEFAULT_THREAD", "import_langgraph", "export_langgraph"]
 
 DEFAULT_THREAD = "default"
 """The thread of a graph run without a ``thread_id`` in its config."""
@@ -253,3 +255,33 @@ class TinyctxMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return handler(inner)
 
         return anyio.run(partial(self.awrap_tool_call, request, async_handler))
+
+
+# -- history -------------------------------------------------------------------------------
+
+
+def _graph_config(thread_id: str) -> Any:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+async def import_langgraph(
+    graph: Any, thread_id: str, store: ThreadStore, *, into: str | None = None
+) -> tuple[Message, ...]:
+    """Copy the messages of LangGraph thread ``thread_id`` (as ``graph``, a compiled graph
+    with a checkpointer such as ``create_agent(...)``, holds them) into the tinyctx thread
+    ``into`` (default the same id) of ``store``; returns them."""
+    state = await graph.aget_state(_graph_config(thread_id))
+    messages = from_langchain(state.values.get("messages") or [])
+    await write_thread(store, into or thread_id, messages)
+    return messages
+
+
+async def export_langgraph(
+    store: ThreadStore, thread_id: str, graph: Any, *, into: str | None = None
+) -> list[BaseMessage]:
+    """Make LangGraph thread ``into`` (default the same id) of ``graph`` hold the messages
+    of tinyctx thread ``thread_id``; returns them as LangChain messages."""
+    messages = to_langchain(await read_thread(store, thread_id))
+    update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages]
+    await graph.aupdate_state(_graph_config(into or thread_id), {"messages": update})
+    return messages

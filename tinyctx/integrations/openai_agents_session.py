@@ -22,9 +22,10 @@ from ..codec import decode_messages, encode_message
 from ..messages import AssistantMessage, Message
 from ..providers._responses_items import assistant_from_output
 from ..threads import Compaction, StaleThreadVersion, ThreadStore, ThreadWrite
+from ._threads import read_thread, write_thread
 from .openai_agents_items import from_agents_items, plain_item, to_agents_items
 
-__all__ = ["TinyctxSession"]
+__all__ = ["TinyctxSession", "import_session", "export_session"]
 
 _ATTEMPTS = 3
 
@@ -155,3 +156,22 @@ class TinyctxSession:
                 raise
             return False
         return True
+
+
+async def import_session(
+    session: Any, store: ThreadStore, *, into: str | None = None
+) -> tuple[Message, ...]:
+    """Copy the items of an Agents SDK session (``SQLiteSession``, any ``Session``) into the
+    tinyctx thread ``into`` (default the session's id) of ``store``; returns the messages."""
+    messages = from_agents_items(await session.get_items())
+    await write_thread(store, into or session.session_id, messages)
+    return messages
+
+
+async def export_session(store: ThreadStore, thread_id: str, session: Any) -> list[Any]:
+    """Make an Agents SDK session hold the tinyctx thread ``thread_id`` (it is cleared
+    first); returns the items written."""
+    items = to_agents_items(await read_thread(store, thread_id))
+    await session.clear_session()
+    await session.add_items(items)
+    return items

@@ -35,7 +35,7 @@ from pydantic_ai.capabilities.abstract import (
     WrapModelRequestHandler,
     WrapToolExecuteHandler,
 )
-from pydantic_ai.messages import ModelMessage, TextPart, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, TextPart, ToolCallPart
 from pydantic_ai.messages import ModelResponse as PAResponse
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext as PARunContext
@@ -45,13 +45,21 @@ from pydantic_core import to_jsonable_python
 from ..chain import LayerLike
 from ..control import Interrupt, StopWithFinal
 from ..events import EventSink
-from ..messages import AssistantMessage, ToolCall, ToolResult
+from ..messages import AssistantMessage, Message, ToolCall, ToolResult
 from ..model import ModelRequest, ModelResponse
+from ..threads import ThreadStore
 from ..tools import ToolSpec
 from ._stack import Stack, StackInterrupted
+from ._threads import read_thread, write_thread
 from .pydantic_ai_messages import from_pydantic_ai, to_pydantic_ai, usage_from_pydantic_ai
 
-__all__ = ["TinyctxCapability", "history_processor", "DEFAULT_THREAD"]
+__all__ = [
+    "TinyctxCapability",
+    "history_processor",
+    "DEFAULT_THREAD",
+    "import_json",
+    "export_json",
+]
 
 DEFAULT_THREAD = "default"
 """The thread of a run without a ``conversation_id``."""
@@ -214,3 +222,18 @@ def history_processor(
         return to_pydantic_ai(sent[-1].messages)
 
     return process
+
+
+async def import_json(data: str | bytes, store: ThreadStore, thread_id: str) -> tuple[Message, ...]:
+    """Copy a pydantic-ai JSON message history (``result.all_messages_json()``, or
+    ``ModelMessagesTypeAdapter.dump_json``) into the tinyctx thread ``thread_id``."""
+    messages = from_pydantic_ai(ModelMessagesTypeAdapter.validate_json(data))
+    await write_thread(store, thread_id, messages)
+    return messages
+
+
+async def export_json(store: ThreadStore, thread_id: str) -> bytes:
+    """The tinyctx thread ``thread_id`` as pydantic-ai JSON message history (what
+    ``ModelMessagesTypeAdapter.validate_json`` reads, and ``message_history=`` takes)."""
+    messages = to_pydantic_ai(await read_thread(store, thread_id))
+    return ModelMessagesTypeAdapter.dump_json(messages)
