@@ -369,3 +369,26 @@ class TestHistory:
         assert exported == original
         copy = (await agent.aget_state({"configurable": {"thread_id": "lg2"}})).values
         assert copy["messages"] == original
+
+
+class TestControl:
+    """Control outcomes map to LangGraph's own."""
+
+    async def test_an_interrupt_pauses_the_graph(self) -> None:
+        """A layer's Interrupt becomes a LangGraph interrupt carrying node and message."""
+        from tinyctx import Interrupt
+
+        async def pause(request: Any, ctx: Any, call_next: Any) -> Any:
+            ctx.request_control(Interrupt("review", "look first"))
+            return await call_next(request, ctx)
+
+        agent = create_agent(
+            _FakeModel(messages=iter([AIMessage("fine")])),
+            middleware=[TinyctxMiddleware([pause])],
+            checkpointer=InMemorySaver(),
+        )
+        config: Any = {"configurable": {"thread_id": "int"}}
+        out = await agent.ainvoke({"messages": [HumanMessage("hello")]}, config)
+        (paused,) = out["__interrupt__"]
+        assert paused.value["node"] == "review"
+        assert paused.value["message"] == "look first"

@@ -16,6 +16,7 @@ pytest.importorskip("agents")
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
+from tests.servers import BACKENDS, make_backend
 from tinyctx import (
     Interrupt,
     MemoryStore,
@@ -183,9 +184,12 @@ def _assert_inside_window(model: ScriptedModel) -> None:
 class TestSession:
     """TinyctxSession keeps an Agents SDK conversation in a tinyctx thread store."""
 
-    @pytest.fixture(params=["memory", "sqlite"])
-    def store(self, request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-        return MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "t.db")
+    @pytest.fixture(params=BACKENDS)
+    async def store(self, request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+        """Every thread store backend, PostgreSQL and Redis on real servers."""
+        backend = make_backend(request.param, request, tmp_path)
+        yield backend
+        await backend.aclose()
 
     async def test_items_round_trip_through_the_store(self, store: Any) -> None:
         """What add_items wrote, get_items reads back; pop_item takes the newest item."""

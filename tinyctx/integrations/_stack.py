@@ -24,19 +24,29 @@ from ..chain import LayerLike, check_layer_names, compose
 from ..context import RunConfig, RunContext
 from ..control import Interrupt, StopWithFinal, stronger
 from ..conversation import Conversation
-from ..errors import TinyCtxError
+from ..errors import ConfigError, TinyCtxError
 from ..events import EventSink
 from ..messages import Message, ToolCall, ToolResult
 from ..model import ModelRequest, ModelResponse
 from ..ordering import check_ordering
 from ..tools import ToolSpec
 
-__all__ = ["Stack", "StackCall", "StackInterrupted", "FrameworkModel", "FrameworkTool"]
+__all__ = [
+    "Stack",
+    "StackCall",
+    "StackInterrupted",
+    "FrameworkModel",
+    "FrameworkTool",
+    "DEFAULT_MAX_THREADS",
+]
 
 FrameworkModel = Callable[[ModelRequest], Awaitable[ModelResponse]]
 """Calls the framework's model with a (possibly rewritten) tinyctx request."""
 FrameworkTool = Callable[[ToolCall], Awaitable[ToolResult]]
 """Runs the framework's tool for a tinyctx call."""
+
+DEFAULT_MAX_THREADS = 10_000
+"""How many threads' layer state a :class:`Stack` keeps by default."""
 
 _MODEL: contextvars.ContextVar[FrameworkModel] = contextvars.ContextVar("tinyctx_framework_model")
 _TOOL: contextvars.ContextVar[FrameworkTool] = contextvars.ContextVar("tinyctx_framework_tool")
@@ -83,7 +93,9 @@ class Stack:
 
     ``max_tokens``, ``reserved_output_tokens`` and ``model`` set the context window the
     guard keeps each request inside (as :class:`~tinyctx.RunConfig`); ``events`` receives
-    every event the layers emit (default: a sink that logs through structlog).
+    every event the layers emit (default: a sink that logs through structlog). The state of
+    at most ``max_threads`` threads is kept, the least recently used forgotten first (its
+    next call starts with fresh layer state, as after :meth:`forget`).
     """
 
     def __init__(
@@ -94,7 +106,11 @@ class Stack:
         reserved_output_tokens: int = 0,
         model: str | None = None,
         events: EventSink | None = None,
+        max_threads: int = DEFAULT_MAX_THREADS,
     ) -> None:
+        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+            raise ConfigError("max_threads", max_threads, "an integer >= 1", owner="Stack")
+        self.max_threads = max_threads
         self.layers = tuple(layers)
         check_layer_names(self.layers)  # the same checks an Agent makes when it is built
         check_ordering(self.layers)
@@ -113,11 +129,14 @@ class Stack:
     def context(self, thread_id: str) -> RunContext[Any]:
         """The context of ``thread_id``, made on first use (its conversation, layer state,
         usage and cost trackers live as long as this stack)."""
-        ctx = self._threads.get(thread_id)
+        threads = self._threads
+        ctx = threads.pop(thread_id, None)
         if ctx is None:
             config = self._config.evolve(thread_id=thread_id)
             ctx = RunContext.new(config, events=self.events, conversation=Conversation())
-            self._threads[thread_id] = ctx
+            while len(threads) >= self.max_threads:
+                del threads[next(iter(threads))]  # the least recently used
+        threads[thread_id] = ctx  # the most recently used is last
         return ctx
 
     def forget(self, thread_id: str) -> None:
