@@ -180,7 +180,7 @@ async def _pydantic_ai(
 ) -> tuple[list[Any], float]:
     from pydantic_ai import Agent
     from pydantic_ai.capabilities import ProcessHistory
-    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.messages import ModelResponse, RequestUsage, TextPart, ToolCallPart
     from pydantic_ai.models.function import FunctionModel
 
     from tinyctx.integrations.pydantic_ai import TinyctxCapability
@@ -190,10 +190,14 @@ async def _pydantic_ai(
 
     def respond(messages: list[Any], info: Any) -> ModelResponse:
         sent.append(messages)
+        # report the prompt as the one counter of this benchmark counts it (FunctionModel's
+        # own estimate counts words, which would calibrate the guard to another counter)
+        prompt = COUNTER.count_messages(from_pydantic_ai(messages))
+        usage = RequestUsage(input_tokens=prompt, output_tokens=20)
         if len(sent) <= steps:
             call = ToolCallPart("lookup", {"query": str(len(sent))}, tool_call_id=f"p{len(sent)}")
-            return ModelResponse(parts=[call])
-        return ModelResponse(parts=[TextPart("done")])
+            return ModelResponse(parts=[call], usage=usage)
+        return ModelResponse(parts=[TextPart("done")], usage=usage)
 
     def trim(messages: list[Any]) -> list[Any]:
         history = from_pydantic_ai(messages)
