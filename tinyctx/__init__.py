@@ -175,8 +175,11 @@ from .stores import (
     SqliteStore,
     Store,
     StoreClosed,
+    StoreError,
     StoreRegistry,
     StoreSchemaError,
+    StoreUnavailable,
+    WriteOutcomeUnknown,
     append_notes,
 )
 from .tasks import (
@@ -333,6 +336,9 @@ __all__ = [
     "Note",
     "StoreSchemaError",
     "StoreClosed",
+    "StoreError",
+    "StoreUnavailable",
+    "WriteOutcomeUnknown",
     "Event",
     "EventSink",
     "RunStarted",

@@ -15,7 +15,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import ConfigError
-from ..stores import Note, StoreClosed
+from ..stores import Note, StoreClosed, StoreUnavailable
 from ..worker import keep_inherited, reset_after_fork
 
 T = TypeVar("T")
@@ -68,17 +68,25 @@ def check_positive(owner: str, name: str, value: object, *, integer: bool = Fals
 
 
 class WorkerThreads(Generic[C]):
-    """Blocking driver calls in worker threads, at most ``capacity`` at once per event loop.
+    """Blocking driver calls in worker threads, at most ``capacity`` at once.
 
     The drivers' async clients are asyncio-only (psycopg's ``AsyncConnection``, redis-py's
     ``redis.asyncio``), so a store that must serve trio and asyncio alike uses their sync
     clients here: waiting callers queue on the event loop (a ``CapacityLimiter`` per loop),
-    never in (nor exhausting) anyio's shared thread pool. A cancelled caller waits for its
-    call to finish (the database applies a statement whole or not at all, so there is no
-    half-done write to abandon) and then sees the cancellation.
+    never in (nor exhausting) anyio's shared thread pool.
 
-    ``connect`` builds the client on first use, in a worker thread; ``disconnect`` closes it
-    on :meth:`aclose`, after which every call raises :class:`StoreClosed`.
+    Every call answers a cancellation at once: the caller leaves (its deadline holds) and
+    the driver call goes on in its thread until the server answers or the driver's own
+    timeout ends it, then gives its connection back; a semaphore held by the thread, not
+    the caller, keeps the calls really in flight at ``capacity`` (the pool's size), so an
+    abandoned call never makes the pool run short. What such a call did is unknown to the
+    caller: a write whose caller was cancelled may have landed (the session's write bound
+    reports it as :class:`~tinyctx.stores.WriteOutcomeUnknown`).
+
+    ``connect`` builds the client on first use, in a worker thread, bounded by
+    ``connect_timeout`` seconds on the event loop: past it the call fails with
+    :class:`~tinyctx.stores.StoreUnavailable` naming ``address``; ``disconnect`` closes
+    it on :meth:`aclose`, after which every call raises :class:`StoreClosed`.
     """
 
     def __init__(
@@ -87,13 +95,19 @@ class WorkerThreads(Generic[C]):
         capacity: int,
         connect: Callable[[], C],
         disconnect: Callable[[C], None],
+        *,
+        connect_timeout: float,
+        address: str,
     ) -> None:
         self._describe = describe
         self._capacity = capacity
         self._connect = connect
         self._disconnect = disconnect
+        self.connect_timeout = connect_timeout
+        self.address = address
         self._client: C | None = None
         self._lock = threading.Lock()
+        self._permits = threading.BoundedSemaphore(capacity)
         self._closed = False
         self._limiter: tuple[object, anyio.CapacityLimiter] | None = None
         reset_after_fork(self)
@@ -127,18 +141,54 @@ class WorkerThreads(Generic[C]):
         inherited one is left alone, never closed: closing it would end the parent's
         sessions (psycopg's own finalizer knows not to in a child)."""
         self._lock = threading.Lock()  # another thread may have held it at the fork
+        self._permits = threading.BoundedSemaphore(self._capacity)
         self._limiter = None
         if self._client is not None:
             keep_inherited(self._client)
             self._client = None
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(client, *args)`` in a worker thread."""
+    async def run(
+        self, fn: Callable[..., T], *args: Any, undo: Callable[[C, T], object] | None = None
+    ) -> T:
+        """``fn(client, *args)`` in a worker thread; a cancellation is answered at once.
+
+        ``undo(client, result)`` runs in the thread when the caller was cancelled before
+        the call finished (a lease nobody will hold: released at once, not left to expire).
+        """
+        if self._client is None and not self._closed:
+            await self._open()
+        permits = self._permits
+        gone = threading.Event()
 
         def call() -> T:
-            return fn(self.client(), *args)
+            with permits:
+                client = self.client()
+                result = fn(client, *args)
+                if undo is not None and gone.is_set():
+                    undo(client, result)
+                return result
 
-        return await anyio.to_thread.run_sync(call, limiter=self._loop_limiter())
+        try:
+            return await anyio.to_thread.run_sync(
+                call, limiter=self._loop_limiter(), abandon_on_cancel=True
+            )
+        except BaseException:
+            gone.set()
+            raise
+
+    async def _open(self) -> None:
+        """Connect, bounded by the connect timeout (a server that accepts and never
+        answers, or drops every packet, fails here rather than holding the caller)."""
+        with anyio.move_on_after(self.connect_timeout) as scope:
+            await anyio.to_thread.run_sync(
+                self.client, limiter=self._loop_limiter(), abandon_on_cancel=True
+            )
+        if scope.cancelled_caught:
+            raise StoreUnavailable(
+                f"{self._describe()}: no connection to {self.address} within the connect "
+                f"timeout of {self.connect_timeout:g}s",
+                address=self.address,
+            )
 
     async def aclose(self) -> None:
         """Close the client; later calls raise :class:`StoreClosed`. Idempotent."""

@@ -32,6 +32,7 @@ from ..errors import ConfigError
 from ..stores import (
     Note,
     StoreSchemaError,
+    StoreUnavailable,
     _check_limit,
     _encode,
     _note_texts,
@@ -61,6 +62,9 @@ from ._common import (
 
 try:
     import redis
+    import redis.backoff
+    import redis.connection
+    import redis.retry
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess test
     _MISSING: ImportError | None = _exc
 else:
@@ -225,6 +229,22 @@ def _check_str(what: str, value: object) -> str:
     return value
 
 
+def _where(url: str, timeout: float) -> tuple[str, float]:
+    """The server's ``host:port`` (or socket path; never a password) and the connect
+    timeout: the URL's ``socket_connect_timeout`` when it sets one, else ``timeout``."""
+    try:
+        options = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError:
+        options = {}
+    address = str(options.get("path") or "")
+    if not address:
+        address = f"{options.get('host') or 'localhost'}:{options.get('port') or 6379}"
+    given = options.get("socket_connect_timeout")
+    if isinstance(given, float) and given > 0 and math.isfinite(given):
+        return address, given
+    return address, timeout
+
+
 class _Client:
     """The redis-py client and the registered scripts (one per store)."""
 
@@ -254,12 +274,16 @@ class RedisStore(NetworkedStore):
       not see each other use different prefixes;
     - ``max_connections``: the client's connection pool, and calls in flight at once per
       event loop;
-    - ``timeout``: seconds to wait when connecting;
+    - ``timeout``: the connect timeout in seconds when the URL sets no
+      ``socket_connect_timeout`` (the URL's wins): a server that refuses, or does not
+      answer the first command within it, fails with
+      :class:`~tinyctx.stores.StoreUnavailable` naming the host and port;
     - ``archive_retention``: seconds compacted-away originals stay readable through
       :meth:`archived`; None keeps them until the thread is deleted.
 
     Calls run on redis-py's sync client in worker threads (``redis.asyncio`` is asyncio-only),
-    so the store serves trio and asyncio alike. Use a Redis with persistence (AOF) for data
+    so the store serves trio and asyncio alike; each answers a cancellation at once (see
+    :class:`~tinyctx.backends._common.WorkerThreads`). Use a Redis with persistence (AOF) for data
     that must survive a restart of Redis itself.
     """
 
@@ -289,8 +313,14 @@ class RedisStore(NetworkedStore):
         self.max_connections = max_connections
         self.timeout = float(timeout)
         self.archive_retention = _retention(archive_retention, owner)
+        self.address, self.connect_timeout = _where(url, self.timeout)
         self._threads: WorkerThreads[_Client] = WorkerThreads(
-            self.__repr__, max_connections, self._connect, lambda client: client.redis.close()
+            self.__repr__,
+            max_connections,
+            self._connect,
+            lambda client: client.redis.close(),
+            connect_timeout=self.connect_timeout,
+            address=self.address,
         )
 
     def __repr__(self) -> str:
@@ -300,20 +330,32 @@ class RedisStore(NetworkedStore):
     # -- plumbing ------------------------------------------------------------------------
 
     def _connect(self) -> _Client:
-        client = _Client(self.url, self.max_connections, self.timeout)
+        # the layout check on a client of its own whose every read is bounded by the
+        # connect timeout: a server that accepts and never answers fails here, in time,
+        # instead of holding this thread (and the connect lock) for good
+        probe = redis.Redis.from_url(
+            self.url,
+            decode_responses=True,
+            socket_connect_timeout=self.connect_timeout,
+            socket_timeout=self.connect_timeout,
+            retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+        )
         try:
             key = self.prefix + "schema"
-            client.redis.set(key, SCHEMA_VERSION, nx=True)
-            stored = int(client.redis.get(key) or 0)
-            if stored > SCHEMA_VERSION:
-                raise StoreSchemaError(
-                    f"Redis prefix {self.prefix!r}: layout version {stored} was written by a "
-                    f"newer tinyctx (this one reads up to version {SCHEMA_VERSION})"
-                )
-        except BaseException:
-            client.redis.close()
-            raise
-        return client
+            probe.set(key, SCHEMA_VERSION, nx=True)
+            stored = int(probe.get(key) or 0)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise StoreUnavailable(
+                f"{self!r}: Redis at {self.address} is unavailable: {exc}", address=self.address
+            ) from exc
+        finally:
+            probe.close()
+        if stored > SCHEMA_VERSION:
+            raise StoreSchemaError(
+                f"Redis prefix {self.prefix!r}: layout version {stored} was written by a "
+                f"newer tinyctx (this one reads up to version {SCHEMA_VERSION})"
+            )
+        return _Client(self.url, self.max_connections, self.connect_timeout)
 
     def _key(self, kind: str, name: str) -> str:
         return f"{self.prefix}{kind}:{name}"
@@ -493,8 +535,13 @@ class RedisStore(NetworkedStore):
         thread, _, _, live = self._thread_keys(_check_str("thread_id", thread_id))
         keys = [thread, live, self.prefix + "fencing"]
         args = [_check_str("owner", owner), ttl_ms]
+
+        def release(client: _Client, answer: Any) -> None:  # its caller was cancelled
+            if answer[0]:
+                client.release(keys=keys[:2], args=[answer[3]])
+
         granted, holder, expires, token = await self._threads.run(
-            lambda client: client.acquire(keys=keys, args=args)
+            lambda client: client.acquire(keys=keys, args=args), undo=release
         )
         if not granted:
             raise LeaseHeld(thread_id, holder, int(expires) / 1000)
