@@ -22,6 +22,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.servers import start_services, stop_services, unique_name
 from tinyctx import (
@@ -36,6 +38,7 @@ from tinyctx.backends.postgres import PostgresStore
 from tinyctx.backends.redis import RedisStore
 from tinyctx.messages import AssistantMessage, UserMessage
 from tinyctx.testing import ScriptedModel
+from tinyctx.threads import Lease, LeaseHeld, StaleThreadVersion, ThreadWrite
 
 SAFETY = 20.0
 """Seconds after which a frozen server is thawed whatever the test does."""
@@ -147,7 +150,8 @@ class Freeze:
     def stop(self) -> None:
         with self._lock:
             for pid in self.pids:
-                os.kill(pid, signal.SIGSTOP)
+                with contextlib.suppress(ProcessLookupError):  # a backend that just ended
+                    os.kill(pid, signal.SIGSTOP)
             self._stopped = True
         self._timer.start()
 
@@ -301,18 +305,48 @@ class TestCancellation:
         """A lease request cancelled while the server is frozen does not hold the thread
         once the server answers: the next owner gets it at once."""
         kind, store = private_store
+        lease: Lease | None = None
         with private_servers.frozen(kind) as freeze:
             with anyio.move_on_after(0.3) as scope:
                 await store.acquire_lease("t", "gone", 60)
             answered_in_time = freeze.still_frozen
         assert scope.cancelled_caught and answered_in_time
-        for _ in range(100):  # the abandoned call finishes (and undoes itself) in its thread
-            record = await store.load_thread("t")
-            if record.lease is None:
+        # the abandoned call ends in its thread once the server answers, and releases
+        # what it got: the next owner gets the lease long before its 60 s TTL
+        for _ in range(100):
+            try:
+                lease = await store.acquire_lease("t", "next", 60)
                 break
-            await anyio.sleep(0.05)
-        lease = await store.acquire_lease("t", "next", 60)
-        assert lease.owner == "next"
+            except LeaseHeld:
+                await anyio.sleep(0.05)
+        assert lease is not None and lease.owner == "next"
+
+    @settings(
+        max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(delays=st.lists(st.sampled_from([0.0, 0.0002, 0.001, 0.003]), min_size=1, max_size=8))
+    async def test_writes_cancelled_at_any_moment_land_at_most_once_in_order(
+        self, private_store: tuple[str, Any], delays: list[float]
+    ) -> None:
+        """Writers cancelled at random moments, each looking before it retries: every
+        attempt lands at most once, in order, and the version counts what landed."""
+        _, store = private_store
+        thread_id = unique_name("t")
+        version = 0
+        for attempt, delay in enumerate(delays):
+            with anyio.move_on_after(delay) as scope:
+                try:
+                    version = await store.write(
+                        thread_id, ThreadWrite([f"m{attempt}"]), expected_version=version
+                    )
+                except StaleThreadVersion as exc:  # a cancelled one landed after all
+                    version = exc.actual
+            if scope.cancelled_caught:  # outcome unknown: look before the next write
+                version = (await store.load_thread(thread_id)).version
+        record = await store.load_thread(thread_id)
+        landed = [int(doc[1:]) for doc in record.messages]
+        assert landed == sorted(set(landed))
+        assert record.version == len(record.messages)
 
     async def test_a_sqlite_call_waiting_on_a_locked_file_answers_the_deadline(
         self, tmp_path: Path
