@@ -3,10 +3,11 @@ and close, argument checks, and the install hint for a missing extra."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, Self, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -24,6 +25,7 @@ C = TypeVar("C")
 __all__ = [
     "NetworkedStore",
     "WorkerThreads",
+    "stoppable",
     "missing_extra",
     "redact_url",
     "check_positive",
@@ -65,6 +67,70 @@ def check_positive(owner: str, name: str, value: object, *, integer: bool = Fals
     ):
         allowed = "an integer >= 1" if integer else "a finite number of seconds > 0"
         raise ConfigError(name, value, allowed, owner=owner)
+
+
+class _Call:
+    """One driver call in a worker thread: whether its caller gave up on it, and how to
+    stop what it is waiting for meanwhile (see :func:`stoppable`)."""
+
+    __slots__ = ("_lock", "_stop", "_stopped", "cancelled")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stop: Callable[[], None] | None = None
+        self._stopped = False
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        with self._lock:  # the call cannot leave its stoppable block meanwhile
+            self.cancelled = True
+            if self._stop is not None:
+                self._stopped = True
+                with contextlib.suppress(Exception):
+                    self._stop()
+
+
+_current = threading.local()
+
+
+class CallAbandoned(Exception):
+    """Raised in a worker thread for a call whose caller was cancelled before it sent
+    anything (nobody sees it: its caller has left)."""
+
+
+@contextlib.contextmanager
+def stoppable(stop: Callable[[], None], discard: Callable[[], None]) -> Iterator[None]:
+    """In a worker thread, around one wait on one connection: if the call's caller is
+    cancelled meanwhile, ``stop()`` is called (from the event loop's thread) to end the
+    wait (a socket shut down: the driver fails the call) rather than leave the thread,
+    and the connection, waiting on a server that may never answer; ``discard()`` then
+    runs in the thread on leaving the block (the connection closed, so the pool drops it
+    even when the call had ended before the stop). A caller that had already given up gets
+    :class:`CallAbandoned` here, before anything is sent. ``stop`` runs only inside the
+    block, so it never touches a connection handed back to the pool."""
+    call: _Call | None = getattr(_current, "call", None)
+    if call is None:
+        yield
+        return
+    with call._lock:
+        if call.cancelled:
+            raise CallAbandoned
+        call._stop = stop
+    try:
+        yield
+    finally:
+        with call._lock:
+            call._stop = None
+            stopped, call._stopped = call._stopped, False
+        if stopped:
+            discard()
+
+
+def cancelled() -> bool:
+    """In a worker thread: whether the running call's caller was cancelled (a call that
+    would try again, on a fresh connection, gives up instead)."""
+    call: _Call | None = getattr(_current, "call", None)
+    return call is not None and call.cancelled
 
 
 class WorkerThreads(Generic[C]):
@@ -158,22 +224,28 @@ class WorkerThreads(Generic[C]):
         if self._client is None and not self._closed:
             await self._open()
         permits = self._permits
-        gone = threading.Event()
+        state = _Call()
 
         def call() -> T:
             with permits:
-                client = self.client()
-                result = fn(client, *args)
-                if undo is not None and gone.is_set():
-                    undo(client, result)
-                return result
+                # a call with an undo is waited out, never stopped: the undo needs to
+                # know what it did (a lease granted is released)
+                _current.call = state if undo is None else None
+                try:
+                    client = self.client()
+                    result = fn(client, *args)
+                    if undo is not None and state.cancelled:
+                        undo(client, result)
+                    return result
+                finally:
+                    _current.call = None
 
         try:
             return await anyio.to_thread.run_sync(
                 call, limiter=self._loop_limiter(), abandon_on_cancel=True
             )
         except BaseException:
-            gone.set()
+            state.cancel()
             raise
 
     async def _open(self) -> None:

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import socket
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -56,9 +58,11 @@ from ..threads import (
 from ._common import (
     NetworkedStore,
     WorkerThreads,
+    cancelled,
     check_positive,
     missing_extra,
     redact_url,
+    stoppable,
 )
 
 try:
@@ -321,6 +325,13 @@ def _where(url: str, timeout: float) -> tuple[str, float]:
     return address, given if given > 0 and math.isfinite(given) else timeout
 
 
+def _shut_down(conn: psycopg.Connection[Any]) -> None:
+    """End whatever ``conn`` waits for: its socket is shut down (not closed: the driver
+    still owns the descriptor), so the wait fails at once and the pool drops it."""
+    with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
+
+
 def _reason(exc: BaseException, password: object) -> str:
     """The driver's message, one line, without the password should it appear in it."""
     text = " ".join(str(exc).split())
@@ -436,6 +447,10 @@ class PostgresStore(NetworkedStore):
         # answer, a wrong password), where the pool would only say PoolTimeout
         try:
             probe = psycopg.connect(self.url, **options)
+        except psycopg.errors.ConnectionTimeout as exc:
+            raise self._unavailable(
+                f"no answer within the connect timeout of {self.connect_timeout:g}s"
+            ) from exc
         except psycopg.OperationalError as exc:
             raise self._unavailable(_reason(exc, params.get("password"))) from exc
         with probe:
@@ -548,7 +563,7 @@ class PostgresStore(NetworkedStore):
         count is returned), whose caller gets the error."""
 
         def attempt(pool: psycopg_pool.ConnectionPool[Any]) -> list[tuple[Any, ...]]:
-            with pool.connection() as conn:
+            with pool.connection() as conn, stoppable(lambda: _shut_down(conn), conn.close):
                 cursor = conn.execute(query, params, binary=True)
                 if first:
                     row: tuple[Any, ...] | None = cursor.fetchone()
@@ -560,7 +575,7 @@ class PostgresStore(NetworkedStore):
             try:
                 return attempt(pool)
             except psycopg.OperationalError as exc:
-                if once or not _dropped(exc):
+                if once or not _dropped(exc) or cancelled():
                     raise
             # the server dropped the others too: let the pool find them before the retry
             pool.check()
@@ -633,7 +648,11 @@ class PostgresStore(NetworkedStore):
         thread_id = _check_text("thread_id", fence.thread_id)
 
         def run(pool: psycopg_pool.ConnectionPool[Any]) -> list[tuple[Any, ...]]:
-            with pool.connection() as conn, conn.transaction():
+            with (
+                pool.connection() as conn,
+                stoppable(lambda: _shut_down(conn), conn.close),
+                conn.transaction(),
+            ):
                 row = conn.execute(self._sql.lease_token_share, (thread_id,)).fetchone()
                 token = None if row is None else int(row[0])
                 if token != fence.token:

@@ -344,7 +344,13 @@ class RedisStore(NetworkedStore):
             key = self.prefix + "schema"
             probe.set(key, SCHEMA_VERSION, nx=True)
             stored = int(probe.get(key) or 0)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except redis.TimeoutError as exc:
+            raise StoreUnavailable(
+                f"{self!r}: no answer from Redis at {self.address} within the connect "
+                f"timeout of {self.connect_timeout:g}s",
+                address=self.address,
+            ) from exc
+        except redis.ConnectionError as exc:
             raise StoreUnavailable(
                 f"{self!r}: Redis at {self.address} is unavailable: {exc}", address=self.address
             ) from exc
