@@ -299,6 +299,26 @@ class TestCancellation:
             await store.put("ns", f"k{n}", n)
             assert await store.get("ns", f"k{n}") == n
 
+    async def test_a_cancelled_call_holds_nothing_while_the_server_stays_frozen(
+        self, private_servers: Servers
+    ) -> None:
+        """PostgreSQL frozen for good: a cancelled call gives its connection up at once, so
+        the next call is not stuck behind it: it fails with StoreUnavailable within the
+        connect timeout, while the server is still frozen."""
+        url = private_servers.urls["postgres"]
+        store = PostgresStore(url, schema=unique_name("pg"), pool_size=1, timeout=1)
+        await store.put("ns", "k", 1)
+        with private_servers.frozen("postgres") as freeze:
+            with anyio.move_on_after(0.3) as scope:
+                await store.get("ns", "k")
+            with anyio.move_on_after(SAFETY / 2), pytest.raises(StoreUnavailable) as info:
+                await store.get("ns", "k")
+            answered_in_time = freeze.still_frozen
+        assert scope.cancelled_caught and answered_in_time
+        assert "connect timeout of 1s" in str(info.value)
+        assert await store.get("ns", "k") == 1
+        await store.aclose()
+
     async def test_a_cancelled_lease_is_not_left_held(
         self, private_store: tuple[str, Any], private_servers: Servers
     ) -> None:

@@ -468,7 +468,9 @@ class PostgresStore(NetworkedStore):
             pool.open(wait=True, timeout=self.connect_timeout)
         except psycopg_pool.PoolTimeout as exc:
             pool.close()
-            raise self._unavailable(f"no connection within {self.connect_timeout:g}s") from exc
+            raise self._unavailable(
+                f"no connection within the connect timeout of {self.connect_timeout:g}s"
+            ) from exc
         except BaseException:
             pool.close()
             raise
@@ -491,7 +493,7 @@ class PostgresStore(NetworkedStore):
             return await self._threads.run(fn, undo=undo)
         except psycopg_pool.PoolTimeout as exc:
             raise self._unavailable(
-                f"no connection within {self.connect_timeout:g}s ({exc})"
+                f"no connection within the connect timeout of {self.connect_timeout:g}s ({exc})"
             ) from exc
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
