@@ -23,8 +23,10 @@ T = TypeVar("T")
 C = TypeVar("C")
 
 __all__ = [
+    "CallAbandoned",
     "NetworkedStore",
     "WorkerThreads",
+    "cancelled",
     "stoppable",
     "missing_extra",
     "redact_url",

@@ -22,10 +22,12 @@ Cluster would spread over slots.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError
@@ -53,11 +55,14 @@ from ..threads import (
     validate_write,
 )
 from ._common import (
+    CallAbandoned,
     NetworkedStore,
     WorkerThreads,
+    cancelled,
     check_positive,
     missing_extra,
     redact_url,
+    stoppable,
 )
 
 try:
@@ -245,17 +250,72 @@ def _where(url: str, timeout: float) -> tuple[str, float]:
     return address, timeout
 
 
+def _stoppable_pool() -> type[Any]:
+    """redis-py's ConnectionPool, whose connections a cancelled caller can stop
+    (:func:`~tinyctx.backends._common.stoppable`): the socket of the connection its call
+    waits on is shut down, redis-py's retry does not reconnect for it, and the connection
+    is dropped when it comes back. Built on first use (redis-py is an optional extra)."""
+
+    class StoppablePool(redis.ConnectionPool):
+        def make_connection(self) -> Any:
+            connection: Any = super().make_connection()
+            connect: Callable[[], None] = connection.connect
+
+            def guarded() -> None:
+                if cancelled():  # nobody waits for this call: no (re)connecting for it
+                    raise CallAbandoned
+                connect()
+
+            connection.connect = guarded
+            return connection
+
+        def get_connection(self, *args: Any, **options: Any) -> Any:
+            connection: Any = super().get_connection(*args, **options)
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(
+                    stoppable(lambda: _shut_down(connection), connection.disconnect)
+                )
+            except BaseException:
+                super().release(connection)
+                raise
+            connection._tinyctx_stop = stack
+            return connection
+
+        def release(self, connection: Any) -> None:
+            stack = connection.__dict__.pop("_tinyctx_stop", None)
+            try:
+                if stack is not None:
+                    stack.close()
+            finally:
+                super().release(connection)
+
+    return StoppablePool
+
+
+def _shut_down(connection: Any) -> None:
+    sock = connection._sock
+    if sock is not None:
+        sock.shutdown(socket.SHUT_RDWR)
+
+
 class _Client:
     """The redis-py client and the registered scripts (one per store)."""
 
+    pool_class: type[Any] | None = None
+
     def __init__(self, url: str, max_connections: int, timeout: float) -> None:
-        self.redis: redis.Redis = redis.Redis.from_url(
+        if _Client.pool_class is None:
+            _Client.pool_class = _stoppable_pool()
+        pool = _Client.pool_class.from_url(
             url,
             decode_responses=True,
             max_connections=max_connections,
             socket_connect_timeout=timeout,
             health_check_interval=30,
         )
+        self.redis: redis.Redis = redis.Redis(connection_pool=pool)
+        self.redis.auto_close_connection_pool = True
         self.write = self.redis.register_script(_WRITE)
         self.acquire = self.redis.register_script(_ACQUIRE)
         self.renew = self.redis.register_script(_RENEW)
