@@ -143,13 +143,15 @@ class WorkerThreads(Generic[C]):
     clients here: waiting callers queue on the event loop (a ``CapacityLimiter`` per loop),
     never in (nor exhausting) anyio's shared thread pool.
 
-    Every call answers a cancellation at once: the caller leaves (its deadline holds) and
-    the driver call goes on in its thread until the server answers or the driver's own
-    timeout ends it, then gives its connection back; a semaphore held by the thread, not
-    the caller, keeps the calls really in flight at ``capacity`` (the pool's size), so an
-    abandoned call never makes the pool run short. What such a call did is unknown to the
-    caller: a write whose caller was cancelled may have landed (the session's write bound
-    reports it as :class:`~tinyctx.stores.WriteOutcomeUnknown`).
+    Every call answers a cancellation at once: the caller leaves (its deadline holds),
+    and the driver call, left in its thread, is stopped where the store marks its wait
+    :func:`stoppable` (its connection's socket shut down, the connection dropped), else
+    ends when the server answers or the driver's own timeout ends it. A semaphore held by
+    the thread, not the caller, keeps the calls really in flight at ``capacity`` (the
+    pool's size), so an abandoned call never makes the pool run short. What such a call
+    did is unknown to the caller: a write whose caller was cancelled may have landed (the
+    session's write bound reports it as :class:`~tinyctx.stores.WriteOutcomeUnknown`). A
+    call with an ``undo`` is never stopped: it is waited out in its thread, then undone.
 
     ``connect`` builds the client on first use, in a worker thread, bounded by
     ``connect_timeout`` seconds on the event loop: past it the call fails with
