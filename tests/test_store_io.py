@@ -401,6 +401,35 @@ class TestCancellation:
         await store.aclose()
 
 
+class TestSessionDeadline:
+    """A session opened inside the caller's deadline leaves at it (plus bounded cleanup)."""
+
+    async def test_a_server_that_freezes_after_the_lease_does_not_hold_the_caller(
+        self, private_store: tuple[str, Any], private_servers: Servers
+    ) -> None:
+        """The server freezes right after granting the lease: the load answers the
+        deadline, and the lease release on the way out is bounded (shielded, it cannot be
+        cancelled), so the caller leaves while the server is still frozen."""
+        kind, store = private_store
+        stack = contextlib.ExitStack()
+        freezes: list[Freeze] = []
+        acquire = store.acquire_lease
+
+        async def acquire_then_freeze(thread_id: str, owner: str, ttl: float) -> Lease:
+            lease: Lease = await acquire(thread_id, owner, ttl)
+            freezes.append(stack.enter_context(private_servers.frozen(kind)))
+            return lease
+
+        store.acquire_lease = acquire_then_freeze
+        agent = Agent(model=ScriptedModel(["never"]))
+        with stack:
+            with anyio.move_on_after(0.5) as scope:
+                async with Session(agent, thread_id="t", store=store):
+                    pass
+            left_in_time = freezes[0].still_frozen
+        assert scope.cancelled_caught and left_in_time
+
+
 class TestWriteBound:
     """A write to a stalled server is bounded, and reported as of unknown outcome."""
 
