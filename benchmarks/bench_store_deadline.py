@@ -204,16 +204,20 @@ async def frozen_rows(
             )
         )
         if not quick:
-            rows.append(await write_bound_row(store, server_pids(found, kind), kind, backend))
+            rows.append(
+                await write_bound_row(store, lambda: server_pids(found, kind), kind, backend)
+            )
         await store.aclose()
     return rows
 
 
-async def write_bound_row(store: Any, pids: list[int], kind: str, backend: str) -> Row:
+async def write_bound_row(
+    store: Any, pids: Callable[[], list[int]], kind: str, backend: str
+) -> Row:
     stack = contextlib.ExitStack()
 
     def freeze_then_answer(request: Any, ctx: Any) -> str:
-        stack.enter_context(frozen(pids))
+        stack.enter_context(frozen(pids()))  # the processes now (the pool's backends too)
         return "answer"
 
     agent = Agent(model=ScriptedModel([freeze_then_answer]))
