@@ -26,7 +26,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.servers import make_backend, start_services, stop_services, unique_name
-from tinyctx import ConfigError, MemoryStore, StoreClosed, StoreSchemaError, append_notes
+from tinyctx import (
+    ConfigError,
+    MemoryStore,
+    StoreClosed,
+    StoreSchemaError,
+    StoreUnavailable,
+    append_notes,
+)
 from tinyctx.backends.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from tinyctx.backends.postgres import PostgresStore
 from tinyctx.backends.redis import RedisStore
@@ -161,16 +168,21 @@ class TestLifecycle:
         """The networked stores are ThreadStores."""
         assert isinstance(backend, ThreadStore)
 
-    async def test_an_unreachable_server_is_the_drivers_error(self) -> None:
-        """A server nobody listens on fails the first call with the driver's connection error."""
+    async def test_an_unreachable_server_is_store_unavailable_caused_by_the_drivers_error(
+        self,
+    ) -> None:
+        """A server nobody listens on fails the first call with StoreUnavailable, whose
+        cause is the driver's connection error."""
         port = _closed_port()
         pg = PostgresStore(f"postgresql://u@127.0.0.1:{port}/db", timeout=0.5)
-        with pytest.raises(psycopg.OperationalError):
+        with pytest.raises(StoreUnavailable) as pg_error:
             await pg.get("ns", "k")
+        assert isinstance(pg_error.value.__cause__, psycopg.OperationalError)
         await pg.aclose()
         rd = RedisStore(f"redis://127.0.0.1:{port}/0", timeout=0.5)
-        with pytest.raises(redis.ConnectionError):
+        with pytest.raises(StoreUnavailable) as rd_error:
             await rd.get("ns", "k")
+        assert isinstance(rd_error.value.__cause__, redis.ConnectionError)
         await rd.aclose()
 
 

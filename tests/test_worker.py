@@ -1,4 +1,4 @@
-"""WorkerThread: the store's own thread, with to_thread's cancellation semantics."""
+"""WorkerThread: the store's own thread; a cancelled caller leaves at once, never half-knowing."""
 
 from __future__ import annotations
 
@@ -116,6 +116,41 @@ class TestWorkerThreadCancellation:
         assert started.is_set()
         assert finished.is_set()  # not abandoned: run returned only after the call ended
         assert scope.cancelled_caught
+        worker.stop()
+
+    async def test_a_queued_call_whose_caller_is_cancelled_never_runs(self) -> None:
+        """Cancelled while its call waits behind another: the caller leaves at once and
+        the call is skipped (nothing ran); the worker goes on with the next one."""
+        worker = WorkerThread("t")
+        gate = threading.Event()
+        ran: list[str] = []
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker.run, lambda: gate.wait(10))
+            await anyio.sleep(0.01)
+            with anyio.move_on_after(0.05) as scope:
+                await worker.run(lambda: ran.append("queued"))
+            gate.set()
+        assert scope.cancelled_caught
+        assert await worker.run(lambda: list(ran)) == []
+        worker.stop()
+
+    async def test_a_running_call_is_interrupted_and_its_caller_sees_the_cancellation(
+        self,
+    ) -> None:
+        """Cancelled while its call runs: ``interrupt`` is called, the call stops with
+        its own error, and the caller gets the cancellation, not that error."""
+        worker = WorkerThread("t")
+        stop = threading.Event()
+
+        def stubborn() -> None:
+            if not stop.wait(10):
+                return
+            raise RuntimeError("interrupted")
+
+        with anyio.move_on_after(0.05) as scope:
+            await worker.run(stubborn, interrupt=stop.set)
+        assert scope.cancelled_caught and stop.is_set()
+        assert await worker.run(lambda: 7) == 7
         worker.stop()
 
     @settings(max_examples=20, deadline=None)

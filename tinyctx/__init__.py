@@ -178,8 +178,11 @@ from .stores import (
     Store,
     StoreAuthenticationFailed,
     StoreClosed,
+    StoreError,
     StoreRegistry,
     StoreSchemaError,
+    StoreUnavailable,
+    WriteOutcomeUnknown,
     append_notes,
 )
 from .tasks import (
@@ -340,6 +343,9 @@ __all__ = [
     "StoreSchemaError",
     "StoreAuthenticationFailed",
     "StoreClosed",
+    "StoreError",
+    "StoreUnavailable",
+    "WriteOutcomeUnknown",
     "Event",
     "EventSink",
     "RunStarted",

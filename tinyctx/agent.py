@@ -81,6 +81,7 @@ from .messages import (
 from .model import ModelHandler, ModelRequest, ModelResponse, Usage
 from .ordering import check_ordering
 from .parts import PART_TYPES
+from .stores import WriteOutcomeUnknown
 from .tasks import BackgroundTasks
 from .threads import ThreadStore
 from .tools import ServerTool, Tool, ToolArgumentError, ToolRegistry
@@ -616,8 +617,10 @@ class Session(Generic[Data]):
 
         Shielded: a write is atomic in the store, so it is never abandoned half-way by a
         cancellation (which would leave this session's version behind the store's); it is
-        bounded by ``max(grace_period, 5)`` seconds, then fails with TimeoutError and what
-        it held stays pending for the next write. ``failing``: another error is already
+        bounded by ``max(grace_period, 5)`` seconds (every store call answers the bound at
+        once), then fails with :class:`~tinyctx.stores.WriteOutcomeUnknown` (the write may
+        have landed) and what it held stays pending for the next write, which finds out
+        whether it had. ``failing``: another error is already
         leaving, so a failed write is reported as
         :class:`~tinyctx.durable.ThreadWriteFailed` instead of raised over it.
         """
@@ -634,8 +637,8 @@ class Session(Generic[Data]):
                     async with self._writing:
                         await link.sync(self._base.conversation)
                 if scope.cancelled_caught:
-                    raise TimeoutError(
-                        f"writing thread {link.thread_id!r} took longer than {limit:g}s"
+                    raise WriteOutcomeUnknown(
+                        link.thread_id, expected_version=link.version, seconds=limit
                     )
         except Exception as exc:
             if not failing:

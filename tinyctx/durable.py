@@ -20,6 +20,7 @@ All decisions stay in the session and its layers; the store only stores.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -166,7 +167,14 @@ class ThreadLink:
                 decode_checkpoint(record.checkpoint) if record.checkpoint is not None else None
             )
         except BaseException:
-            with anyio.CancelScope(shield=True):
+            # shielded and bounded (a stalled server must not hold the caller, whose
+            # deadline may be what ended the load); the lease expires by itself, and the
+            # error that ended the load is the one raised
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(1.0),
+                contextlib.suppress(Exception),
+            ):
                 await self.release()
             raise
         conversation.replace(messages, emit_new=False)

@@ -43,7 +43,7 @@ from .threads import (
     validate_lease_request,
     validate_write,
 )
-from .worker import WorkerThread, keep_inherited, reset_after_fork
+from .worker import WorkerThread, cancel_requested, keep_inherited, reset_after_fork
 
 __all__ = [
     "Store",
@@ -55,9 +55,12 @@ __all__ = [
     "append_notes",
     "check_fence",
     "SqliteStore",
+    "StoreError",
     "StoreSchemaError",
     "StoreClosed",
     "StoreAuthenticationFailed",
+    "StoreUnavailable",
+    "WriteOutcomeUnknown",
 ]
 
 T = TypeVar("T")
@@ -515,18 +518,56 @@ def _check_limit(limit: int | None) -> None:
 # SQLite
 
 
-class StoreSchemaError(TinyCtxError):
+class StoreError(TinyCtxError):
+    """Base of the errors a store raises about itself (closed, unreachable, a schema it
+    cannot open, a write whose outcome is unknown)."""
+
+
+class StoreSchemaError(StoreError):
     """The file is not a tinyctx store this version can open (not SQLite, or newer)."""
 
 
-class StoreClosed(TinyCtxError):
+class StoreClosed(StoreError):
     """The store was closed with ``aclose()``."""
 
 
-class StoreAuthenticationFailed(TinyCtxError):
+class StoreAuthenticationFailed(StoreError):
     """The database refused the store's login (a wrong password, an unknown user, no
     ``pg_hba.conf`` entry for it); the message names user, host and port, never the
     password. Retrying does not help: fix the URL."""
+
+
+class StoreUnavailable(StoreError, ConnectionError):
+    """The store's server could not be reached, or did not answer the connection within
+    the connect timeout (the URL's, else the store's ``timeout``). ``address`` names it
+    (``host:port``, never a password); the driver's error, when there is one, is the
+    ``__cause__``. Nothing was written."""
+
+    def __init__(self, message: str, *, address: str = "") -> None:
+        self.address = address
+        super().__init__(message)
+
+
+class WriteOutcomeUnknown(StoreError, TimeoutError):
+    """A thread write was sent and no answer came within the write bound (the server
+    stalled, or the connection broke mid-call): it may have landed or not.
+
+    Look before you retry: open the thread again (a new ``Session`` loads what the store
+    holds, which resolves it) and check whether your input is there before sending it
+    again. ``thread_id`` names the thread, ``expected_version`` the version the write was
+    made against (a stored version past it means the write landed) and ``seconds`` the
+    bound it exceeded. Also a :class:`TimeoutError`.
+    """
+
+    def __init__(self, thread_id: str, *, expected_version: int, seconds: float) -> None:
+        self.thread_id = thread_id
+        self.expected_version = expected_version
+        self.seconds = seconds
+        super().__init__(
+            f"writing thread {thread_id!r} (at version {expected_version}) got no answer "
+            f"within {seconds:g}s: it may have landed or not; open the thread and look "
+            "before you retry"
+        )
 
 
 SCHEMA_VERSION = 4
@@ -1125,6 +1166,21 @@ def _delete_thread(conn: sqlite3.Connection, thread_id: str) -> bool:
 
 
 _MMAP_BYTES = 256 << 20
+
+_BUSY_SLICE = 0.05
+"""SQLite's own busy wait, in seconds: a call waiting for another writer's lock retries in
+slices this long until the store's ``timeout``, so a cancelled caller's call gives up
+within one slice (SQLite's busy handler heeds no interrupt)."""
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether ``exc`` is SQLite's "database is locked" (another connection's lock)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or (
+        code is None and "locked" in str(exc)
+    )
+
+
 """How much of the file SQLite may memory-map for reads (a limit, not an allocation)."""
 
 DEFAULT_CACHE_BYTES: Final = 64 << 20
@@ -1140,6 +1196,9 @@ class SqliteStore:
     - Writes that read-then-insert (note sequence numbers) run in ``BEGIN IMMEDIATE``
       transactions, and ``timeout`` is SQLite's busy timeout: many stores (or processes)
       on one file wait for each other instead of losing or duplicating notes.
+    - Every call answers a cancellation at once: a cancelled caller's call is skipped if
+      it has not started, else interrupted (rolled back) or, waiting for another writer's
+      lock, given up within 0.05 s; a call that had finished still returns its value.
     - A schema version table; an older file is migrated on open, a newer one is refused
       with :class:`StoreSchemaError`.
     - Values are JSON (a value that is not raises ``TypeError`` before anything is
@@ -1188,8 +1247,14 @@ class SqliteStore:
     # -- plumbing ------------------------------------------------------------------------
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        # the store's own thread: waiting callers wait on the loop, not in the shared pool
-        return await self._worker.run(lambda: self._call(fn))
+        # the store's own thread: waiting callers wait on the loop, not in the shared pool;
+        # a cancelled caller's call is skipped, or interrupted and rolled back (WorkerThread)
+        return await self._worker.run(lambda: self._call(fn), interrupt=self._interrupt)
+
+    def _interrupt(self) -> None:
+        conn = self._conn
+        if conn is not None:
+            conn.interrupt()
 
     def _after_fork(self) -> None:
         # in a forked child: SQLite forbids using the parent's connection here, so the child
@@ -1201,17 +1266,24 @@ class SqliteStore:
             self._conn = None
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        with self._lock:
-            if self._closed:
-                raise StoreClosed(f"{self!r} was closed")
-            conn = self._conn if self._conn is not None else self._connect()
-            return fn(conn)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                with self._lock:
+                    if self._closed:
+                        raise StoreClosed(f"{self!r} was closed")
+                    conn = self._conn if self._conn is not None else self._connect()
+                    return fn(conn)
+            except sqlite3.OperationalError as exc:
+                # busy: nothing was done (a write takes its lock first, a read reads only)
+                if not _busy(exc) or cancel_requested() or time.monotonic() >= deadline:
+                    raise
 
     def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
                 self.path,
-                timeout=self.timeout,
+                timeout=_BUSY_SLICE,
                 isolation_level=None,
                 check_same_thread=False,
                 factory=_Connection,
@@ -1268,7 +1340,10 @@ class SqliteStore:
                     conn.close()
 
         try:
-            await self._worker.run(close)
+            # shielded (a cancelled close would be skipped, leaving the file open); bounded
+            # by the call ahead of it, which a busy file ends within ``timeout``
+            with anyio.CancelScope(shield=True):
+                await self._worker.run(close)
         finally:
             self._worker.stop()
 

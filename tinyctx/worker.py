@@ -8,11 +8,14 @@ was most of the step's cost. :class:`WorkerThread` hands a call over through a q
 wakes the waiting task with the event loop's own thread-safe primitive (trio's
 ``TrioToken.run_sync_soon``, asyncio's ``call_soon_threadsafe``).
 
-Semantics match ``anyio.to_thread.run_sync`` with ``abandon_on_cancel=False``: a call is a
-checkpoint (a cancelled caller never submits), and once submitted the caller waits for it
-to finish even when cancelled meanwhile, so a write is never left half-known. Calls run in
-submission order. The thread exits after ``idle`` seconds without work and is started
-again on the next call, so an unclosed store does not keep a thread forever.
+A call is a checkpoint (a cancelled caller never submits), and a caller cancelled after
+submitting never half-knows, yet is not held: a call still queued is skipped (nothing ran),
+a running one is asked to stop (``interrupt``, e.g. ``sqlite3.Connection.interrupt``, and
+:func:`cancel_requested` for the call's own waits, such as a busy file) and ends at once,
+rolled back, and the caller waits only for that end: it then gets the call's value if the
+call had finished (the cancel lands at its next checkpoint), else the cancellation. Calls
+run in submission order. The thread exits after ``idle`` seconds without work and is
+started again on the next call, so an unclosed store does not keep a thread forever.
 """
 
 from __future__ import annotations
@@ -32,13 +35,37 @@ import anyio.to_thread
 import outcome
 import sniffio
 
-__all__ = ["WorkerThread"]
+__all__ = ["WorkerThread", "cancel_requested"]
 
 T = TypeVar("T")
 
 _Deliver = Callable[[outcome.Outcome[Any]], None]
-_Job = tuple[Callable[[], Any], _Deliver]
 _STOP: Final = None
+
+
+class _Skipped(Exception):
+    """A call whose caller was cancelled before it started: it never ran."""
+
+
+class _Job:
+    """One submitted call, and whether its caller gave up on it."""
+
+    __slots__ = ("cancelled", "deliver", "fn")
+
+    def __init__(self, fn: Callable[[], Any], deliver: _Deliver) -> None:
+        self.fn = fn
+        self.deliver = deliver
+        self.cancelled = False
+
+
+_running = threading.local()
+
+
+def cancel_requested() -> bool:
+    """In a worker thread: whether the caller of the call running now was cancelled (a
+    call that waits in a loop, e.g. for a busy file, gives up when it is)."""
+    job: _Job | None = getattr(_running, "job", None)
+    return job is not None and job.cancelled
 
 
 _INHERITED: list[object] = []
@@ -76,7 +103,7 @@ os.register_at_fork(after_in_child=_in_forked_child)
 class WorkerThread:
     """Runs blocking calls one at a time in a thread of its own; see the module docstring."""
 
-    __slots__ = ("__weakref__", "_idle", "_lock", "_name", "_queue", "_thread")
+    __slots__ = ("__weakref__", "_current", "_idle", "_lock", "_name", "_queue", "_thread")
 
     def __init__(self, name: str, *, idle: float = 10.0) -> None:
         self._name = name
@@ -84,21 +111,31 @@ class WorkerThread:
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._current: _Job | None = None
         reset_after_fork(self)
 
     def __repr__(self) -> str:
         state = "running" if self._thread is not None else "idle"
         return f"<WorkerThread {self._name!r} {state}>"
 
-    async def run(self, fn: Callable[[], T]) -> T:
-        """``fn()`` in the worker thread; its exception is raised here."""
+    async def run(self, fn: Callable[[], T], *, interrupt: Callable[[], None] | None = None) -> T:
+        """``fn()`` in the worker thread; its exception is raised here. When the caller is
+        cancelled while ``fn`` runs, ``interrupt()`` is called (from the caller's thread)
+        to make it stop."""
         await anyio.lowlevel.checkpoint_if_cancelled()
         library = sniffio.current_async_library()
         if library == "trio":
-            return await self._run_trio(fn)
+            return await self._run_trio(fn, interrupt)
         if library == "asyncio":
-            return await self._run_asyncio(fn)
+            return await self._run_asyncio(fn, interrupt)
         return await anyio.to_thread.run_sync(fn)  # pragma: no cover - no other backend
+
+    def _give_up(self, job: _Job, interrupt: Callable[[], None] | None) -> None:
+        """The caller of ``job`` was cancelled: skip it if queued, stop it if running."""
+        with self._lock:
+            job.cancelled = True
+            if interrupt is not None and self._current is job:
+                interrupt()
 
     def stop(self) -> None:
         """Let the thread exit once the calls already submitted have run."""
@@ -111,7 +148,7 @@ class WorkerThread:
 
     # -- the two backends ---------------------------------------------------------------
 
-    async def _run_trio(self, fn: Callable[[], T]) -> T:
+    async def _run_trio(self, fn: Callable[[], T], interrupt: Callable[[], None] | None) -> T:
         import trio
 
         token = trio.lowlevel.current_trio_token()
@@ -120,14 +157,23 @@ class WorkerThread:
         def deliver(result: outcome.Outcome[Any]) -> None:
             token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
-        self._submit(fn, deliver)
-        # Abort.FAILED: a cancel waits for the call to finish, like to_thread's default
-        value: T = await trio.lowlevel.wait_task_rescheduled(
-            lambda _raise_cancel: trio.lowlevel.Abort.FAILED
-        )
+        job = _Job(fn, deliver)
+
+        def abort(_raise_cancel: object) -> trio.lowlevel.Abort:
+            # the call is skipped or stopped; the caller waits for that (prompt) end
+            self._give_up(job, interrupt)
+            return trio.lowlevel.Abort.FAILED
+
+        self._submit(job)
+        try:
+            value: T = await trio.lowlevel.wait_task_rescheduled(abort)
+        except BaseException:
+            if job.cancelled:
+                await trio.lowlevel.checkpoint()  # the cancellation, not the call's error
+            raise
         return value
 
-    async def _run_asyncio(self, fn: Callable[[], T]) -> T:
+    async def _run_asyncio(self, fn: Callable[[], T], interrupt: Callable[[], None] | None) -> T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[outcome.Outcome[Any]] = loop.create_future()
 
@@ -138,10 +184,18 @@ class WorkerThread:
         def deliver(result: outcome.Outcome[Any]) -> None:
             loop.call_soon_threadsafe(settle, result)
 
-        self._submit(fn, deliver)
-        with anyio.CancelScope(shield=True):
-            result = await future
-        value: T = result.unwrap()
+        job = _Job(fn, deliver)
+        self._submit(job)
+        try:
+            await asyncio.wait((future,))  # a cancel here leaves the future alone
+        except asyncio.CancelledError:
+            self._give_up(job, interrupt)
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait((future,))
+            if isinstance(future.result(), outcome.Error):
+                raise
+            # the call had finished: its value, and the cancel lands at the next checkpoint
+        value: T = future.result().unwrap()
         return value
 
     # -- the thread ---------------------------------------------------------------------
@@ -150,11 +204,12 @@ class WorkerThread:
         # a forked child does not inherit the thread, and its lock may be held forever
         self._lock = threading.Lock()
         self._thread = None
+        self._current = None
         self._queue = queue.SimpleQueue()
 
-    def _submit(self, fn: Callable[[], Any], deliver: _Deliver) -> None:
+    def _submit(self, job: _Job) -> None:
         with self._lock:
-            self._queue.put((fn, deliver))
+            self._queue.put(job)
             if self._thread is None:
                 thread = threading.Thread(
                     target=self._serve, args=(self._queue,), name=self._name, daemon=True
@@ -174,9 +229,22 @@ class WorkerThread:
                 continue
             if job is _STOP:
                 return
-            fn, deliver = job
-            result = outcome.capture(fn)
+            result = self._execute(job)
             # a RuntimeError: the caller's event loop closed meanwhile, nobody waits
             with contextlib.suppress(RuntimeError):
-                deliver(result)
-            del job, fn, deliver, result
+                job.deliver(result)
+            del job, result
+
+    def _execute(self, job: _Job) -> outcome.Outcome[Any]:
+        with self._lock:
+            if job.cancelled:
+                return outcome.Error(_Skipped())
+            self._current = job
+        _running.job = job
+        try:
+            result: outcome.Outcome[Any] = outcome.capture(job.fn)
+            return result
+        finally:
+            _running.job = None
+            with self._lock:
+                self._current = None

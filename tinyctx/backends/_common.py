@@ -3,10 +3,11 @@ and close, argument checks, and the install hint for a missing extra."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, Self, TypeVar
 from urllib.parse import unquote_plus
 
@@ -15,15 +16,18 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import ConfigError
-from ..stores import Note, StoreClosed
+from ..stores import Note, StoreClosed, StoreUnavailable
 from ..worker import keep_inherited, reset_after_fork
 
 T = TypeVar("T")
 C = TypeVar("C")
 
 __all__ = [
+    "CallAbandoned",
     "NetworkedStore",
     "WorkerThreads",
+    "cancelled",
+    "stoppable",
     "missing_extra",
     "redact_url",
     "check_positive",
@@ -145,18 +149,92 @@ def check_positive(owner: str, name: str, value: object, *, integer: bool = Fals
         raise ConfigError(name, value, allowed, owner=owner)
 
 
+class _Call:
+    """One driver call in a worker thread: whether its caller gave up on it, and how to
+    stop what it is waiting for meanwhile (see :func:`stoppable`)."""
+
+    __slots__ = ("_lock", "_stop", "_stopped", "cancelled")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stop: Callable[[], None] | None = None
+        self._stopped = False
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        with self._lock:  # the call cannot leave its stoppable block meanwhile
+            self.cancelled = True
+            if self._stop is not None:
+                self._stopped = True
+                with contextlib.suppress(Exception):
+                    self._stop()
+
+
+_current = threading.local()
+
+
+class CallAbandoned(Exception):
+    """Raised in a worker thread for a call whose caller was cancelled before it sent
+    anything (nobody sees it: its caller has left)."""
+
+
+@contextlib.contextmanager
+def stoppable(stop: Callable[[], None], discard: Callable[[], None]) -> Iterator[None]:
+    """In a worker thread, around one wait on one connection: if the call's caller is
+    cancelled meanwhile, ``stop()`` is called (from the event loop's thread) to end the
+    wait (a socket shut down: the driver fails the call) rather than leave the thread,
+    and the connection, waiting on a server that may never answer; ``discard()`` then
+    runs in the thread on leaving the block (the connection closed, so the pool drops it
+    even when the call had ended before the stop). A caller that had already given up gets
+    :class:`CallAbandoned` here, before anything is sent. ``stop`` runs only inside the
+    block, so it never touches a connection handed back to the pool."""
+    call: _Call | None = getattr(_current, "call", None)
+    if call is None:
+        yield
+        return
+    with call._lock:
+        if call.cancelled:
+            raise CallAbandoned
+        call._stop = stop
+    try:
+        yield
+    finally:
+        with call._lock:
+            call._stop = None
+            stopped, call._stopped = call._stopped, False
+        if stopped:
+            discard()
+
+
+def cancelled() -> bool:
+    """In a worker thread: whether the running call's caller was cancelled (a call that
+    would try again, on a fresh connection, gives up instead)."""
+    call: _Call | None = getattr(_current, "call", None)
+    return call is not None and call.cancelled
+
+
 class WorkerThreads(Generic[C]):
-    """Blocking driver calls in worker threads, at most ``capacity`` at once per event loop.
+    """Blocking driver calls in worker threads, at most ``capacity`` at once.
 
     The drivers' async clients are asyncio-only (psycopg's ``AsyncConnection``, redis-py's
     ``redis.asyncio``), so a store that must serve trio and asyncio alike uses their sync
     clients here: waiting callers queue on the event loop (a ``CapacityLimiter`` per loop),
-    never in (nor exhausting) anyio's shared thread pool. A cancelled caller waits for its
-    call to finish (the database applies a statement whole or not at all, so there is no
-    half-done write to abandon) and then sees the cancellation.
+    never in (nor exhausting) anyio's shared thread pool.
 
-    ``connect`` builds the client on first use, in a worker thread; ``disconnect`` closes it
-    on :meth:`aclose`, after which every call raises :class:`StoreClosed`.
+    Every call answers a cancellation at once: the caller leaves (its deadline holds),
+    and the driver call, left in its thread, is stopped where the store marks its wait
+    :func:`stoppable` (its connection's socket shut down, the connection dropped), else
+    ends when the server answers or the driver's own timeout ends it. A semaphore held by
+    the thread, not the caller, keeps the calls really in flight at ``capacity`` (the
+    pool's size), so an abandoned call never makes the pool run short. What such a call
+    did is unknown to the caller: a write whose caller was cancelled may have landed (the
+    session's write bound reports it as :class:`~tinyctx.stores.WriteOutcomeUnknown`). A
+    call with an ``undo`` is never stopped: it is waited out in its thread, then undone.
+
+    ``connect`` builds the client on first use, in a worker thread, bounded by
+    ``connect_timeout`` seconds on the event loop: past it the call fails with
+    :class:`~tinyctx.stores.StoreUnavailable` naming ``address``; ``disconnect`` closes
+    it on :meth:`aclose`, after which every call raises :class:`StoreClosed`.
     """
 
     def __init__(
@@ -165,13 +243,19 @@ class WorkerThreads(Generic[C]):
         capacity: int,
         connect: Callable[[], C],
         disconnect: Callable[[C], None],
+        *,
+        connect_timeout: float,
+        address: str,
     ) -> None:
         self._describe = describe
         self._capacity = capacity
         self._connect = connect
         self._disconnect = disconnect
+        self.connect_timeout = connect_timeout
+        self.address = address
         self._client: C | None = None
         self._lock = threading.Lock()
+        self._permits = threading.BoundedSemaphore(capacity)
         self._closed = False
         self._limiter: tuple[object, anyio.CapacityLimiter] | None = None
         reset_after_fork(self)
@@ -205,18 +289,60 @@ class WorkerThreads(Generic[C]):
         inherited one is left alone, never closed: closing it would end the parent's
         sessions (psycopg's own finalizer knows not to in a child)."""
         self._lock = threading.Lock()  # another thread may have held it at the fork
+        self._permits = threading.BoundedSemaphore(self._capacity)
         self._limiter = None
         if self._client is not None:
             keep_inherited(self._client)
             self._client = None
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(client, *args)`` in a worker thread."""
+    async def run(
+        self, fn: Callable[..., T], *args: Any, undo: Callable[[C, T], object] | None = None
+    ) -> T:
+        """``fn(client, *args)`` in a worker thread; a cancellation is answered at once.
+
+        ``undo(client, result)`` runs in the thread when the caller was cancelled before
+        the call finished (a lease nobody will hold: released at once, not left to expire).
+        """
+        if self._client is None and not self._closed:
+            await self._open()
+        permits = self._permits
+        state = _Call()
 
         def call() -> T:
-            return fn(self.client(), *args)
+            with permits:
+                # a call with an undo is waited out, never stopped: the undo needs to
+                # know what it did (a lease granted is released)
+                _current.call = state if undo is None else None
+                try:
+                    client = self.client()
+                    result = fn(client, *args)
+                    if undo is not None and state.cancelled:
+                        undo(client, result)
+                    return result
+                finally:
+                    _current.call = None
 
-        return await anyio.to_thread.run_sync(call, limiter=self._loop_limiter())
+        try:
+            return await anyio.to_thread.run_sync(
+                call, limiter=self._loop_limiter(), abandon_on_cancel=True
+            )
+        except BaseException:
+            state.cancel()
+            raise
+
+    async def _open(self) -> None:
+        """Connect, bounded by the connect timeout (a server that accepts and never
+        answers, or drops every packet, fails here rather than holding the caller)."""
+        with anyio.move_on_after(self.connect_timeout) as scope:
+            await anyio.to_thread.run_sync(
+                self.client, limiter=self._loop_limiter(), abandon_on_cancel=True
+            )
+        if scope.cancelled_caught:
+            raise StoreUnavailable(
+                f"{self._describe()}: no connection to {self.address} within the connect "
+                f"timeout of {self.connect_timeout:g}s",
+                address=self.address,
+            )
 
     async def aclose(self) -> None:
         """Close the client; later calls raise :class:`StoreClosed`. Idempotent."""

@@ -22,17 +22,21 @@ NUL, which a Python string may); identifiers (namespaces, keys, thread ids, owne
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
+import socket
 import time
 import zlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from ..errors import ConfigError
 from ..stores import (
     Note,
     StoreAuthenticationFailed,
     StoreSchemaError,
+    StoreUnavailable,
     _check_limit,
     _encode,
     _note_texts,
@@ -57,9 +61,11 @@ from ..threads import (
 from ._common import (
     NetworkedStore,
     WorkerThreads,
+    cancelled,
     check_positive,
     missing_extra,
     redact_url,
+    stoppable,
 )
 
 try:
@@ -72,6 +78,9 @@ else:
     _MISSING = None
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
+
+T = TypeVar("T")
+_Undo = Callable[[Any, list[tuple[Any, ...]]], object]
 
 SCHEMA_VERSION = 3
 """The schema version :class:`PostgresStore` writes; an older schema is migrated on open."""
@@ -333,28 +342,9 @@ _LOGIN_REFUSED = re.compile(
 )
 
 
-def _recording(failures: list[psycopg.OperationalError]) -> type[psycopg.Connection[Any]]:
-    """A connection class for the pool that keeps its last failure to connect: the pool
-    itself only ever says it timed out."""
-
-    class Recording(psycopg.Connection[Any]):
-        @classmethod
-        def connect(cls, conninfo: str = "", **kwargs: Any) -> Recording:
-            try:
-                return super().connect(conninfo, **kwargs)
-            except psycopg.OperationalError as exc:
-                failures[:] = [exc]
-                raise
-
-    return Recording
-
-
-def _login_refused(failures: list[psycopg.OperationalError]) -> StoreAuthenticationFailed | None:
-    """The error naming user, host and port when the pool's last connection attempt was a
-    login the server refused; None for any other outcome."""
-    if not failures:
-        return None
-    exc = failures[-1]
+def _login_refused(exc: psycopg.OperationalError) -> StoreAuthenticationFailed | None:
+    """The error naming user, host and port when ``exc`` is a login the server refused;
+    None for any other failure to connect."""
     text = str(exc)
     if not _LOGIN_REFUSED.search(text):
         return None
@@ -370,6 +360,34 @@ def _login_refused(failures: list[psycopg.OperationalError]) -> StoreAuthenticat
         f"{part('user')!r} (authentication failed: {reason}); check the user, password "
         "and database in the store's URL"
     )
+
+
+def _where(url: str, timeout: float) -> tuple[str, float]:
+    """The server's ``host:port`` (for messages: never a password) and the connect
+    timeout: the URL's ``connect_timeout`` when it sets a positive one, else ``timeout``."""
+    params = _conninfo.conninfo_to_dict(url)
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    address = f"{host}:{params.get('port') or 5432}"
+    try:
+        given = float(params.get("connect_timeout") or 0)
+    except ValueError:
+        given = 0.0
+    return address, given if given > 0 and math.isfinite(given) else timeout
+
+
+def _shut_down(conn: psycopg.Connection[Any]) -> None:
+    """End whatever ``conn`` waits for: its socket is shut down (not closed: the driver
+    still owns the descriptor), so the wait fails at once and the pool drops it."""
+    with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _reason(exc: BaseException, password: object) -> str:
+    """The driver's message, one line, without the password should it appear in it."""
+    text = " ".join(str(exc).split())
+    if isinstance(password, str) and password:
+        text = text.replace(password, "***")
+    return text
 
 
 def _check_not_newer(schema: str, version: int) -> None:
@@ -405,13 +423,16 @@ class PostgresStore(NetworkedStore):
     - ``schema``: the schema holding tinyctx's tables (created on open); applications or
       tenants that must not see each other use different schemas;
     - ``pool_size``: connections in the pool, and calls in flight at once per event loop;
-    - ``timeout``: seconds to wait for a connection (:class:`psycopg_pool.PoolTimeout`);
+    - ``timeout``: the connect timeout in seconds when the URL sets no ``connect_timeout``
+      (the URL's wins): opening the store, and waiting for a pooled connection, give up
+      after it with :class:`~tinyctx.stores.StoreUnavailable` naming the host and port;
     - ``archive_retention``: seconds compacted-away originals stay readable through
       :meth:`archived`; None keeps them until the thread is deleted.
 
     Calls run on psycopg's sync driver in worker threads (its async one is asyncio-only), so
-    the store serves trio and asyncio alike. The pool opens (and the schema is migrated) on
-    first use, or with ``await store.open()`` / ``async with store:``.
+    the store serves trio and asyncio alike; each answers a cancellation at once (see
+    :class:`~tinyctx.backends._common.WorkerThreads`). The pool opens (and the schema is
+    migrated) on first use, or with ``await store.open()`` / ``async with store:``.
     """
 
     def __init__(
@@ -447,8 +468,14 @@ class PostgresStore(NetworkedStore):
         self.timeout = float(timeout)
         self.archive_retention = _retention(archive_retention, owner)
         self._sql = _Statements(self._schema_sql)
+        self.address, self.connect_timeout = _where(url, self.timeout)
         self._threads: WorkerThreads[psycopg_pool.ConnectionPool[Any]] = WorkerThreads(
-            self.__repr__, pool_size, self._connect, lambda pool: pool.close()
+            self.__repr__,
+            pool_size,
+            self._connect,
+            lambda pool: pool.close(),
+            connect_timeout=self.connect_timeout,
+            address=self.address,
         )
 
     def __repr__(self) -> str:
@@ -458,34 +485,71 @@ class PostgresStore(NetworkedStore):
     # -- plumbing ------------------------------------------------------------------------
 
     def _connect(self) -> psycopg_pool.ConnectionPool[Any]:
+        params = _conninfo.conninfo_to_dict(self.url)
         options: dict[str, Any] = {"autocommit": True}
-        if "application_name" not in _conninfo.conninfo_to_dict(self.url):
+        if "application_name" not in params:
             # what a DBA sees in pg_stat_activity (the URL's own name wins)
             options["application_name"] = f"tinyctx-{self.schema}"
-        failures: list[psycopg.OperationalError] = []
+        if "connect_timeout" not in params:
+            # libpq takes whole seconds (and at least 2); the event loop side holds the
+            # exact figure (WorkerThreads)
+            options["connect_timeout"] = max(2, math.ceil(self.connect_timeout))
+        # one connection first: its failure is the server's own reason (refused, no
+        # answer, a wrong password), where the pool would only say PoolTimeout
+        try:
+            probe = psycopg.connect(self.url, **options)
+        except psycopg.errors.ConnectionTimeout as exc:
+            raise self._unavailable(
+                f"no answer within the connect timeout of {self.connect_timeout:g}s"
+            ) from exc
+        except psycopg.OperationalError as exc:
+            # a login the server refused is no outage: retrying does not help
+            refused = _login_refused(exc)
+            if refused is not None:
+                raise refused from None
+            raise self._unavailable(_reason(exc, params.get("password"))) from exc
+        with probe:
+            self._migrate(probe)
         pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             self.url,
-            connection_class=_recording(failures),
             min_size=1,
             max_size=self.pool_size,
             open=False,
-            timeout=self.timeout,
+            timeout=self.connect_timeout,
             kwargs=options,
             name=f"tinyctx-{self.schema}",
         )
         try:
-            pool.open(wait=True, timeout=self.timeout)
-            with pool.connection() as conn:
-                self._migrate(conn)
-        except BaseException as exc:
+            pool.open(wait=True, timeout=self.connect_timeout)
+        except psycopg_pool.PoolTimeout as exc:
             pool.close()
-            # the pool only says it timed out; its last attempt says why when the server
-            # refused the login (a wrong password would be retried to no end)
-            refused = _login_refused(failures)
-            if isinstance(exc, psycopg_pool.PoolTimeout) and refused is not None:
-                raise refused from None
+            raise self._unavailable(
+                f"no connection within the connect timeout of {self.connect_timeout:g}s"
+            ) from exc
+        except BaseException:
+            pool.close()
             raise
         return pool
+
+    def _unavailable(self, reason: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"{self!r}: PostgreSQL at {self.address} is unavailable: {reason}",
+            address=self.address,
+        )
+
+    async def _run(
+        self,
+        fn: Callable[[psycopg_pool.ConnectionPool[Any]], T],
+        undo: Callable[[psycopg_pool.ConnectionPool[Any], T], object] | None = None,
+    ) -> T:
+        """``fn(pool)`` in a worker thread; a pool that found no connection within the
+        connect timeout (the server went away, or stopped answering) is StoreUnavailable."""
+        try:
+            return await self._threads.run(fn, undo=undo)
+        except psycopg_pool.PoolTimeout as exc:
+            raise self._unavailable(
+                f"no connection within the connect timeout of {self.connect_timeout:g}s ({exc})"
+            ) from exc
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         s = self._schema_sql
@@ -535,13 +599,19 @@ class PostgresStore(NetworkedStore):
                 )
 
     async def _fetchone(
-        self, query: str, params: Sequence[Any], *, once: bool = False
+        self, query: str, params: Sequence[Any], *, once: bool = False, undo: _Undo | None = None
     ) -> tuple[Any, ...] | None:
-        rows = await self._fetchall(query, params, once=once, first=True)
+        rows = await self._fetchall(query, params, once=once, first=True, undo=undo)
         return rows[0] if rows else None
 
     async def _fetchall(
-        self, query: str, params: Sequence[Any], *, once: bool = False, first: bool = False
+        self,
+        query: str,
+        params: Sequence[Any],
+        *,
+        once: bool = False,
+        first: bool = False,
+        undo: _Undo | None = None,
     ) -> list[tuple[Any, ...]]:
         """The statement's rows (only the first when ``first``). A pooled connection the
         server dropped (a restart, a failover: the pool finds out only by using it) fails
@@ -550,7 +620,7 @@ class PostgresStore(NetworkedStore):
         count is returned), whose caller gets the error."""
 
         def attempt(pool: psycopg_pool.ConnectionPool[Any]) -> list[tuple[Any, ...]]:
-            with pool.connection() as conn:
+            with pool.connection() as conn, stoppable(lambda: _shut_down(conn), conn.close):
                 cursor = conn.execute(query, params, binary=True)
                 if first:
                     row: tuple[Any, ...] | None = cursor.fetchone()
@@ -562,13 +632,13 @@ class PostgresStore(NetworkedStore):
             try:
                 return attempt(pool)
             except psycopg.OperationalError as exc:
-                if once or not _dropped(exc):
+                if once or not _dropped(exc) or cancelled():
                     raise
             # the server dropped the others too: let the pool find them before the retry
             pool.check()
             return attempt(pool)
 
-        return await self._threads.run(run)
+        return await self._run(run, undo)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -635,7 +705,11 @@ class PostgresStore(NetworkedStore):
         thread_id = fence.thread_id
 
         def run(pool: psycopg_pool.ConnectionPool[Any]) -> list[tuple[Any, ...]]:
-            with pool.connection() as conn, conn.transaction():
+            with (
+                pool.connection() as conn,
+                stoppable(lambda: _shut_down(conn), conn.close),
+                conn.transaction(),
+            ):
                 row = conn.execute(self._sql.lease_token_share, (thread_id,)).fetchone()
                 token = None if row is None else int(row[0])
                 if token != fence.token:
@@ -645,7 +719,7 @@ class PostgresStore(NetworkedStore):
                 ).fetchall()
                 return rows
 
-        return await self._threads.run(run)
+        return await self._run(run)
 
     async def notes(self, namespace: str, *, limit: int | None = None) -> list[Note]:
         """Notes in ``seq`` order; with ``limit``, only the newest ``limit`` of them."""
@@ -736,9 +810,16 @@ class PostgresStore(NetworkedStore):
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         validate_lease_request(thread_id, owner, ttl)
         seconds = float(ttl)
+
+        def release(pool: psycopg_pool.ConnectionPool[Any], rows: list[tuple[Any, ...]]) -> None:
+            if rows and rows[0][0]:  # granted to a caller that was cancelled meanwhile
+                with pool.connection() as conn:
+                    conn.execute(self._sql.release, (thread_id, int(rows[0][2])))
+
         row = await self._fetchone(
             self._sql.acquire,
             (check_thread_id(thread_id), _check_text("owner", owner), seconds),
+            undo=release,
         )
         if row is None:  # released between the upsert and the read: try again
             return await self.acquire_lease(thread_id, owner, ttl)

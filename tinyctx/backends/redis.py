@@ -27,10 +27,12 @@ Cluster would spread over slots.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio.to_thread
@@ -38,6 +40,7 @@ import anyio.to_thread
 from ..errors import ConfigError
 from ..stores import (
     Note,
+    StoreUnavailable,
     _check_limit,
     _encode,
     _note_texts,
@@ -60,16 +63,22 @@ from ..threads import (
     validate_write,
 )
 from ._common import (
+    CallAbandoned,
     NetworkedStore,
     WorkerThreads,
+    cancelled,
     check_positive,
     missing_extra,
     redact_url,
+    stoppable,
 )
 from ._redis_layout import SCHEMA_VERSION, check_layout, migrate_v1
 
 try:
     import redis
+    import redis.backoff
+    import redis.connection
+    import redis.retry
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess test
     _MISSING: ImportError | None = _exc
 else:
@@ -232,17 +241,88 @@ def _check_str(what: str, value: object) -> str:
     return value
 
 
+def _where(url: str, timeout: float) -> tuple[str, float]:
+    """The server's ``host:port`` (or socket path; never a password) and the connect
+    timeout: the URL's ``socket_connect_timeout`` when it sets one, else ``timeout``."""
+    try:
+        options = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError:
+        options = {}
+    address = str(options.get("path") or "")
+    if not address:
+        address = f"{options.get('host') or 'localhost'}:{options.get('port') or 6379}"
+    given = options.get("socket_connect_timeout")
+    if isinstance(given, float) and given > 0 and math.isfinite(given):
+        return address, given
+    return address, timeout
+
+
+def _stoppable_pool() -> type[Any]:
+    """redis-py's ConnectionPool, whose connections a cancelled caller can stop
+    (:func:`~tinyctx.backends._common.stoppable`): the socket of the connection its call
+    waits on is shut down, redis-py's retry does not reconnect for it, and the connection
+    is dropped when it comes back. Built on first use (redis-py is an optional extra)."""
+
+    class StoppablePool(redis.ConnectionPool):
+        def make_connection(self) -> Any:
+            connection: Any = super().make_connection()
+            connect: Callable[[], None] = connection.connect
+
+            def guarded() -> None:
+                if cancelled():  # nobody waits for this call: no (re)connecting for it
+                    raise CallAbandoned
+                connect()
+
+            connection.connect = guarded
+            return connection
+
+        def get_connection(self, *args: Any, **options: Any) -> Any:
+            connection: Any = super().get_connection(*args, **options)
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(
+                    stoppable(lambda: _shut_down(connection), connection.disconnect)
+                )
+            except BaseException:
+                super().release(connection)
+                raise
+            connection._tinyctx_stop = stack
+            return connection
+
+        def release(self, connection: Any) -> None:
+            stack = connection.__dict__.pop("_tinyctx_stop", None)
+            try:
+                if stack is not None:
+                    stack.close()
+            finally:
+                super().release(connection)
+
+    return StoppablePool
+
+
+def _shut_down(connection: Any) -> None:
+    sock = connection._sock
+    if sock is not None:
+        sock.shutdown(socket.SHUT_RDWR)
+
+
 class _Client:
     """The redis-py client and the registered scripts (one per store)."""
 
+    pool_class: type[Any] | None = None
+
     def __init__(self, url: str, max_connections: int, timeout: float) -> None:
-        self.redis: redis.Redis = redis.Redis.from_url(
+        if _Client.pool_class is None:
+            _Client.pool_class = _stoppable_pool()
+        pool = _Client.pool_class.from_url(
             url,
             decode_responses=True,
             max_connections=max_connections,
             socket_connect_timeout=timeout,
             health_check_interval=30,
         )
+        self.redis: redis.Redis = redis.Redis(connection_pool=pool)
+        self.redis.auto_close_connection_pool = True
         self.write = self.redis.register_script(_WRITE)
         self.acquire = self.redis.register_script(_ACQUIRE)
         self.renew = self.redis.register_script(_RENEW)
@@ -262,12 +342,16 @@ class RedisStore(NetworkedStore):
       may nest (``acme:`` and ``acme:eu:`` never see each other's keys);
     - ``max_connections``: the client's connection pool, and calls in flight at once per
       event loop;
-    - ``timeout``: seconds to wait when connecting;
+    - ``timeout``: the connect timeout in seconds when the URL sets no
+      ``socket_connect_timeout`` (the URL's wins): a server that refuses, or does not
+      answer the first command within it, fails with
+      :class:`~tinyctx.stores.StoreUnavailable` naming the host and port;
     - ``archive_retention``: seconds compacted-away originals stay readable through
       :meth:`archived`; None keeps them until the thread is deleted.
 
     Calls run on redis-py's sync client in worker threads (``redis.asyncio`` is asyncio-only),
-    so the store serves trio and asyncio alike. Use a Redis with persistence (AOF) for data
+    so the store serves trio and asyncio alike; each answers a cancellation at once (see
+    :class:`~tinyctx.backends._common.WorkerThreads`). Use a Redis with persistence (AOF) for data
     that must survive a restart of Redis itself.
     """
 
@@ -299,8 +383,14 @@ class RedisStore(NetworkedStore):
         self.max_connections = max_connections
         self.timeout = float(timeout)
         self.archive_retention = _retention(archive_retention, owner)
+        self.address, self.connect_timeout = _where(url, self.timeout)
         self._threads: WorkerThreads[_Client] = WorkerThreads(
-            self.__repr__, max_connections, self._connect, lambda client: client.redis.close()
+            self.__repr__,
+            max_connections,
+            self._connect,
+            lambda client: client.redis.close(),
+            connect_timeout=self.connect_timeout,
+            address=self.address,
         )
 
     def __repr__(self) -> str:
@@ -310,15 +400,34 @@ class RedisStore(NetworkedStore):
     # -- plumbing ------------------------------------------------------------------------
 
     def _connect(self) -> _Client:
-        client = _Client(self.url, self.max_connections, self.timeout)
+        # the layout check on a client of its own whose every read is bounded by the
+        # connect timeout: a server that accepts and never answers fails here, in time,
+        # instead of holding this thread (and the connect lock) for good
+        probe = redis.Redis.from_url(
+            self.url,
+            decode_responses=True,
+            socket_connect_timeout=self.connect_timeout,
+            socket_timeout=self.connect_timeout,
+            retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+        )
         try:
             key = self.prefix + "schema"
-            client.redis.set(key, SCHEMA_VERSION, nx=True)
-            check_layout(self.prefix, int(client.redis.get(key) or 0))
-        except BaseException:
-            client.redis.close()
-            raise
-        return client
+            probe.set(key, SCHEMA_VERSION, nx=True)
+            stored = int(probe.get(key) or 0)
+        except redis.TimeoutError as exc:
+            raise StoreUnavailable(
+                f"{self!r}: no answer from Redis at {self.address} within the connect "
+                f"timeout of {self.connect_timeout:g}s",
+                address=self.address,
+            ) from exc
+        except redis.ConnectionError as exc:
+            raise StoreUnavailable(
+                f"{self!r}: Redis at {self.address} is unavailable: {exc}", address=self.address
+            ) from exc
+        finally:
+            probe.close()
+        check_layout(self.prefix, stored)
+        return _Client(self.url, self.max_connections, self.connect_timeout)
 
     def _key(self, kind: str, name: str = "") -> str:
         """The key of ``name`` of ``kind``: ``<prefix>{<kind>}<name>``."""
@@ -510,8 +619,13 @@ class RedisStore(NetworkedStore):
         thread, _, _, live = self._thread_keys(check_thread_id(thread_id))
         keys = [thread, live, self._key("fencing")]
         args = [_check_str("owner", owner), ttl_ms]
+
+        def release(client: _Client, answer: Any) -> None:  # its caller was cancelled
+            if answer[0]:
+                client.release(keys=keys[:2], args=[answer[3]])
+
         granted, holder, expires, token = await self._threads.run(
-            lambda client: client.acquire(keys=keys, args=args)
+            lambda client: client.acquire(keys=keys, args=args), undo=release
         )
         if not granted:
             raise LeaseHeld(thread_id, holder, int(expires) / 1000)
