@@ -70,13 +70,17 @@ async def _assert_free_and_paired(store: Any, thread: str) -> tuple[Any, ...]:
 
 
 class Hang:
-    """A model or tool step that waits until the host's deadline cancels it."""
+    """A model or tool step where the host's deadline falls: it cancels the host's scope
+    (``scope``, as ``move_on_after`` does when its time is up) and waits to be cancelled."""
 
     def __init__(self) -> None:
         self.entered = anyio.Event()
+        self.scope: anyio.CancelScope | None = None
 
     async def __call__(self) -> None:
         self.entered.set()
+        if self.scope is not None:
+            self.scope.cancel()
         await anyio.sleep_forever()
 
 
@@ -117,7 +121,8 @@ class TestDeadlineDuringTheRun:
         hang = Hang()
         agent = _agent(hang if step == "model" else None, hang if step == "tool" else None)
         thread = _thread()
-        with anyio.move_on_after(0.05) as deadline:
+        with anyio.move_on_after(30) as deadline:
+            hang.scope = deadline
             async with Session(agent, thread_id=thread, store=store) as session:
                 await session.run("hi")
         assert deadline.cancelled_caught and hang.entered.is_set()
@@ -180,22 +185,24 @@ class TestDeadlineDuringTheRun:
 
 class Tripwire:
     """Cancels the host's scope at the ``at``-th step it sees (a store call, a model call
-    or a tool call), just before that step or just after it returns."""
+    or a tool call): just ``before`` that step, just ``after`` it returned, or as its reply
+    is ``lost`` (the step completed, then the cancellation raises from inside it, as a
+    call cancelled while its reply travels would)."""
 
-    def __init__(self, at: int, after: bool) -> None:
-        self.at, self.after, self.seen = at, after, 0
+    def __init__(self, at: int, when: str) -> None:
+        self.at, self.when, self.seen = at, when, 0
         self.scope: anyio.CancelScope | None = None
 
     async def step(self, op: Callable[[], Awaitable[T]]) -> T:
-        hit = self.seen == self.at and self.scope is not None
+        scope = self.scope if self.seen == self.at else None
         self.seen += 1
-        if hit and not self.after:
-            assert self.scope is not None
-            self.scope.cancel()
+        if scope is not None and self.when == "before":
+            scope.cancel()
         result = await op()
-        if hit and self.after:
-            assert self.scope is not None
-            self.scope.cancel()
+        if scope is not None and self.when != "before":
+            scope.cancel()
+            if self.when == "lost":
+                await anyio.lowlevel.checkpoint()
         return result
 
 
@@ -280,17 +287,33 @@ def _wired_agent(wire: Tripwire, store: Any) -> Agent:
     return Agent(model=model, tools=[save], middleware=[memory])
 
 
+class TestDeadlineWhileEntering:
+    """A deadline while the session takes its lease leaves the thread free."""
+
+    async def test_a_lease_granted_as_the_deadline_falls_is_given_up(self, store: Any) -> None:
+        """The store granted the lease but the cancellation lost its reply (the session
+        never learnt its token): entering gives up the live lease its owner holds."""
+        wire = Tripwire(0, "lost")
+        thread = _thread()
+        with anyio.CancelScope() as scope:
+            wire.scope = scope
+            async with Session(_agent(), thread_id=thread, store=TrippedStore(store, wire)):
+                raise AssertionError("entered although cancelled")  # pragma: no cover
+        assert scope.cancelled_caught
+        await _assert_free_and_paired(store, thread)
+
+
 class TestCancelledAtAnyStep:
-    """A bounded soak: the host cancelled before or after any step of a session's life
-    (entering, each store call, model and tool call, the exit) leaves no lease held and
-    no orphan tool call."""
+    """A bounded soak: the host cancelled before, after or as the reply of any step of a
+    session's life arrives (entering, each store call, model and tool call, the exit)
+    leaves no lease held and no orphan tool call."""
 
     @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(at=st.integers(0, 28), after=st.booleans())
-    async def test_no_lease_held_and_no_orphan_call(self, store: Any, at: int, after: bool) -> None:
+    @given(at=st.integers(0, 28), when=st.sampled_from(["before", "after", "lost"]))
+    async def test_no_lease_held_and_no_orphan_call(self, store: Any, at: int, when: str) -> None:
         """Wherever the cancellation lands, the next request opens the thread at once and
         finds every tool call answered."""
-        wire = Tripwire(at, after)
+        wire = Tripwire(at, when)
         thread = _thread()
         tripped = TrippedStore(store, wire)
         agent = _wired_agent(wire, store)
