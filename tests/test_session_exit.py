@@ -309,6 +309,7 @@ class TestCancelledAtAnyStep:
     leaves no lease held and no orphan tool call."""
 
     @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+    # a session here has 21 steps: every one of them, in each way, and a few past the end
     @given(at=st.integers(0, 28), when=st.sampled_from(["before", "after", "lost"]))
     async def test_no_lease_held_and_no_orphan_call(self, store: Any, at: int, when: str) -> None:
         """Wherever the cancellation lands, the next request opens the thread at once and
