@@ -13,7 +13,18 @@
 3. **Kills**: 20 writer processes are SIGKILLed mid-write. Counted: stores that fail
    SQLite's integrity check or hold a partial note batch (batches are atomic).
 
-The figures are printed; every count must be 0.
+4. **Cancellations** (issue #32): 2000 requests (200 with ``--quick``) on each of trio and
+   asyncio x SQLite, PostgreSQL and Redis, each cancelled by its deadline at a random point
+   (``_cancel_soak.py``). Counted: leases left held (the next request would get
+   SessionBusy) and orphan tool calls in the stored threads.
+5. **Memory**: the RSS over 5000 durable sessions (1000 with ``--quick``) on one SQLite
+   store, beside SQLite's page cache (``_rss_soak.py``): what grows is the page cache
+   (and glibc's free chunks, which ``malloc_trim`` gives back); what the process holds
+   beyond it stays flat.
+
+The figures are printed; every count must be 0. PostgreSQL and Redis:
+``TINYCTX_TEST_POSTGRES_URL`` / ``TINYCTX_TEST_REDIS_URL``, or started (and stopped) here
+with ``.ci/services.sh``.
 """
 
 from __future__ import annotations
@@ -32,7 +43,9 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _cancel_soak import cancellation_soak, servers
 from _harness import Row, print_table
+from _rss_soak import rss_soak
 
 from tinyctx import (
     Agent,
@@ -296,6 +309,48 @@ def run(quick: bool = False) -> list[Row]:
             extra=kills,
         )
     )
+    rows += _cancellation_rows(200 if quick else 2000)
+    rows += _rss_rows(1000 if quick else 5000)
+    return rows
+
+
+def _cancellation_rows(trials: int) -> list[Row]:
+    with servers() as urls:
+        figures = cancellation_soak(trials, urls)
+    return [
+        Row(
+            "cancellations",
+            f"{f['cancelled']} deadlines at random points in {f['requests']} requests, "
+            f"{f['loop']}, {f['store']}",
+            f["seconds"] / f["requests"],
+            target="0 leases held, 0 orphan calls, 0 errors",
+            met=f["held"] == f["orphan calls"] == f["unpaired threads"] == f["errors"] == 0,
+            extra=f,
+        )
+        for f in figures
+    ]
+
+
+def _rss_rows(sessions: int) -> list[Row]:
+    rows = []
+    for f in rss_soak(sessions):
+        f.pop("samples")
+        before = f["config"].endswith("(before)")
+        rows.append(
+            Row(
+                "memory",
+                f"RSS {f['rss_mb'][0]} -> {f['rss_mb'][1]} MB over {f['sessions']} sessions, "
+                f"page cache {f['page_cache_mb']} MB, {f['config']}, {f['loop']}",
+                0.0,
+                # flat: what the process holds beyond the page cache does not grow with
+                # sessions, and nothing of the file is mapped (the map grew with the file)
+                target="the map grows" if before else "held beyond the page cache < 100 B/session",
+                met=True
+                if before
+                else f["held_beyond_page_cache_per_session_b"] < 100 and not f["mapped_file_mb"],
+                extra=f,
+            )
+        )
     return rows
 
 

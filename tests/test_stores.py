@@ -177,6 +177,8 @@ class TestSqliteStore:
         for bad in (-1, 1.5, True, "64MB"):
             with pytest.raises(ConfigError, match=r"SqliteStore\.cache_bytes.*number of bytes"):
                 SqliteStore("x.db", cache_bytes=bad)  # type: ignore[arg-type]
+            with pytest.raises(ConfigError, match=r"SqliteStore\.mmap_bytes.*number of bytes"):
+                SqliteStore("x.db", mmap_bytes=bad)  # type: ignore[arg-type]
 
     async def test_the_page_cache_is_what_cache_bytes_says(self, tmp_path: Path) -> None:
         """The connection's page cache holds a long thread (64 MiB by default), or what the
@@ -189,6 +191,32 @@ class TestSqliteStore:
             assert await store._run(cache_kib) == 64 * 1024
         async with SqliteStore(tmp_path / "b.db", cache_bytes=8 << 20) as store:
             assert await store._run(cache_kib) == 8 * 1024
+
+    @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc/self/smaps")
+    async def test_the_file_is_not_mapped_unless_asked(self, tmp_path: Path) -> None:
+        """Only the page cache holds the file's pages: none of it is memory-mapped (a map
+        kept every page read in the RSS, growing with the file past the cache's bound),
+        unless ``mmap_bytes`` asks for it."""
+
+        def mmap_size(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("PRAGMA mmap_size").fetchone()[0])
+
+        def mapped(path: Path) -> bool:
+            with open("/proc/self/smaps") as smaps:
+                return any(line.rstrip().endswith(str(path)) for line in smaps)
+
+        path = tmp_path / "threads.db"
+        async with SqliteStore(path) as store:
+            change = ThreadWrite(encode_messages([UserMessage("hi " * 500)]))
+            for index in range(20):
+                await store.write(f"t{index}", change, expected_version=0)
+                await store.load_thread(f"t{index}")
+            assert await store._run(mmap_size) == 0
+            assert not mapped(path)
+        async with SqliteStore(path, mmap_bytes=1 << 20) as store:
+            await store.load_thread("t0")
+            assert await store._run(mmap_size) == 1 << 20
+            assert mapped(path)
 
     async def test_an_unopenable_path_raises_what_sqlite_says(self, tmp_path: Path) -> None:
         """SQLite's own error, with the file it could not open and what to check."""

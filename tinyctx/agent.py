@@ -571,11 +571,18 @@ class Session(Generic[Data]):
                 await self._base.conversation.flush()
             else:
                 await self._flush_on_error()
+        finally:
+            # from here on, leaving is shielded from the host's cancellation (a caller's
+            # deadline) and each step bounded: the group's scope is the one the session's
+            # block ran in, so its shield covers this task and the background work still
+            # running; on trio an unshielded exit re-raised the deadline out of the group's
+            # exit and skipped the last write and the lease release
+            group.cancel_scope.shield = True
             if background.running:
-                # bounded and shielded: leaving is deterministic even when the host is cancelled
+                # shielded from the group's own scope too: on asyncio a child the deadline
+                # cancelled before the shield was set cancels the group as it ends
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self._grace):
                     await background.wait_idle()
-        finally:
             background.close()
             if self._lease_kept is not None:
                 # the lease keeper ends by itself (see ThreadLink.keep_leased); cancelled
@@ -585,11 +592,13 @@ class Session(Generic[Data]):
                 with anyio.CancelScope(shield=True), anyio.move_on_after(max(self._grace, 1.0)):
                     await kept.wait()
             group.cancel_scope.cancel()
-            # our children never raise (BackgroundTasks reports their errors), so the host's
-            # own exception keeps propagating as itself, never wrapped in an ExceptionGroup
-            await group.__aexit__(None, None, None)
-            if self._link is not None:
-                await self._close_thread(failing=exc_info[0] is not None)
+            try:
+                # our children never raise (BackgroundTasks reports their errors), so the
+                # host's exception keeps propagating as itself, never in an ExceptionGroup
+                await group.__aexit__(None, None, None)
+            finally:
+                if self._link is not None:
+                    await self._close_thread(failing=exc_info[0] is not None)
 
     async def _close_thread(self, *, failing: bool) -> None:
         """Write what is left (the background work's state too) and release the lease."""

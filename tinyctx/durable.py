@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
@@ -44,6 +45,7 @@ from .threads import (
     Compaction,
     FencedOut,
     Lease,
+    LeaseHeld,
     ThreadStore,
     ThreadWrite,
     Unchanged,
@@ -158,7 +160,16 @@ class ThreadLink:
                 f"Session(store=...): thread {self.thread_id!r} is loaded from the store into "
                 f"an empty conversation; this one has {len(conversation)} messages"
             )
-        self.lease = await self.store.acquire_lease(self.thread_id, self.owner, self.ttl)
+        try:
+            self.lease = await self.store.acquire_lease(self.thread_id, self.owner, self.ttl)
+        except (LeaseHeld, ValueError, TypeError):
+            raise  # refused: nothing was granted
+        except BaseException:
+            # a cancellation or a dropped connection may have lost the grant's reply: a
+            # live lease this owner holds now is the one just granted; give it up
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._bound):
+                await self._release_unacknowledged()
+            raise
         try:
             record = await self.store.load_thread(self.thread_id)
             messages = decode_messages(record.messages)
@@ -172,7 +183,7 @@ class ThreadLink:
             # error that ended the load is the one raised
             with (
                 anyio.CancelScope(shield=True),
-                anyio.move_on_after(1.0),
+                anyio.move_on_after(self._bound),
                 contextlib.suppress(Exception),
             ):
                 await self.release()
@@ -190,6 +201,20 @@ class ThreadLink:
         else:
             open_calls = pending_tool_calls(conversation.messages)
         return checkpoint, open_calls
+
+    @property
+    def _bound(self) -> float:
+        """How long a release on the way out may take: past the TTL it expires anyway."""
+        return min(self.ttl, 5.0)
+
+    async def _release_unacknowledged(self) -> None:
+        try:
+            lease = (await self.store.load_thread(self.thread_id)).lease
+            if lease is not None and lease.owner == self.owner and lease.expires_at > time.time():
+                self.released = lease
+                await self.store.release_lease(lease)
+        except Exception:  # the lease expires by itself; the acquire's error is raised
+            pass
 
     # -- writing -------------------------------------------------------------------------
 

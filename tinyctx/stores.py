@@ -1165,8 +1165,6 @@ def _delete_thread(conn: sqlite3.Connection, thread_id: str) -> bool:
     return found > 0
 
 
-_MMAP_BYTES = 256 << 20
-
 _BUSY_SLICE = 0.05
 """SQLite's own busy wait, in seconds: a call waiting for another writer's lock retries in
 slices this long until the store's ``timeout``, so a cancelled caller's call gives up
@@ -1180,8 +1178,6 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
         code is None and "locked" in str(exc)
     )
 
-
-"""How much of the file SQLite may memory-map for reads (a limit, not an allocation)."""
 
 DEFAULT_CACHE_BYTES: Final = 64 << 20
 """``SqliteStore(cache_bytes=...)``: SQLite's page cache for the store's connection."""
@@ -1209,6 +1205,11 @@ class SqliteStore:
       every process that shares a file together: a process of an older release that opened
       the file before the migration fails loudly on such a row (its decoder refuses the
       stored head) instead of reading a message without its text.
+    - Memory: the connection's page cache (``cache_bytes``, 64 MiB by default, allocated
+      as pages are read) bounds what the store keeps, however many threads it serves.
+      ``mmap_bytes`` (0, off, by default) lets SQLite map up to that much of the file for
+      reads: a connection's first read of a long thread is about a quarter faster, but
+      every page it maps stays in the process's RSS (file-backed) until the map is full.
 
     The file is opened lazily on first use (or with ``await store.open()`` /
     ``async with store:``); ``aclose()`` closes it for good.
@@ -1221,6 +1222,7 @@ class SqliteStore:
         timeout: float = 30.0,
         archive_retention: float | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        mmap_bytes: int = 0,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise ConfigError("path", path, "a file path (str or os.PathLike)", owner="SqliteStore")
@@ -1230,9 +1232,14 @@ class SqliteStore:
             raise ConfigError(
                 "cache_bytes", cache_bytes, "an integer number of bytes >= 0", owner="SqliteStore"
             )
+        if isinstance(mmap_bytes, bool) or not isinstance(mmap_bytes, int) or mmap_bytes < 0:
+            raise ConfigError(
+                "mmap_bytes", mmap_bytes, "an integer number of bytes >= 0", owner="SqliteStore"
+            )
         self.path: str = os.fspath(path)
         self.timeout = float(timeout)
         self.cache_bytes = cache_bytes
+        self.mmap_bytes = mmap_bytes
         self.archive_retention = _retention(archive_retention, "SqliteStore")
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
@@ -1296,13 +1303,13 @@ class SqliteStore:
         try:
             _enable_wal(conn, self.timeout)
             conn.execute("PRAGMA synchronous=NORMAL")
-            # reads map the file instead of copying each page through read(): loading a
-            # long thread reads a few MB, and this halves its time (writes still use the WAL)
-            conn.execute(f"PRAGMA mmap_size={_MMAP_BYTES}")
-            # SQLite still walks a long thread's pages through its page cache (2 MB by
-            # default, less than a 2000-message thread): a cache that holds the threads a
-            # process serves saves re-reading them on every load (pages are allocated as
-            # used; another connection's write invalidates them)
+            # SQLite walks a long thread's pages through its page cache (2 MB by default,
+            # less than a 2000-message thread): a cache that holds the threads a process
+            # serves saves re-reading them on every load (pages are allocated as used;
+            # another connection's write invalidates them). Off by default, a memory map
+            # would read pages without the copy, but every page it maps stays in the
+            # process's RSS: it grew with the file, past the cache's bound (issue #32)
+            conn.execute(f"PRAGMA mmap_size={self.mmap_bytes}")
             conn.execute(f"PRAGMA cache_size={-(self.cache_bytes // 1024)}")
             _migrate(conn, self.path)
             conn.path = self.path
