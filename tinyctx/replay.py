@@ -292,6 +292,7 @@ _QUIET = frozenset(
     {
         "model.call",
         "tool.call",
+        "tool.started",
         "run.started",
         "run.finished",
         "control.applied",
