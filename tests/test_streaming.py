@@ -23,6 +23,7 @@ from tinyctx import (
     ToolResult,
     check_pairing,
 )
+from tinyctx.middleware import subagent_tool
 from tinyctx.streaming import (
     FinalResult,
     LayerAction,
@@ -131,6 +132,28 @@ class TestWhatAStreamYields:
             await _collect(session.stream("a"))
             await session.run("b")
         assert seen == [True, False]
+
+
+class TestNestedRuns:
+    """A sub-agent's items are marked nested, with its own run id."""
+
+    async def test_a_sub_agent_streams_nested(self) -> None:
+        """The helper's text deltas are nested; the parent's are not."""
+        helper = Agent(ScriptedModel([stream("inner ", "text")]), name="helper")
+        model = ScriptedModel([reply("", call("helper", id="h1", task="look")), stream("outer")])
+        agent = Agent(model, tools=[subagent_tool(helper, name="helper")])
+        async with Session(agent) as session:
+            items = await _collect(session.stream("go"))
+        final = items[-1]
+        assert isinstance(final, FinalResult)
+        texts = [(i.text, i.nested) for i in items if isinstance(i, TextDelta)]
+        assert texts == [("inner ", True), ("text", True), ("outer", False)]
+        nested_ids = {i.run_id for i in items if i.nested}
+        assert len(nested_ids) == 1
+        assert final.result.run_id not in nested_ids
+        finished = next(i for i in items if isinstance(i, ToolFinished))
+        assert finished.result is not None
+        assert finished.result.content == "inner text"
 
 
 class TestPauseAndResume:
@@ -263,7 +286,8 @@ class TestStreamErrors:
         async with Session(Agent(model)) as session:
             events = session.stream("hi")
             await events.__aenter__()
-            await anyio.lowlevel.checkpoint()
+            while not model.calls:  # the run is in its model call
+                await anyio.lowlevel.checkpoint()
         with pytest.raises(RunCancelled, match="stream"):
             await events.__anext__()
         check_pairing(session.conversation_messages)

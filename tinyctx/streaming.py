@@ -29,6 +29,7 @@ responses (:func:`stream_requested`) unless a request's ``settings["stream"]`` s
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from collections.abc import Awaitable, Callable
@@ -470,6 +471,10 @@ class RunStream:
                     await shared.done.wait()
 
     def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # never raise from a finalizer
+            self._drop()
+
+    def _drop(self) -> None:
         shared = self._shared
         receive = self._receive
         if receive is None or shared.closed or shared.done.is_set():
