@@ -15,8 +15,9 @@ from tests.loopback import (
     openai_stream,
     sse_reply,
 )
+from tests.loopback_wire import close_gemini, gemini_client, gemini_stream
 from tinyctx import Agent, Session, check_pairing
-from tinyctx.providers import AnthropicModel, OpenAIChatModel
+from tinyctx.providers import AnthropicModel, GeminiModel, OpenAIChatModel
 from tinyctx.streaming import (
     FinalResult,
     ReasoningDelta,
@@ -27,7 +28,13 @@ from tinyctx.streaming import (
 )
 from tinyctx.testing import FakeTool
 
-pytestmark = pytest.mark.filterwarnings(TRIO_ASYNCGEN_WARNING)
+pytestmark = [
+    pytest.mark.filterwarnings(TRIO_ASYNCGEN_WARNING),
+    pytest.mark.filterwarnings(
+        r"ignore:Async generator 'google\.genai\.[^']*' was garbage collected before it had "
+        r"been exhausted:ResourceWarning"
+    ),
+]
 
 
 @pytest.fixture
@@ -101,3 +108,25 @@ class TestAnthropicStreamed:
         final = items[-1]
         assert isinstance(final, FinalResult)
         assert final.result.final_text == "All good."
+
+
+class TestGeminiStreamed:
+    """A Gemini model streams its thought summaries and text inside Session.stream."""
+
+    async def test_thoughts_and_text_deltas(self, server: LoopbackServer) -> None:
+        """A thought part arrives as ReasoningDelta, text parts as TextDelta."""
+        chunks = [[{"text": "Hmm.", "thought": True}], [{"text": "Yes, "}], [{"text": "it is."}]]
+        server.add(sse_reply(gemini_stream(chunks, usage=(10, 5, 0, 0))))
+        client = gemini_client(server)
+        try:
+            agent = Agent(GeminiModel("gemini-2.5-flash", client=client))
+            async with Session(agent) as session:
+                items = [i async for i in session.stream("go")]
+        finally:
+            await close_gemini(client)
+        assert server.requests[0].path.endswith(":streamGenerateContent?alt=sse")
+        assert [i.text for i in items if isinstance(i, ReasoningDelta)] == ["Hmm."]
+        assert _texts(items) == ["Yes, ", "it is."]
+        final = items[-1]
+        assert isinstance(final, FinalResult)
+        assert final.result.final_text == "Yes, it is."

@@ -278,7 +278,7 @@ class Agent:
         Called where an event loop is running (a notebook cell, async code) it raises
         RuntimeError at once, saying to ``await agent.run(...)`` there instead.
         """
-        from .models_by_name import run_blocking
+        from .blocking import run_blocking
 
         return run_blocking(self.run, input, backend=backend, **session_options)
 

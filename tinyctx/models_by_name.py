@@ -27,16 +27,14 @@ before the key is set. Gemini's SDK wants its key when the client is built.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import importlib
 import os
 import re
 import weakref
-from collections.abc import Awaitable, Callable
 from importlib import metadata
-from typing import Any, Final, Literal, Protocol, TypeVar
+from typing import Any, Final, Protocol
 
 from .errors import ConfigError
 from .model import ModelHandler
@@ -50,7 +48,6 @@ __all__ = [
     "unregister_model_prefix",
     "resolve_model",
     "name_of",
-    "run_blocking",
 ]
 
 ENTRY_POINT_GROUP: Final = "tinyctx.models"
@@ -238,43 +235,3 @@ def name_of(handler: object) -> str | None:
         return _names.get(handler)
     except TypeError:
         return None
-
-
-T = TypeVar("T")
-
-
-def run_blocking(
-    fn: Callable[..., Awaitable[T]],
-    *args: Any,
-    backend: Literal["trio", "asyncio"] = "trio",
-    **kwargs: Any,
-) -> T:
-    """Run ``fn(*args, **kwargs)`` in a new event loop; refused inside a running one."""
-    if backend not in ("trio", "asyncio"):
-        raise ConfigError("backend", backend, "'trio' or 'asyncio'", owner="Agent.run_sync")
-    running = _running_loop()
-    if running is not None:
-        raise RuntimeError(
-            f"Agent.run_sync was called inside a running {running} event loop (a notebook "
-            "cell, async code), where it cannot start its own: use `await agent.run(...)` "
-            "there instead"
-        )
-    import anyio
-
-    return anyio.run(functools.partial(fn, *args, **kwargs), backend=backend)
-
-
-def _running_loop() -> str | None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        return "asyncio"
-    try:
-        import trio
-
-        trio.lowlevel.current_task()
-    except (ImportError, RuntimeError):
-        return None
-    return "trio"
