@@ -424,7 +424,13 @@ class RunStream:
             raise StopAsyncIteration
         receive = self._begin()
         try:
-            item = await receive.receive()
+            try:
+                # what the run emitted already is read without a trip through the
+                # scheduler (a cancelled reader still stops here)
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                item = receive.receive_nowait()
+            except anyio.WouldBlock:
+                item = await receive.receive()
         except anyio.ClosedResourceError:
             self._ended = True
             raise StopAsyncIteration from None
