@@ -87,6 +87,17 @@ class TestBuiltInPrefixes:
         assert isinstance(model, GeminiModel)
         assert server.requests == []
 
+    def test_evolving_the_model_changes_its_name(self) -> None:
+        """A model by name replaced by evolve() takes its name along; a set one stays."""
+        first = Agent(model=resolve_model("openai:gpt-4o", api_key="k"))
+        assert first.model_name == "gpt-4o"
+        second = first.evolve(model=resolve_model("anthropic:claude-sonnet-4-5", api_key="k"))
+        assert second.model_name == "claude-sonnet-4-5"
+        plain = first.evolve(model=EchoModel())
+        assert plain.model_name is None
+        pinned = Agent(EchoModel(), model_name="mine").evolve(model=EchoModel())
+        assert pinned.model_name == "mine"
+
     def test_options_reach_the_adapter(self) -> None:
         """resolve_model passes its options to the adapter (checked as the adapter does)."""
         model = resolve_model("openai:gpt-4o", api_key="k", stream=True, temperature=0)

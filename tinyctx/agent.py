@@ -257,6 +257,11 @@ class Agent:
         object.__setattr__(self, "checkpoint_hooks", hooks)
 
     def evolve(self, **changes: Any) -> Agent:
+        if "model" in changes and "model_name" not in changes:
+            from .models_by_name import name_of
+
+            if self.model_name is not None and self.model_name == name_of(self.model):
+                changes["model_name"] = None  # the name came with the model it replaces
         return attrs.evolve(self, **changes)
 
     async def run(
