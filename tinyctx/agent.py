@@ -440,7 +440,8 @@ class _Finished(Exception):
 class Session(Generic[Data]):
     """One thread of conversation with an agent; owns the task group for background work.
 
-    ``async with Session(agent, thread_id=..., data=...) as s: result = await s.run("...")``.
+    ``async with Session(agent, thread_id=..., data=...) as s: result = await s.run("...")``;
+    ``s.stream("...")`` reads the same run as typed events (:mod:`tinyctx.streaming`).
     Runs are sequential; leaving the session waits up to ``grace_period`` seconds for
     background work (session-memory extraction), then cancels what is left.
 
