@@ -23,7 +23,7 @@ from tinyctx import (
     ToolResult,
     check_pairing,
 )
-from tinyctx.middleware import subagent_tool
+from tinyctx.middleware import Microcompact, subagent_tool
 from tinyctx.streaming import (
     FinalResult,
     LayerAction,
@@ -119,6 +119,18 @@ class TestWhatAStreamYields:
             items = await _collect(session.stream("ship it"))
         actions = [i for i in items if isinstance(i, LayerAction)]
         assert [a.action for a in actions] == ["control.applied"]
+
+    async def test_a_compaction_is_a_layer_action(self) -> None:
+        """Microcompaction of old tool results arrives as a LayerAction with its label."""
+        read = FakeTool("read", returns="x" * 200)
+        script = [reply("", call("read", id=f"r{i}")) for i in range(3)]
+        model = ScriptedModel([*script, "done"])
+        agent = _tool_agent(model, read, middleware=[Microcompact(keep_recent=1)])
+        async with Session(agent) as session:
+            items = await _collect(session.stream("go"))
+        actions = [i for i in items if isinstance(i, LayerAction)]
+        assert [a.action for a in actions] == ["compaction.microcompact"] * 2
+        assert all(a.description and "microcompact" in a.description for a in actions)
 
     async def test_adapters_are_asked_to_stream(self) -> None:
         """Inside a streamed run stream_requested() is True; outside it is False."""
