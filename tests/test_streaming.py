@@ -168,6 +168,29 @@ class TestNestedRuns:
         assert finished.result.content == "inner text"
 
 
+class TestBackgroundWork:
+    """Work a run starts in the background is no part of its stream."""
+
+    async def test_a_background_task_s_events_stay_out(self) -> None:
+        """A delta emitted by a task the run spawned is not streamed; the run's own are."""
+        spawned = anyio.Event()
+
+        async def job(ctx: RunContext[Any]) -> None:
+            ctx.emit(ModelStreamDelta(text="from the background"))
+            spawned.set()
+
+        async def start_job(arguments: Any, ctx: RunContext[Any]) -> str:
+            ctx.spawn(job, ctx)
+            await spawned.wait()
+            return "started"
+
+        tool = FakeTool("start_job", returns=start_job)
+        model = ScriptedModel([reply("", call("start_job", id="j1")), stream("done")])
+        async with Session(_tool_agent(model, tool)) as session:
+            items = await _collect(session.stream("go"))
+        assert [i.text for i in items if isinstance(i, TextDelta)] == ["done"]
+
+
 class TestPauseAndResume:
     """An interrupted run ends its stream with RunPaused; stream_resume goes on."""
 

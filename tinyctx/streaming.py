@@ -299,6 +299,8 @@ class _Feed:
         self.shared = shared
 
     def __call__(self, event: Event) -> None:
+        if not _STREAMED.get():
+            return  # emitted by another task: background work, another session's run
         own = self.run_id
         if own is None:
             if not (isinstance(event, RunStarted) and event.parent_run_id == self.parent):
