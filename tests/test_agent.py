@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tinyctx import (
     Agent,
     AssistantMessage,
+    ConfigError,
     ControlApplied,
     Conversation,
     Interrupt,
@@ -83,6 +84,7 @@ class TestToolUsingRun:
         assert kinds(result.events) == [
             "run.started",
             "model.call",
+            "tool.started",
             "tool.call",
             "model.call",
             "run.finished",
@@ -743,7 +745,9 @@ class TestMisuseIsNamed:
     async def test_wrong_constructor_and_call_arguments(self) -> None:
         """Agent, Session, enter and resume refuse what they cannot use, saying why."""
         with pytest.raises(TypeError, match="Agent.model must be an async callable"):
-            Agent(model="gpt-4o")  # type: ignore[arg-type]
+            Agent(model=42)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=r"Agent.model='gpt-4o'.*'<prefix>:<model>'"):
+            Agent(model="gpt-4o")
         with pytest.raises(TypeError, match="Session needs an Agent, got str"):
             Session("agent")  # type: ignore[arg-type]
         agent = Agent(model=ScriptedModel(["ok"]))

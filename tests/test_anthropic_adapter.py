@@ -248,14 +248,15 @@ class TestStreaming:
             response = await AnthropicModel(MODEL, client=client, stream=True)(ask(), ctx())
         deltas = [e for e in captured if isinstance(e, ModelStreamDelta)]
         assert [
-            (d.text, d.tool_call_index, d.tool_call_id, d.tool_name, d.arguments_delta)
+            (d.reasoning, d.text, d.tool_call_index, d.tool_call_id, d.tool_name, d.arguments_delta)
             for d in deltas
         ] == [
-            ("Let me ", None, None, None, ""),
-            ("look.", None, None, None, ""),
-            ("", 0, "toolu_7", "read", ""),
-            ("", 0, None, None, '{"path": '),
-            ("", 0, None, None, '"x.py"}'),
+            ("Plan.", "", None, None, None, ""),
+            ("", "Let me ", None, None, None, ""),
+            ("", "look.", None, None, None, ""),
+            ("", "", 0, "toolu_7", "read", ""),
+            ("", "", 0, None, None, '{"path": '),
+            ("", "", 0, None, None, '"x.py"}'),
         ]
         message = response.message
         assert (message.content, message.tool_calls) == (

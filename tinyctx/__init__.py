@@ -116,6 +116,7 @@ from .events import (
     RunStarted,
     SubscriberFailed,
     ToolCallFinished,
+    ToolCallStarted,
     ToolCallSuspended,
     ToolFailed,
 )
@@ -353,6 +354,7 @@ __all__ = [
     "ModelCallFinished",
     "ModelStreamDelta",
     "ToolCallFinished",
+    "ToolCallStarted",
     "ToolCallSuspended",
     "ToolFailed",
     "ControlApplied",

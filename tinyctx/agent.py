@@ -60,6 +60,7 @@ from .events import (
     RunStarted,
     SubscriberFailed,
     ToolCallFinished,
+    ToolCallStarted,
     ToolCallSuspended,
     ToolFailed,
 )
@@ -88,6 +89,7 @@ from .tools import ServerTool, Tool, ToolArgumentError, ToolRegistry
 
 if TYPE_CHECKING:
     from .durable import ThreadLink
+    from .streaming import RunStream
 
 __all__ = [
     "Agent",
@@ -197,14 +199,24 @@ def _tuple(value: Iterable[Any]) -> tuple[Any, ...]:
     return tuple(value)
 
 
+def _model_handler(model: ModelHandler | str) -> ModelHandler:
+    if isinstance(model, str):
+        from .models_by_name import resolve_model
+
+        return resolve_model(model)
+    return model
+
+
 @frozen(eq=False)
 class Agent:
     """A model, its tools and its middleware: immutable and reusable across sessions.
 
-    Both onions are composed here, once.
+    Both onions are composed here, once. ``model`` is a model handler or a model by name,
+    ``"<prefix>:<model>"`` (``"openai:gpt-4o"``, ``"anthropic:claude-sonnet-4-5"``; see
+    :mod:`tinyctx.models_by_name`), which also sets ``model_name`` when it is not given.
     """
 
-    model: ModelHandler
+    model: ModelHandler = field(converter=_model_handler)
     tools: tuple[Tool, ...] = field(default=(), converter=_tuple)
     middleware: tuple[LayerLike, ...] = field(default=(), converter=_tuple)
     system_prompt: str | None = None
@@ -222,6 +234,10 @@ class Agent:
     registry: ToolRegistry = field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        if self.model_name is None:
+            from .models_by_name import name_of
+
+            object.__setattr__(self, "model_name", name_of(self.model))
         if not callable(self.model):
             raise TypeError("Agent.model must be an async callable (request, ctx) -> ModelResponse")
         check_layer_names(self.middleware)
@@ -243,6 +259,11 @@ class Agent:
         object.__setattr__(self, "checkpoint_hooks", hooks)
 
     def evolve(self, **changes: Any) -> Agent:
+        if "model" in changes and "model_name" not in changes:
+            from .models_by_name import name_of
+
+            if self.model_name is not None and self.model_name == name_of(self.model):
+                changes["model_name"] = None  # the name came with the model it replaces
         return attrs.evolve(self, **changes)
 
     async def run(
@@ -251,6 +272,22 @@ class Agent:
         """One run in a fresh session (``async with Session(self, ...)``)."""
         async with Session(self, **session_options) as session:
             return await session.run(input)
+
+    def run_sync(
+        self,
+        input: str | Message | Sequence[Message],
+        *,
+        backend: Literal["trio", "asyncio"] = "trio",
+        **session_options: Any,
+    ) -> RunResult:
+        """:meth:`run` for scripts: starts an event loop (``backend``), runs, returns.
+
+        Called where an event loop is running (a notebook cell, async code) it raises
+        RuntimeError at once, saying to ``await agent.run(...)`` there instead.
+        """
+        from .blocking import run_blocking
+
+        return run_blocking(self.run, input, backend=backend, **session_options)
 
 
 def _committed_first(model: ModelHandler) -> ModelHandler:
@@ -405,7 +442,8 @@ class _Finished(Exception):
 class Session(Generic[Data]):
     """One thread of conversation with an agent; owns the task group for background work.
 
-    ``async with Session(agent, thread_id=..., data=...) as s: result = await s.run("...")``.
+    ``async with Session(agent, thread_id=..., data=...) as s: result = await s.run("...")``;
+    ``s.stream("...")`` reads the same run as typed events (:mod:`tinyctx.streaming`).
     Runs are sequential; leaving the session waits up to ``grace_period`` seconds for
     background work (session-memory extraction), then cancels what is left.
 
@@ -491,6 +529,8 @@ class Session(Generic[Data]):
         self._abandoned: tuple[ToolCall, ...] = ()
         self._link: ThreadLink | None = None
         self._writing: anyio.Lock | None = None  # made on entering (in its event loop)
+        # set while the run of a stream closed early winds down (tinyctx.streaming)
+        self._winding: anyio.Event | None = None
         if store is not None:
             from .durable import ThreadLink, default_owner
 
@@ -692,6 +732,38 @@ class Session(Generic[Data]):
 
     # -- running -------------------------------------------------------------------------
 
+    def stream(self, input: str | Message | Sequence[Message] | None) -> RunStream:
+        """:meth:`run` as an async iterator of typed stream events, ending with
+        :class:`~tinyctx.streaming.FinalResult` (or :class:`~tinyctx.streaming.RunPaused`);
+        closing it early cancels the run. See :mod:`tinyctx.streaming`."""
+        from .streaming import RunStream
+
+        return RunStream(self, lambda: self.run(input), None)
+
+    def stream_resume(
+        self,
+        checkpoint: Checkpoint | None = None,
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+    ) -> RunStream:
+        """:meth:`resume` as a stream of events, like :meth:`stream`."""
+        from .streaming import RunStream
+
+        paused = checkpoint or self._paused
+        return RunStream(
+            self,
+            lambda: self.resume(checkpoint, decisions=decisions),
+            paused.run_id if paused is not None else None,
+        )
+
+    async def _ready(self) -> None:
+        """Wait for the run of a stream closed early to wind down (it was cancelled)."""
+        winding = self._winding
+        if winding is not None:
+            await winding.wait()
+            if self._winding is winding:
+                self._winding = None
+
     def _enter_run(self) -> None:
         if self._group is None or self._closed:
             raise RuntimeError("use the session inside `async with Session(...) as session:`")
@@ -709,6 +781,7 @@ class Session(Generic[Data]):
         ``input[i]`` and the field, before anything is appended too. Text from outside
         (input, model output, tool results) enters history valid: lone surrogates become
         U+FFFD; a call id the model reuses is renamed (``renamed_ids`` in the metadata)."""
+        await self._ready()
         self._enter_run()
         try:
             messages = _input_messages(input)
@@ -747,6 +820,7 @@ class Session(Generic[Data]):
         """
         if mode not in ("continue", "close"):
             raise ConfigError("mode", mode, "'continue' or 'close'", owner="Session.recover")
+        await self._ready()
         self._enter_run()
         try:
             calls = self._abandoned
@@ -799,6 +873,7 @@ class Session(Generic[Data]):
         cancelled) leaves the session paused on the same checkpoint.
         """
         given = _checked_resume_args("resume", checkpoint, decisions)
+        await self._ready()
         self._enter_run()
         try:
             checkpoint = self._resumable(checkpoint)
@@ -830,6 +905,7 @@ class Session(Generic[Data]):
         checks a reviewer's decisions before it stores or posts them. The layers'
         ``on_resume`` hooks run on a copy of the run's state that is then dropped."""
         given = _checked_resume_args("check_resume", checkpoint, decisions)
+        await self._ready()
         self._enter_run()
         try:
             checkpoint = self._resumable(checkpoint)
@@ -1093,6 +1169,9 @@ class Session(Generic[Data]):
                 if limit is not None and state.tool_calls >= limit:
                     ctx.emit(LimitHit, limit="max_tool_calls", value=limit, scope="run")
                     raise LimitExceeded("max_tool_calls", limit)
+                ctx.emit(
+                    ToolCallStarted, tool=call.name, tool_call_id=call.id, arguments=call.arguments
+                )
                 started = time.perf_counter()
                 running = call
                 resumed, resuming = state.resumed_call, None

@@ -37,6 +37,7 @@ __all__ = [
     "RunStarted",
     "RunFinished",
     "ModelCallFinished",
+    "ToolCallStarted",
     "ToolCallFinished",
     "ToolCallSuspended",
     "ToolFailed",
@@ -340,6 +341,18 @@ class ModelCallFinished(Event):
 
 
 @frozen
+class ToolCallStarted(Event):
+    """A tool call is about to go through the tool onion (its arguments as the model sent
+    them, after the loop renamed a reused id)."""
+
+    kind: ClassVar[str] = "tool.started"
+    level: ClassVar[EventLevel] = "debug"
+    tool: str = ""
+    tool_call_id: str = ""
+    arguments: Any = field(factory=dict, repr=False)
+
+
+@frozen
 class ToolCallFinished(Event):
     kind: ClassVar[str] = "tool.call"
     level: ClassVar[EventLevel] = "debug"
@@ -433,8 +446,10 @@ class SubscriberFailed(Event):
 class ModelStreamDelta(Event):
     """One streamed piece of a model response, as it arrives (never logged).
 
-    Text arrives in ``text``; a tool call arrives as its ``tool_call_index`` with its id and
-    name on the first delta and JSON ``arguments_delta`` fragments after. Subscribe to the
+    Text arrives in ``text`` and the model's reasoning (thinking, a reasoning summary) in
+    ``reasoning``, when the provider streams it; a tool call arrives as its
+    ``tool_call_index`` with its id and name on the first delta and JSON
+    ``arguments_delta`` fragments after. Subscribe to the
     event sink to follow a stream; the assembled response is still the call's return value.
     """
 
@@ -445,3 +460,4 @@ class ModelStreamDelta(Event):
     tool_call_id: str | None = None
     tool_name: str | None = None
     arguments_delta: str = ""
+    reasoning: str = ""

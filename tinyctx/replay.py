@@ -350,6 +350,7 @@ _QUIET = frozenset(
     {
         "model.call",
         "tool.call",
+        "tool.started",
         "run.started",
         "run.finished",
         "control.applied",

@@ -18,6 +18,7 @@ from ..events import ModelStreamDelta
 from ..formats import FormatError
 from ..frozen import thaw
 from ..model import CallInfo, ModelRequest
+from ..streaming import stream_requested
 from ..tools import ServerTool
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "server_tool_json",
     "consume_stream",
     "emit_text",
+    "emit_reasoning",
     "emit_tool_delta",
 ]
 
@@ -165,8 +167,9 @@ class SDKModel(Generic[ClientT]):
         return merged
 
     def streaming(self, request: ModelRequest) -> bool:
-        """Whether this call streams: ``request.settings["stream"]``, else ``stream``."""
-        value = request.settings.get("stream", self.stream)
+        """Whether this call streams: ``request.settings["stream"]``, else True in a
+        streamed run (:meth:`tinyctx.Session.stream`), else ``stream``."""
+        value = request.settings.get("stream", self.stream or stream_requested())
         if not isinstance(value, bool):
             raise ConfigError(
                 "request.settings['stream']", value, "True or False", owner=type(self).__name__
@@ -283,6 +286,11 @@ async def consume_stream(
 def emit_text(ctx: RunContext[Any], text: str | None) -> None:
     if text:
         ctx.emit(ModelStreamDelta(text=text))
+
+
+def emit_reasoning(ctx: RunContext[Any], text: str | None) -> None:
+    if text:
+        ctx.emit(ModelStreamDelta(reasoning=text))
 
 
 def emit_tool_delta(

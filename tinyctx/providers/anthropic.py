@@ -27,6 +27,7 @@ from ._base import (
     SDKModel,
     check_settings,
     consume_stream,
+    emit_reasoning,
     emit_text,
     emit_tool_delta,
     server_tool_json,
@@ -283,6 +284,8 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
                 delta = event.delta
                 if delta.type == "text_delta":
                     emit_text(ctx, delta.text)
+                elif delta.type == "thinking_delta":
+                    emit_reasoning(ctx, delta.thinking)
                 elif delta.type == "input_json_delta" and event.index in tool_index:
                     emit_tool_delta(ctx, tool_index[event.index], arguments=delta.partial_json)
 

@@ -28,7 +28,14 @@ from ..formats import FormatError
 from ..frozen import thaw
 from ..model import ModelRequest, ModelResponse, Usage
 from ..tokens import REASONING_TOKENS
-from ._base import SDKModel, consume_stream, emit_text, emit_tool_delta, unreadable
+from ._base import (
+    SDKModel,
+    consume_stream,
+    emit_reasoning,
+    emit_text,
+    emit_tool_delta,
+    unreadable,
+)
 from ._errors import classify
 from ._gemini_contents import GEMINI, assistant_from_parts, system_text, to_gemini_contents
 
@@ -135,8 +142,11 @@ class _Stream:
                     arguments=arguments,
                 )
                 self.calls += 1
-            elif isinstance(part.get("text"), str) and not part.get("thought"):
-                emit_text(self.ctx, part["text"])
+            elif isinstance(part.get("text"), str):
+                if part.get("thought"):
+                    emit_reasoning(self.ctx, part["text"])  # a thought summary
+                else:
+                    emit_text(self.ctx, part["text"])
             previous = self.parts[-1] if self.parts else None
             if (
                 previous is not None

@@ -32,6 +32,7 @@ from ._base import (
     SDKModel,
     check_settings,
     consume_stream,
+    emit_reasoning,
     emit_text,
     emit_tool_delta,
     server_tool_json,
@@ -159,6 +160,7 @@ class _StreamState:
             reasoning = getattr(delta, "reasoning_content", None)
             if isinstance(reasoning, str):
                 self.reasoning.append(reasoning)
+                emit_reasoning(self.ctx, reasoning)
             for tool in delta.tool_calls or ():
                 function = tool.function
                 name = function.name if function is not None else None

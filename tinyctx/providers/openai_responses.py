@@ -26,6 +26,8 @@ from openai.types.responses import (
     ResponseFunctionCallArgumentsDeltaEvent,
     ResponseIncompleteEvent,
     ResponseOutputItemAddedEvent,
+    ResponseReasoningSummaryTextDeltaEvent,
+    ResponseReasoningTextDeltaEvent,
     ResponseRefusalDeltaEvent,
     ResponseStreamEvent,
     ResponseTextDeltaEvent,
@@ -43,6 +45,7 @@ from ._base import (
     SDKModel,
     check_settings,
     consume_stream,
+    emit_reasoning,
     emit_text,
     emit_tool_delta,
     server_tool_json,
@@ -124,6 +127,10 @@ class _StreamState:
     def handle(self, event: ResponseStreamEvent) -> None:
         if isinstance(event, (ResponseTextDeltaEvent, ResponseRefusalDeltaEvent)):
             emit_text(self.ctx, event.delta)
+        elif isinstance(
+            event, (ResponseReasoningSummaryTextDeltaEvent, ResponseReasoningTextDeltaEvent)
+        ):
+            emit_reasoning(self.ctx, event.delta)
         elif isinstance(event, ResponseOutputItemAddedEvent):
             item = event.item
             if item.type == "function_call":
