@@ -1088,7 +1088,7 @@ class SessionMemory(Layer):
                     job.namespace,
                     fresh,
                     metadata=self._note_metadata(ctx),
-                    fence=ctx.thread_lease(),
+                    fence=ctx.thread_lease(store),
                 )
         except BaseException as exc:
             counters.fail(ticket)

@@ -1343,3 +1343,34 @@ class TestLayerShape:
         counters = MemoryCounters()
         assert not hasattr(counters, "__dict__")
         assert repr(counters).startswith("<MemoryCounters idle")
+
+
+class TestNotesApartFromTheThread:
+    """Notes kept in another store than the thread's are written, unfenced: only the store
+    that holds the thread's lease can check a fence against it."""
+
+    async def test_threads_on_sqlite_notes_in_memory(self, tmp_path: Path) -> None:
+        """A durable session whose SessionMemory keeps its notes in a MemoryStore extracts
+        them (before, every extraction failed with FencedOut)."""
+        notes = MemoryStore()
+        layer = memory(notes)
+        model = ScriptedModel(["Noted."])
+        async with SqliteStore(tmp_path / "threads.db") as threads:
+            agent = Agent(model=model, middleware=[layer])
+            with capture_events() as events:
+                async with Session(agent, thread_id="t1", store=threads) as session:
+                    await session.run("I prefer short answers.")
+                    await settle(session)
+        assert of_kind(events, "session_memory.failed") == []
+        assert await notes_of(notes, "t1") == ["User preference: I prefer short answers."]
+
+    async def test_the_lease_is_offered_only_to_its_own_store(self, tmp_path: Path) -> None:
+        """ctx.thread_lease(store) is the session's lease for the thread's store, None for
+        any other store."""
+        async with SqliteStore(tmp_path / "threads.db") as threads:
+            agent = Agent(model=ScriptedModel(["ok"]))
+            async with Session(agent, thread_id="t1", store=threads) as session:
+                lease = session.ctx.thread_lease()
+                assert lease is not None and lease.thread_id == "t1"
+                assert session.ctx.thread_lease(threads) == lease
+                assert session.ctx.thread_lease(MemoryStore()) is None

@@ -593,7 +593,9 @@ class Session(Generic[Data]):
         self._base = self._base._with(background=self._background)
         if link is not None:
             self._base = self._base._with(
-                lease_source=link.current_lease, commit_source=_weak_commit(self)
+                lease_source=link.current_lease,
+                lease_store=link.store,
+                commit_source=_weak_commit(self),
             )
             self._lease_kept = (stop, kept) = (anyio.Event(), anyio.Event())
             group.start_soon(link.keep_leased, self._base, stop, kept, name="tinyctx.lease")

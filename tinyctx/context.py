@@ -191,6 +191,8 @@ class RunContext(Generic[Data]):
     """Per-run durable layer state of this session tree (see :meth:`run_state`)."""
     lease_source: Callable[[], Lease | None] | None = field(default=None, eq=False, repr=False)
     """Set by a Session with a store: its thread's current lease (see :meth:`thread_lease`)."""
+    lease_store: object | None = field(default=None, eq=False, repr=False)
+    """Set by a Session with a store: the store that holds that lease."""
     commit_source: Callable[[RunContext[Any]], Awaitable[None]] | None = field(
         default=None, eq=False, repr=False
     )
@@ -440,14 +442,18 @@ class RunContext(Generic[Data]):
         run = self.config.agent_run_id or self.config.run_id
         return self.run_states.of(run).get(owner, factory, restore)
 
-    def thread_lease(self) -> Lease | None:
+    def thread_lease(self, store: object | None = None) -> Lease | None:
         """The lease this session holds on the thread of this context, now (read-only).
 
         A layer that writes elsewhere on the thread's behalf (notes in a
         :class:`~tinyctx.stores.Store`) passes it as ``fence=`` so a worker that lost the
         thread to another cannot write after it. None when the session has no store, or
-        the context is of another thread.
+        the context is of another thread. With ``store``, None too unless ``store`` is the
+        one holding the lease: only that store can check a fence against it (another would
+        refuse every fenced write, knowing no lease of the thread).
         """
+        if store is not None and store is not self.lease_store:
+            return None
         source = self.lease_source
         lease = source() if source is not None else None
         if lease is None or lease.thread_id != self.config.thread_id:
