@@ -55,6 +55,11 @@ __all__ = [
     "decode_response",
     "encode_response",
     "model_digest",
+    "model_payload",
+    "request_from_payload",
+    "tool_failure",
+    "tool_output",
+    "tool_payload",
     "run_ids_from",
     "steps_through",
     "tool_digest",
@@ -99,8 +104,16 @@ class StepRunner(Protocol):
     """The agent's layer names, outermost first (named in a NondeterminismError)."""
 
     async def step(
-        self, name: str, run: Callable[[], Coroutine[Any, Any, Envelope]]
-    ) -> Envelope: ...
+        self,
+        name: str,
+        digest: str,
+        run: Callable[[], Coroutine[Any, Any, Envelope]],
+        payload: Callable[[], dict[str, Any]],
+    ) -> Envelope:
+        """``run()`` makes the envelope in this process (DBOS runs it as the step);
+        ``payload()`` is the step's input as JSON, for an engine that runs steps elsewhere
+        (Temporal's activities get it instead)."""
+        ...
 
     def next_index(self) -> int:
         """The position of the next tinyctx step in this workflow (0, 1, ...)."""
@@ -173,6 +186,44 @@ def tool_digest(call: ToolCall) -> str:
     return hashlib.sha256(encode(call).encode()).hexdigest()
 
 
+def _config_json(ctx: RunContext[Any]) -> Any:
+    return json.loads(encode(ctx.config))
+
+
+def model_payload(request: ModelRequest, ctx: RunContext[Any]) -> dict[str, Any]:
+    """A model step's input as JSON: the request (as the innermost handler gets it) and
+    the run's config. Provider-hosted tools are not carried."""
+    return {
+        "messages": list(encode_messages(request.messages, path="request.messages")),
+        "system_prompt": request.system_prompt,
+        "model": request.model,
+        "tools": [[t.name, t.description, thaw(t.parameters)] for t in request.tools],
+        "settings": thaw(request.settings),
+        "metadata": thaw(request.metadata),
+        "config": _config_json(ctx),
+    }
+
+
+def request_from_payload(payload: Mapping[str, Any]) -> ModelRequest:
+    """The request :func:`model_payload` carried."""
+    from .codec import decode_messages
+    from .tools import ToolSpec
+
+    return ModelRequest(
+        messages=decode_messages(payload["messages"], path="request.messages"),
+        tools=tuple(ToolSpec(n, d, p) for n, d, p in payload["tools"]),
+        system_prompt=payload["system_prompt"],
+        model=payload["model"],
+        settings=payload["settings"],
+        metadata=payload["metadata"],
+    )
+
+
+def tool_payload(call: ToolCall, ctx: RunContext[Any]) -> dict[str, Any]:
+    """A tool step's input as JSON: the call and the run's config."""
+    return {"call": json.loads(encode(call)), "config": _config_json(ctx)}
+
+
 def encode_response(response: ModelResponse) -> dict[str, Any]:
     """A model response as plain JSON (``raw`` and ``info`` are not kept)."""
     control: dict[str, Any] | None = None
@@ -218,11 +269,11 @@ def decode_response(data: Mapping[str, Any]) -> ModelResponse:
     )
 
 
-def _tool_output(result: ToolResult) -> dict[str, Any]:
+def tool_output(result: ToolResult) -> dict[str, Any]:
     return {"result": encode_message(result)}
 
 
-def _tool_failure(exc: ToolError) -> dict[str, Any]:
+def tool_failure(exc: ToolError) -> dict[str, Any]:
     return {"error": {"type": exc.error_type, "text": exc.text, "content": exc.content}}
 
 
@@ -250,7 +301,7 @@ class EngineSteps(Layer):
             response = await call_next(request, ctx)
             return {"digest": digest, "output": encode_response(response)}
 
-        envelope = await runner.step(MODEL_STEP, run)
+        envelope = await runner.step(MODEL_STEP, digest, run, lambda: model_payload(request, ctx))
         _check_digest(runner, MODEL_STEP, index, digest, envelope)
         return decode_response(envelope["output"])
 
@@ -266,12 +317,12 @@ class EngineSteps(Layer):
 
         async def run() -> Envelope:
             try:
-                output = _tool_output(await call_next(call, ctx))
+                output = tool_output(await call_next(call, ctx))
             except ToolError as exc:
-                output = _tool_failure(exc)
+                output = tool_failure(exc)
             return {"digest": digest, "output": output}
 
-        envelope = await runner.step(name, run)
+        envelope = await runner.step(name, digest, run, lambda: tool_payload(call, ctx))
         _check_digest(runner, name, index, digest, envelope)
         output = envelope["output"]
         if "error" in output:

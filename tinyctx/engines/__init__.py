@@ -66,6 +66,20 @@ class WorkflowFailed(EngineError):
         super().__init__(f"workflow {workflow_id!r} failed: {error_type}: {error}")
 
 
+def refuse_trio(where: str) -> None:
+    """Raise EngineError when called on trio: DBOS's and Temporal's async APIs are asyncio."""
+    try:
+        import trio
+
+        trio.lowlevel.current_task()
+    except (ImportError, RuntimeError):
+        return
+    raise EngineError(
+        f"{where}: the engine's async API runs on asyncio, and this is trio; run the engine "
+        "on an asyncio event loop (anyio.run(main, backend='asyncio'))"
+    )
+
+
 def workflow_id_for(thread_id: str, request_id: str, *, prefix: str = "tinyctx") -> str:
     """The default workflow id of a request on a thread: the same pair gives the same id,
     so a request submitted twice (a retried HTTP call) runs once."""
@@ -194,6 +208,74 @@ def _error_document(exc: Exception) -> dict[str, Any]:
     return out
 
 
+def lease_json(lease: Lease | None) -> dict[str, Any] | None:
+    if lease is None:
+        return None
+    return {
+        "thread_id": lease.thread_id,
+        "owner": lease.owner,
+        "token": lease.token,
+        "expires_at": lease.expires_at,
+    }
+
+
+def lease_from_json(data: Mapping[str, Any] | None) -> Lease | None:
+    return None if data is None else Lease(**data)
+
+
+def write_payload(
+    thread_id: str, change: ThreadWrite, expected_version: int, lease: Lease | None
+) -> dict[str, Any]:
+    """A thread write as JSON (for an engine that writes in an activity)."""
+    compaction = change.compaction
+    return {
+        "thread_id": thread_id,
+        "append": list(change.append),
+        "compaction": None
+        if compaction is None
+        else [compaction.start, compaction.end, list(compaction.replacement)],
+        "checkpoint": {"unchanged": True}
+        if change.checkpoint is UNCHANGED
+        else {"value": change.checkpoint},
+        "state": {"unchanged": True} if change.state is UNCHANGED else {"value": change.state},
+        "expected_version": expected_version,
+        "lease": lease_json(lease),
+    }
+
+
+def write_from_payload(payload: Mapping[str, Any]) -> ThreadWrite:
+    from ..threads import Compaction
+
+    compaction = payload["compaction"]
+    checkpoint, state = payload["checkpoint"], payload["state"]
+    return ThreadWrite(
+        append=tuple(payload["append"]),
+        compaction=None if compaction is None else Compaction(*compaction),
+        checkpoint=UNCHANGED if "unchanged" in checkpoint else checkpoint["value"],
+        state=UNCHANGED if "unchanged" in state else state["value"],
+    )
+
+
+async def run_write(store: ThreadStore, payload: Mapping[str, Any]) -> Envelope:
+    """Apply a write payload to ``store``: the envelope a write step records."""
+    thread_id = payload["thread_id"]
+    change = write_from_payload(payload)
+    expected = payload["expected_version"]
+    digest = _write_digest(thread_id, change, expected)
+    try:
+        version = await store.write(
+            thread_id, change, expected_version=expected, lease=lease_from_json(payload["lease"])
+        )
+    except (StaleThreadVersion, FencedOut) as exc:
+        return {"digest": digest, "output": {"error": _error_document(exc)}}
+    return {"digest": digest, "output": {"version": version}}
+
+
+async def run_load(store: ThreadStore, thread_id: str) -> Envelope:
+    record = await store.load_thread(thread_id)
+    return {"digest": thread_id, "output": _record_document(record)}
+
+
 class StepStore:
     """A :class:`~tinyctx.threads.ThreadStore` whose loads and writes are steps of the
     workflow running it (``tinyctx.store.load``, ``tinyctx.store.write``), so a replayed
@@ -208,11 +290,12 @@ class StepStore:
 
     async def load_thread(self, thread_id: str) -> ThreadRecord:
         async def run() -> Envelope:
-            record = await self.inner.load_thread(thread_id)
-            return {"digest": thread_id, "output": _record_document(record)}
+            return await run_load(self.inner, thread_id)
 
         self.runner.next_index()
-        envelope = await self.runner.step(STORE_LOAD_STEP, run)
+        envelope = await self.runner.step(
+            STORE_LOAD_STEP, thread_id, run, lambda: {"thread_id": thread_id}
+        )
         doc = envelope["output"]
         return ThreadRecord(
             thread_id=doc["thread_id"],
@@ -242,7 +325,12 @@ class StepStore:
             return {"digest": digest, "output": {"version": version}}
 
         index = self.runner.next_index()
-        envelope = await self.runner.step(STORE_WRITE_STEP, run)
+        envelope = await self.runner.step(
+            STORE_WRITE_STEP,
+            digest,
+            run,
+            lambda: write_payload(thread_id, change, expected_version, lease),
+        )
         if envelope.get("digest") != digest:
             from ..steps import NondeterminismError
 

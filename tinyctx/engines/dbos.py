@@ -50,6 +50,7 @@ from . import (
     decisions_from_document,
     input_documents,
     lease_owner,
+    refuse_trio,
     result_document,
     result_from_document,
     workflow_id_for,
@@ -89,21 +90,8 @@ def postgres_config(name: str, url: str, **extra: Any) -> DBOSConfig:
     return config
 
 
-def _refuse_trio(where: str) -> None:
-    try:
-        import trio
-
-        trio.lowlevel.current_task()
-    except (ImportError, RuntimeError):
-        return
-    raise EngineError(
-        f"{where}: DBOS's async API runs on asyncio, and this is trio; run the engine on an "
-        "asyncio event loop (anyio.run(main, backend='asyncio'))"
-    )
-
-
 def _require_asyncio(where: str) -> None:
-    _refuse_trio(where)
+    refuse_trio(where)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -121,7 +109,13 @@ class _Runner:
         self._count += 1
         return self._count - 1
 
-    async def step(self, name: str, run: Callable[[], Coroutine[Any, Any, Envelope]]) -> Envelope:
+    async def step(
+        self,
+        name: str,
+        digest: str,
+        run: Callable[[], Coroutine[Any, Any, Envelope]],
+        payload: Callable[[], dict[str, Any]],
+    ) -> Envelope:
         result: Envelope = await DBOS.run_step_async({"name": name}, run)
         return result
 
@@ -143,7 +137,7 @@ class DBOSEngine:
         lease_ttl: float = 30.0,
         wait_seconds: float = 3600.0,
     ) -> None:
-        _refuse_trio("DBOSEngine")
+        refuse_trio("DBOSEngine")
         if not isinstance(agent, Agent):
             raise ConfigError("agent", agent, "a tinyctx Agent", owner="DBOSEngine")
         if not isinstance(name, str) or not name:
