@@ -120,6 +120,14 @@ class _Runner:
         return result
 
 
+async def _result_of(handle: WorkflowHandleAsync[Any]) -> EngineResult:
+    try:
+        document = await handle.get_result()
+    except PortableWorkflowError as exc:
+        raise WorkflowFailed(handle.get_workflow_id(), exc.name, exc.message) from None
+    return result_from_document(document)
+
+
 class DBOSEngine:
     """Runs ``agent``'s runs on threads of ``store`` as DBOS workflows (see the module).
 
@@ -173,7 +181,8 @@ class DBOSEngine:
         """Start the run's workflow (once per id) and return its id; ``workflow_id``
         defaults to :func:`~tinyctx.engines.workflow_id_for` ``(thread_id, request_id)``."""
         request = {"kind": "run", "thread_id": thread_id, "input": input_documents(input)}
-        return await self._start(request, thread_id, request_id, workflow_id)
+        handle = await self._start(request, thread_id, request_id, workflow_id)
+        return handle.get_workflow_id()
 
     async def start_resume(
         self,
@@ -190,7 +199,8 @@ class DBOSEngine:
             "thread_id": thread_id,
             "decisions": decisions_document(decisions or {}),
         }
-        return await self._start(request, thread_id, request_id, workflow_id)
+        handle = await self._start(request, thread_id, request_id, workflow_id)
+        return handle.get_workflow_id()
 
     async def _start(
         self,
@@ -198,7 +208,7 @@ class DBOSEngine:
         thread_id: str,
         request_id: str | None,
         workflow_id: str | None,
-    ) -> str:
+    ) -> WorkflowHandleAsync[dict[str, Any]]:
         _require_asyncio("DBOSEngine.start")
         if workflow_id is None:
             if request_id is None:
@@ -211,18 +221,14 @@ class DBOSEngine:
             handle: WorkflowHandleAsync[dict[str, Any]] = await DBOS.start_workflow_async(
                 self._workflow_fn, request
             )
-        return handle.get_workflow_id()
+        return handle
 
     async def result(self, workflow_id: str) -> EngineResult:
         """Wait for the workflow to end and return what its run produced; an error it ended
         with is :class:`~tinyctx.engines.WorkflowFailed`."""
         _require_asyncio("DBOSEngine.result")
         handle: WorkflowHandleAsync[Any] = await DBOS.retrieve_workflow_async(workflow_id)
-        try:
-            document = await handle.get_result()
-        except PortableWorkflowError as exc:
-            raise WorkflowFailed(workflow_id, exc.name, exc.message) from None
-        return result_from_document(document)
+        return await _result_of(handle)
 
     async def run(
         self,
@@ -232,9 +238,12 @@ class DBOSEngine:
         request_id: str | None = None,
         workflow_id: str | None = None,
     ) -> EngineResult:
-        """:meth:`start` and :meth:`result`."""
-        started = await self.start(thread_id, input, request_id=request_id, workflow_id=workflow_id)
-        return await self.result(started)
+        """:meth:`start` and :meth:`result` (a workflow started here is awaited directly,
+        not polled for)."""
+        _require_asyncio("DBOSEngine.run")
+        request = {"kind": "run", "thread_id": thread_id, "input": input_documents(input)}
+        handle = await self._start(request, thread_id, request_id, workflow_id)
+        return await _result_of(handle)
 
     async def pause(self, workflow_id: str, *, wait_seconds: float = 60.0) -> Any:
         """The checkpoint the workflow is paused on (waiting up to ``wait_seconds`` for
