@@ -15,11 +15,23 @@ import trio
 from dbos import DBOS, DBOSConfig
 
 from tests.engine_app import TOOL_CALLS, ClockInPrompt, executions, review_agent, work_agent
-from tinyctx import Edit, Reject, SqliteStore, check_pairing
-from tinyctx.codec import decode_messages
+from tinyctx import (
+    AssistantMessage,
+    Edit,
+    Reject,
+    Session,
+    SessionBusy,
+    SqliteStore,
+    ToolCall,
+    UserMessage,
+    check_pairing,
+)
+from tinyctx.agent import ENGINE_STATE
+from tinyctx.codec import decode_messages, decode_state, encode_messages, encode_state
 from tinyctx.engines import EngineError, WorkflowFailed, lease_owner, workflow_id_for
 from tinyctx.engines.dbos import DBOSEngine, postgres_config, sqlite_config
 from tinyctx.steps import MODEL_STEP, TOOL_STEP_PREFIX
+from tinyctx.threads import ThreadWrite
 
 
 @pytest.fixture
@@ -100,7 +112,7 @@ class TestRunOnSqlite:
         names = [s["function_name"] for s in steps]
         assert names.count(MODEL_STEP) == TOOL_CALLS + 1
         assert names.count(TOOL_STEP_PREFIX + "work") == TOOL_CALLS
-        assert names[0] == "tinyctx.store.load"
+        assert names[:2] == ["tinyctx.identity", "tinyctx.store.load"]
         assert "tinyctx.store.write" in names
         await store.aclose()
 
@@ -144,6 +156,7 @@ class TestApprovals:
         assert [c.id for c in checkpoint.pending] == ["send1", "delete1"]
         record, _ = await _stored(store, "th")
         assert record.checkpoint is not None  # the pause is in the thread store too
+        assert ENGINE_STATE in decode_state(record.state)  # the workflow owns the run
         await engine.decide(workflow_id, {"send1": Edit({"to": "bob"}), "delete1": Reject("no")})
         result = await engine.result(workflow_id)
         assert executions(effects) == {"send:bob": 1}
@@ -153,6 +166,7 @@ class TestApprovals:
         check_pairing(messages, allow_pending=False)
         assert record.checkpoint is None
         assert _no_live_lease(record)
+        assert ENGINE_STATE not in decode_state(record.state)
         await store.aclose()
 
 
@@ -199,6 +213,28 @@ class TestRunOnPostgres:
         assert set(executions(effects).values()) == {1}
         _, messages = await _stored(store, "th")
         check_pairing(messages, allow_pending=False)
+        await store.aclose()
+
+
+class TestRecoverRefused:
+    """tinyctx's own recover() refuses a thread whose run a workflow owns."""
+
+    async def test_recover_refuses_an_engine_thread(self, tmp_path: Path) -> None:
+        """A thread left mid-step by a killed workflow is the engine's to finish."""
+        effects = tmp_path / "effects"
+        store = SqliteStore(tmp_path / "threads.db")
+        call = ToolCall("w0", "work", {"key": "th:0"})
+        history = [UserMessage("go"), AssistantMessage("", tool_calls=(call,))]
+        change = ThreadWrite(
+            append=encode_messages(history),
+            state=encode_state({ENGINE_STATE: {"workflow_id": "wf-dead"}}),
+        )
+        await store.write("th", change, expected_version=0)
+        async with Session(work_agent(effects), thread_id="th", store=store) as session:
+            assert [c.id for c in session.abandoned] == ["w0"]
+            with pytest.raises(SessionBusy, match="wf-dead"):
+                await session.recover("continue")
+        assert executions(effects) == {}
         await store.aclose()
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from attrs import field, frozen
 
+from ..agent import ENGINE_STATE, Session
 from ..codec import decode_messages, encode_messages
 from ..decisions import Decision, decisions_from_json
 from ..errors import TinyCtxError
@@ -42,6 +43,8 @@ __all__ = [
     "decisions_from_document",
     "input_documents",
     "lease_owner",
+    "mark_thread",
+    "unmark_thread",
     "result_from_document",
     "workflow_id_for",
 ]
@@ -274,6 +277,33 @@ async def run_write(store: ThreadStore, payload: Mapping[str, Any]) -> Envelope:
 async def run_load(store: ThreadStore, thread_id: str) -> Envelope:
     record = await store.load_thread(thread_id)
     return {"digest": thread_id, "output": _record_document(record)}
+
+
+class _EngineMark:
+    """The thread state saying which workflow owns the thread's run."""
+
+    def __init__(self, workflow_id: str) -> None:
+        self.workflow_id = workflow_id
+
+    def to_json(self) -> dict[str, str]:
+        return {"workflow_id": self.workflow_id}
+
+    @classmethod
+    def from_json(cls, data: Any) -> _EngineMark:
+        return cls(str(data["workflow_id"]))
+
+
+def mark_thread(session: Session[Any], workflow_id: str) -> None:
+    """Record in the thread (written with its next write) that ``workflow_id`` owns its
+    run: ``Session.recover`` then refuses the thread, as the engine finishes the run."""
+    states = session.ctx.conversation.layer_state
+    mark = states.get(ENGINE_STATE, lambda: _EngineMark(workflow_id), _EngineMark.from_json)
+    mark.workflow_id = workflow_id
+
+
+def unmark_thread(session: Session[Any]) -> None:
+    """The workflow's run ended: the thread is the application's again."""
+    session.ctx.conversation.layer_state.discard(ENGINE_STATE)
 
 
 class StepStore:

@@ -50,9 +50,11 @@ from . import (
     decisions_from_document,
     input_documents,
     lease_owner,
+    mark_thread,
     refuse_trio,
     result_document,
     result_from_document,
+    unmark_thread,
     workflow_id_for,
 )
 
@@ -96,6 +98,18 @@ def _require_asyncio(where: str) -> None:
         asyncio.get_running_loop()
     except RuntimeError:
         raise EngineError(f"{where} must be awaited on an asyncio event loop") from None
+
+
+IDENTITY_STEP = "tinyctx.identity"
+"""The first step of a run's workflow: the id its run ids derive from (its own, or for a
+fork the original's)."""
+
+
+async def _identity_of(workflow_id: str) -> str:
+    status = await DBOS.get_workflow_status_async(workflow_id)
+    if status is None or not status.forked_from:
+        return workflow_id
+    return status.forked_from
 
 
 class _Runner:
@@ -265,8 +279,13 @@ class DBOSEngine:
     async def _workflow(self, request: dict[str, Any]) -> dict[str, Any]:
         workflow_id = DBOS.workflow_id
         assert workflow_id is not None
+        # a fork (DBOS.fork_workflow) replays its original's steps: ids made in the run and
+        # the thread's owner mark come from the original's id, so the replay matches
+        identity: str = await DBOS.run_step_async(
+            {"name": IDENTITY_STEP}, _identity_of, workflow_id
+        )
         runner = _Runner(self._layers)
-        with steps_through(runner), run_ids_from(workflow_id):
+        with steps_through(runner), run_ids_from(identity):
             session: Session[Any] = Session(
                 self.agent,
                 thread_id=request["thread_id"],
@@ -275,17 +294,21 @@ class DBOSEngine:
                 lease_ttl=self.lease_ttl,
             )
             async with session:
+                mark_thread(session, identity)
                 try:
-                    if request["kind"] == "resume":
-                        result = await session.resume(
-                            decisions=decisions_from_document(request["decisions"])
-                        )
-                    else:
-                        input = decode_messages(request["input"], path="input")
-                        result = await session.run(input)
-                except Interrupted as paused:
-                    result = await self._wait_and_resume(session, paused)
+                    result = await self._drive(session, request)
+                finally:
+                    unmark_thread(session)  # a killed process leaves it: the run is pending
             return result_document(workflow_id, result)
+
+    async def _drive(self, session: Session[Any], request: dict[str, Any]) -> Any:
+        try:
+            if request["kind"] == "resume":
+                decisions = decisions_from_document(request["decisions"])
+                return await session.resume(decisions=decisions)
+            return await session.run(decode_messages(request["input"], path="input"))
+        except Interrupted as paused:
+            return await self._wait_and_resume(session, paused)
 
     async def _wait_and_resume(self, session: Session[Any], paused: Interrupted) -> Any:
         """Publish the pause, wait durably for decisions, resume; again on a new pause."""

@@ -61,11 +61,13 @@ from . import (
     lease_from_json,
     lease_json,
     lease_owner,
+    mark_thread,
     refuse_trio,
     result_document,
     result_from_document,
     run_load,
     run_write,
+    unmark_thread,
     workflow_id_for,
 )
 
@@ -317,11 +319,20 @@ class TemporalEngine:
                 lease_ttl=self.lease_ttl,
             )
             async with session:
+                mark_thread(session, workflow_id)
                 try:
-                    result = await session.run(decode_messages(request["input"], path="input"))
-                except Interrupted as paused:
-                    result = await self._wait_and_resume(wf, session, paused)
+                    result = await self._drive(wf, session, request)
+                finally:
+                    unmark_thread(session)  # a killed worker leaves it: the run is pending
             return result_document(workflow_id, result)
+
+    async def _drive(
+        self, wf: TinyctxWorkflow, session: Session[Any], request: dict[str, Any]
+    ) -> Any:
+        try:
+            return await session.run(decode_messages(request["input"], path="input"))
+        except Interrupted as paused:
+            return await self._wait_and_resume(wf, session, paused)
 
     async def _wait_and_resume(
         self, wf: TinyctxWorkflow, session: Session[Any], paused: Interrupted
