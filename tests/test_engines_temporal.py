@@ -5,12 +5,16 @@ the sandbox with tinyctx passed through, approvals by signal, idempotent starts.
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import pytest
 import trio
 from temporalio.client import WorkflowHistory
@@ -118,6 +122,72 @@ class TestDeterminism:
         failure = str(replayed.replay_failure)
         assert "tinyctx.model" in failure, failure
         await store.aclose()
+
+
+TEMPORAL_KILLS = 20
+TEMPORAL_RUNS = 30
+WORKER = Path(__file__).with_name("temporal_worker.py")
+
+
+def _spawn_worker(address: str, directory: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), address, str(directory), str(TEMPORAL_RUNS)],
+        cwd=WORKER.parent.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _ready(process: subprocess.Popen[str]) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("ready"):
+            return
+    raise AssertionError(f"worker exited ({process.wait()}) before it was ready")
+
+
+class TestKilledWorkers:
+    """Temporal workers killed at random points: the runs finish on a later worker, each
+    completed tool ran once and the one in flight at a kill at most twice."""
+
+    async def test_twenty_kills(self, tmp_path: Path, env: WorkflowEnvironment) -> None:
+        """20 SIGKILLs over 30 runs of 6 tool calls; a last worker finishes them all."""
+        address = env.client.service_client.config.target_host
+        rng = random.Random(35)
+        kills = 0
+        while kills < TEMPORAL_KILLS:
+            worker = _spawn_worker(address, tmp_path)
+            _ready(worker)
+            await anyio.sleep(rng.uniform(0.1, 0.8))
+            if worker.poll() is not None:
+                assert worker.stdout is not None
+                worker.stdout.close()
+                break
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+            assert worker.stdout is not None
+            worker.stdout.close()
+            kills += 1
+        assert kills == TEMPORAL_KILLS, f"the work finished after {kills} kills"
+        last = _spawn_worker(address, tmp_path)
+        assert last.wait(timeout=300) == 0
+        assert last.stdout is not None
+        last.stdout.close()
+        threads = [f"run{n}" for n in range(TEMPORAL_RUNS)]
+        store = SqliteStore(tmp_path / "threads.db")
+        now = time.time()
+        for thread_id in threads:
+            record = await store.load_thread(thread_id)
+            messages = decode_messages(record.messages)
+            check_pairing(messages, allow_pending=False)
+            assert messages[-1].content == f"did {TOOL_CALLS} steps", thread_id
+            assert record.lease is None or record.lease.expires_at <= now, thread_id
+        await store.aclose()
+        ran = executions(tmp_path / "effects")
+        assert set(ran) == {f"{t}:{k}" for t in threads for k in range(TOOL_CALLS)}
+        assert all(1 <= n <= 2 for n in ran.values()), ran
+        assert sum(n - 1 for n in ran.values()) <= kills
 
 
 class TestTrio:

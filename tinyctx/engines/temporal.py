@@ -27,12 +27,17 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+# imported here, outside the sandbox: anyio loads its asyncio backend on first use, and
+# tinyctx imports some modules lazily; inside the sandbox those imports fail (its
+# restricted threading, socket and os), so a fresh worker could not replay a workflow
+import anyio._backends._asyncio  # noqa: F401
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from .. import durable as _durable  # noqa: F401 - see the anyio import above
 from ..agent import Agent, Session, invoke_tool
 from ..codec import decode, decode_checkpoint, decode_messages, encode_checkpoint
 from ..context import RunConfig
@@ -200,6 +205,7 @@ class TemporalEngine:
         self.lease_ttl = lease_ttl
         self.activity_timeout = timedelta(seconds=activity_timeout)
         self.retry = RetryPolicy(maximum_attempts=attempts)
+        self._grace = 86400.0  # a day of workflow time: the activities' own bounds apply
         self.data = data
         self._layers = tuple(getattr(m, "name", "") or repr(m) for m in self.agent.middleware)
         _ENGINES[name] = self
@@ -317,6 +323,10 @@ class TemporalEngine:
                 store=_ActivityStore(self, runner),
                 owner=lease_owner(workflow_id),
                 lease_ttl=self.lease_ttl,
+                # the session bounds a write by its grace (workflow time); here Temporal's
+                # activity timeouts and retries bound it, and a write must outlast dead
+                # workers' timeouts and the retry backoff
+                grace_period=self._grace,
             )
             async with session:
                 mark_thread(session, workflow_id)
