@@ -23,7 +23,7 @@ WORKER = Path(__file__).with_name("engine_worker.py")
 ROOT = WORKER.parent.parent
 KILLS = 20
 LANES = 2
-RUNS = 10
+RUNS = 14
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ class TestKilledWorkers:
     flight at a kill, at most twice; threads pair and no lease is left."""
 
     async def test_twenty_kills(self, tmp_path: Path) -> None:
-        """20 SIGKILLs over runs of 6 tool calls; a last worker finishes them all."""
+        """20 SIGKILLs over 28 runs of 6 tool calls; a last worker finishes them all."""
         rng = random.Random(33)
         kills = 0
         while kills < KILLS:
@@ -80,6 +80,8 @@ class TestKilledWorkers:
             _wait_line(worker, "ready")
             await anyio.sleep(rng.uniform(0.0, 0.5))
             if worker.poll() is not None:
+                assert worker.stdout is not None
+                worker.stdout.close()
                 break  # everything finished before this kill: nothing left to interrupt
             _kill(worker)
             kills += 1
