@@ -819,6 +819,10 @@ class Session(Generic[Data]):
         them with a result saying the worker stopped while they were due, so the model
         knows they may or may not have run (returns None). Either way pairing holds and
         the thread is written. A later ``run()`` closes an abandoned step by itself.
+
+        A thread whose run a durable-engine workflow owns (:mod:`tinyctx.engines`) is
+        refused with :class:`SessionBusy`: the engine finishes it when it restarts, and a
+        recover here would run its calls a second time.
         """
         if mode not in ("continue", "close"):
             raise ConfigError("mode", mode, "'continue' or 'close'", owner="Session.recover")
@@ -830,6 +834,7 @@ class Session(Generic[Data]):
                 raise InvalidCheckpoint(
                     f"thread {self._base.thread_id!r} has no abandoned step to recover"
                 )
+            _refuse_engine_thread(self._base)
             if mode == "close":
                 await self._close_abandoned()
                 await self._sync()
@@ -1388,6 +1393,22 @@ def _weak_commit(session: Session[Any]) -> Callable[[RunContext[Any]], Awaitable
             await bound(ctx)
 
     return commit
+
+
+ENGINE_STATE = "tinyctx.engine"
+"""The per-thread state a durable-engine workflow keeps while it owns the thread's run."""
+
+
+def _refuse_engine_thread(ctx: RunContext[Any]) -> None:
+    states = ctx.conversation.layer_state
+    if ENGINE_STATE not in states:
+        return
+    mark = states.dump(check=False).get(ENGINE_STATE)
+    workflow = mark.get("workflow_id") if isinstance(mark, Mapping) else None
+    raise SessionBusy(
+        f"thread {ctx.thread_id!r} is run by the durable workflow {workflow!r}: its engine "
+        "finishes the run when it restarts (recover() would run its calls a second time)"
+    )
 
 
 def _check_input(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
@@ -39,8 +40,20 @@ Data = TypeVar("Data")
 T = TypeVar("T")
 
 
+_RUN_ID_SOURCE: ContextVar[Callable[[], str] | None] = ContextVar(
+    "tinyctx.run_id_source", default=None
+)
+"""Where run ids come from in this context (None: random). A durable engine sets it while
+a workflow runs so the ids a replay makes are the ids the first execution made
+(:func:`tinyctx.steps.run_ids_from`)."""
+
+
 def new_run_id() -> str:
-    """128 random bits as 32 hex characters (uuid4's entropy at a seventh of its cost)."""
+    """128 random bits as 32 hex characters (uuid4's entropy at a seventh of its cost);
+    inside a durable workflow, the workflow's next deterministic id."""
+    source = _RUN_ID_SOURCE.get()
+    if source is not None:
+        return source()
     return os.urandom(16).hex()
 
 

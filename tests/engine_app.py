@@ -1,0 +1,119 @@
+"""The agents the engine tests run (not a test module): deterministic models whose answers
+depend only on the request, and tools that log each execution to a file outside the
+engine, so a test can count how often each call really ran."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from tinyctx import (
+    Agent,
+    AssistantMessage,
+    Layer,
+    ModelRequest,
+    ModelResponse,
+    RunContext,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    tool,
+)
+from tinyctx.middleware.approvals import Approvals
+
+TOOL_CALLS = 6
+"""Tool calls per run of :func:`work_agent` (one per model step)."""
+
+
+def append_line(path: Path, line: str) -> None:
+    """One ``O_APPEND`` write: whole lines, even from processes killed mid-run."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def executions(path: Path) -> dict[str, int]:
+    """How many times each logged key ran."""
+    counts: dict[str, int] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            counts[line] = counts.get(line, 0) + 1
+    return counts
+
+
+def _since_user(request: ModelRequest) -> list[Any]:
+    messages = list(request.messages)
+    for at in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[at], UserMessage):
+            return messages[at + 1 :]
+    return messages
+
+
+def work_agent(effects: Path, *, pause: float = 0.0, middleware: tuple[Any, ...] = ()) -> Agent:
+    """A model that calls ``work`` :data:`TOOL_CALLS` times, one call per step, then
+    answers; ``work`` sleeps ``pause`` seconds and logs ``thread:k``."""
+
+    async def model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+        done = sum(isinstance(m, ToolResult) for m in _since_user(request))
+        if done < TOOL_CALLS:
+            key = f"{ctx.thread_id}:{done}"
+            call = ToolCall(f"w{done}", "work", {"key": key})
+            return ModelResponse(AssistantMessage("", tool_calls=(call,)))
+        return ModelResponse(AssistantMessage(f"did {done} steps"))
+
+    @tool
+    async def work(key: str) -> str:
+        """Do one step of work (logs its execution)."""
+        if pause:
+            await anyio.sleep(pause)
+        append_line(effects, key)
+        return f"done {key}"
+
+    return Agent(model, tools=[work], middleware=middleware, name="worker")
+
+
+def review_agent(effects: Path) -> Agent:
+    """A model that asks for ``send`` and ``delete`` at once (both reviewed by
+    :class:`Approvals`), then answers with what their results said."""
+
+    async def model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+        results = [m for m in _since_user(request) if isinstance(m, ToolResult)]
+        if not results:
+            calls = (
+                ToolCall("send1", "send", {"to": "alice"}),
+                ToolCall("delete1", "delete", {"path": "/important"}),
+            )
+            return ModelResponse(AssistantMessage("", tool_calls=calls))
+        text = "; ".join(f"{r.name}: {r.content}" for r in results)
+        return ModelResponse(AssistantMessage(f"results: {text}"))
+
+    @tool
+    async def send(to: str) -> str:
+        """Send a message."""
+        append_line(effects, f"send:{to}")
+        return f"sent to {to}"
+
+    @tool
+    async def delete(path: str) -> str:
+        """Delete a file."""
+        append_line(effects, f"delete:{path}")
+        return f"deleted {path}"
+
+    return Agent(
+        model, tools=[send, delete], middleware=(Approvals(["send", "delete"]),), name="review"
+    )
+
+
+class ClockInPrompt(Layer):
+    """A layer that puts the wall clock in the system prompt: nondeterministic on replay."""
+
+    name = "clock_in_prompt"
+
+    async def wrap_model(self, request: ModelRequest, ctx: RunContext[Any], call_next: Any) -> Any:
+        return await call_next(request.evolve(system_prompt=f"now: {time.time_ns()}"), ctx)

@@ -1,0 +1,138 @@
+"""DBOS runs killed with SIGKILL at random points, in real worker processes
+(``tests/engine_worker.py``): after a restart DBOS finishes every run by itself."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.engine_app import TOOL_CALLS, executions
+from tinyctx import SqliteStore, ToolResult, UserMessage, check_pairing
+from tinyctx.codec import decode_messages
+
+WORKER = Path(__file__).with_name("engine_worker.py")
+ROOT = WORKER.parent.parent
+KILLS = 20
+LANES = 2
+RUNS = 14
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The checks read the SQLite store; one backend is enough (DBOS itself is asyncio)."""
+    return "asyncio"
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, DBOS__LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1")
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+
+
+def _wait_line(process: subprocess.Popen[str], prefix: str) -> str:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(prefix):
+            return line.strip()
+    raise AssertionError(f"worker exited ({process.wait()}) before printing {prefix!r}")
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+async def _threads(path: Path, thread_ids: list[str]) -> dict[str, Any]:
+    store = SqliteStore(path)
+    try:
+        return {t: await store.load_thread(t) for t in thread_ids}
+    finally:
+        await store.aclose()
+
+
+class TestKilledWorkers:
+    """Runs killed at random points finish after restart, each tool run once or, in
+    flight at a kill, at most twice; threads pair and no lease is left."""
+
+    async def test_twenty_kills(self, tmp_path: Path) -> None:
+        """20 SIGKILLs over 28 runs of 6 tool calls; a last worker finishes them all."""
+        rng = random.Random(33)
+        kills = 0
+        while kills < KILLS:
+            worker = _spawn("work", str(tmp_path), str(LANES), str(RUNS))
+            _wait_line(worker, "ready")
+            await anyio.sleep(rng.uniform(0.0, 0.5))
+            if worker.poll() is not None:
+                assert worker.stdout is not None
+                worker.stdout.close()
+                break  # everything finished before this kill: nothing left to interrupt
+            _kill(worker)
+            kills += 1
+        assert kills == KILLS, f"the work finished after {kills} kills; make it longer"
+        last = _spawn("work", str(tmp_path), str(LANES), str(RUNS))
+        assert last.wait(timeout=120) == 0
+        assert last.stdout is not None
+        last.stdout.close()
+        assert (tmp_path / "done").exists()
+
+        thread_ids = [f"lane{lane}-run{run}" for lane in range(LANES) for run in range(RUNS)]
+        records = await _threads(tmp_path / "threads.db", thread_ids)
+        now = time.time()
+        for thread_id, record in records.items():
+            messages = decode_messages(record.messages)
+            check_pairing(messages, allow_pending=False)
+            assert sum(isinstance(m, UserMessage) for m in messages) == 1, thread_id
+            assert sum(isinstance(m, ToolResult) for m in messages) == TOOL_CALLS, thread_id
+            assert messages[-1].content == f"did {TOOL_CALLS} steps", thread_id
+            assert record.checkpoint is None
+            assert record.lease is None or record.lease.expires_at <= now, thread_id
+
+        ran = executions(tmp_path / "effects")
+        expected = {f"{t}:{k}" for t in thread_ids for k in range(TOOL_CALLS)}
+        assert set(ran) == expected
+        assert all(1 <= n <= 2 for n in ran.values()), ran
+        # only a call in flight at a kill may have run twice: at most one per kill and lane
+        assert sum(n - 1 for n in ran.values()) <= kills * LANES
+
+
+class TestApprovalAcrossAKill:
+    """A run waiting for review survives a kill and resumes in its own workflow."""
+
+    async def test_edit_and_reject_after_kill(self, tmp_path: Path) -> None:
+        """Killed while paused; a new process sends edit and reject; the run finishes."""
+        waiting = _spawn("approve", str(tmp_path))
+        assert _wait_line(waiting, "paused") == "paused send1 delete1"
+        _kill(waiting)
+        assert executions(tmp_path / "effects") == {}
+
+        deciding = _spawn("decide", str(tmp_path))
+        line = _wait_line(deciding, "result")
+        assert deciding.wait(timeout=60) == 0
+        assert deciding.stdout is not None
+        deciding.stdout.close()
+        assert "send: sent to bob" in line
+        assert "delete:" in line
+        assert executions(tmp_path / "effects") == {"send:bob": 1}
+        records = await _threads(tmp_path / "threads.db", ["review"])
+        record = records["review"]
+        check_pairing(decode_messages(record.messages), allow_pending=False)
+        assert record.checkpoint is None
+        assert record.lease is None or record.lease.expires_at <= time.time()
+        await anyio.lowlevel.checkpoint()

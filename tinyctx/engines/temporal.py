@@ -1,0 +1,416 @@
+"""A tinyctx run as a Temporal workflow (``pip install tinyctx[temporal]``).
+
+::
+
+    from tinyctx.engines.temporal import TemporalEngine
+
+    engine = TemporalEngine(agent, store, name="support", task_queue="support")
+    async with engine.worker(client):                  # the workflow and its activities
+        result = await engine.run(client, "thread-1", "hello", request_id="req-42")
+
+One workflow (``tinyctx.run``) per ``run``/``resume``; its id is the idempotency key (by
+default from the thread and the request id). The session and every layer run inside the
+workflow, in Temporal's sandbox with tinyctx, attrs, anyio, structlog and orjson passed
+through; each model call (``tinyctx.model``), tool call (``tinyctx.tool:<name>``),
+thread load and write (``tinyctx.store.load``, ``tinyctx.store.write``) and lease call
+(``tinyctx.lease.acquire|renew|release``) is an activity with JSON inputs. A tool
+activity gets a serialized context: the run's config, the agent's tools and the engine's
+``data``. A paused run waits for the ``tinyctx.decide`` signal in the same workflow; the
+``tinyctx.pause`` query returns its checkpoint. Temporal's async API runs on asyncio, so
+an engine refuses trio.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+# imported here, outside the sandbox: anyio loads its asyncio backend on first use, and
+# tinyctx imports some modules lazily; inside the sandbox those imports fail (its
+# restricted threading, socket and os), so a fresh worker could not replay a workflow
+import anyio._backends._asyncio  # noqa: F401
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from .. import durable as _durable  # noqa: F401 - see the anyio import above
+from ..agent import Agent, Session, invoke_tool
+from ..codec import decode, decode_checkpoint, decode_messages, encode_checkpoint
+from ..context import RunConfig
+from ..decisions import Decision
+from ..errors import ConfigError, Interrupted, ToolError
+from ..messages import Message, ToolCall
+from ..steps import (
+    Envelope,
+    encode_response,
+    request_from_payload,
+    run_ids_from,
+    steps_through,
+    tool_failure,
+    tool_output,
+    with_engine_steps,
+)
+from ..threads import Lease, ThreadStore
+from . import (
+    STORE_LOAD_STEP,
+    STORE_WRITE_STEP,
+    EngineResult,
+    StepStore,
+    decisions_document,
+    decisions_from_document,
+    input_documents,
+    lease_from_json,
+    lease_json,
+    lease_owner,
+    mark_thread,
+    refuse_trio,
+    result_document,
+    result_from_document,
+    run_load,
+    run_write,
+    unmark_thread,
+    workflow_id_for,
+)
+
+__all__ = ["PASSTHROUGH", "TemporalEngine", "TinyctxWorkflow", "sandbox_runner"]
+
+PASSTHROUGH = ("tinyctx", "attrs", "anyio", "sniffio", "structlog", "orjson", "rich")
+"""Modules the workflow sandbox imports from outside (tinyctx's lazy imports, anyio's
+backends and attrs' classes fail when re-imported inside it)."""
+
+_ENGINES: dict[str, TemporalEngine] = {}
+
+
+def sandbox_runner() -> SandboxedWorkflowRunner:
+    """Temporal's sandbox with :data:`PASSTHROUGH` passed through."""
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
+    return SandboxedWorkflowRunner(restrictions=restrictions)
+
+
+class _ActivityRunner:
+    """Steps of one workflow as activities (the envelope comes from the history on replay)."""
+
+    def __init__(self, engine: TemporalEngine, layers: tuple[str, ...]) -> None:
+        self.engine = engine
+        self.layers = layers
+        self._count = 0
+
+    def next_index(self) -> int:
+        self._count += 1
+        return self._count - 1
+
+    async def step(
+        self,
+        name: str,
+        digest: str,
+        run: Callable[[], Coroutine[Any, Any, Envelope]],
+        payload: Callable[[], dict[str, Any]],
+    ) -> Envelope:
+        arg = {"engine": self.engine.name, "digest": digest, **payload()}
+        # the request's digest is in the activity id: Temporal itself refuses a replay that
+        # schedules a different request at this position (before its recorded result is
+        # handed back), naming the id; the envelope's digest is checked as well
+        activity_id = f"{self._count}:{name}:{digest[:16]}"
+        envelope: Envelope = await self.engine.activity(name, arg, activity_id=activity_id)
+        return envelope
+
+
+class _ActivityStore(StepStore):
+    """The thread store seen from a workflow: loads, writes and lease calls are activities."""
+
+    def __init__(self, engine: TemporalEngine, runner: _ActivityRunner) -> None:
+        super().__init__(engine.store, runner)
+        self.engine = engine
+
+    async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
+        args = {"thread_id": thread_id, "owner": owner, "ttl": ttl}
+        return self._lease(await self._call("tinyctx.lease.acquire", args))
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        args = {"lease": lease_json(lease), "ttl": ttl}
+        return self._lease(await self._call("tinyctx.lease.renew", args))
+
+    async def release_lease(self, lease: Lease) -> None:
+        await self._call("tinyctx.lease.release", {"lease": lease_json(lease)})
+
+    async def _call(self, name: str, args: dict[str, Any]) -> Any:
+        return await self.engine.activity(name, {"engine": self.engine.name, **args})
+
+    @staticmethod
+    def _lease(document: Any) -> Lease:
+        lease = lease_from_json(document)
+        assert lease is not None
+        return lease
+
+
+@workflow.defn(name="tinyctx.run")
+class TinyctxWorkflow:
+    """The workflow of one run; which engine runs it is named in its request."""
+
+    def __init__(self) -> None:
+        self.decisions: dict[str, Any] | None = None
+        self.paused: str | None = None
+
+    @workflow.run
+    async def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        engine = _ENGINES[request["engine"]]
+        return await engine._workflow(self, request)
+
+    @workflow.signal(name="tinyctx.decide")
+    def decide(self, document: dict[str, Any]) -> None:
+        self.decisions = document
+
+    @workflow.query(name="tinyctx.pause")
+    def pause(self) -> str | None:
+        return self.paused
+
+
+class TemporalEngine:
+    """Runs ``agent``'s runs on threads of ``store`` as Temporal workflows (see the module).
+
+    ``data`` is the application data tools get (``Injected``) in their activities;
+    ``activity_timeout`` bounds one model or tool call; ``attempts`` is how many times
+    Temporal tries an activity (1: never retried, so a tool runs at most once per
+    delivery).
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        store: ThreadStore,
+        *,
+        name: str = "agent",
+        task_queue: str = "tinyctx",
+        lease_ttl: float = 30.0,
+        activity_timeout: float = 300.0,
+        attempts: int = 1,
+        data: Any = None,
+    ) -> None:
+        refuse_trio("TemporalEngine")
+        if not isinstance(agent, Agent):
+            raise ConfigError("agent", agent, "a tinyctx Agent", owner="TemporalEngine")
+        if not isinstance(name, str) or not name:
+            raise ConfigError("name", name, "a non-empty str", owner="TemporalEngine")
+        if not isinstance(attempts, int) or attempts < 1:
+            raise ConfigError("attempts", attempts, "an int >= 1", owner="TemporalEngine")
+        self.raw_agent = agent
+        self.agent = with_engine_steps(agent)
+        self.store = store
+        self.name = name
+        self.task_queue = task_queue
+        self.lease_ttl = lease_ttl
+        self.activity_timeout = timedelta(seconds=activity_timeout)
+        self.retry = RetryPolicy(maximum_attempts=attempts)
+        self._grace = 86400.0  # a day of workflow time: the activities' own bounds apply
+        self.data = data
+        self._layers = tuple(getattr(m, "name", "") or repr(m) for m in self.agent.middleware)
+        _ENGINES[name] = self
+
+    # -- the caller's side ---------------------------------------------------------------
+
+    def worker(self, client: Client, **options: Any) -> Worker:
+        """A worker for this engine's task queue: the workflow, in the sandbox with
+        :data:`PASSTHROUGH`, and the activities. Use it as ``async with``."""
+        return Worker(
+            client,
+            task_queue=self.task_queue,
+            workflows=[TinyctxWorkflow],
+            activities=self.activities(),
+            workflow_runner=sandbox_runner(),
+            **options,
+        )
+
+    async def start(
+        self,
+        client: Client,
+        thread_id: str,
+        input: str | Message | Sequence[Message] | None,
+        *,
+        request_id: str | None = None,
+        workflow_id: str | None = None,
+    ) -> str:
+        """Start the run's workflow (once per id: a second start of a running or finished
+        id is not started again) and return its id."""
+        request = {
+            "engine": self.name,
+            "kind": "run",
+            "thread_id": thread_id,
+            "input": input_documents(input),
+        }
+        return await self._start(client, request, thread_id, request_id, workflow_id)
+
+    async def _start(
+        self,
+        client: Client,
+        request: dict[str, Any],
+        thread_id: str,
+        request_id: str | None,
+        workflow_id: str | None,
+    ) -> str:
+        from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+
+        if workflow_id is None:
+            if request_id is None:
+                raise ConfigError(
+                    "request_id", None, "a request id or a workflow_id", owner="TemporalEngine"
+                )
+            workflow_id = workflow_id_for(thread_id, request_id)
+        await client.start_workflow(
+            "tinyctx.run",
+            request,
+            id=workflow_id,
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+        return workflow_id
+
+    async def result(self, client: Client, workflow_id: str) -> EngineResult:
+        """Wait for the workflow's run to end and return what it produced."""
+        document = await client.get_workflow_handle(workflow_id).result()
+        return result_from_document(document)
+
+    async def run(
+        self,
+        client: Client,
+        thread_id: str,
+        input: str | Message | Sequence[Message] | None,
+        *,
+        request_id: str | None = None,
+        workflow_id: str | None = None,
+    ) -> EngineResult:
+        started = await self.start(
+            client, thread_id, input, request_id=request_id, workflow_id=workflow_id
+        )
+        return await self.result(client, started)
+
+    async def pause(self, client: Client, workflow_id: str) -> Any:
+        """The checkpoint the workflow is paused on now, or None."""
+        document = await client.get_workflow_handle(workflow_id).query("tinyctx.pause")
+        return decode_checkpoint(document) if document else None
+
+    async def decide(
+        self, client: Client, workflow_id: str, decisions: Mapping[str, Decision]
+    ) -> None:
+        """Signal the paused workflow its decisions; it resumes the run in place."""
+        handle = client.get_workflow_handle(workflow_id)
+        await handle.signal("tinyctx.decide", decisions_document(decisions))
+
+    # -- inside the workflow -------------------------------------------------------------
+
+    async def activity(
+        self, name: str, arg: dict[str, Any], *, activity_id: str | None = None
+    ) -> Any:
+        return await workflow.execute_activity(
+            name,
+            arg,
+            activity_id=activity_id,
+            start_to_close_timeout=self.activity_timeout,
+            retry_policy=self.retry,
+        )
+
+    async def _workflow(self, wf: TinyctxWorkflow, request: dict[str, Any]) -> dict[str, Any]:
+        workflow_id = workflow.info().workflow_id
+        runner = _ActivityRunner(self, self._layers)
+        with steps_through(runner), run_ids_from(workflow_id):
+            session: Session[Any] = Session(
+                self.agent,
+                thread_id=request["thread_id"],
+                store=_ActivityStore(self, runner),
+                owner=lease_owner(workflow_id),
+                lease_ttl=self.lease_ttl,
+                # the session bounds a write by its grace (workflow time); here Temporal's
+                # activity timeouts and retries bound it, and a write must outlast dead
+                # workers' timeouts and the retry backoff
+                grace_period=self._grace,
+            )
+            async with session:
+                mark_thread(session, workflow_id)
+                try:
+                    result = await self._drive(wf, session, request)
+                finally:
+                    unmark_thread(session)  # a killed worker leaves it: the run is pending
+            return result_document(workflow_id, result)
+
+    async def _drive(
+        self, wf: TinyctxWorkflow, session: Session[Any], request: dict[str, Any]
+    ) -> Any:
+        try:
+            return await session.run(decode_messages(request["input"], path="input"))
+        except Interrupted as paused:
+            return await self._wait_and_resume(wf, session, paused)
+
+    async def _wait_and_resume(
+        self, wf: TinyctxWorkflow, session: Session[Any], paused: Interrupted
+    ) -> Any:
+        while True:
+            wf.paused = encode_checkpoint(paused.checkpoint)
+            await workflow.wait_condition(lambda: wf.decisions is not None)
+            document, wf.decisions, wf.paused = wf.decisions, None, None
+            try:
+                return await session.resume(decisions=decisions_from_document(document))
+            except Interrupted as again:
+                paused = again
+
+    # -- the activities (outside the sandbox) ---------------------------------------------
+
+    def activities(self) -> list[Callable[..., Any]]:
+        """The activities a worker for this engine registers."""
+        store = self.store
+
+        @activity.defn(name="tinyctx.model")
+        async def model(arg: dict[str, Any]) -> Envelope:
+            request = request_from_payload(arg)
+            async with self._session(arg) as session:
+                response = await self.raw_agent.model(request, session.ctx)
+            return {"digest": arg["digest"], "output": encode_response(response)}
+
+        @activity.defn(name=STORE_LOAD_STEP)
+        async def load(arg: dict[str, Any]) -> Envelope:
+            return await run_load(store, arg["thread_id"])
+
+        @activity.defn(name=STORE_WRITE_STEP)
+        async def write(arg: dict[str, Any]) -> Envelope:
+            return await run_write(store, arg)
+
+        @activity.defn(name="tinyctx.lease.acquire")
+        async def acquire(arg: dict[str, Any]) -> Any:
+            return lease_json(await store.acquire_lease(arg["thread_id"], arg["owner"], arg["ttl"]))
+
+        @activity.defn(name="tinyctx.lease.renew")
+        async def renew(arg: dict[str, Any]) -> Any:
+            lease = lease_from_json(arg["lease"])
+            assert lease is not None
+            return lease_json(await store.renew_lease(lease, arg["ttl"]))
+
+        @activity.defn(name="tinyctx.lease.release")
+        async def release(arg: dict[str, Any]) -> None:
+            lease = lease_from_json(arg["lease"])
+            assert lease is not None
+            await store.release_lease(lease)
+
+        tools = [self._tool_activity(t.name) for t in self.raw_agent.tools]
+        return [model, load, write, acquire, renew, release, *tools]
+
+    def _session(self, arg: Mapping[str, Any]) -> Session[Any]:
+        """A store-less session with the run's config: the serialized context an activity
+        hands the model or a tool (``RunContext``, ``Injected[...]``)."""
+        config = decode(json.dumps(arg["config"]), RunConfig)
+        return Session(self.raw_agent, config=config, data=self.data)
+
+    def _tool_activity(self, tool_name: str) -> Callable[..., Any]:
+        @activity.defn(name=f"tinyctx.tool:{tool_name}")
+        async def run_tool(arg: dict[str, Any]) -> Envelope:
+            call = decode(json.dumps(arg["call"]), ToolCall)
+            async with self._session(arg) as session:
+                try:
+                    output = tool_output(await invoke_tool(call, session.ctx))
+                except ToolError as exc:
+                    output = tool_failure(exc)
+            return {"digest": arg["digest"], "output": output}
+
+        return run_tool
