@@ -39,6 +39,7 @@ from tinyctx import (
     UserMessage,
     thaw,
 )
+from tinyctx.config import integer
 from tinyctx.stores import Note
 
 __all__ = [
@@ -157,9 +158,10 @@ def parse_bullets(text: str) -> list[str]:
 
 def check_positive(owner: str, name: str, value: object) -> int:
     """``value`` if it is an int >= 1, else a ConfigError naming ``owner.name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(name, value, "an integer >= 1", owner=owner)
-    return value
+    return _POSITIVE.check(value, name, owner)
+
+
+_POSITIVE = integer(minimum=1)
 
 
 # ---------------------------------------------------------------------------------------

@@ -684,16 +684,18 @@ def _error_text(exc: BaseException | None) -> str:
 
 
 _POSITIVE = integer(minimum=1)
-_EXTRACTOR = Check(
+_EXTRACTOR: Check[Extractor] = Check(
     lambda value: callable(getattr(value, "extract", None)),
     "an object with async extract(job, ctx)",
 )
-_STORE = Check(
+_STORE: Check[Store | str] = Check(
     lambda value: isinstance(value, Store) or (isinstance(value, str) and bool(value)),
     "a tinyctx Store or the name of one in ctx.stores",
 )
 _NAMESPACE = optional(function(), allowed="None or a function (RunConfig) -> str | None")
-_COUNTER = optional(implements(TokenCounter), allowed="a TokenCounter or None")
+_COUNTER: Check[TokenCounter | None] = optional(
+    implements(TokenCounter), allowed="a TokenCounter or None"
+)
 
 
 class SessionMemory(Layer):

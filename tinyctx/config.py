@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from .errors import ConfigError
 
@@ -62,7 +62,7 @@ def owner_of(instance: object) -> str:
     return _OWNER.get() or type(instance).__name__
 
 
-class Check:
+class Check(Generic[T]):
     """A validator: ``test(value)`` says whether ``value`` is allowed; ``allowed`` says what is.
 
     Call it as an attrs validator ``(instance, attribute, value)``, or use :meth:`check`
@@ -79,11 +79,11 @@ class Check:
         if not self.test(value):
             raise ConfigError(attribute.name, value, self.allowed, owner=owner_of(instance))
 
-    def check(self, value: T, field: str, owner: str = "") -> T:
+    def check(self, value: object, field: str, owner: str = "") -> T:
         """``value`` itself when allowed, else ConfigError naming ``owner.field``."""
         if not self.test(value):
             raise ConfigError(field, value, self.allowed, owner=_OWNER.get() or owner)
-        return value
+        return cast(T, value)
 
     def __repr__(self) -> str:
         return f"<Check {self.allowed}>"
@@ -101,7 +101,7 @@ def _bounds(minimum: float | None, maximum: float | None) -> str:
 
 def integer(
     minimum: int | None = None, maximum: int | None = None, *, allowed: str | None = None
-) -> Check:
+) -> Check[int]:
     """An int (never a bool) within ``[minimum, maximum]`` (either bound may be None)."""
     low = -math.inf if minimum is None else minimum
     high = math.inf if maximum is None else maximum
@@ -118,7 +118,7 @@ def number(
     *,
     above: float | None = None,
     allowed: str | None = None,
-) -> Check:
+) -> Check[float]:
     """A finite int or float (never a bool), ``>= minimum``, ``> above``, ``<= maximum``."""
 
     def test(value: Any) -> bool:
@@ -145,7 +145,7 @@ def number(
     return Check(test, text_)
 
 
-def fraction(*, zero: bool = False, one: bool = True, allowed: str | None = None) -> Check:
+def fraction(*, zero: bool = False, one: bool = True, allowed: str | None = None) -> Check[float]:
     """A number between 0 and 1; ``zero``/``one`` say whether each end is allowed."""
 
     def test(value: Any) -> bool:
@@ -157,12 +157,12 @@ def fraction(*, zero: bool = False, one: bool = True, allowed: str | None = None
     return Check(test, allowed or f"a number in {interval}")
 
 
-def flag() -> Check:
+def flag() -> Check[bool]:
     """True or False (not 0, 1 or None)."""
     return Check(lambda value: isinstance(value, bool), "True or False")
 
 
-def text(*, empty: bool = False, allowed: str | None = None) -> Check:
+def text(*, empty: bool = False, allowed: str | None = None) -> Check[str]:
     """A string, non-empty unless ``empty``."""
 
     def test(value: Any) -> bool:
@@ -171,7 +171,7 @@ def text(*, empty: bool = False, allowed: str | None = None) -> Check:
     return Check(test, allowed or ("a string" if empty else "a non-empty string"))
 
 
-def one_of(values: Sequence[object], *, allowed: str | None = None) -> Check:
+def one_of(values: Sequence[T], *, allowed: str | None = None) -> Check[T]:
     """One of ``values`` (compared by equality; a bool never matches an int)."""
     choices = tuple(values)
 
@@ -181,19 +181,20 @@ def one_of(values: Sequence[object], *, allowed: str | None = None) -> Check:
     return Check(test, allowed or "one of " + ", ".join(repr(c) for c in choices))
 
 
-def implements(kind: type | tuple[type, ...], *, allowed: str | None = None) -> Check:
-    """An instance of ``kind`` (a class, or a ``runtime_checkable`` protocol)."""
+def implements(kind: type | tuple[type, ...], *, allowed: str | None = None) -> Check[Any]:
+    """An instance of ``kind`` (a class, a tuple of them, or a ``runtime_checkable``
+    protocol)."""
     kinds = kind if isinstance(kind, tuple) else (kind,)
     names = " or ".join(k.__name__ for k in kinds)
     return Check(lambda value: isinstance(value, kind), allowed or f"an instance of {names}")
 
 
-def function(*, allowed: str | None = None) -> Check:
+def function(*, allowed: str | None = None) -> Check[Callable[..., Any]]:
     """Anything callable."""
     return Check(callable, allowed or "a callable")
 
 
-def optional(inner: Check, *, allowed: str | None = None) -> Check:
+def optional(inner: Check[T], *, allowed: str | None = None) -> Check[T | None]:
     """None, or what ``inner`` allows."""
     return Check(
         lambda value: value is None or inner.test(value), allowed or f"{inner.allowed} or None"
