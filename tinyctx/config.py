@@ -117,14 +117,16 @@ def number(
     maximum: float | None = None,
     *,
     above: float | None = None,
+    finite: bool = True,
     allowed: str | None = None,
 ) -> Check[float]:
-    """A finite int or float (never a bool), ``>= minimum``, ``> above``, ``<= maximum``."""
+    """An int or float (never a bool, never NaN), ``>= minimum``, ``> above``,
+    ``<= maximum``; infinities only when ``finite`` is False."""
 
     def test(value: Any) -> bool:
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
             return False
-        if not math.isfinite(value):
+        if finite and not math.isfinite(value):
             return False
         if minimum is not None and value < minimum:
             return False
@@ -141,7 +143,9 @@ def number(
             parts.append(f">= {minimum}")
         if maximum is not None:
             parts.append(f"<= {maximum}")
-        text_ = "a finite number" + (" " + " and ".join(parts) if parts else "")
+        text_ = ("a finite number" if finite else "a number") + (
+            " " + " and ".join(parts) if parts else ""
+        )
     return Check(test, text_)
 
 
