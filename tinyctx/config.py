@@ -107,8 +107,17 @@ def integer(
     high = math.inf if maximum is None else maximum
 
     def within(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+        if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
+            return False
+        return low <= value <= high
 
+    def at_least(value: Any) -> bool:  # the common case, without float comparisons
+        if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
+            return False
+        return value >= low
+
+    if maximum is None and minimum is not None:
+        return Check(at_least, allowed or f"an integer{_bounds(minimum, maximum)}")
     return Check(within, allowed or f"an integer{_bounds(minimum, maximum)}")
 
 
