@@ -39,7 +39,7 @@ from tinyctx import (
     UserMessage,
     thaw,
 )
-from tinyctx.config import integer
+from tinyctx.config import function, integer
 from tinyctx.stores import Note
 
 __all__ = [
@@ -378,14 +378,10 @@ class ModelExtractor:
         max_existing: int = 100,
         settings: dict[str, Any] | None = None,
     ) -> None:
-        if not callable(model):
-            raise ConfigError(
-                "model",
-                model,
-                "an async callable (request, ctx) -> ModelResponse",
-                owner="ModelExtractor",
-            )
         owner = "ModelExtractor"
+        function(allowed="an async callable (request, ctx) -> ModelResponse").check(
+            model, "model", owner
+        )
         self.model = model
         self.max_bullets = check_positive(owner, "max_bullets", max_bullets)
         self.max_chars = check_positive(owner, "max_chars", max_chars)

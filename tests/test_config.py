@@ -25,11 +25,13 @@ from tinyctx.config import (
 from tinyctx.middleware import (
     BudgetGuard,
     CallLimits,
+    ContextView,
     ControlOutcomes,
     Microcompact,
     Retry,
     SessionMemory,
     ToolResultBudget,
+    ViewSpec,
 )
 from tinyctx.tokens import TokenCounter
 
@@ -174,3 +176,32 @@ class TestLayerName:
         """``SessionMemory(min_tokens=-1)`` names SessionMemory, not its thresholds class."""
         with pytest.raises(ConfigError, match=r"^SessionMemory\.min_tokens=-1"):
             SessionMemory(min_tokens=-1)
+
+
+class TestDeclaredFields:
+    """Settings that were not checked before now fail at construction, naming the field."""
+
+    @pytest.mark.parametrize(
+        ("options", "field"),
+        [({"header": 1}, "header"), ({"header_tag": 3}, "header_tag")],
+    )
+    def test_view_spec_fields(self, options: dict[str, Any], field: str) -> None:
+        """``ViewSpec(header=1)`` and ``ViewSpec(header_tag=3)`` are ConfigErrors."""
+        with pytest.raises(ConfigError) as info:
+            ViewSpec(**options)
+        assert (info.value.owner, info.value.field) == ("ViewSpec", field)
+
+    def test_nan_constant_backoff_is_refused_as_backoff(self) -> None:
+        """A NaN constant backoff names ``Retry.backoff``, the argument the user gave."""
+        with pytest.raises(ConfigError, match=r"^Retry\.backoff=nan"):
+            Retry(backoff=math.nan)
+
+    def test_context_view_subclass_is_named(self) -> None:
+        """A bad field of a ContextView subclass names the subclass."""
+
+        @attrs.frozen
+        class MyView(ContextView):
+            pass
+
+        with pytest.raises(ConfigError, match=r"^MyView\.project_root=3"):
+            MyView(project_root=3)  # type: ignore[arg-type]
