@@ -624,6 +624,43 @@ class BudgetGuard(Layer):
         name: str | None = None,
     ) -> None:
         owner = "BudgetGuard"
+        self._set_window(max_tokens, reserved_output_tokens, trigger, hard_limit, target, low_water)
+        self.counter: TokenCounter = (
+            default_counter() if counter is None else _COUNTER.check(counter, "counter", owner)
+        )
+        self._set_policies(policies, order)
+        self._groups = tuple(breaker_group(p) for p in self.policies)
+        self.persist = _bool("persist", persist, owner)
+        self.calibrate = _bool("calibrate", calibrate, owner)
+        self.retry_on_provider_limit = _bool(
+            "retry_on_provider_limit", retry_on_provider_limit, owner
+        )
+        self.windows = window_table(windows, owner=owner)
+        self.breaker_threshold = integer(minimum=1).check(
+            breaker_threshold, "breaker_threshold", owner
+        )
+        self.breaker_cooldown = _optional_int("breaker_cooldown", breaker_cooldown, 0, owner)
+        self.provider_retry_factor = float(
+            fraction(one=False).check(provider_retry_factor, "provider_retry_factor", owner)
+        )
+        self.relief_run = _RELIEF_RUN.check(relief_run, "relief_run", owner)
+        self.relief_floor = _fraction("relief_floor", relief_floor, owner)
+        if name is not None:
+            self.name = name
+        # model name -> table window; a pure function of the configuration, shared safely
+        self._table_cache: dict[str | None, int | None] = {}
+
+    def _set_window(
+        self,
+        max_tokens: Any,
+        reserved_output_tokens: Any,
+        trigger: Any,
+        hard_limit: Any,
+        target: Any,
+        low_water: Any,
+    ) -> None:
+        """The window and the thresholds, with every rule that relates them (one place)."""
+        owner = "BudgetGuard"
         self.max_tokens = _optional_int("max_tokens", max_tokens, 1, owner)
         self.reserved_output_tokens = _optional_int(
             "reserved_output_tokens", reserved_output_tokens, 0, owner
@@ -667,9 +704,10 @@ class BudgetGuard(Layer):
                     f"0 < {mark_name} <= trigger ({self.trigger:g})",
                     owner=owner,
                 )
-        self.counter: TokenCounter = (
-            default_counter() if counter is None else _COUNTER.check(counter, "counter", owner)
-        )
+
+    def _set_policies(self, policies: Sequence[PressurePolicy] | None, order: Any) -> None:
+        """The policies in order, each a PressurePolicy with a name unique in the guard."""
+        owner = "BudgetGuard"
         if order is not None:
             _order_roles(order, owner)
         chosen = default_policies(order or "default") if policies is None else list(policies)
@@ -695,26 +733,6 @@ class BudgetGuard(Layer):
         if policies is not None and order is not None:
             chosen = order_policies(chosen, order)
         self.policies: tuple[PressurePolicy, ...] = tuple(chosen)
-        self._groups = tuple(breaker_group(p) for p in self.policies)
-        self.persist = _bool("persist", persist, owner)
-        self.calibrate = _bool("calibrate", calibrate, owner)
-        self.retry_on_provider_limit = _bool(
-            "retry_on_provider_limit", retry_on_provider_limit, owner
-        )
-        self.windows = window_table(windows, owner=owner)
-        self.breaker_threshold = integer(minimum=1).check(
-            breaker_threshold, "breaker_threshold", owner
-        )
-        self.breaker_cooldown = _optional_int("breaker_cooldown", breaker_cooldown, 0, owner)
-        self.provider_retry_factor = float(
-            fraction(one=False).check(provider_retry_factor, "provider_retry_factor", owner)
-        )
-        self.relief_run = _RELIEF_RUN.check(relief_run, "relief_run", owner)
-        self.relief_floor = _fraction("relief_floor", relief_floor, owner)
-        if name is not None:
-            self.name = name
-        # model name -> table window; a pure function of the configuration, shared safely
-        self._table_cache: dict[str | None, int | None] = {}
 
     def trigger_tokens(self, usable: int) -> int:
         """The least estimate the guard acts on in a usable window of ``usable`` tokens:
