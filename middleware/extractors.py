@@ -52,7 +52,6 @@ __all__ = [
     "dedupe_bullets",
     "parse_bullets",
     "render_transcript",
-    "check_positive",
     "check_bullets",
     "is_original",
     "DERIVED_MARKS",
@@ -156,11 +155,6 @@ def parse_bullets(text: str) -> list[str]:
     return [line for line in lines if not line.endswith(":") and line.upper() != "NONE"]
 
 
-def check_positive(owner: str, name: str, value: object) -> int:
-    """``value`` if it is an int >= 1, else a ConfigError naming ``owner.name``."""
-    return _POSITIVE.check(value, name, owner)
-
-
 _POSITIVE = integer(minimum=1)
 
 
@@ -255,8 +249,8 @@ class RuleExtractor:
     name = "rules"
 
     def __init__(self, *, max_bullets: int = 8, max_chars: int = 200) -> None:
-        self.max_bullets = check_positive("RuleExtractor", "max_bullets", max_bullets)
-        self.max_chars = check_positive("RuleExtractor", "max_chars", max_chars)
+        self.max_bullets = _POSITIVE.check(max_bullets, "max_bullets", "RuleExtractor")
+        self.max_chars = _POSITIVE.check(max_chars, "max_chars", "RuleExtractor")
 
     def __repr__(self) -> str:
         return f"RuleExtractor(max_bullets={self.max_bullets}, max_chars={self.max_chars})"
@@ -383,12 +377,12 @@ class ModelExtractor:
             model, "model", owner
         )
         self.model = model
-        self.max_bullets = check_positive(owner, "max_bullets", max_bullets)
-        self.max_chars = check_positive(owner, "max_chars", max_chars)
-        self.max_transcript_chars = check_positive(
-            owner, "max_transcript_chars", max_transcript_chars
+        self.max_bullets = _POSITIVE.check(max_bullets, "max_bullets", owner)
+        self.max_chars = _POSITIVE.check(max_chars, "max_chars", owner)
+        self.max_transcript_chars = _POSITIVE.check(
+            max_transcript_chars, "max_transcript_chars", owner
         )
-        self.max_existing = check_positive(owner, "max_existing", max_existing)
+        self.max_existing = _POSITIVE.check(max_existing, "max_existing", owner)
         if not isinstance(prompt, str) or "{max_bullets}" not in prompt:
             raise ConfigError(
                 "prompt", prompt, "a str with a {max_bullets} placeholder", owner=owner
