@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tinyctx import ConfigError, FrozenDict, Message, RunContext, freeze
+from tinyctx.config import Check, flag, implements, integer, optional, text
 from tinyctx.tokens import TokenCounter
 
 __all__ = [
@@ -28,17 +29,22 @@ __all__ = [
 ]
 
 
+_FLAG = flag()
+_TEXT = text()
+_COUNTER: Check[TokenCounter | None] = optional(
+    implements(TokenCounter),
+    allowed="None (the default counter) or a tinyctx.tokens.TokenCounter",
+)
+
+
 def check_int(value: Any, field: str, owner: str, *, minimum: int = 0) -> int:
     """``value`` if it is an int >= ``minimum`` (bools are not ints here), else ConfigError."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(field, value, f"an integer >= {minimum}", owner=owner)
-    return value
+    return integer(minimum=minimum).check(value, field, owner)
 
 
 def check_bool(value: Any, field: str, owner: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(field, value, "True or False", owner=owner)
-    return value
+    """``value`` if it is True or False, else ConfigError."""
+    return _FLAG.check(value, field, owner)
 
 
 def check_tool_names(value: Any, field: str, owner: str) -> frozenset[str]:
@@ -47,20 +53,13 @@ def check_tool_names(value: Any, field: str, owner: str) -> frozenset[str]:
         raise ConfigError(field, value, "an iterable of tool names, e.g. ('search',)", owner=owner)
     names = tuple(value)
     for name in names:
-        if not isinstance(name, str) or not name:
+        if not _TEXT.test(name):
             raise ConfigError(field, value, "non-empty tool name strings", owner=owner)
     return frozenset(names)
 
 
 def check_counter(value: Any, owner: str) -> TokenCounter | None:
-    if value is not None and not isinstance(value, TokenCounter):
-        raise ConfigError(
-            "counter",
-            value,
-            "None (the default counter) or a tinyctx.tokens.TokenCounter",
-            owner=owner,
-        )
-    return value
+    return _COUNTER.check(value, "counter", owner)
 
 
 def utf8_len(text: str) -> int:

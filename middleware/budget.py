@@ -60,6 +60,7 @@ from tinyctx import (
     check_pairing,
     pending_tool_calls,
 )
+from tinyctx.config import Check, flag, fraction, implements, integer, number, optional, text
 from tinyctx.events import EventLevel
 from tinyctx.tokens import (
     Calibration,
@@ -453,24 +454,18 @@ class _GuardState:
 def _fraction(
     name: str, value: Any, owner: str, *, low_open: bool = True, high: float = 1.0
 ) -> float:
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-        and (value > 0 if low_open else value >= 0)
-        and value <= high
-    )
-    if not ok:
-        raise ConfigError(name, value, f"a number in (0, {high:g}]", owner=owner)
-    return float(value)
+    allowed = f"a number in (0, {high:g}]"
+    if low_open:
+        return float(number(above=0, maximum=high, allowed=allowed).check(value, name, owner))
+    return float(number(minimum=0, maximum=high, allowed=allowed).check(value, name, owner))
+
+
+_COUNTER: Check[TokenCounter] = implements(TokenCounter, allowed="a tinyctx.tokens.TokenCounter")
+_RELIEF_RUN = integer(minimum=0, allowed="an integer >= 0 (calls; 0 is off)")
 
 
 def _optional_int(name: str, value: Any, minimum: int, owner: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(name, value, f"an integer >= {minimum} or None", owner=owner)
-    return value
+    return optional(integer(minimum=minimum)).check(value, name, owner)
 
 
 def _parse_int(key: str, raw: str, minimum: int) -> int:
@@ -629,6 +624,43 @@ class BudgetGuard(Layer):
         name: str | None = None,
     ) -> None:
         owner = "BudgetGuard"
+        self._set_window(max_tokens, reserved_output_tokens, trigger, hard_limit, target, low_water)
+        self.counter: TokenCounter = (
+            default_counter() if counter is None else _COUNTER.check(counter, "counter", owner)
+        )
+        self._set_policies(policies, order)
+        self._groups = tuple(breaker_group(p) for p in self.policies)
+        self.persist = _bool("persist", persist, owner)
+        self.calibrate = _bool("calibrate", calibrate, owner)
+        self.retry_on_provider_limit = _bool(
+            "retry_on_provider_limit", retry_on_provider_limit, owner
+        )
+        self.windows = window_table(windows, owner=owner)
+        self.breaker_threshold = integer(minimum=1).check(
+            breaker_threshold, "breaker_threshold", owner
+        )
+        self.breaker_cooldown = _optional_int("breaker_cooldown", breaker_cooldown, 0, owner)
+        self.provider_retry_factor = float(
+            fraction(one=False).check(provider_retry_factor, "provider_retry_factor", owner)
+        )
+        self.relief_run = _RELIEF_RUN.check(relief_run, "relief_run", owner)
+        self.relief_floor = _fraction("relief_floor", relief_floor, owner)
+        if name is not None:
+            self.name = name
+        # model name -> table window; a pure function of the configuration, shared safely
+        self._table_cache: dict[str | None, int | None] = {}
+
+    def _set_window(
+        self,
+        max_tokens: Any,
+        reserved_output_tokens: Any,
+        trigger: Any,
+        hard_limit: Any,
+        target: Any,
+        low_water: Any,
+    ) -> None:
+        """The window and the thresholds, with every rule that relates them (one place)."""
+        owner = "BudgetGuard"
         self.max_tokens = _optional_int("max_tokens", max_tokens, 1, owner)
         self.reserved_output_tokens = _optional_int(
             "reserved_output_tokens", reserved_output_tokens, 0, owner
@@ -672,11 +704,10 @@ class BudgetGuard(Layer):
                     f"0 < {mark_name} <= trigger ({self.trigger:g})",
                     owner=owner,
                 )
-        if counter is None:
-            counter = default_counter()
-        elif not isinstance(counter, TokenCounter):
-            raise ConfigError("counter", counter, "a tinyctx.tokens.TokenCounter", owner=owner)
-        self.counter: TokenCounter = counter
+
+    def _set_policies(self, policies: Sequence[PressurePolicy] | None, order: Any) -> None:
+        """The policies in order, each a PressurePolicy with a name unique in the guard."""
+        owner = "BudgetGuard"
         if order is not None:
             _order_roles(order, owner)
         chosen = default_policies(order or "default") if policies is None else list(policies)
@@ -691,10 +722,7 @@ class BudgetGuard(Layer):
                 )
         names = [p.name for p in chosen]
         for index, policy_name in enumerate(names):
-            if not isinstance(policy_name, str) or not policy_name:
-                raise ConfigError(
-                    f"policies[{index}].name", policy_name, "a non-empty string", owner=owner
-                )
+            text().check(policy_name, f"policies[{index}].name", owner)
             if names.index(policy_name) != index:
                 raise ConfigError(
                     f"policies[{index}].name",
@@ -705,36 +733,6 @@ class BudgetGuard(Layer):
         if policies is not None and order is not None:
             chosen = order_policies(chosen, order)
         self.policies: tuple[PressurePolicy, ...] = tuple(chosen)
-        self._groups = tuple(breaker_group(p) for p in self.policies)
-        self.persist = _bool("persist", persist, owner)
-        self.calibrate = _bool("calibrate", calibrate, owner)
-        self.retry_on_provider_limit = _bool(
-            "retry_on_provider_limit", retry_on_provider_limit, owner
-        )
-        self.windows = window_table(windows, owner=owner)
-        threshold = _optional_int("breaker_threshold", breaker_threshold, 1, owner)
-        if threshold is None:
-            raise ConfigError("breaker_threshold", None, "an integer >= 1", owner=owner)
-        self.breaker_threshold = threshold
-        self.breaker_cooldown = _optional_int("breaker_cooldown", breaker_cooldown, 0, owner)
-        factor = _fraction("provider_retry_factor", provider_retry_factor, owner)
-        if factor >= 1:
-            raise ConfigError(
-                "provider_retry_factor", provider_retry_factor, "a number in (0, 1)", owner=owner
-            )
-        self.provider_retry_factor = factor
-        if isinstance(relief_run, bool) or not isinstance(relief_run, int) or relief_run < 0:
-            raise ConfigError(
-                "relief_run", relief_run, "an integer >= 0 (calls; 0 is off)", owner=owner
-            )
-        self.relief_run = relief_run
-        self.relief_floor = _fraction("relief_floor", relief_floor, owner)
-        if name is not None:
-            if not isinstance(name, str) or not name:
-                raise ConfigError("name", name, "a non-empty string", owner=owner)
-            self.name = name
-        # model name -> table window; a pure function of the configuration, shared safely
-        self._table_cache: dict[str | None, int | None] = {}
 
     def trigger_tokens(self, usable: int) -> int:
         """The least estimate the guard acts on in a usable window of ``usable`` tokens:
@@ -1178,9 +1176,7 @@ class BudgetGuard(Layer):
 
 
 def _bool(name: str, value: Any, owner: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(name, value, "True or False", owner=owner)
-    return value
+    return flag().check(value, name, owner)
 
 
 def _settings_reserve(settings: Mapping[str, Any]) -> int:

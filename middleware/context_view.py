@@ -53,6 +53,7 @@ from tinyctx import (
     freeze,
     thaw,
 )
+from tinyctx.config import Check, flag, optional, owner_of, text
 from tinyctx.events import EventLevel
 
 __all__ = [
@@ -101,9 +102,7 @@ def view_mapping() -> Any:
     return field(factory=FrozenDict, converter=_frozen_entries, metadata={_MAPPING_MARK: True})
 
 
-def _text(instance: Any, attribute: Any, value: Any) -> None:
-    if value is not None and not isinstance(value, str):
-        raise ConfigError(attribute.name, value, "a string, a path or None", owner="ContextView")
+_text = optional(text(empty=True), allowed="a string, a path or None")
 
 
 def _path_or_text(value: Any) -> Any:
@@ -233,9 +232,11 @@ def _check_names(instance: ContextPolicy, attribute: Any, value: tuple[str, ...]
             )
 
 
-def _view_type(instance: Any, attribute: Any, value: Any) -> None:
-    if not (isinstance(value, type) and issubclass(value, ContextView)):
-        raise ConfigError(attribute.name, value, "ContextView or a subclass", owner="ContextPolicy")
+def _is_view_type(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, ContextView)
+
+
+_view_type: Check[type[ContextView]] = Check(_is_view_type, "ContextView or a subclass")
 
 
 @frozen
@@ -304,9 +305,7 @@ def _policy(value: ContextPolicy | None) -> ContextPolicy:
     return value
 
 
-def _spec_view_type(instance: Any, attribute: Any, value: Any) -> None:
-    if not (isinstance(value, type) and issubclass(value, ContextView)):
-        raise ConfigError(attribute.name, value, "ContextView or a subclass", owner="ViewSpec")
+_spec_view_type = _view_type
 
 
 def _tier(source: Any) -> Mapping[str, Any] | None:
@@ -319,8 +318,8 @@ class ViewSpec:
 
     policy: ContextPolicy = field(factory=ContextPolicy, converter=_policy)
     agent: FrozenDict[str, Any] = field(factory=FrozenDict, converter=_agent_tier)
-    header: bool = True
-    header_tag: str = "context"
+    header: bool = field(default=True, validator=flag())
+    header_tag: str = field(default="context", validator=text(allowed="an identifier"))
     view_type: type[ContextView] = field(default=ContextView, validator=_spec_view_type)
 
     def __attrs_post_init__(self) -> None:
@@ -329,10 +328,10 @@ class ViewSpec:
                 "policy",
                 self.policy,
                 f"a ContextPolicy for {self.view_type.__name__} or one of its bases",
-                owner="ViewSpec",
+                owner=owner_of(self),
             )
         if not self.header_tag.isidentifier():
-            raise ConfigError("header_tag", self.header_tag, "an identifier", owner="ViewSpec")
+            raise ConfigError("header_tag", self.header_tag, "an identifier", owner=owner_of(self))
         # fail at construction, not at the first call, on an agent tier the view rejects
         self._build((self.agent,))
 

@@ -53,6 +53,7 @@ from tinyctx import (
     ToolResult,
     stronger,
 )
+from tinyctx.config import Check, one_of
 from tinyctx.events import EventLevel
 
 __all__ = [
@@ -115,9 +116,10 @@ def take_as_response(ctx: RunContext[Any]) -> ModelResponse | None:
 
 
 def _stop_policy(value: str) -> StopPolicy:
-    if value not in ("answer", "drop"):
-        raise ConfigError("on_stop_pending", value, "'answer' or 'drop'", owner="ControlOutcomes")
-    return value  # type: ignore[return-value]
+    return _STOP_POLICY.check(value, "on_stop_pending", "ControlOutcomes")
+
+
+_STOP_POLICY: Check[StopPolicy] = one_of(("answer", "drop"), allowed="'answer' or 'drop'")
 
 
 def _honour(value: Iterable[str]) -> frozenset[str]:

@@ -39,6 +39,7 @@ from tinyctx import (
     UserMessage,
     thaw,
 )
+from tinyctx.config import function, integer
 from tinyctx.stores import Note
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "dedupe_bullets",
     "parse_bullets",
     "render_transcript",
-    "check_positive",
     "check_bullets",
     "is_original",
     "DERIVED_MARKS",
@@ -155,11 +155,7 @@ def parse_bullets(text: str) -> list[str]:
     return [line for line in lines if not line.endswith(":") and line.upper() != "NONE"]
 
 
-def check_positive(owner: str, name: str, value: object) -> int:
-    """``value`` if it is an int >= 1, else a ConfigError naming ``owner.name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(name, value, "an integer >= 1", owner=owner)
-    return value
+_POSITIVE = integer(minimum=1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -253,8 +249,8 @@ class RuleExtractor:
     name = "rules"
 
     def __init__(self, *, max_bullets: int = 8, max_chars: int = 200) -> None:
-        self.max_bullets = check_positive("RuleExtractor", "max_bullets", max_bullets)
-        self.max_chars = check_positive("RuleExtractor", "max_chars", max_chars)
+        self.max_bullets = _POSITIVE.check(max_bullets, "max_bullets", "RuleExtractor")
+        self.max_chars = _POSITIVE.check(max_chars, "max_chars", "RuleExtractor")
 
     def __repr__(self) -> str:
         return f"RuleExtractor(max_bullets={self.max_bullets}, max_chars={self.max_chars})"
@@ -376,21 +372,17 @@ class ModelExtractor:
         max_existing: int = 100,
         settings: dict[str, Any] | None = None,
     ) -> None:
-        if not callable(model):
-            raise ConfigError(
-                "model",
-                model,
-                "an async callable (request, ctx) -> ModelResponse",
-                owner="ModelExtractor",
-            )
         owner = "ModelExtractor"
-        self.model = model
-        self.max_bullets = check_positive(owner, "max_bullets", max_bullets)
-        self.max_chars = check_positive(owner, "max_chars", max_chars)
-        self.max_transcript_chars = check_positive(
-            owner, "max_transcript_chars", max_transcript_chars
+        function(allowed="an async callable (request, ctx) -> ModelResponse").check(
+            model, "model", owner
         )
-        self.max_existing = check_positive(owner, "max_existing", max_existing)
+        self.model = model
+        self.max_bullets = _POSITIVE.check(max_bullets, "max_bullets", owner)
+        self.max_chars = _POSITIVE.check(max_chars, "max_chars", owner)
+        self.max_transcript_chars = _POSITIVE.check(
+            max_transcript_chars, "max_transcript_chars", owner
+        )
+        self.max_existing = _POSITIVE.check(max_existing, "max_existing", owner)
         if not isinstance(prompt, str) or "{max_bullets}" not in prompt:
             raise ConfigError(
                 "prompt", prompt, "a str with a {max_bullets} placeholder", owner=owner

@@ -33,6 +33,7 @@ from tinyctx import (
     ProviderError,
     RunContext,
 )
+from tinyctx.config import function
 from tinyctx.events import EventLevel
 
 from .retry import NEVER_RETRIED, Retry, RetryOn, check_attempt, error_matcher, error_text, refusal
@@ -47,14 +48,7 @@ DEFAULT_FALLBACK_ON: tuple[type[Exception], ...] = (
 )
 
 
-def _handler(instance: Any, attribute: Any, value: Any) -> None:
-    if not callable(value):
-        raise ConfigError(
-            attribute.name,
-            value,
-            "a model handler (request, ctx) -> ModelResponse",
-            owner="Alternative",
-        )
+_handler = function(allowed="a model handler (request, ctx) -> ModelResponse")
 
 
 @frozen

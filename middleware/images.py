@@ -25,7 +25,6 @@ import attrs
 from attrs import frozen
 
 from tinyctx import (
-    ConfigError,
     Event,
     ImagePart,
     Layer,
@@ -243,8 +242,6 @@ class ClearOldImages(Layer):
         self.persist = check_bool(persist, "persist", owner)
         self.counter = check_counter(counter, owner)
         if name is not None:
-            if not isinstance(name, str) or not name:
-                raise ConfigError("name", name, "a non-empty string", owner=owner)
             self.name = name
 
     async def wrap_model(

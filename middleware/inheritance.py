@@ -74,6 +74,7 @@ from tinyctx import (
     resumption,
     thaw,
 )
+from tinyctx.config import text
 from tinyctx.control import in_tool_call
 from tinyctx.events import EventLevel
 
@@ -96,9 +97,12 @@ SubagentStatus = Literal["completed", "stopped", "interrupted", "cancelled"]
 def _tags(value: Iterable[str], owner: str) -> tuple[str, ...]:
     tags = (value,) if isinstance(value, str) else tuple(value)
     for tag in tags:
-        if not isinstance(tag, str) or not tag:
+        if not _TAG.test(tag):
             raise ConfigError("tags", value, "an iterable of non-empty strings", owner=owner)
     return tags
+
+
+_TAG = text()
 
 
 def _metadata(value: Mapping[str, Any] | None, owner: str) -> FrozenDict[str, Any]:

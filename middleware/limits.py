@@ -45,6 +45,7 @@ from tinyctx import (
     ToolResult,
     resumption,
 )
+from tinyctx.config import integer, one_of, optional, text
 
 __all__ = ["CallLimits", "LimitExit", "LimitScope"]
 
@@ -93,12 +94,12 @@ def _count(data: Any, key: str) -> int:
 def _limit(name: str, value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(name, value, "an integer >= 1 or None", owner="CallLimits")
-    return value
+    return _LIMIT.check(value, name, "CallLimits")
 
 
 _SCOPES: tuple[LimitScope, ...] = ("run", "thread")
+_LIMIT = optional(integer(minimum=1))
+_EXIT = one_of(("error", "end", "continue"), allowed="'error', 'end' or 'continue'")
 
 
 def _scoped(name: str, value: Any, scope: LimitScope) -> dict[LimitScope, int]:
@@ -133,7 +134,7 @@ def _per_tool(value: Any, scope: LimitScope) -> dict[str, dict[LimitScope, int]]
         )
     out: dict[str, dict[LimitScope, int]] = {}
     for tool, limit in value.items():
-        if not isinstance(tool, str) or not tool:
+        if not text().test(tool):
             raise ConfigError(
                 "per_tool", value, "tool names that are non-empty strings", owner="CallLimits"
             )
@@ -159,8 +160,7 @@ class CallLimits(Layer):
         end_message: str = DEFAULT_END_MESSAGE,
         name: str | None = None,
     ) -> None:
-        if scope not in _SCOPES:
-            raise ConfigError("scope", scope, "'run' or 'thread'", owner="CallLimits")
+        one_of(_SCOPES, allowed="'run' or 'thread'").check(scope, "scope", "CallLimits")
         self.model_limits = _scoped("model_calls", model_calls, scope)
         self.tool_limits = _scoped("tool_calls", tool_calls, scope)
         self.per_tool_limits = _per_tool(per_tool, scope)
@@ -171,8 +171,7 @@ class CallLimits(Layer):
                 "at least one of model_calls, tool_calls or per_tool to be set",
                 owner="CallLimits",
             )
-        if exit not in ("error", "end", "continue"):
-            raise ConfigError("exit", exit, "'error', 'end' or 'continue'", owner="CallLimits")
+        _EXIT.check(exit, "exit", "CallLimits")
         if exit == "continue" and self.model_limits:
             raise ConfigError(
                 "exit",
@@ -181,8 +180,7 @@ class CallLimits(Layer):
                 "calls; a refused model call cannot be answered)",
                 owner="CallLimits",
             )
-        if not isinstance(end_message, str) or not end_message:
-            raise ConfigError("end_message", end_message, "a non-empty string", owner="CallLimits")
+        text().check(end_message, "end_message", "CallLimits")
         try:
             end_message.format(what="", value=0, scope="")
         except (KeyError, IndexError, ValueError) as exc:

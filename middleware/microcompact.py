@@ -39,6 +39,7 @@ from tinyctx import (
     ToolResult,
     default_counter,
 )
+from tinyctx.config import text
 from tinyctx.events import EventLevel
 from tinyctx.parts import content_bytes
 from tinyctx.tokens import TokenCounter
@@ -93,9 +94,7 @@ _NOTHING = MicrocompactStats()
 
 
 def _check_placeholder(value: Any, owner: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError("placeholder", value, "a non-empty string", owner=owner)
-    return value
+    return text().check(value, "placeholder", owner)
 
 
 def _protected_from(history: tuple[Message, ...], keep_recent: int) -> int | None:

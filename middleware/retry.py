@@ -50,6 +50,7 @@ from tinyctx import (
     RunContext,
     StopWithFinal,
 )
+from tinyctx.config import fraction, integer, number, owner_of
 from tinyctx.events import EventLevel
 
 from .control import take_as_response
@@ -144,9 +145,8 @@ def error_text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _non_negative(instance: Any, attribute: Any, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ConfigError(attribute.name, value, "a number >= 0", owner="Backoff")
+_non_negative = number(minimum=0, finite=False, allowed="a number >= 0")
+_SECONDS = number(minimum=0, finite=False, allowed="seconds >= 0")
 
 
 @frozen
@@ -158,19 +158,19 @@ class Backoff:
     """
 
     initial: float = field(default=0.5, validator=_non_negative)
-    multiplier: float = field(default=2.0, validator=_non_negative)
+    multiplier: float = field(
+        default=2.0, validator=number(minimum=1, finite=False, allowed="a number >= 1")
+    )
     maximum: float = field(default=30.0, validator=_non_negative)
-    jitter: float = field(default=0.1, validator=_non_negative)
+    jitter: float = field(
+        default=0.1, validator=fraction(zero=True, allowed="a fraction within [0, 1]")
+    )
 
     def __attrs_post_init__(self) -> None:
-        if self.multiplier < 1:
-            raise ConfigError("multiplier", self.multiplier, "a number >= 1", owner="Backoff")
         if self.maximum < self.initial:
             raise ConfigError(
-                "maximum", self.maximum, f">= initial ({self.initial})", owner="Backoff"
+                "maximum", self.maximum, f">= initial ({self.initial})", owner=owner_of(self)
             )
-        if self.jitter > 1:
-            raise ConfigError("jitter", self.jitter, "a fraction within [0, 1]", owner="Backoff")
 
     def __call__(self, retry: int) -> float:
         """The wait before retry number ``retry`` (1 for the first retry)."""
@@ -187,8 +187,7 @@ def backoff_schedule(value: Any, owner: str = "Retry") -> Callable[[int], float]
     if isinstance(value, Backoff):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value < 0:
-            raise ConfigError("backoff", value, "seconds >= 0", owner=owner)
+        _SECONDS.check(value, "backoff", owner)
         return Backoff(initial=value, multiplier=1, maximum=value, jitter=0)
     if callable(value):
         return value  # type: ignore[no-any-return]
@@ -257,8 +256,7 @@ class Retry(Layer):
         on_failure: RetryFailurePolicy = "raise",
         name: str | None = None,
     ) -> None:
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ConfigError("attempts", attempts, "an integer >= 1", owner="Retry")
+        integer(minimum=1).check(attempts, "attempts", "Retry")
         if on_failure not in ("raise", "continue"):
             check_callable(
                 on_failure,
@@ -268,8 +266,7 @@ class Retry(Layer):
                 owner="Retry",
             )
         self.on_failure: RetryFailurePolicy = on_failure
-        if isinstance(max_delay, bool) or not isinstance(max_delay, (int, float)) or max_delay < 0:
-            raise ConfigError("max_delay", max_delay, "seconds >= 0", owner="Retry")
+        _SECONDS.check(max_delay, "max_delay", "Retry")
         self.attempts = attempts
         self.backoff = backoff_schedule(backoff)
         self.retryable = error_matcher(retry_on, "retry_on", "Retry")

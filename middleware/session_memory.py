@@ -105,6 +105,17 @@ from tinyctx import (
     ToolResult,
     default_counter,
 )
+from tinyctx.config import (
+    Check,
+    flag,
+    function,
+    implements,
+    integer,
+    one_of,
+    optional,
+    owned_by,
+    text,
+)
 from tinyctx.events import EventLevel
 from tinyctx.stores import Note, append_notes
 from tinyctx.tokens import TokenCounter
@@ -116,7 +127,6 @@ from .extractors import (
     Extractor,
     RuleExtractor,
     check_bullets,
-    check_positive,
     dedupe_bullets,
 )
 from .inheritance import Inherit
@@ -154,9 +164,7 @@ Scope = Literal["thread", "user"]
 # configuration and counters
 
 
-def _count_at_least_zero(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(attribute.name, value, "an integer >= 0", owner="MemoryThresholds")
+_count_at_least_zero = integer(minimum=0)
 
 
 @frozen
@@ -675,8 +683,19 @@ def _error_text(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _positive(name: str, value: object) -> int:
-    return check_positive("SessionMemory", name, value)
+_POSITIVE = integer(minimum=1)
+_EXTRACTOR: Check[Extractor] = Check(
+    lambda value: callable(getattr(value, "extract", None)),
+    "an object with async extract(job, ctx)",
+)
+_STORE: Check[Store | str] = Check(
+    lambda value: isinstance(value, Store) or (isinstance(value, str) and bool(value)),
+    "a tinyctx Store or the name of one in ctx.stores",
+)
+_NAMESPACE = optional(function(), allowed="None or a function (RunConfig) -> str | None")
+_COUNTER: Check[TokenCounter | None] = optional(
+    implements(TokenCounter), allowed="a TokenCounter or None"
+)
 
 
 class SessionMemory(Layer):
@@ -723,43 +742,24 @@ class SessionMemory(Layer):
     ) -> None:
         if extractor is None:
             extractor = RuleExtractor()
-        elif not callable(getattr(extractor, "extract", None)):
-            raise ConfigError(
-                "extractor",
-                extractor,
-                "an object with async extract(job, ctx)",
-                owner="SessionMemory",
-            )
-        if not isinstance(store, Store) and not (isinstance(store, str) and store):
-            raise ConfigError(
-                "store",
-                store,
-                "a tinyctx Store or the name of one in ctx.stores",
-                owner="SessionMemory",
-            )
-        for flag, value in (("enabled", enabled), ("inject", inject)):
-            if not isinstance(value, bool):
-                raise ConfigError(flag, value, "True or False", owner="SessionMemory")
-        if scope not in ("thread", "user"):
-            raise ConfigError("scope", scope, "'thread' or 'user'", owner="SessionMemory")
-        if namespace is not None and not callable(namespace):
-            raise ConfigError(
-                "namespace",
-                namespace,
-                "None or a function (RunConfig) -> str | None",
-                owner="SessionMemory",
-            )
-        if not isinstance(prefix, str) or not prefix:
-            raise ConfigError("prefix", prefix, "a non-empty string", owner="SessionMemory")
-        if counter is not None and not isinstance(counter, TokenCounter):
-            raise ConfigError("counter", counter, "a TokenCounter or None", owner="SessionMemory")
+        _EXTRACTOR.check(extractor, "extractor", "SessionMemory")
+        _STORE.check(store, "store", "SessionMemory")
+        flag().check(enabled, "enabled", "SessionMemory")
+        flag().check(inject, "inject", "SessionMemory")
+        one_of(("thread", "user")).check(scope, "scope", "SessionMemory")
+        _NAMESPACE.check(namespace, "namespace", "SessionMemory")
+        text().check(prefix, "prefix", "SessionMemory")
+        _COUNTER.check(counter, "counter", "SessionMemory")
         self.extractor: Extractor = extractor
         self.store = store
-        self.thresholds = MemoryThresholds(min_tokens, min_tool_calls, min_turns)
+        with owned_by("SessionMemory"):
+            self.thresholds = MemoryThresholds(min_tokens, min_tool_calls, min_turns)
         self.enabled = enabled
         self.inject = inject
-        self.inject_max_tokens = _positive("inject_max_tokens", inject_max_tokens)
-        self.scan_notes = _positive("scan_notes", scan_notes)
+        self.inject_max_tokens = _POSITIVE.check(
+            inject_max_tokens, "inject_max_tokens", "SessionMemory"
+        )
+        self.scan_notes = _POSITIVE.check(scan_notes, "scan_notes", "SessionMemory")
         self.scope: Scope = scope
         self.prefix = prefix
         self.counter: TokenCounter = counter if counter is not None else default_counter()

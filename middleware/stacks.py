@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinyctx import ConfigError, LayerLike
+from tinyctx import LayerLike
+from tinyctx.config import one_of
 from tinyctx.tokens import TokenCounter
 
 from .budget import BudgetGuard, OrderSpec, default_policies, policy_role
@@ -187,6 +188,7 @@ def summarize(
     (A model-backed summarizer needs a model handler, which a TOML file cannot give; build
     ``Summarize(ModelSummarizer(model))`` in code.)
     """
-    if summarizer != "extractive":
-        raise ConfigError("summarizer", summarizer, f"one of {SUMMARIZERS}", owner="summarize")
+    one_of(SUMMARIZERS, allowed=f"one of {SUMMARIZERS}").check(
+        summarizer, "summarizer", "summarize"
+    )
     return Summarize(ExtractiveSummarizer(max_tokens=max_tokens), counter=counter, **options)

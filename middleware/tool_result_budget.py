@@ -22,7 +22,6 @@ import attrs
 from attrs import frozen
 
 from tinyctx import (
-    ConfigError,
     Content,
     Event,
     Layer,
@@ -36,6 +35,7 @@ from tinyctx import (
     ToolResult,
     default_counter,
 )
+from tinyctx.config import fraction, one_of, optional, text
 from tinyctx.events import EventLevel
 from tinyctx.tokens import TokenCounter
 
@@ -114,9 +114,7 @@ def _markers(dropped: int, total: int, hint: str, keep: str = "head") -> tuple[s
 
 
 def _check_keep(keep: object, owner: str) -> str:
-    if keep not in KEEPS:
-        raise ConfigError("keep", keep, f"one of {KEEPS}", owner=owner)
-    return str(keep)
+    return one_of(KEEPS, allowed=f"one of {KEEPS}").check(keep, "keep", owner)
 
 
 def budget_tool_result(
@@ -311,11 +309,11 @@ class ToolResultTruncated(Event):
 
 def _fraction(value: object, field: str) -> float | None:
     """None, or a number in (0, 1] as a float; anything else a ConfigError naming ``field``."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        raise ConfigError(field, value, "None or a number in (0, 1]", owner="ToolResultBudget")
-    return float(value)
+    checked = _FRACTION.check(value, field, "ToolResultBudget")
+    return None if checked is None else float(checked)
+
+
+_FRACTION = optional(fraction(), allowed="None or a number in (0, 1]")
 
 
 class ToolResultBudget(Layer):
@@ -350,9 +348,9 @@ class ToolResultBudget(Layer):
     ) -> None:
         self.budget_bytes = check_int(budget_bytes, "budget_bytes", "ToolResultBudget")
         self.keep = _check_keep(keep, "ToolResultBudget")
-        if not isinstance(hint, str):
-            raise ConfigError("hint", hint, "a string (may be empty)", owner="ToolResultBudget")
-        self.hint = hint
+        self.hint = text(empty=True, allowed="a string (may be empty)").check(
+            hint, "hint", "ToolResultBudget"
+        )
         self.window_fraction = _fraction(window_fraction, "window_fraction")
         self.room = _fraction(room, "room")
         if name is not None:

@@ -52,6 +52,7 @@ from tinyctx import (
     ToolResult,
     tool_error_result,
 )
+from tinyctx.config import integer, text
 from tinyctx.events import EventLevel
 
 from .retry import (
@@ -112,7 +113,7 @@ def _choice(value: Any) -> Callable[[ToolCall], bool] | None:
         return predicate
     if isinstance(value, Iterable):
         names = frozenset(value)
-        if not names or not all(isinstance(n, str) and n for n in names):
+        if not names or not all(text().test(n) for n in names):
             raise ConfigError(
                 "tools",
                 value,
@@ -159,9 +160,7 @@ class ToolRetry(Layer):
         on_failure: ToolFailurePolicy = "result",
         name: str | None = None,
     ) -> None:
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ConfigError("attempts", attempts, "an integer >= 1", owner="ToolRetry")
-        self.attempts = attempts
+        self.attempts = integer(minimum=1).check(attempts, "attempts", "ToolRetry")
         self.backoff = backoff_schedule(backoff, owner="ToolRetry")
         self.retryable = error_matcher(retry_on, "retry_on", "ToolRetry")
         self.applies = _choice(tools)

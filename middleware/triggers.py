@@ -24,6 +24,7 @@ from typing import Any, Literal
 from attrs import frozen
 
 from tinyctx import ConfigError
+from tinyctx.config import fraction, integer, one_of
 
 __all__ = ["Trigger", "Keep", "trigger", "keep", "KINDS", "acts_on"]
 
@@ -34,20 +35,14 @@ Clause = tuple[tuple[str, float], ...]
 
 def _value(kind: str, value: Any, field: str, owner: str) -> float:
     if kind == "fraction":
-        ok = (
-            not isinstance(value, bool)
-            and isinstance(value, int | float)
-            and math.isfinite(value)
-            and 0 < value <= 1
-        )
-        if not ok:
-            raise ConfigError(f"{field}.fraction", value, "a number in (0, 1]", owner=owner)
-        return float(value)
-    if kind not in KINDS:
-        raise ConfigError(field, kind, f"a clause kind out of {KINDS}", owner=owner)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{field}.{kind}", value, "an integer >= 1", owner=owner)
-    return value
+        return float(_FRACTION.check(value, f"{field}.fraction", owner))
+    one_of(KINDS, allowed=f"a clause kind out of {KINDS}").check(kind, field, owner)
+    return _POSITIVE.check(value, f"{field}.{kind}", owner)
+
+
+_FRACTION = fraction()
+_POSITIVE = integer(minimum=1)
+_IS_INT = integer()
 
 
 @frozen
@@ -111,7 +106,7 @@ def _clause(value: Any, field: str, owner: str) -> Clause:
         )
     if isinstance(value, float):
         return (("fraction", _value("fraction", value, field, owner)),)
-    if isinstance(value, int) and not isinstance(value, bool):
+    if _IS_INT.test(value):
         return (("tokens", _value("tokens", value, field, owner)),)
     raise ConfigError(
         field,
@@ -168,14 +163,16 @@ class Keep:
         return max(1, math.floor(self.value * usable))
 
 
+_KEEP = integer(minimum=0, allowed="an integer >= 0 (messages)")
+
+
 def keep(value: Any, *, field: str = "keep", owner: str = "") -> Keep:
     """A :class:`Keep` from an int (messages) or ``(kind, value)`` (ConfigError naming
     ``field``)."""
     if isinstance(value, Keep):
         return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ConfigError(field, value, "an integer >= 0 (messages)", owner=owner)
+    if _IS_INT.test(value):
+        _KEEP.check(value, field, owner)
         return Keep("messages", value)
     if (
         isinstance(value, Sequence)

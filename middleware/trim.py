@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from tinyctx import (
-    ConfigError,
     Message,
     RunContext,
     SystemMessage,
@@ -25,6 +24,7 @@ from tinyctx import (
     safe_boundaries,
     snap_boundary,
 )
+from tinyctx.config import flag, integer, text
 from tinyctx.tokens import TokenCounter, default_counter
 
 from .policy import Relief
@@ -33,18 +33,18 @@ from .summarize import digest_end, is_summary
 __all__ = ["TrimOldest", "trim_oldest", "digest_end", "check_keep", "check_name"]
 
 
+_KEEP = integer(minimum=0, allowed="an integer >= 0 (messages)")
+_NAME = text()
+
+
 def check_keep(value: Any, *, field: str = "keep_recent", owner: str = "") -> int:
     """Validate a keep count (an integer >= 0) or raise ConfigError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(field, value, "an integer >= 0 (messages)", owner=owner)
-    return value
+    return _KEEP.check(value, field, owner)
 
 
 def check_name(value: Any, *, owner: str = "") -> str:
     """Validate a policy name (a non-empty string) or raise ConfigError."""
-    if not isinstance(value, str) or not value:
-        raise ConfigError("name", value, "a non-empty string", owner=owner)
-    return value
+    return _NAME.check(value, "name", owner)
 
 
 def trim_oldest(
@@ -136,9 +136,7 @@ class TrimOldest:
         self, keep_recent: int = 4, *, keep_task: bool = False, name: str = "TrimOldest"
     ) -> None:
         self.keep_recent = check_keep(keep_recent, owner="TrimOldest")
-        if not isinstance(keep_task, bool):
-            raise ConfigError("keep_task", keep_task, "True or False", owner="TrimOldest")
-        self.keep_task = keep_task
+        self.keep_task = flag().check(keep_task, "keep_task", "TrimOldest")
         self.name = check_name(name, owner="TrimOldest")
 
     async def relieve(

@@ -157,9 +157,9 @@ class TestConfiguration:
     @pytest.mark.parametrize(
         ("options", "field"),
         [
-            ({"min_tokens": -1}, "MemoryThresholds.min_tokens"),
-            ({"min_tool_calls": "8"}, "MemoryThresholds.min_tool_calls"),
-            ({"min_turns": True}, "MemoryThresholds.min_turns"),
+            ({"min_tokens": -1}, "SessionMemory.min_tokens"),
+            ({"min_tool_calls": "8"}, "SessionMemory.min_tool_calls"),
+            ({"min_turns": True}, "SessionMemory.min_turns"),
             ({"store": ""}, "SessionMemory.store"),
             ({"store": object()}, "SessionMemory.store"),
             ({"inject": "yes"}, "SessionMemory.inject"),

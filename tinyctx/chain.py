@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
+from .config import text
 from .errors import ConfigError
 from .messages import ToolCall, ToolResult
 from .model import ModelRequest, ModelResponse
@@ -69,6 +70,14 @@ class Layer:
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
             cls.name = cls.__name__
+        else:
+            _LAYER_NAME.check(cls.__dict__["name"], "name", cls.__name__)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        # ``name`` is the key the layer's state is stored under: checked for every layer
+        if key == "name":
+            _LAYER_NAME.check(value, "name", type(self).__name__)
+        object.__setattr__(self, key, value)
 
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
@@ -120,6 +129,8 @@ class Layer:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
+
+_LAYER_NAME = text(allowed="a non-empty string (the key the layer's state is stored under)")
 
 LayerLike: TypeAlias = "Layer | ModelLayerFn"
 

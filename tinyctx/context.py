@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import attrs
 from attrs import field, frozen
 
+from . import config
 from .cache import CacheRegistry
 from .cancel import CancellationToken
+from .config import Check, integer, text
 from .control import Control, ControlSlot
 from .conversation import Conversation
 from .errors import ConfigError, DepthLimitExceeded
@@ -60,7 +62,7 @@ def new_run_id() -> str:
 def _tags(value: Iterable[str]) -> tuple[str, ...]:
     tags = tuple(value)
     for tag in tags:
-        if not isinstance(tag, str) or not tag:
+        if not _ID.test(tag):
             raise ConfigError("tags", value, "an iterable of non-empty strings", owner="RunConfig")
     # keep order, drop duplicates
     return tuple(dict.fromkeys(tags))
@@ -70,25 +72,13 @@ def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
     return value if type(value) is tuple else tuple(value)
 
 
-def _int_at_least(minimum: int, *, optional: bool = False) -> Callable[[Any, Any, Any], None]:
-    def check(instance: Any, attribute: Any, value: Any) -> None:
-        if value is None and optional:
-            return
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            allowed = f"an integer >= {minimum}" + (" or None" if optional else "")
-            raise ConfigError(attribute.name, value, allowed, owner="RunConfig")
-
-    return check
+def _int_at_least(minimum: int, *, optional: bool = False) -> Check[Any]:
+    return config.optional(integer(minimum)) if optional else integer(minimum)
 
 
-def _id_string(instance: Any, attribute: Any, value: Any) -> None:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(attribute.name, value, "a non-empty string", owner="RunConfig")
-
-
-def _optional_id(instance: Any, attribute: Any, value: Any) -> None:
-    if value is not None:
-        _id_string(instance, attribute, value)
+_ID = text()
+_id_string = _ID
+_optional_id = config.optional(_ID)
 
 
 @frozen(slots=False)  # dict-backed: derive() copies it with one dict update

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from attrs import field, frozen
 
+from .config import integer, number
 from .errors import ConfigError
 from .frozen import FrozenDict
 
@@ -174,22 +175,16 @@ def price_for(model: str, table: Mapping[str, ModelPrice] | None = None) -> Mode
 
 
 def _number(where: str, key: str, value: Any, *, positive: bool = False) -> float:
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-        and (value > 0 if positive else value >= 0)
-    )
-    if not ok:
-        allowed = "a finite number > 0" if positive else "a finite number >= 0 (USD per 1M tokens)"
-        raise ConfigError(key, value, allowed, owner=where)
-    return float(value)
+    check = _POSITIVE_NUMBER if positive else _PRICE
+    return float(check.check(value, key, where))
 
 
 def _integer(where: str, key: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(key, value, f"an integer >= {minimum}", owner=where)
-    return value
+    return integer(minimum=minimum).check(value, key, where)
+
+
+_POSITIVE_NUMBER = number(above=0, allowed="a finite number > 0")
+_PRICE = number(minimum=0, allowed="a finite number >= 0 (USD per 1M tokens)")
 
 
 def parse_price(name: str, values: Mapping[str, Any], *, where: str = "price") -> ModelPrice:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
 from attrs import field, frozen
 
+from .config import integer, optional
 from .errors import ConfigError
 
 __all__ = [
@@ -113,10 +114,10 @@ def _url(owner: str, value: object) -> None:
 
 
 def _optional_positive(owner: str, name: str, value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(name, value, "None or an integer > 0", owner=owner)
+    _OPTIONAL_POSITIVE.check(value, name, owner)
+
+
+_OPTIONAL_POSITIVE = optional(integer(minimum=1), allowed="None or an integer > 0")
 
 
 # ---------------------------------------------------------------------------------------

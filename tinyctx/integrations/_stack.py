@@ -21,10 +21,11 @@ from typing import Any
 import attrs
 
 from ..chain import LayerLike, check_layer_names, compose
+from ..config import integer
 from ..context import RunConfig, RunContext
 from ..control import Interrupt, StopWithFinal, stronger
 from ..conversation import Conversation
-from ..errors import ConfigError, TinyCtxError
+from ..errors import TinyCtxError
 from ..events import EventSink
 from ..messages import Message, ToolCall, ToolResult
 from ..model import ModelRequest, ModelResponse
@@ -108,9 +109,7 @@ class Stack:
         events: EventSink | None = None,
         max_threads: int = DEFAULT_MAX_THREADS,
     ) -> None:
-        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
-            raise ConfigError("max_threads", max_threads, "an integer >= 1", owner="Stack")
-        self.max_threads = max_threads
+        self.max_threads = integer(minimum=1).check(max_threads, "max_threads", "Stack")
         self.layers = tuple(layers)
         check_layer_names(self.layers)  # the same checks an Agent makes when it is built
         check_ordering(self.layers)

@@ -49,6 +49,7 @@ from hypothesis import strategies as st
 
 from ..agent import Agent, Checkpoint, Session
 from ..chain import Layer, LayerLike, ModelCall, ToolCallHandler, has_hook, layer_name
+from ..config import integer
 from ..context import RunConfig, RunContext
 from ..control import StopWithFinal, Suspend
 from ..errors import ConfigError, Interrupted, LimitExceeded, PairingError, RunCancelled
@@ -672,8 +673,7 @@ def check_layer(
     for hook in chosen:
         if hook not in ("model", "tool"):
             raise ConfigError("hooks", hook, "'model' and/or 'tool'", owner="check_layer")
-    if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
-        raise ConfigError("max_examples", max_examples, "an integer >= 1", owner="check_layer")
+    integer(minimum=1).check(max_examples, "max_examples", "check_layer")
     for backend in backends:
         if backend not in ("trio", "asyncio"):
             raise ConfigError("backends", backend, "'trio' and/or 'asyncio'", owner="check_layer")

@@ -30,6 +30,7 @@ except ModuleNotFoundError as exc:  # the testing extra is not installed
     raise missing_hypothesis(__name__) from exc
 
 from ..agent import Checkpoint
+from ..config import fraction, integer
 from ..context import RunConfig, RunContext
 from ..control import Interrupt, StopWithFinal
 from ..conversation import Conversation
@@ -326,9 +327,11 @@ def _append_turn(
     return [*head, tail]
 
 
+_SHARE = fraction(zero=True)
+
+
 def _check_int(value: object, minimum: int, field: str, allowed: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(field, value, allowed, owner="histories")
+    integer(minimum=minimum, allowed=allowed).check(value, field, "histories")
 
 
 def histories(
@@ -361,12 +364,8 @@ def histories(
     _check_int(min_turns, 0, "min_turns", "an integer >= 0")
     _check_int(max_turns, min_turns, "max_turns", f"an integer >= min_turns ({min_turns})")
     _check_int(max_results_per_turn, 1, "max_results_per_turn", "an integer >= 1")
-    if not isinstance(tool_turn_probability, (int, float)) or not 0 <= tool_turn_probability <= 1:
-        raise ConfigError(
-            "tool_turn_probability", tool_turn_probability, "a number in [0, 1]", owner="histories"
-        )
-    if not isinstance(media, (int, float)) or isinstance(media, bool) or not 0 <= media <= 1:
-        raise ConfigError("media", media, "a number in [0, 1]", owner="histories")
+    _SHARE.check(tool_turn_probability, "tool_turn_probability", "histories")
+    _SHARE.check(media, "media", "histories")
     body = text if text is not None else _TEXT
     content = contents(body, media=media)
     draw_tool_turn = _tool_turn_drawer(max_results_per_turn, body, content)
