@@ -10,6 +10,13 @@ read with :mod:`tinyctx.formats`, repeated with fresh call ids up to 2000 messag
   ``ainvoke`` adding the step's messages, load = ``aget_tuple`` (``langgraph``,
   ``langgraph-checkpoint-sqlite``).
 
+Equal durability: tinyctx's store runs SQLite at ``synchronous=NORMAL`` (its default: in WAL
+mode a commit survives a crash of the process, and a power loss can lose only the last
+commits, never corrupt the file; each commit skips an fsync, which is most of a step's
+cost), while both peers run SQLite's default ``FULL`` (an fsync per commit). So tinyctx is
+measured twice, at NORMAL and at FULL, and the verdict against the peers is taken at FULL,
+equal durability; the NORMAL rows have tinyctx's own target only.
+
 A step is one agent turn: an assistant message with its tool results (2-10 messages).
 Bytes per step are the growth of the database file (WAL checkpointed before and after), at
 a short (100 messages) and a long (2000) history: ours must not depend on the length.
@@ -193,11 +200,22 @@ class Backend:
         return _db_bytes(self.path)
 
 
+class _FullSqliteStore(SqliteStore):
+    """tinyctx's store at the peers' durability: ``synchronous=FULL`` (a benchmark hook on
+    the store's private connect; the store itself has no such option)."""
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = super()._connect()
+        conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
+
 class Ours(Backend):
     name = "tinyctx SqliteStore"
+    store_class: type[SqliteStore] = SqliteStore
 
     async def open(self) -> None:
-        self.store = SqliteStore(self.path)
+        self.store = self.store_class(self.path)
         await self.store.open()
         self.versions: dict[str, int] = {}
         self.leases: dict[str, Any] = {}
@@ -273,6 +291,11 @@ class OpenAIAgents(Backend):
 
     async def load(self, thread: str) -> int:
         return len(await self.session(thread).get_items())
+
+
+class OursFull(Ours):
+    name = "tinyctx SqliteStore (FULL)"
+    store_class = _FullSqliteStore
 
 
 class LangGraph(Backend):
@@ -521,7 +544,7 @@ async def _measure(quick: bool) -> tuple[list[Row], list[str]]:
     # best of many short rounds: a busy machine inflates some rounds, never deflates one
     count, rounds = (10, 2) if quick else (10, 30)
     repeat = 3 if quick else 30
-    backends: list[type[Backend]] = [Ours]
+    backends: list[type[Backend]] = [Ours, OursFull]
     if HAVE_OPENAI_AGENTS:
         backends.append(OpenAIAgents)
     if HAVE_LANGGRAPH:
@@ -558,23 +581,41 @@ async def _measure(quick: bool) -> tuple[list[Row], list[str]]:
             f"(median {fmt_seconds(r['load_median'])})",
         )
     ours = results[Ours.name]
-    peers = {k: v for k, v in results.items() if k != Ours.name}
+    full = results[OursFull.name]
+    peers = {k: v for k, v in results.items() if k not in (Ours.name, OursFull.name)}
     rows: list[Row] = []
 
     def row(case: str, key: str, target: float, unit: str) -> None:
         best_peer = min(peers.items(), key=lambda kv: kv[1][key]) if peers else None
         base_name, base = (best_peer[0], best_peer[1][key]) if best_peer else (None, None)
-        met = ours[key] <= target and (base is None or ours[key] * 2 <= base)
+        label = f"{base_name} (FULL)" if base_name else None
+        if key.startswith("step"):  # tinyctx's default, NORMAL: its own target only
+            rows.append(
+                Row(
+                    "durable",
+                    f"{case}, NORMAL (default)",
+                    ours[key],
+                    baseline=label,
+                    baseline_seconds=base,
+                    target=f"<= {unit}",
+                    met=ours[key] <= target,
+                    extra=dict(ours.items()),
+                )
+            )
+            mine, case = full, f"{case}, FULL (= peers)"
+        else:  # a load reads; the sync mode does not enter
+            mine = ours
+        met = mine[key] <= target and (base is None or mine[key] * 2 <= base)
         rows.append(
             Row(
                 "durable",
                 case,
-                ours[key],
-                baseline=base_name,
+                mine[key],
+                baseline=label,
                 baseline_seconds=base,
-                target=f"<= {unit} and >= 2x better",
+                target=f"<= {unit} and >= 2x better" if base is not None else f"<= {unit}",
                 met=met,
-                extra=dict(ours.items()),
+                extra=dict(mine.items()),
             )
         )
 

@@ -4,8 +4,12 @@
 
 Every ``benchmarks/bench_*.py`` module exposes ``run(quick: bool) -> list[Row]``; each row
 carries its own baseline measured in the same run (hand-nested awaits, LangChain's
-equivalents when the ``bench`` extra is installed). Results are also written as JSON
-(default ``benchmarks/results/<commit>.json``) for comparison across commits.
+equivalents when the ``bench`` extra is installed). The run ends with one summary table:
+per capability (module and group), tinyctx's time, the best peer's and the floor's
+(whichever the rows measured: a peer library, or the bare operation tinyctx wraps, such
+as hand-nested awaits, a raw insert+commit or a no-op layer), the ratios and the verdicts.
+Results are also written as JSON (default ``benchmarks/results/<commit>.json``) for
+comparison across commits.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _harness import Row, print_table  # noqa: E402
+from _harness import Row, fmt_seconds, print_table  # noqa: E402
 
 
 def discover() -> list[str]:
@@ -56,6 +60,53 @@ def _row_json(module: str, row: Row) -> dict[str, Any]:
         "met": row.met,
         "extra": row.extra,
     }
+
+
+PEERS = ("LangChain", "LangGraph", "OpenAI", "Agents", "pydantic", "langchain")
+"""A baseline naming one of these is a peer library; any other is a floor."""
+
+
+def _is_peer(baseline: str | None) -> bool:
+    return baseline is not None and any(name in baseline for name in PEERS)
+
+
+def summary_rows(all_rows: list[tuple[str, Row]]) -> list[list[str]]:
+    """One line per capability (module / group): its rows with a verdict (else its first
+    row), with the best peer and the floor each row was measured against."""
+    by_capability: dict[tuple[str, str], list[Row]] = {}
+    for module, row in all_rows:
+        by_capability.setdefault((module.removeprefix("bench_"), row.group), []).append(row)
+    lines: list[list[str]] = []
+    for (module, group), rows in by_capability.items():
+        judged = [r for r in rows if r.met is not None] or rows[:1]
+        for row in judged:
+            base = "-" if row.baseline_seconds is None else fmt_seconds(row.baseline_seconds)
+            peer = _is_peer(row.baseline) and row.baseline_seconds is not None
+            floor = row.baseline is not None and not _is_peer(row.baseline)
+            ratio = f"{row.ratio:.2f}x" if row.ratio is not None else ""
+            verdict = "" if row.met is None else ("MET" if row.met else "NOT MET")
+            lines.append(
+                [
+                    f"{module} / {group}",
+                    row.case,
+                    fmt_seconds(row.seconds),
+                    f"{row.baseline} {base}" if peer else "-",
+                    ratio if peer else "",
+                    f"{row.baseline} {base}" if floor else "-",
+                    ratio if floor else "",
+                    f"{row.target or ''} {verdict}".strip(),
+                ]
+            )
+    return lines
+
+
+def print_summary(all_rows: list[tuple[str, Row]]) -> None:
+    header = ["capability", "case", "tinyctx", "best peer", "ratio", "floor", "ratio", "target"]
+    lines = summary_rows(all_rows)
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
+    print("\nsummary: each capability, tinyctx, the best peer, the floor (ratio = tinyctx / it)")
+    for line in [header, *lines]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         for module, row in targets:
             if not row.met:
                 print(f"  NOT MET: {module} {row.group} / {row.case} ({row.target})")
+    print_summary(all_rows)
 
     commit = _commit()
     out = args.json or HERE / "results" / f"{commit}.json"
