@@ -538,6 +538,48 @@ def _fmt_bytes(value: float) -> str:
     return f"{value:.0f} B"
 
 
+def _verdict_rows(
+    results: dict[str, dict[str, float]], case: str, key: str, target: float, unit: str
+) -> list[Row]:
+    """A step's rows: tinyctx at NORMAL (its default) with its own target, then at FULL
+    against the best peer (which runs FULL); a load (no sync mode enters): one row."""
+    ours, full = results[Ours.name], results[OursFull.name]
+    peers = {k: v for k, v in results.items() if k not in (Ours.name, OursFull.name)}
+    best_peer = min(peers.items(), key=lambda kv: kv[1][key]) if peers else None
+    base_name, base = (best_peer[0], best_peer[1][key]) if best_peer else (None, None)
+    label = f"{base_name} (FULL)" if base_name else None
+    rows: list[Row] = []
+    mine = ours
+    if key.startswith("step"):
+        rows.append(
+            Row(
+                "durable",
+                f"{case}, NORMAL (default)",
+                ours[key],
+                baseline=label,
+                baseline_seconds=base,
+                target=f"<= {unit}",
+                met=ours[key] <= target,
+                extra=dict(ours.items()),
+            )
+        )
+        mine, case = full, f"{case}, FULL (= peers)"
+    met = mine[key] <= target and (base is None or mine[key] * 2 <= base)
+    rows.append(
+        Row(
+            "durable",
+            case,
+            mine[key],
+            baseline=label,
+            baseline_seconds=base,
+            target=f"<= {unit} and >= 2x better" if base is not None else f"<= {unit}",
+            met=met,
+            extra=dict(mine.items()),
+        )
+    )
+    return rows
+
+
 async def _measure(quick: bool) -> tuple[list[Row], list[str]]:
     history, source = build_thread(LONG)
     steps = split_steps(build_thread(LONG + 1200)[0][len(history) :])
@@ -581,43 +623,10 @@ async def _measure(quick: bool) -> tuple[list[Row], list[str]]:
             f"(median {fmt_seconds(r['load_median'])})",
         )
     ours = results[Ours.name]
-    full = results[OursFull.name]
-    peers = {k: v for k, v in results.items() if k not in (Ours.name, OursFull.name)}
     rows: list[Row] = []
 
     def row(case: str, key: str, target: float, unit: str) -> None:
-        best_peer = min(peers.items(), key=lambda kv: kv[1][key]) if peers else None
-        base_name, base = (best_peer[0], best_peer[1][key]) if best_peer else (None, None)
-        label = f"{base_name} (FULL)" if base_name else None
-        if key.startswith("step"):  # tinyctx's default, NORMAL: its own target only
-            rows.append(
-                Row(
-                    "durable",
-                    f"{case}, NORMAL (default)",
-                    ours[key],
-                    baseline=label,
-                    baseline_seconds=base,
-                    target=f"<= {unit}",
-                    met=ours[key] <= target,
-                    extra=dict(ours.items()),
-                )
-            )
-            mine, case = full, f"{case}, FULL (= peers)"
-        else:  # a load reads; the sync mode does not enter
-            mine = ours
-        met = mine[key] <= target and (base is None or mine[key] * 2 <= base)
-        rows.append(
-            Row(
-                "durable",
-                case,
-                mine[key],
-                baseline=label,
-                baseline_seconds=base,
-                target=f"<= {unit} and >= 2x better" if base is not None else f"<= {unit}",
-                met=met,
-                extra=dict(mine.items()),
-            )
-        )
+        rows.extend(_verdict_rows(results, case, key, target, unit))
 
     parse = fmt_seconds(ours["load_parse"])
     decode = (
