@@ -25,6 +25,7 @@ import anyio
 from attrs import field, frozen
 
 from ._gc import gc_paused
+from ._lifecycle_local import MemoryLifecycle, SqliteLifecycle
 from .documents import SplitDocuments, join_document, split_document
 from .errors import ConfigError, TinyCtxError
 from .frozen import EMPTY, FrozenDict, frozen_mapping, thaw
@@ -216,7 +217,7 @@ class _MemoryThread:
         self.archive: list[ArchivedRange] = []
 
 
-class MemoryStore:
+class MemoryStore(MemoryLifecycle):
     """A process-local :class:`Store` and :class:`~tinyctx.threads.ThreadStore`.
 
     Values are deep-copied in and out, as a real store would; thread documents are
@@ -1131,7 +1132,7 @@ DEFAULT_CACHE_BYTES: Final = 64 << 20
 """``SqliteStore(cache_bytes=...)``: SQLite's page cache for the store's connection."""
 
 
-class SqliteStore:
+class SqliteStore(SqliteLifecycle):
     """A :class:`Store` in one SQLite file: the embedded default for notes and data.
 
     - WAL journal (readers never wait for the writer), ``synchronous=NORMAL``.

@@ -61,6 +61,7 @@ from ._common import (
     missing_extra,
     redact_url,
 )
+from ._postgres_lifecycle import PostgresLifecycle
 
 try:
     import psycopg
@@ -396,7 +397,7 @@ def _text(raw: bytes | memoryview | None) -> str | None:
     return None if raw is None else bytes(raw).decode()
 
 
-class PostgresStore(NetworkedStore):
+class PostgresStore(PostgresLifecycle, NetworkedStore):
     """:class:`~tinyctx.stores.Store` and :class:`~tinyctx.threads.ThreadStore` on PostgreSQL.
 
     ``url`` is a libpq connection URL or string (``postgresql://user:pass@host:5432/db``).

@@ -67,6 +67,7 @@ from ._common import (
     redact_url,
 )
 from ._redis_layout import SCHEMA_VERSION, check_layout, migrate_v1
+from ._redis_lifecycle import RedisLifecycle
 
 try:
     import redis
@@ -251,7 +252,7 @@ class _Client:
         self.fenced_append = self.redis.register_script(_FENCED_APPEND)
 
 
-class RedisStore(NetworkedStore):
+class RedisStore(RedisLifecycle, NetworkedStore):
     """:class:`~tinyctx.stores.Store` and :class:`~tinyctx.threads.ThreadStore` on Redis.
 
     ``url`` is a redis-py URL: ``redis://[:password@]host:6379/0``, ``rediss://`` (TLS) or

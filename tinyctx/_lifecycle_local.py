@@ -1,0 +1,97 @@
+"""The thread-lifecycle capabilities of the in-process stores (memory and SQLite).
+
+Kept apart from :mod:`tinyctx.stores` (one concern per file): :class:`MemoryLifecycle`
+and :class:`SqliteLifecycle` are mixins of :class:`~tinyctx.stores.MemoryStore` and
+:class:`~tinyctx.stores.SqliteStore` implementing the optional protocols of
+:mod:`tinyctx.history`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .documents import join_document
+from .lifecycle import ThreadWindow, check_window_args, window_of
+
+if TYPE_CHECKING:
+    from .stores import _MemoryThread
+
+__all__ = ["MemoryLifecycle", "SqliteLifecycle"]
+
+T = TypeVar("T")
+
+
+class MemoryLifecycle:
+    """:class:`~tinyctx.history.ThreadWindowStore` over a MemoryStore's threads."""
+
+    if TYPE_CHECKING:  # MemoryStore's
+        _threads: dict[str, _MemoryThread]
+
+        async def _ready(self) -> None: ...
+
+    async def load_window(
+        self, thread_id: str, *, stop: int | None = None, count: int
+    ) -> ThreadWindow:
+        """The newest ``count`` live messages before ``stop``; see
+        :meth:`tinyctx.history.ThreadWindowStore.load_window`."""
+        check_window_args(thread_id, stop, count)
+        await self._ready()
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return ThreadWindow(thread_id, 0, 0, 0, ())
+        return window_of(
+            thread_id,
+            thread.version,
+            thread.messages,
+            stop,
+            count,
+            thread.checkpoint,
+            thread.state,
+        )
+
+
+def _load_window(
+    conn: sqlite3.Connection, thread_id: str, stop: int | None, count: int
+) -> ThreadWindow:
+    from .stores import _check_integers, _Read  # the store's own transaction helpers
+
+    with _Read(conn):
+        row = conn.execute(
+            "SELECT version, length, checkpoint, state FROM tinyctx_threads WHERE thread_id = ?",
+            (thread_id,),
+        ).fetchone()
+        if row is None:
+            return ThreadWindow(thread_id, 0, 0, 0, ())
+        _check_integers(thread_id, row, ((0, "version", False), (1, "length", False)))
+        version, length, checkpoint, state = row
+        end = length if stop is None else min(stop, length)
+        start = max(0, end - count)
+        rows: list[tuple[Any, ...]] = []
+        if end > start:
+            # newest first from the end of the log: the newest page skips nothing
+            rows = conn.execute(
+                "SELECT doc, content FROM tinyctx_messages WHERE thread_id = ? "
+                "ORDER BY pos DESC LIMIT ? OFFSET ?",
+                (thread_id, end - start, length - end),
+            ).fetchall()
+    rows.reverse()
+    docs = tuple(join_document(doc, content) for doc, content in rows)
+    return ThreadWindow(thread_id, version, length, start, docs, checkpoint, state)
+
+
+class SqliteLifecycle:
+    """:class:`~tinyctx.history.ThreadWindowStore` over a SqliteStore's tables."""
+
+    if TYPE_CHECKING:  # SqliteStore's
+
+        async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    async def load_window(
+        self, thread_id: str, *, stop: int | None = None, count: int
+    ) -> ThreadWindow:
+        """The newest ``count`` live messages before ``stop``, in one read transaction;
+        see :meth:`tinyctx.history.ThreadWindowStore.load_window`."""
+        check_window_args(thread_id, stop, count)
+        return await self._run(lambda conn: _load_window(conn, thread_id, stop, count))

@@ -1,0 +1,66 @@
+"""The thread-lifecycle capabilities of :class:`~tinyctx.backends.redis.RedisStore`.
+
+A mixin of the store (kept apart from its connection and write paths): each method is a
+new Lua script over the store's own keys, run through the store's worker threads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..lifecycle import ThreadWindow, check_window_args
+
+if TYPE_CHECKING:
+    from ._common import WorkerThreads
+    from .redis import _Client
+
+__all__ = ["RedisLifecycle"]
+
+# KEYS: thread, messages; ARGV: stop or '', count
+# -> {length, start, version or '', has checkpoint, checkpoint, has state, state, docs}
+_WINDOW = """
+local length = redis.call('LLEN', KEYS[2])
+local stop = length
+if ARGV[1] ~= '' then stop = math.min(tonumber(ARGV[1]), length) end
+local start = math.max(stop - tonumber(ARGV[2]), 0)
+local docs = {}
+if stop > start then docs = redis.call('LRANGE', KEYS[2], start, stop - 1) end
+local f = redis.call('HMGET', KEYS[1], 'v', 'cp', 'st')
+return {length, start, f[1] or '', f[2] and 1 or 0, f[2] or '', f[3] and 1 or 0, f[3] or '',
+        docs}
+"""
+
+
+class RedisLifecycle:
+    """:class:`~tinyctx.lifecycle.ThreadWindowStore` on Redis."""
+
+    if TYPE_CHECKING:  # RedisStore's
+        _threads: WorkerThreads[_Client]
+
+        def _thread_keys(self, thread_id: str) -> tuple[str, str, str, str]: ...
+
+    async def load_window(
+        self, thread_id: str, *, stop: int | None = None, count: int
+    ) -> ThreadWindow:
+        """The newest ``count`` live messages before ``stop``, in one script (one
+        snapshot); see :meth:`tinyctx.lifecycle.ThreadWindowStore.load_window`."""
+        check_window_args(thread_id, stop, count)
+        thread, messages, _, _ = self._thread_keys(thread_id)
+        args = ["" if stop is None else str(stop), str(count)]
+
+        def read(client: _Client) -> Any:
+            script = client.redis.register_script(_WINDOW)
+            return script(keys=[thread, messages], args=args)
+
+        length, start, version, has_cp, checkpoint, has_st, state, docs = await self._threads.run(
+            read
+        )
+        return ThreadWindow(
+            thread_id,
+            int(version or 0),
+            int(length),
+            int(start),
+            tuple(docs),
+            checkpoint if has_cp else None,
+            state if has_st else None,
+        )

@@ -1,0 +1,179 @@
+"""Conformance cases for the optional thread-lifecycle protocols (:mod:`tinyctx.lifecycle`).
+
+:class:`ThreadLifecycleConformance` is a base of
+:class:`~tinyctx.testing.store_conformance.ThreadStoreConformance`, so every backend
+suite runs it; a case whose protocol the store under test does not implement is skipped
+(a third-party store without the capability still passes the rest).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from .. import codec
+from ..history import load_thread
+from ..lifecycle import ThreadWindowStore
+from ..messages import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
+from ..threads import Compaction, ThreadWrite
+
+__all__ = ["ThreadLifecycleConformance"]
+
+
+class _Factory(Protocol):
+    def __call__(self, *, archive_retention: float | None = None) -> Awaitable[Any]: ...
+
+
+_ids = itertools.count()
+
+
+def _fresh(prefix: str = "lc") -> str:
+    return f"{prefix}-{os.getpid()}-{next(_ids)}-{os.urandom(3).hex()}"
+
+
+_PROPERTY = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@asynccontextmanager
+async def _opened(make_store: _Factory) -> AsyncIterator[Any]:
+    store = await make_store()
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+def _require(store: Any, protocol: type) -> None:
+    if not isinstance(store, protocol):
+        pytest.skip(f"{type(store).__name__} does not implement {protocol.__name__}")
+
+
+def _users(*texts: str) -> tuple[str, ...]:
+    return codec.encode_messages(UserMessage(text) for text in texts)
+
+
+def _turn(index: int, calls: int) -> list[Message]:
+    """A user message, then an assistant with ``calls`` tool calls and their results."""
+    turn: list[Message] = [UserMessage(f"u{index}")]
+    if calls == 0:
+        turn.append(AssistantMessage(f"a{index}"))
+        return turn
+    tool_calls = tuple(ToolCall(f"c{index}-{k}", "tool", {"k": k}) for k in range(calls))
+    turn.append(AssistantMessage("", tool_calls))
+    turn.extend(ToolResult.for_call(call, f"r{call.id}") for call in tool_calls)
+    return turn
+
+
+def _history(shape: list[int]) -> list[Message]:
+    return [m for index, calls in enumerate(shape) for m in _turn(index, calls)]
+
+
+def _pair_complete(messages: tuple[Message, ...]) -> bool:
+    called = {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    return all(m.tool_call_id in called for m in messages if isinstance(m, ToolResult))
+
+
+@pytest.mark.anyio
+class ThreadLifecycleConformance:
+    """The optional thread-lifecycle protocols: windows and pages of a thread."""
+
+    # -- windows and pages ---------------------------------------------------------------
+
+    async def test_a_window_is_a_slice_of_the_live_log(self, make_store: _Factory) -> None:
+        """load_window returns the newest count messages before stop, with version and
+        length; count=0 reads the state without messages; an unknown thread is empty."""
+        thread = _fresh()
+        async with _opened(make_store) as store:
+            _require(store, ThreadWindowStore)
+            empty = await store.load_window(thread, count=5)
+            assert (empty.version, empty.length, empty.start, empty.messages) == (0, 0, 0, ())
+            docs = _users(*(f"m{i}" for i in range(10)))
+            await store.write(
+                thread, ThreadWrite(docs, state="s", checkpoint="cp"), expected_version=0
+            )
+            await store.write(
+                thread, ThreadWrite(compaction=Compaction(0, 2, _users("sum"))), expected_version=1
+            )
+            live = (*_users("sum"), *docs[2:])
+            newest = await store.load_window(thread, count=3)
+            assert (newest.version, newest.length, newest.start) == (2, 9, 6)
+            assert newest.messages == live[6:]
+            assert (newest.checkpoint, newest.state) == ("cp", "s")
+            middle = await store.load_window(thread, stop=4, count=3)
+            assert (middle.start, middle.messages) == (1, live[1:4])
+            head = await store.load_window(thread, stop=2, count=10)
+            assert (head.start, head.messages) == (0, live[:2])
+            past = await store.load_window(thread, stop=100, count=2)
+            assert (past.start, past.messages) == (7, live[7:])
+            bare = await store.load_window(thread, count=0)
+            assert (bare.length, bare.start, bare.messages, bare.state) == (9, 9, (), "s")
+
+    async def test_window_arguments_are_checked(self, make_store: _Factory) -> None:
+        """A negative count or stop is a ValueError naming the argument."""
+        async with _opened(make_store) as store:
+            _require(store, ThreadWindowStore)
+            with pytest.raises(ValueError, match="count"):
+                await store.load_window(_fresh(), count=-1)
+            with pytest.raises(ValueError, match="stop"):
+                await store.load_window(_fresh(), stop=-2, count=1)
+
+    async def test_the_newest_page_reaches_back_to_the_call(self, make_store: _Factory) -> None:
+        """A limit that cuts into a tool turn's results brings the assistant call along."""
+        thread = _fresh()
+        history = _history([0, 3])  # u0 a0 u1 A(c0,c1,c2) r r r
+        async with _opened(make_store) as store:
+            await store.write(
+                thread, ThreadWrite(codec.encode_messages(history)), expected_version=0
+            )
+            page = await load_thread(store, thread, limit=2)
+            assert page.start == 3
+            assert page.messages == tuple(history[3:])
+            assert page.before == 3
+            assert page.length == 7
+            assert page.version == 1
+            older = await load_thread(store, thread, limit=10, before=page.before)
+            assert older.messages == tuple(history[:3])
+            assert older.before is None
+            whole = await load_thread(store, thread)
+            assert whole.messages == tuple(history)
+            assert whole.start == 0
+
+    async def test_page_arguments_are_checked(self, make_store: _Factory) -> None:
+        """limit below 1 and a negative before are ValueErrors naming the argument."""
+        async with _opened(make_store) as store:
+            with pytest.raises(ValueError, match="limit"):
+                await load_thread(store, _fresh(), limit=0)
+            with pytest.raises(ValueError, match="before"):
+                await load_thread(store, _fresh(), before=-1)
+
+    @_PROPERTY
+    @given(
+        shape=st.lists(st.integers(0, 4), min_size=1, max_size=8),
+        limit=st.integers(1, 12),
+    )
+    async def test_pages_cover_the_thread_pair_complete(
+        self, make_store: _Factory, shape: list[int], limit: int
+    ) -> None:
+        """Paging from the newest to the oldest yields every message once, in order, and
+        each page is pair-complete and holds at least min(limit, rest) messages."""
+        thread = _fresh()
+        history = _history(shape)
+        async with _opened(make_store) as store:
+            await store.write(
+                thread, ThreadWrite(codec.encode_messages(history)), expected_version=0
+            )
+            pages = [await load_thread(store, thread, limit=limit)]
+            while pages[-1].before is not None:
+                pages.append(await load_thread(store, thread, limit=limit, before=pages[-1].before))
+            seen = [m for page in reversed(pages) for m in page.messages]
+            assert seen == history
+            for page in pages:
+                assert _pair_complete(page.messages)
+                assert len(page.messages) >= min(limit, page.stop)
