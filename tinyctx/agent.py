@@ -357,6 +357,7 @@ class _RunState:
         "cancel_reported",
         "ctx",
         "events",
+        "input_after_tools",
         "model_calls",
         "resumed_call",
         "resuming",
@@ -372,6 +373,8 @@ class _RunState:
         # the suspended call a resume runs again (its id) and what it resumes with
         self.resumed_call: tuple[str, Resumption] | None = None
         self.cancel_reported = False
+        # a resume's new input, added after the resumed calls' results (same write)
+        self.input_after_tools: tuple[Message, ...] = ()
         self.added: list[Message] = []
         self.model_calls = 0
         self.tool_calls = 0
@@ -771,6 +774,7 @@ class Session(Generic[Data]):
         checkpoint: Checkpoint | None = None,
         *,
         decisions: Mapping[str, Decision] | None = None,
+        input: str | Message | Sequence[Message] | None = None,
     ) -> RunResult:
         """Continue an interrupted run from its checkpoint (same run id, same counters).
 
@@ -784,11 +788,20 @@ class Session(Generic[Data]):
         runs; a refused input raises :class:`~tinyctx.ResumeError`. A resume that fails
         before the run goes on (refused decisions, a run-start hook raised, the caller
         cancelled) leaves the session paused on the same checkpoint.
+
+        ``input`` (text, a message or messages, as :meth:`run` takes) is the user's new
+        message: it is added after the decided calls' results, in the same write as the
+        last of them (a crash never stores the answered calls without it), and the model
+        then sees both. Input that would break the pairing rule raises ``PairingError``
+        naming ``input[i]`` before anything runs. If the resumed calls pause the run again,
+        the input is not added (pass it to that resume).
         """
         given = _checked_resume_args("resume", checkpoint, decisions)
+        messages = _input_messages(input)
         self._enter_run()
         try:
             checkpoint = self._resumable(checkpoint)
+            self._check_resume_input(checkpoint, messages)
             ctx, resumed_call = await self._take_decisions(checkpoint, given)
             if self._paused is not checkpoint:
                 # a checkpoint from elsewhere (persisted, another session): restore its history
@@ -800,26 +813,44 @@ class Session(Generic[Data]):
             state.tool_calls = checkpoint.tool_calls
             state.resuming = checkpoint
             state.resumed_call = resumed_call
+            if checkpoint.phase == "tools":
+                state.input_after_tools = messages  # after the decided calls' results
+                messages = ()
             return await self._drive(
-                state, checkpoint.phase, checkpoint.pending, input=None, resumed=True
+                state, checkpoint.phase, checkpoint.pending, input=messages, resumed=True
             )
         finally:
             self._busy = False
+
+    def _check_resume_input(self, checkpoint: Checkpoint, messages: tuple[Message, ...]) -> None:
+        """``PairingError`` (or ``CodecError``) for resume input that could not follow the
+        paused run's answered calls; nothing changes."""
+        if not messages:
+            return
+        used = self._call_ids() | call_ids(checkpoint.messages)
+        _check_input(checkpoint.messages, messages, used, paused=True)
+        if self._link is not None:
+            from .codec import encode_messages
+
+            encode_messages(messages, path="input")
 
     async def check_resume(
         self,
         checkpoint: Checkpoint | None = None,
         *,
         decisions: Mapping[str, Decision] | None = None,
+        input: str | Message | Sequence[Message] | None = None,
     ) -> None:
         """Raise what :meth:`resume` would raise before running anything (a checkpoint it
         refuses, ``ResumeError`` for decisions it refuses), and change nothing: a review UI
         checks a reviewer's decisions before it stores or posts them. The layers'
         ``on_resume`` hooks run on a copy of the run's state that is then dropped."""
         given = _checked_resume_args("check_resume", checkpoint, decisions)
+        messages = _input_messages(input)
         self._enter_run()
         try:
             checkpoint = self._resumable(checkpoint)
+            self._check_resume_input(checkpoint, messages)
             ctx, _ = await self._take_decisions(checkpoint, given)
             ctx.run_states.pop(ctx.run_id)
         finally:
@@ -1131,6 +1162,10 @@ class Session(Generic[Data]):
                 state, f"[not run: {why}]", running, f"[interrupted while running: {why}]"
             )
             raise
+        if state.input_after_tools:
+            added, state.input_after_tools = state.input_after_tools, ()
+            for message in added:
+                await self._append(state, message)
         await self._checkpoint(state, "after_tools")
 
     async def _suspend(
