@@ -45,6 +45,11 @@ never run, and another pause wins the response; when that run resumes, this laye
 again (``on_run_start``) for the calls still waiting for a review, before any of them runs.
 A call that needs review and still reaches the tool onion without a decision is never run:
 it gets an error result saying it was not reviewed.
+
+A call that could not run anyway (its arguments are not a JSON object or fail the tool's
+schema, or the tool is unknown) is not put to a reviewer: it gets the same validation
+error a call of an unreviewed tool gets (a :class:`~tinyctx.ToolError` the loop answers
+as an ``is_error`` result), so the model corrects it; its corrected call is reviewed.
 """
 
 from __future__ import annotations
@@ -79,6 +84,7 @@ from tinyctx import (
     ToolArgumentError,
     ToolCall,
     ToolCallHandler,
+    ToolError,
     ToolResult,
     decisions_from_json,
     pending_tool_calls,
@@ -310,20 +316,22 @@ class Approvals(Layer):
             # a stop means the calls never run; another pause wins the response (ties keep
             # the first) and this layer asks for the review when that run resumes
             return response
-        reviewed = self._under_review(calls, {})
+        reviewed = self._under_review(ctx, calls, {})
         if not reviewed:
             return response
         return response.evolve(control=self._pause(ctx, reviewed))
 
     def _under_review(
-        self, calls: Iterable[ToolCall], decided: Mapping[str, Decision]
+        self, ctx: RunContext[Any], calls: Iterable[ToolCall], decided: Mapping[str, Decision]
     ) -> list[tuple[ToolCall, Review]]:
+        """The calls a person must decide: those that need review and could run (a call
+        whose arguments fail its tool's schema goes back to the model instead)."""
         out = []
         for call in calls:
             if call.id in decided:
                 continue
             review = self.review_for(call)
-            if review is not None:
+            if review is not None and _unrunnable(ctx, call) is None:
                 out.append((call, review))
         return out
 
@@ -419,7 +427,7 @@ class Approvals(Layer):
         # pause won their response): pause again, before the first of them runs
         pending = pending_tool_calls(ctx.conversation.messages)
         if pending:
-            reviewed = self._under_review(pending, decided.decisions if decided else {})
+            reviewed = self._under_review(ctx, pending, decided.decisions if decided else {})
             if reviewed:
                 ctx.request_control(self._pause(ctx, reviewed))
         if decided is not None and decided.unshown:
@@ -441,6 +449,11 @@ class Approvals(Layer):
         if decision is None:
             if self.review_for(call) is None:
                 return await call_next(call, ctx)
+            unrunnable = _unrunnable(ctx, call)
+            if unrunnable is not None:
+                # what the tool itself would answer: the model reads the error and may
+                # call again; nobody was asked to approve a call that cannot run
+                raise unrunnable
             return ToolResult.for_call(
                 call,
                 NOT_REVIEWED.format(name=call.name),
@@ -473,6 +486,29 @@ def _check_tool_name(tool: Any, review: Any) -> None:
         raise ConfigError(
             "review", review, "tool names that are non-empty strings", owner="Approvals"
         )
+
+
+def _unrunnable(ctx: RunContext[Any], call: ToolCall) -> ToolError | None:
+    """The error the tool onion would answer ``call`` with before running anything (an
+    unknown tool, arguments that are not a JSON object or fail the tool's schema), or None
+    when the call can run."""
+    tool = ctx.tools.get(call.name)
+    if tool is None:
+        known = ", ".join(ctx.tools.names) or "none"
+        return ToolError(
+            call, "UnknownTool", f"unknown tool {call.name!r}; available tools: {known}"
+        )
+    if call.invalid_arguments is not None:
+        return ToolError(
+            call,
+            "InvalidArguments",
+            f"arguments for {call.name!r} are not a JSON object: {call.invalid_arguments[:200]!r}",
+        )
+    try:
+        tool.check_arguments(call.arguments)
+    except ToolArgumentError as exc:
+        return ToolError(call, "InvalidArguments", str(exc), exc)
+    return None
 
 
 def _edit_problem(ctx: RunContext[Any], tool_name: str, decision: Edit) -> str | None:
