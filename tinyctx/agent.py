@@ -81,6 +81,7 @@ from .messages import (
 from .model import ModelHandler, ModelRequest, ModelResponse, Usage
 from .ordering import check_ordering
 from .parts import PART_TYPES
+from .request_rules import RequestRule, supports_prefill
 from .tasks import BackgroundTasks
 from .threads import ThreadStore
 from .tools import ServerTool, Tool, ToolArgumentError, ToolRegistry
@@ -210,11 +211,15 @@ class Agent:
     settings: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
     server_tools: tuple[ServerTool, ...] = field(default=(), converter=_tuple)
     name: str = "agent"
+    check_requests: bool = field(default=True, kw_only=True)
+    """Refuse a request a layer emptied or left ending in an assistant message the model
+    cannot continue (:mod:`tinyctx.request_rules`); False sends whatever the layers make."""
     run_start_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     run_end_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     resume_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     checkpoint_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     model_onion: ModelCall = field(init=False, repr=False)
+    request_rule: RequestRule = field(init=False, repr=False)
     tool_onion: ToolCallHandler = field(init=False, repr=False)
     bus: LayerBus = field(init=False, repr=False)
     registry: ToolRegistry = field(init=False, repr=False)
@@ -225,8 +230,16 @@ class Agent:
         check_layer_names(self.middleware)
         check_ordering(self.middleware)
         object.__setattr__(self, "registry", ToolRegistry(self.tools, self.server_tools))
+        rule = RequestRule(supports_prefill(self.model))
+        object.__setattr__(self, "request_rule", rule)
         object.__setattr__(
-            self, "model_onion", compose(self.middleware, _committed_first(self.model))
+            self,
+            "model_onion",
+            compose(
+                self.middleware,
+                _committed_first(self.model),
+                rule=rule if self.check_requests else None,
+            ),
         )
         object.__setattr__(self, "tool_onion", compose(self.middleware, invoke_tool, hook="tool"))
         object.__setattr__(self, "bus", LayerBus(self.middleware))
@@ -1055,7 +1068,11 @@ class Session(Generic[Data]):
         else:  # a subclass may answer anything
             request = request.evolve(messages=history)
         started = time.perf_counter()
-        response = await agent.model_onion(request, ctx)
+        undo = agent.request_rule.kernel_request(request)
+        try:
+            response = await agent.model_onion(request, ctx)
+        finally:
+            undo()
         if not isinstance(response, ModelResponse):
             raise TypeError(
                 f"the model onion returned {type(response).__name__}, expected ModelResponse"
