@@ -83,6 +83,7 @@ from .ordering import check_ordering
 from .parts import PART_TYPES
 from .request_rules import RequestRule, supports_prefill
 from .tasks import BackgroundTasks
+from .thread_usage import record_run
 from .threads import ThreadStore
 from .tools import ServerTool, Tool, ToolArgumentError, ToolRegistry
 
@@ -979,6 +980,7 @@ class Session(Generic[Data]):
         unsubscribe = ctx.events.subscribe(collect)
         result: RunResult | None = None
         error: BaseException | None = None
+        used_from, cost_from, calls_from = ctx.usage.total(), ctx.costs.total(), state.model_calls
         try:
             ctx.emit(RunStarted, resumed=resumed, agent=self.agent.name)
             for message in _input_messages(input):
@@ -1024,6 +1026,13 @@ class Session(Generic[Data]):
                     # a run that ended with an answer leaves no message event queued
                     await ctx.conversation.flush()
                 if self._link is not None:
+                    # the thread's usage record, written with the run's last write
+                    record_run(
+                        ctx,
+                        ctx.usage.total() - used_from,
+                        state.model_calls - calls_from,
+                        ctx.costs.total() - cost_from,
+                    )
                     if paused is not None:
                         self._link.pause(paused)  # one write: the messages and the pause
                     clean = error is None or paused is not None

@@ -22,6 +22,8 @@ from .. import codec
 from ..history import load_thread
 from ..lifecycle import ThreadWindowStore
 from ..messages import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
+from ..model import Usage
+from ..thread_usage import USAGE_KEY, ThreadUsage, thread_usage
 from ..threads import Compaction, ThreadWrite
 
 __all__ = ["ThreadLifecycleConformance"]
@@ -82,7 +84,7 @@ def _pair_complete(messages: tuple[Message, ...]) -> bool:
 
 @pytest.mark.anyio
 class ThreadLifecycleConformance:
-    """The optional thread-lifecycle protocols: windows and pages of a thread."""
+    """The optional thread-lifecycle protocols: windows and pages of a thread, usage."""
 
     # -- windows and pages ---------------------------------------------------------------
 
@@ -152,6 +154,18 @@ class ThreadLifecycleConformance:
                 await load_thread(store, _fresh(), limit=0)
             with pytest.raises(ValueError, match="before"):
                 await load_thread(store, _fresh(), before=-1)
+
+    async def test_usage_totals_read_back_without_messages(self, make_store: _Factory) -> None:
+        """A thread's stored usage record reads back as written (thread_usage)."""
+        thread = _fresh()
+        record = ThreadUsage()
+        record.add("run-1", Usage(120, 30, 10), 2, 0.5)
+        state = codec.encode_state({USAGE_KEY: record.to_json()})
+        async with _opened(make_store) as store:
+            await store.write(thread, ThreadWrite(_users("hi"), state=state), expected_version=0)
+            read = await thread_usage(store, thread)
+            assert read.to_json() == record.to_json()
+            assert (await thread_usage(store, _fresh())).runs == []
 
     @_PROPERTY
     @given(
