@@ -19,10 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .. import codec
+from ..forks import ThreadExists, fork_thread, rewind
 from ..history import load_thread
 from ..lifecycle import ThreadWindowStore
 from ..messages import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 from ..model import Usage
+from ..stores import Store
 from ..thread_usage import USAGE_KEY, ThreadUsage, thread_usage
 from ..threads import Compaction, ThreadWrite
 
@@ -84,7 +86,7 @@ def _pair_complete(messages: tuple[Message, ...]) -> bool:
 
 @pytest.mark.anyio
 class ThreadLifecycleConformance:
-    """The optional thread-lifecycle protocols: windows and pages of a thread, usage."""
+    """Thread lifecycle on every store: windows and pages, usage, fork and rewind."""
 
     # -- windows and pages ---------------------------------------------------------------
 
@@ -166,6 +168,65 @@ class ThreadLifecycleConformance:
             read = await thread_usage(store, thread)
             assert read.to_json() == record.to_json()
             assert (await thread_usage(store, _fresh())).runs == []
+
+    # -- fork and rewind -----------------------------------------------------------------
+
+    async def test_a_fork_copies_and_never_shares(self, make_store: _Factory) -> None:
+        """The fork holds the history and layer state (not the usage record); writes to
+        either thread never show in the other; an existing new_id is refused."""
+        source, fork = _fresh(), _fresh()
+        usage = ThreadUsage()
+        usage.add("r", Usage(1, 1), 1, 0.0)
+        state = codec.encode_state({"Layer": {"n": 1}, USAGE_KEY: usage.to_json()})
+        async with _opened(make_store) as store:
+            await store.write(
+                source,
+                ThreadWrite(_users("a", "b"), state=state, checkpoint="cp"),
+                expected_version=0,
+            )
+            assert await fork_thread(store, source, new_id=fork) == 1
+            copy = await store.load_thread(fork)
+            assert copy.messages == _users("a", "b")
+            assert copy.checkpoint is None
+            assert copy.state is not None
+            assert dict(codec.decode_state(copy.state)) == {"Layer": {"n": 1}}
+            await store.write(fork, ThreadWrite(_users("fork only")), expected_version=1)
+            await store.write(source, ThreadWrite(_users("source only")), expected_version=1)
+            assert (await store.load_thread(source)).messages == _users("a", "b", "source only")
+            assert (await store.load_thread(fork)).messages == _users("a", "b", "fork only")
+            with pytest.raises(ThreadExists):
+                await fork_thread(store, source, new_id=fork)
+            assert (await store.load_thread(fork)).version == 2
+
+    async def test_a_fork_copies_the_notes_asked_for(self, make_store: _Factory) -> None:
+        """notes={source namespace: target namespace} copies texts and metadata."""
+        source, fork, ns = _fresh(), _fresh(), _fresh("ns")
+        async with _opened(make_store) as store:
+            _require(store, Store)
+            await store.append_note(ns, "likes tea", metadata={"k": 1})
+            await store.write(source, ThreadWrite(_users("a")), expected_version=0)
+            await fork_thread(store, source, new_id=fork, notes={ns: f"{ns}-fork"})
+            (note,) = await store.notes(f"{ns}-fork")
+            assert (note.text, dict(note.metadata)) == ("likes tea", {"k": 1})
+            assert len(await store.notes(ns)) == 1
+
+    async def test_rewind_archives_what_it_removes(self, make_store: _Factory) -> None:
+        """The later messages leave the live log into the archive; the pause is dropped;
+        a cut between a call and its result is refused."""
+        thread = _fresh()
+        history = _history([0, 2, 0])  # u0 a0 | u1 A r r | u2 a2
+        docs = codec.encode_messages(history)
+        async with _opened(make_store) as store:
+            await store.write(thread, ThreadWrite(docs, checkpoint="cp"), expected_version=0)
+            with pytest.raises(ValueError, match="to_message=4"):
+                await rewind(store, thread, to_message=4)
+            assert await rewind(store, thread, to_message=2) == 2
+            record = await store.load_thread(thread)
+            assert record.messages == docs[:2]
+            assert record.checkpoint is None
+            (archived,) = await store.archived(thread)
+            assert (archived.version, archived.start, archived.end) == (2, 2, len(docs))
+            assert archived.messages == docs[2:]
 
     @_PROPERTY
     @given(
