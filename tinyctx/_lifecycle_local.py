@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .documents import join_document
 from .lifecycle import ThreadWindow, check_window_args, window_of
+from .threads import check_thread_id
+from .versions import ThreadVersion
 
 if TYPE_CHECKING:
     from .stores import _MemoryThread
@@ -50,6 +52,13 @@ class MemoryLifecycle:
             thread.checkpoint,
             thread.state,
         )
+
+    async def versions(self, thread_id: str) -> list[ThreadVersion]:
+        """What each write did, oldest first; see :mod:`tinyctx.versions`."""
+        check_thread_id(thread_id)
+        await self._ready()
+        thread = self._threads.get(thread_id)
+        return [] if thread is None else [ThreadVersion(*entry) for entry in thread.log]
 
 
 def _load_window(
@@ -95,3 +104,18 @@ class SqliteLifecycle:
         see :meth:`tinyctx.history.ThreadWindowStore.load_window`."""
         check_window_args(thread_id, stop, count)
         return await self._run(lambda conn: _load_window(conn, thread_id, stop, count))
+
+    async def versions(self, thread_id: str) -> list[ThreadVersion]:
+        """What each write did, oldest first; see :mod:`tinyctx.versions`."""
+        check_thread_id(thread_id)
+
+        def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            rows: list[tuple[Any, ...]] = conn.execute(
+                "SELECT version, written_at, appended, start, stop, replaced "
+                "FROM tinyctx_versions WHERE thread_id = ? ORDER BY version",
+                (thread_id,),
+            ).fetchall()
+            return rows
+
+        rows = await self._run(read)
+        return [ThreadVersion(*row) for row in rows]

@@ -8,6 +8,10 @@ either never shows in the other. The fork has no paused run (a checkpoint names 
 thread) and starts its own usage record (:mod:`tinyctx.thread_usage`). A ``new_id``
 that holds a thread already is refused, never overwritten.
 
+``fork_thread(..., at_version=v)`` forks the thread as it was at version ``v``, and
+``rewind_to_version(store, "t-1", v)`` makes that history current again (the replaced
+log is archived); both need a store that records versions (:mod:`tinyctx.versions`).
+
 ``await rewind(store, "t-1", to_message=12)`` makes the first 12 live messages the whole
 history again: the later ones are not deleted but archived, as a compaction of
 ``[12, length)`` with nothing in its place (``store.archived()`` shows them, within the
@@ -36,8 +40,9 @@ from .threads import (
     Unchanged,
     check_thread_id,
 )
+from .versions import load_as_of
 
-__all__ = ["ThreadExists", "fork_thread", "rewind"]
+__all__ = ["ThreadExists", "fork_thread", "rewind", "rewind_to_version"]
 
 
 class ThreadExists(TinyCtxError, ValueError):
@@ -64,11 +69,14 @@ async def fork_thread(
     source: str,
     *,
     new_id: str,
+    at_version: int | None = None,
     state: bool = True,
     notes: Mapping[str, str] | None = None,
 ) -> int:
     """Copy thread ``source`` to ``new_id`` (see the module docstring); returns the new
-    thread's version (1)."""
+    thread's version (1). ``at_version`` forks the history as it was at that version
+    (:func:`tinyctx.versions.load_as_of`); the layer state is copied only from the
+    current version (a store keeps no older state)."""
     check_thread_id(source)
     check_thread_id(new_id, field="new_id")
     if new_id == source:
@@ -80,9 +88,14 @@ async def fork_thread(
     record = await store.load_thread(source)
     if record.version == 0:
         raise ValueError(f"source={source!r}: no such thread (never written)")
+    messages = tuple(record.messages)
+    current = at_version is None or at_version == record.version
+    if not current:
+        assert at_version is not None
+        messages = (await load_as_of(store, source, at_version)).messages
     change = ThreadWrite(
-        append=tuple(record.messages),
-        state=_forked_state(record.state) if state else UNCHANGED,
+        append=messages,
+        state=_forked_state(record.state) if state and current else UNCHANGED,
     )
     try:
         version = await store.write(new_id, change, expected_version=0)
@@ -124,4 +137,18 @@ async def rewind(
             "result: rewind to before its assistant message or after its results"
         )
     change = ThreadWrite(compaction=Compaction(to_message, length, ()), checkpoint=None)
+    return await store.write(thread_id, change, expected_version=record.version, lease=lease)
+
+
+async def rewind_to_version(
+    store: ThreadStore, thread_id: str, version: int, *, lease: Lease | None = None
+) -> int:
+    """Make the thread's history what it was at ``version`` again, in one write that
+    replaces the whole live log (archived, so the later writes stay readable); the paused
+    run is dropped. Returns the new version."""
+    record = await store.load_thread(thread_id)
+    old = await load_as_of(store, thread_id, version)
+    change = ThreadWrite(
+        compaction=Compaction(0, len(record.messages), old.messages), checkpoint=None
+    )
     return await store.write(thread_id, change, expected_version=record.version, lease=lease)

@@ -206,10 +206,12 @@ def _check_list_args(prefix: str, limit: int | None) -> None:
 
 
 class _MemoryThread:
-    __slots__ = ("archive", "checkpoint", "lease", "messages", "state", "version")
+    __slots__ = ("archive", "checkpoint", "lease", "log", "messages", "state", "version")
 
     def __init__(self) -> None:
         self.version = 0
+        # what each write did: (version, at, appended, start, end, replaced)
+        self.log: list[tuple[int, float, int, int | None, int | None, int]] = []
         self.messages: list[str] = []
         self.checkpoint: str | None = None
         self.state: str | None = None
@@ -372,6 +374,11 @@ class MemoryStore(MemoryLifecycle):
                 )
             thread.messages[start:end] = compaction.replacement
         thread.messages.extend(change.append)
+        if compaction is None:
+            thread.log.append((new_version, now, len(change.append), None, None, 0))
+        else:
+            entry = (compaction.start, compaction.end, len(compaction.replacement))
+            thread.log.append((new_version, now, len(change.append), *entry))
         if not isinstance(change.checkpoint, Unchanged):
             thread.checkpoint = change.checkpoint
         if not isinstance(change.state, Unchanged):
@@ -530,7 +537,7 @@ class StoreAuthenticationFailed(TinyCtxError):
     password. Retrying does not help: fix the URL."""
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema version :class:`SqliteStore` writes; older files are migrated on open."""
 
 # _MIGRATIONS[n] takes a file from version n to version n + 1, inside one transaction.
@@ -577,6 +584,14 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         "ALTER TABLE tinyctx_messages ADD COLUMN content TEXT",
         "ALTER TABLE tinyctx_archive_messages ADD COLUMN content TEXT",
+    ),
+    # 5: what each write did (tinyctx.versions): how many messages it appended and which
+    # range a compaction replaced by how many, so an old version can be rebuilt from the
+    # live log and the archive. Writes from before have no row (out of reach).
+    (
+        "CREATE TABLE tinyctx_versions (thread_id TEXT NOT NULL, version INTEGER NOT NULL, "
+        "written_at REAL NOT NULL, appended INTEGER NOT NULL, start INTEGER, stop INTEGER, "
+        "replaced INTEGER NOT NULL, PRIMARY KEY (thread_id, version)) WITHOUT ROWID",
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -991,6 +1006,19 @@ def _write_thread(
             )
             last_pos += _GAP * len(append)
             length += len(append)
+        conn.execute(
+            "INSERT INTO tinyctx_versions (thread_id, version, written_at, appended, start, "
+            "stop, replaced) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                thread_id,
+                new_version,
+                now,
+                len(append),
+                None if compaction is None else compaction.start,
+                None if compaction is None else compaction.end,
+                len(replacement),
+            ),
+        )
         sets = "version = ?, length = ?, last_pos = ?, updated_at = ?"
         values: list[Any] = [new_version, length, last_pos, now]
         if not isinstance(change.checkpoint, Unchanged):
@@ -1120,7 +1148,12 @@ def _delete_thread(conn: sqlite3.Connection, thread_id: str) -> bool:
         found = conn.execute(
             "DELETE FROM tinyctx_threads WHERE thread_id = ?", (thread_id,)
         ).rowcount
-        for table in ("tinyctx_messages", "tinyctx_archive", "tinyctx_archive_messages"):
+        for table in (
+            "tinyctx_messages",
+            "tinyctx_archive",
+            "tinyctx_archive_messages",
+            "tinyctx_versions",
+        ):
             found += conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,)).rowcount
     return found > 0
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .. import codec
-from ..forks import ThreadExists, fork_thread, rewind
+from ..forks import ThreadExists, fork_thread, rewind, rewind_to_version
 from ..history import load_thread
 from ..lifecycle import ThreadWindowStore
 from ..messages import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
@@ -27,6 +27,7 @@ from ..model import Usage
 from ..stores import Store
 from ..thread_usage import USAGE_KEY, ThreadUsage, thread_usage
 from ..threads import Compaction, ThreadWrite
+from ..versions import ThreadVersionStore, load_as_of
 
 __all__ = ["ThreadLifecycleConformance"]
 
@@ -227,6 +228,81 @@ class ThreadLifecycleConformance:
             (archived,) = await store.archived(thread)
             assert (archived.version, archived.start, archived.end) == (2, 2, len(docs))
             assert archived.messages == docs[2:]
+
+    # -- versions and time travel --------------------------------------------------------
+
+    @_PROPERTY
+    @given(
+        steps=st.lists(
+            st.tuples(
+                st.sampled_from(["append", "compact", "fork"]),
+                st.integers(0, 3),
+                st.integers(0, 50),
+                st.integers(0, 50),
+            ),
+            min_size=1,
+            max_size=12,
+        )
+    )
+    async def test_as_of_a_version_is_what_a_reader_saw(
+        self, make_store: _Factory, steps: list[tuple[str, int, int, int]]
+    ) -> None:
+        """For any writes, compactions and forks, load_as_of(v) is the log a reader saw
+        at v, versions() lists each write, and a fork never changes its source."""
+        thread = _fresh()
+        seen: list[tuple[str, ...]] = [()]
+        forks: list[tuple[str, tuple[str, ...]]] = []
+        counter = itertools.count()
+        async with _opened(make_store) as store:
+            _require(store, ThreadVersionStore)
+            for kind, count, a, b in steps:
+                live = seen[-1]
+                if kind == "fork":
+                    at = a % len(seen)
+                    fork = _fresh("fork")
+                    if at == 0:
+                        continue
+                    await fork_thread(store, thread, new_id=fork, at_version=at)
+                    await store.write(fork, ThreadWrite(_users("in fork")), expected_version=1)
+                    forks.append((fork, seen[at]))
+                    continue
+                new = _users(*(f"m{next(counter)}" for _ in range(count)))
+                if kind == "compact":
+                    start = a % (len(live) + 1)
+                    end = start + b % (len(live) - start + 1)
+                    summary = _users(f"s{next(counter)}")
+                    change = ThreadWrite(new, Compaction(start, end, summary))
+                    live = (*live[:start], *summary, *live[end:])
+                else:
+                    change = ThreadWrite(new)
+                await store.write(thread, change, expected_version=len(seen) - 1)
+                seen.append((*live, *new))
+            if len(seen) == 1:
+                return
+            assert (await store.load_thread(thread)).messages == seen[-1]
+            for version, messages in enumerate(seen):
+                assert (await load_as_of(store, thread, version)).messages == messages
+            recorded = await store.versions(thread)
+            assert [v.version for v in recorded] == list(range(1, len(seen)))
+            for fork, messages in forks:
+                assert (await store.load_thread(fork)).messages == (*messages, *_users("in fork"))
+
+    async def test_rewind_to_a_version_keeps_the_later_writes(self, make_store: _Factory) -> None:
+        """rewind_to_version makes an old log current; the replaced log is archived."""
+        thread = _fresh()
+        async with _opened(make_store) as store:
+            _require(store, ThreadVersionStore)
+            await store.write(thread, ThreadWrite(_users("a")), expected_version=0)
+            await store.write(thread, ThreadWrite(_users("b")), expected_version=1)
+            await store.write(
+                thread, ThreadWrite(compaction=Compaction(0, 2, _users("ab"))), expected_version=2
+            )
+            assert await rewind_to_version(store, thread, 1) == 4
+            assert (await store.load_thread(thread)).messages == _users("a")
+            assert (await load_as_of(store, thread, 3)).messages == _users("ab")
+            assert (await store.archived(thread))[-1].messages == _users("ab")
+            with pytest.raises(ValueError, match="version"):
+                await load_as_of(store, thread, 9)
 
     @_PROPERTY
     @given(
