@@ -10,8 +10,41 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..lifecycle import ThreadWindow, check_window_args
+from ..threads import check_thread_id
+from ..versions import ThreadVersion
 
-__all__ = ["PostgresLifecycle"]
+__all__ = ["PostgresLifecycle", "versions_migration"]
+
+
+def versions_migration(write_thread: str, delete_thread: str) -> tuple[str, ...]:
+    """Schema 4: what each write did (:mod:`tinyctx.versions`), recorded by the write
+    function in the write's own transaction; ``delete_thread`` removes the records too.
+    Built from the current definitions of both functions (``{s}``-templated), each
+    replaced with one statement more."""
+    record = (
+        "    INSERT INTO {s}.versions (thread_id, version, written_at, appended, start_pos,\n"
+        "                              end_pos, replaced)\n"
+        "        VALUES (p_thread, v_new, p_now, cardinality(p_append), p_start, p_end,\n"
+        "                CASE WHEN p_start IS NULL THEN 0 ELSE cardinality(p_replacement) END);\n"
+    )
+    ok = "    RETURN QUERY SELECT 'ok'::text, v_new;"
+    assert write_thread.count(ok) == 1
+    writes = write_thread.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1).replace(
+        ok, record + ok
+    )
+    gone = "    DELETE FROM {s}.archive a WHERE a.thread_id = p_thread;"
+    assert delete_thread.count(gone) == 1
+    deletes = delete_thread.replace(
+        gone, gone + "\n    DELETE FROM {s}.versions v WHERE v.thread_id = p_thread;"
+    )
+    return (
+        'CREATE TABLE IF NOT EXISTS {s}.versions (thread_id text COLLATE "C" NOT NULL, '
+        "version bigint NOT NULL, written_at float8 NOT NULL, appended integer NOT NULL, "
+        "start_pos integer, end_pos integer, replaced integer NOT NULL, "
+        "PRIMARY KEY (thread_id, version))",
+        writes,
+        deletes,
+    )
 
 
 def _text(raw: bytes | memoryview | None) -> str | None:
@@ -27,6 +60,29 @@ class PostgresLifecycle:
         async def _fetchone(
             self, query: str, params: Sequence[Any], *, once: bool = False
         ) -> tuple[Any, ...] | None: ...
+
+        async def _fetchall(
+            self, query: str, params: Sequence[Any], *, once: bool = False, first: bool = False
+        ) -> list[tuple[Any, ...]]: ...
+
+    async def versions(self, thread_id: str) -> list[ThreadVersion]:
+        """What each write did, oldest first; see :mod:`tinyctx.versions`."""
+        rows = await self._fetchall(
+            "SELECT version, written_at, appended, start_pos, end_pos, replaced "
+            f"FROM {self._schema_sql}.versions WHERE thread_id = %s ORDER BY version",
+            (check_thread_id(thread_id),),
+        )
+        return [
+            ThreadVersion(
+                int(v),
+                float(at),
+                int(n),
+                None if s is None else int(s),
+                None if e is None else int(e),
+                int(r),
+            )
+            for v, at, n, s, e, r in rows
+        ]
 
     async def load_window(
         self, thread_id: str, *, stop: int | None = None, count: int

@@ -61,7 +61,7 @@ from ._common import (
     missing_extra,
     redact_url,
 )
-from ._postgres_lifecycle import PostgresLifecycle
+from ._postgres_lifecycle import PostgresLifecycle, versions_migration
 
 try:
     import psycopg
@@ -74,7 +74,7 @@ else:
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version :class:`PostgresStore` writes; an older schema is migrated on open."""
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -310,6 +310,8 @@ END
 $$""",
     ),
 )
+# 4: what each write did, for reading a thread as of an old version (tinyctx.versions)
+_MIGRATIONS += (versions_migration(_MIGRATIONS[0][9], _MIGRATIONS[1][0]),)
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 _UNSET = 0
