@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..lifecycle import ThreadWindow, check_window_args
+from ..threads import check_thread_id
+from ..versions import ThreadVersion
 
 if TYPE_CHECKING:
     from ._common import WorkerThreads
@@ -64,3 +66,30 @@ class RedisLifecycle:
             checkpoint if has_cp else None,
             state if has_st else None,
         )
+
+    async def versions(self, thread_id: str) -> list[ThreadVersion]:
+        """What each write did, oldest first (a ``w<version>`` field of the thread's hash
+        per write); see :mod:`tinyctx.versions`."""
+        thread = self._thread_keys(check_thread_id(thread_id))[0]
+
+        def read(client: _Client) -> dict[str, str]:
+            fields: dict[str, str] = client.redis.hgetall(thread)  # type: ignore[assignment]
+            return fields
+
+        out = []
+        for name, value in (await self._threads.run(read)).items():
+            if not (name.startswith("w") and name[1:].isdigit()):
+                continue
+            at, appended, start, end, replaced = value.split(",")
+            out.append(
+                ThreadVersion(
+                    int(name[1:]),
+                    float(at),
+                    int(appended),
+                    int(start) if start else None,
+                    int(end) if end else None,
+                    int(replaced),
+                )
+            )
+        out.sort(key=lambda v: v.version)
+        return out

@@ -147,6 +147,9 @@ if ARGV[10] ~= '' then
     next_arg = 13 + n
 end
 push_args(messages, next_arg, #ARGV)
+-- what this write did (tinyctx.versions): at, appended, start, end, replaced
+redis.call('HSET', thread, 'w' .. new, table.concat(
+    {ARGV[4], #ARGV - next_arg + 1, ARGV[10], ARGV[11], ARGV[10] ~= '' and ARGV[12] or 0}, ','))
 redis.call('HSET', thread, 'v', new)
 if ARGV[6] == 's' then redis.call('HSET', thread, 'cp', ARGV[7])
 elseif ARGV[6] == 'c' then redis.call('HDEL', thread, 'cp') end
