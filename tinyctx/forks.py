@@ -92,7 +92,7 @@ async def fork_thread(
     current = at_version is None or at_version == record.version
     if not current:
         assert at_version is not None
-        messages = (await load_as_of(store, source, at_version)).messages
+        messages = tuple((await load_as_of(store, source, at_version)).messages)
     change = ThreadWrite(
         append=messages,
         state=_forked_state(record.state) if state and current else UNCHANGED,

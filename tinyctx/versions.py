@@ -19,12 +19,15 @@ keep the later writes (the source thread, or the archive).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from attrs import frozen
 
+from .documents import SplitDocuments, split_document
 from .errors import TinyCtxError
 from .threads import ThreadStore, check_thread_id
+
+T = TypeVar("T")
 
 __all__ = [
     "ThreadVersion",
@@ -66,7 +69,9 @@ class ThreadAsOf:
 
     thread_id: str
     version: int
-    messages: tuple[str, ...]
+    messages: Sequence[str]
+    """The documents (a :class:`~tinyctx.documents.SplitDocuments` where the store keeps
+    them split; it reads as the same documents)."""
 
 
 class VersionUnavailable(TinyCtxError, LookupError):
@@ -81,14 +86,15 @@ class VersionUnavailable(TinyCtxError, LookupError):
 
 def undo_writes(
     thread_id: str,
-    current: Sequence[str],
+    current: Sequence[T],
     current_version: int,
     version: int,
     log: Sequence[ThreadVersion],
-    originals: dict[int, tuple[str, ...]],
-) -> list[str]:
+    originals: dict[int, tuple[T, ...]],
+) -> list[T]:
     """The live log at ``version``, from the log at ``current_version`` and the records
-    (``log``) and archived originals (by version) of the writes in between."""
+    (``log``) and archived originals (by version) of the writes in between (documents,
+    or any item standing for one)."""
     by_version = {entry.version: entry for entry in log}
     docs = list(current)
     for number in range(current_version, version, -1):
@@ -103,7 +109,7 @@ def undo_writes(
             del docs[len(docs) - entry.appended :]
         if entry.start is not None:
             assert entry.end is not None
-            put_back: tuple[str, ...] = ()
+            put_back: tuple[T, ...] = ()
             if entry.end > entry.start:
                 found = originals.get(number)
                 if found is None:
@@ -144,5 +150,11 @@ async def load_as_of(store: ThreadStore, thread_id: str, version: int) -> Thread
         for a in await store.archived(thread_id)
         if version < a.version <= record.version
     }
-    docs = undo_writes(thread_id, record.messages, record.version, version, log, originals)
+    current = record.messages
+    if type(current) is SplitDocuments:
+        # rows stay split (head, text): decode_messages reads them without joining
+        split = {v: tuple(split_document(doc) for doc in docs) for v, docs in originals.items()}
+        rows = undo_writes(thread_id, current.rows, record.version, version, log, split)
+        return ThreadAsOf(thread_id, version, SplitDocuments(rows))
+    docs = undo_writes(thread_id, current, record.version, version, log, originals)
     return ThreadAsOf(thread_id, version, tuple(docs))
