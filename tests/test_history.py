@@ -67,3 +67,24 @@ class TestPagesWithoutWindows:
         """The thread id is checked like every store checks it."""
         with pytest.raises(ValueError, match="thread_id"):
             await load_thread(MemoryStore(), "", limit=5)
+
+
+class TestPruneArchives:
+    """prune_archives prunes every thread of a store (or of a prefix)."""
+
+    async def test_every_thread_under_the_prefix_is_pruned(self) -> None:
+        """Two threads under the prefix lose their old originals; the other keeps them."""
+        from tinyctx.retention import prune_archives
+        from tinyctx.threads import Compaction
+
+        store = MemoryStore()
+        docs = codec.encode_messages([UserMessage("a"), UserMessage("b")])
+        for thread in ("u:1", "u:2", "other"):
+            await store.write(thread, ThreadWrite(docs), expected_version=0)
+            change = ThreadWrite(compaction=Compaction(0, 1, docs[:1]))
+            await store.write(thread, change, expected_version=1)
+        assert await prune_archives(store, older_than=0, prefix="u:") == 2
+        assert await store.archived("u:1") == []
+        assert len(await store.archived("other")) == 1
+        with pytest.raises(ValueError, match="older_than"):
+            await prune_archives(store, older_than=-5)

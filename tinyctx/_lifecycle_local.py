@@ -9,11 +9,12 @@ and :class:`SqliteLifecycle` are mixins of :class:`~tinyctx.stores.MemoryStore` 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .documents import join_document
-from .lifecycle import ThreadWindow, check_window_args, window_of
+from .lifecycle import ThreadWindow, check_age, check_window_args, window_of
 from .threads import check_thread_id
 from .versions import ThreadVersion
 
@@ -52,6 +53,19 @@ class MemoryLifecycle:
             thread.checkpoint,
             thread.state,
         )
+
+    async def prune_archive(self, thread_id: str, *, older_than: float) -> int:
+        """Drop archived ranges older than ``older_than`` seconds; how many."""
+        check_thread_id(thread_id)
+        cutoff = time.time() - check_age(older_than)
+        await self._ready()
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return 0
+        kept = [a for a in thread.archive if a.archived_at >= cutoff]
+        removed = len(thread.archive) - len(kept)
+        thread.archive = kept
+        return removed
 
     async def versions(self, thread_id: str) -> list[ThreadVersion]:
         """What each write did, oldest first; see :mod:`tinyctx.versions`."""
@@ -119,3 +133,26 @@ class SqliteLifecycle:
 
         rows = await self._run(read)
         return [ThreadVersion(*row) for row in rows]
+
+    async def prune_archive(self, thread_id: str, *, older_than: float) -> int:
+        """Drop archived ranges older than ``older_than`` seconds, in one transaction."""
+        check_thread_id(thread_id)
+        cutoff = time.time() - check_age(older_than)
+
+        def prune(conn: sqlite3.Connection) -> int:
+            from .stores import _Immediate
+
+            with _Immediate(conn):
+                conn.execute(
+                    "DELETE FROM tinyctx_archive_messages WHERE thread_id = ? AND version IN "
+                    "(SELECT version FROM tinyctx_archive WHERE thread_id = ? "
+                    "AND archived_at < ?)",
+                    (thread_id, thread_id, cutoff),
+                )
+                removed: int = conn.execute(
+                    "DELETE FROM tinyctx_archive WHERE thread_id = ? AND archived_at < ?",
+                    (thread_id, cutoff),
+                ).rowcount
+            return removed
+
+        return await self._run(prune)

@@ -234,6 +234,9 @@ class EncryptedStore:
             for r in ranges
         ]
 
+    async def prune_archive(self, thread_id: str, *, older_than: float) -> int:
+        return int(await self.inner.prune_archive(thread_id, older_than=older_than))
+
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         lease: Lease = await self.inner.acquire_lease(thread_id, owner, ttl)
         return lease

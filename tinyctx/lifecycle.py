@@ -4,7 +4,8 @@ A :class:`~tinyctx.threads.ThreadStore` keeps working without any of these; a st
 implements one gets the matching capability done cheaply (the built-in stores implement
 all of them, and the conformance suite holds them to one behaviour):
 
-- :class:`ThreadWindowStore`: read a slice of the live log (pages, usage without messages).
+- :class:`ThreadWindowStore`: read a slice of the live log (pages, usage without messages);
+- :class:`ArchivePruneStore`: drop a thread's archived originals older than an age.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from attrs import frozen
 
 from .threads import check_thread_id
 
-__all__ = ["ThreadWindow", "ThreadWindowStore", "check_window_args", "window_of"]
+__all__ = [
+    "ThreadWindow",
+    "ThreadWindowStore",
+    "ArchivePruneStore",
+    "check_window_args",
+    "check_age",
+    "window_of",
+]
 
 
 @frozen
@@ -79,3 +87,26 @@ def window_of(
     return ThreadWindow(
         thread_id, version, length, start, tuple(docs[start:end]), checkpoint, state
     )
+
+
+@runtime_checkable
+class ArchivePruneStore(Protocol):
+    """A thread store that drops archived originals older than an age, on request (the
+    application schedules it; ``archive_retention`` does it on every compaction)."""
+
+    async def prune_archive(self, thread_id: str, *, older_than: float) -> int:
+        """Remove the thread's archived ranges archived more than ``older_than`` seconds
+        ago; how many were removed. Versions before them can no longer be rebuilt."""
+        ...
+
+
+def check_age(older_than: object) -> float:
+    """``older_than`` as seconds >= 0, else ``ValueError`` naming it."""
+    if (
+        isinstance(older_than, bool)
+        or not isinstance(older_than, (int, float))
+        or not older_than >= 0
+        or older_than == float("inf")
+    ):
+        raise ValueError(f"prune_archive(older_than={older_than!r}): seconds >= 0, finite")
+    return float(older_than)

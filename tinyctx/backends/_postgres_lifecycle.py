@@ -6,10 +6,11 @@ SQL over the store's own tables, run through the store's ``_fetchone``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..lifecycle import ThreadWindow, check_window_args
+from ..lifecycle import ThreadWindow, check_age, check_window_args
 from ..threads import check_thread_id
 from ..versions import ThreadVersion
 
@@ -113,3 +114,14 @@ class PostgresLifecycle:
             _text(checkpoint),
             _text(state),
         )
+
+    async def prune_archive(self, thread_id: str, *, older_than: float) -> int:
+        """Drop archived ranges older than ``older_than`` seconds, in one statement."""
+        cutoff = time.time() - check_age(older_than)
+        row = await self._fetchone(
+            f"WITH d AS (DELETE FROM {self._schema_sql}.archive WHERE thread_id = %s "
+            "AND archived_at < %s RETURNING 1) SELECT count(*) FROM d",
+            (check_thread_id(thread_id), cutoff),
+            once=True,
+        )
+        return 0 if row is None else int(row[0])

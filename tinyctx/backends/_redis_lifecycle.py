@@ -6,9 +6,10 @@ new Lua script over the store's own keys, run through the store's worker threads
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
-from ..lifecycle import ThreadWindow, check_window_args
+from ..lifecycle import ThreadWindow, check_age, check_window_args
 from ..threads import check_thread_id
 from ..versions import ThreadVersion
 
@@ -30,6 +31,21 @@ if stop > start then docs = redis.call('LRANGE', KEYS[2], start, stop - 1) end
 local f = redis.call('HMGET', KEYS[1], 'v', 'cp', 'st')
 return {length, start, f[1] or '', f[2] and 1 or 0, f[2] or '', f[3] and 1 or 0, f[3] or '',
         docs}
+"""
+
+# KEYS: archive; ARGV: keep-after (seconds) -> how many ranges were removed
+_PRUNE = """
+local removed = 0
+while true do
+    local header = redis.call('LINDEX', KEYS[1], 0)
+    if not header then break end
+    local fields = {}
+    for field in string.gmatch(header, '%S+') do fields[#fields + 1] = field end
+    if tonumber(fields[4]) >= tonumber(ARGV[1]) then break end
+    redis.call('LTRIM', KEYS[1], tonumber(fields[5]) + 1, -1)
+    removed = removed + 1
+end
+return removed
 """
 
 
@@ -93,3 +109,13 @@ class RedisLifecycle:
             )
         out.sort(key=lambda v: v.version)
         return out
+
+    async def prune_archive(self, thread_id: str, *, older_than: float) -> int:
+        """Drop archived ranges older than ``older_than`` seconds, in one script."""
+        archive = self._thread_keys(check_thread_id(thread_id))[2]
+        keep_after = repr(time.time() - check_age(older_than))
+
+        def prune(client: _Client) -> int:
+            return int(client.redis.register_script(_PRUNE)(keys=[archive], args=[keep_after]))
+
+        return await self._threads.run(prune)

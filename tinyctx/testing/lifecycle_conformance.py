@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 from .. import codec
 from ..forks import ThreadExists, fork_thread, rewind, rewind_to_version
 from ..history import load_thread
-from ..lifecycle import ThreadWindowStore
+from ..lifecycle import ArchivePruneStore, ThreadWindowStore
 from ..messages import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 from ..model import Usage
 from ..stores import Store
 from ..thread_usage import USAGE_KEY, ThreadUsage, thread_usage
 from ..threads import Compaction, ThreadWrite
-from ..versions import ThreadVersionStore, load_as_of
+from ..versions import ThreadVersionStore, VersionUnavailable, load_as_of
 
 __all__ = ["ThreadLifecycleConformance"]
 
@@ -286,6 +286,27 @@ class ThreadLifecycleConformance:
             assert [v.version for v in recorded] == list(range(1, len(seen)))
             for fork, messages in forks:
                 assert (await store.load_thread(fork)).messages == (*messages, *_users("in fork"))
+
+    async def test_pruning_drops_old_archived_originals(self, make_store: _Factory) -> None:
+        """prune_archive(older_than=) removes ranges older than the age, keeps newer ones;
+        versions before a pruned compaction are then out of reach."""
+        thread = _fresh()
+        async with _opened(make_store) as store:
+            _require(store, ArchivePruneStore)
+            await store.write(thread, ThreadWrite(_users("a", "b")), expected_version=0)
+            change = ThreadWrite(compaction=Compaction(0, 1, _users("sum")))
+            await store.write(thread, change, expected_version=1)
+            assert await store.prune_archive(thread, older_than=3600) == 0
+            assert len(await store.archived(thread)) == 1
+            assert await store.prune_archive(thread, older_than=0) == 1
+            assert await store.archived(thread) == []
+            assert (await store.load_thread(thread)).messages == _users("sum", "b")
+            versioned = isinstance(store, ThreadVersionStore)
+            if versioned:
+                with pytest.raises(VersionUnavailable, match="archive"):
+                    await load_as_of(store, thread, 1)
+            with pytest.raises(ValueError, match="older_than"):
+                await store.prune_archive(thread, older_than=-1)
 
     async def test_rewind_to_a_version_keeps_the_later_writes(self, make_store: _Factory) -> None:
         """rewind_to_version makes an old log current; the replaced log is archived."""
