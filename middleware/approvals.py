@@ -91,7 +91,6 @@ from tinyctx import (
     ToolArgumentError,
     ToolCall,
     ToolCallHandler,
-    ToolError,
     ToolResult,
     decisions_from_json,
     pending_tool_calls,
@@ -99,6 +98,7 @@ from tinyctx import (
 )
 from tinyctx.events import EventLevel
 
+from ._runnable import unrunnable as _unrunnable
 from ._standing import Standing, StandingDecision, check_standing, standing_key
 
 __all__ = [
@@ -552,29 +552,6 @@ def _check_tool_name(tool: Any, review: Any) -> None:
         raise ConfigError(
             "review", review, "tool names that are non-empty strings", owner="Approvals"
         )
-
-
-def _unrunnable(ctx: RunContext[Any], call: ToolCall) -> ToolError | None:
-    """The error the tool onion would answer ``call`` with before running anything (an
-    unknown tool, arguments that are not a JSON object or fail the tool's schema), or None
-    when the call can run."""
-    tool = ctx.tools.get(call.name)
-    if tool is None:
-        known = ", ".join(ctx.tools.names) or "none"
-        return ToolError(
-            call, "UnknownTool", f"unknown tool {call.name!r}; available tools: {known}"
-        )
-    if call.invalid_arguments is not None:
-        return ToolError(
-            call,
-            "InvalidArguments",
-            f"arguments for {call.name!r} are not a JSON object: {call.invalid_arguments[:200]!r}",
-        )
-    try:
-        tool.check_arguments(call.arguments)
-    except ToolArgumentError as exc:
-        return ToolError(call, "InvalidArguments", str(exc), exc)
-    return None
 
 
 def _edit_problem(ctx: RunContext[Any], tool_name: str, decision: Edit) -> str | None:
