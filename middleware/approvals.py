@@ -36,6 +36,12 @@ Which calls need review:
   of that tool are reviewed);
 * a function deciding per call, ``review(call) -> Review | bool | None``.
 
+Decisions that last: ``await approvals.remember(session.ctx, "deploy", Approve())`` (or
+``Reject("...")``, or ``arguments={...}`` for one exact call) decides every later call of
+the tool for the rest of the thread without asking anyone; it is the layer's thread state
+(stored with the thread, so it holds in later sessions and other processes) until
+``await approvals.revoke(session.ctx, "deploy")``. ``approvals.standing(ctx)`` lists them.
+
 The decisions are durable run state (``ctx.run_state``): when a resumed run pauses again
 before its reviewed calls ran (a tool asked for another pause), they travel in that
 checkpoint, so a resume in another process still runs what the reviewer approved.
@@ -45,19 +51,25 @@ never run, and another pause wins the response; when that run resumes, this laye
 again (``on_run_start``) for the calls still waiting for a review, before any of them runs.
 A call that needs review and still reaches the tool onion without a decision is never run:
 it gets an error result saying it was not reviewed.
+
+A call that could not run anyway (its arguments are not a JSON object or fail the tool's
+schema, or the tool is unknown) is not put to a reviewer: it gets the same validation
+error a call of an unreviewed tool gets (a :class:`~tinyctx.ToolError` the loop answers
+as an ``is_error`` result), so the model corrects it; its corrected call is reviewed.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
 from attrs import field, frozen
 
 from tinyctx import (
     DECISION_KINDS,
+    Approve,
     AssistantMessage,
     Checkpoint,
     ConfigError,
@@ -86,6 +98,9 @@ from tinyctx import (
 )
 from tinyctx.events import EventLevel
 
+from ._runnable import unrunnable as _unrunnable
+from ._standing import Standing, StandingDecision, check_standing, standing_key
+
 __all__ = [
     "Approvals",
     "Review",
@@ -93,6 +108,7 @@ __all__ = [
     "ReviewDecided",
     "REVIEW_PAYLOAD_TYPE",
     "review_calls",
+    "StandingDecision",
 ]
 
 REVIEW_PAYLOAD_TYPE = "tool_review"
@@ -310,22 +326,76 @@ class Approvals(Layer):
             # a stop means the calls never run; another pause wins the response (ties keep
             # the first) and this layer asks for the review when that run resumes
             return response
-        reviewed = self._under_review(calls, {})
+        reviewed = self._under_review(ctx, calls, {})
         if not reviewed:
             return response
         return response.evolve(control=self._pause(ctx, reviewed))
 
     def _under_review(
-        self, calls: Iterable[ToolCall], decided: Mapping[str, Decision]
+        self, ctx: RunContext[Any], calls: Iterable[ToolCall], decided: Mapping[str, Decision]
     ) -> list[tuple[ToolCall, Review]]:
+        """The calls a person must decide: those that need review and could run (a call
+        whose arguments fail its tool's schema goes back to the model instead)."""
         out = []
+        standing: Standing | Literal[False] | None = None
         for call in calls:
             if call.id in decided:
                 continue
             review = self.review_for(call)
-            if review is not None:
-                out.append((call, review))
+            if review is None or _unrunnable(ctx, call) is not None:
+                continue
+            if standing is None:
+                standing = self._standing(ctx) or False
+            if standing and standing.match(call) is not None:
+                continue  # decided for the rest of the thread
+            out.append((call, review))
         return out
+
+    # -- decisions that last -----------------------------------------------------------------
+
+    def _standing(self, ctx: RunContext[Any]) -> Standing | None:
+        """The thread's standing decisions, if any were ever remembered (never creates)."""
+        if self.name not in ctx.conversation.layer_state:
+            return None
+        return ctx.thread_state(self, Standing)
+
+    async def remember(
+        self,
+        ctx: RunContext[Any],
+        tool: str,
+        decision: Approve | Reject,
+        *,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> StandingDecision:
+        """Decide every later call of ``tool`` (with exactly ``arguments``, when given) for
+        the rest of the thread: ``Approve()`` runs them unreviewed, ``Reject(message)``
+        answers them as rejected. Stored as the thread's state (written now when the
+        session has a store); an exact-arguments rule wins over a tool-wide one.
+        ``ctx`` is the session's (``session.ctx``) or a run's context."""
+        rule = check_standing(tool, decision, None if arguments is None else dict(arguments))
+        standing = ctx.thread_state(self, Standing)
+        standing.rules[standing_key(rule.tool, rule.arguments)] = rule
+        await ctx.commit()
+        return rule
+
+    async def revoke(
+        self, ctx: RunContext[Any], tool: str, *, arguments: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Drop the standing decision for ``tool`` (with ``arguments``: that rule only);
+        later calls are reviewed again. False when there was none."""
+        standing = self._standing(ctx)
+        key = standing_key(tool, None if arguments is None else dict(arguments))
+        if standing is None or standing.rules.pop(key, None) is None:
+            return False
+        await ctx.commit()
+        return True
+
+    def standing(self, ctx: RunContext[Any]) -> tuple[StandingDecision, ...]:
+        """The thread's standing decisions, ordered by tool and arguments."""
+        standing = self._standing(ctx)
+        if standing is None:
+            return ()
+        return tuple(rule for _, rule in sorted(standing.rules.items()))
 
     def _pause(self, ctx: RunContext[Any], reviewed: list[tuple[ToolCall, Review]]) -> Interrupt:
         """The one Interrupt listing every call under review (and its event)."""
@@ -419,7 +489,7 @@ class Approvals(Layer):
         # pause won their response): pause again, before the first of them runs
         pending = pending_tool_calls(ctx.conversation.messages)
         if pending:
-            reviewed = self._under_review(pending, decided.decisions if decided else {})
+            reviewed = self._under_review(ctx, pending, decided.decisions if decided else {})
             if reviewed:
                 ctx.request_control(self._pause(ctx, reviewed))
         if decided is not None and decided.unshown:
@@ -441,12 +511,21 @@ class Approvals(Layer):
         if decision is None:
             if self.review_for(call) is None:
                 return await call_next(call, ctx)
-            return ToolResult.for_call(
-                call,
-                NOT_REVIEWED.format(name=call.name),
-                is_error=True,
-                metadata={"tinyctx": {"synthetic": "not_reviewed"}},
-            )
+            unrunnable = _unrunnable(ctx, call)
+            if unrunnable is not None:
+                # what the tool itself would answer: the model reads the error and may
+                # call again; nobody was asked to approve a call that cannot run
+                raise unrunnable
+            standing = self._standing(ctx)
+            rule = standing.match(call) if standing is not None else None
+            if rule is None:
+                return ToolResult.for_call(
+                    call,
+                    NOT_REVIEWED.format(name=call.name),
+                    is_error=True,
+                    metadata={"tinyctx": {"synthetic": "not_reviewed"}},
+                )
+            decision = rule.as_decision()
         ctx.emit(ReviewDecided(tool=call.name, tool_call_id=call.id, decision=decision.kind))
         if isinstance(decision, Reject):
             text = (

@@ -267,7 +267,7 @@ class TestSchemaMigration:
         path = tmp_path / "v1.db"
         _write_v1_file(path)
         async with SqliteStore(path) as store:
-            assert await store.schema_version() == SCHEMA_VERSION == 4
+            assert await store.schema_version() == SCHEMA_VERSION == 5
             assert await store.get("ns", "k") == {"old": True}
             old = await store.notes("ns")
             assert [(n.seq, n.text, n.created_at, n.metadata) for n in old] == [
@@ -284,7 +284,7 @@ class TestSchemaMigration:
             columns = {row[1] for row in raw.execute("PRAGMA table_info(tinyctx_notes)")}
             version = raw.execute("SELECT version FROM tinyctx_schema").fetchone()[0]
         assert "metadata" in columns
-        assert version == 4
+        assert version == 5
 
     async def test_two_stores_opening_an_old_file_migrate_it_once(self, tmp_path: Path) -> None:
         # concurrent first opens race for the exclusive lock the switch to WAL needs; SQLite
@@ -330,7 +330,7 @@ class TestSchemaMigration:
             )
         raw.close()
         async with SqliteStore(path) as store:
-            assert await store.schema_version() == SCHEMA_VERSION == 4
+            assert await store.schema_version() == SCHEMA_VERSION == 5
             record = await store.load_thread("t")
             assert record.messages == old_docs
             new_docs = encode_messages([UserMessage("new"), AssistantMessage("new answer")])

@@ -82,8 +82,10 @@ from .messages import (
 from .model import ModelHandler, ModelRequest, ModelResponse, Usage
 from .ordering import check_ordering
 from .parts import PART_TYPES
+from .request_rules import RequestRule, supports_prefill
 from .stores import WriteOutcomeUnknown
 from .tasks import BackgroundTasks
+from .thread_usage import record_run
 from .threads import ThreadStore
 from .tools import ServerTool, Tool, ToolArgumentError, ToolRegistry
 
@@ -224,11 +226,15 @@ class Agent:
     settings: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
     server_tools: tuple[ServerTool, ...] = field(default=(), converter=_tuple)
     name: str = "agent"
+    check_requests: bool = field(default=True, kw_only=True)
+    """Refuse a request a layer emptied or left ending in an assistant message the model
+    cannot continue (:mod:`tinyctx.request_rules`); False sends whatever the layers make."""
     run_start_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     run_end_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     resume_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     checkpoint_hooks: tuple[Layer, ...] = field(init=False, repr=False)
     model_onion: ModelCall = field(init=False, repr=False)
+    request_rule: RequestRule = field(init=False, repr=False)
     tool_onion: ToolCallHandler = field(init=False, repr=False)
     bus: LayerBus = field(init=False, repr=False)
     registry: ToolRegistry = field(init=False, repr=False)
@@ -243,8 +249,16 @@ class Agent:
         check_layer_names(self.middleware)
         check_ordering(self.middleware)
         object.__setattr__(self, "registry", ToolRegistry(self.tools, self.server_tools))
+        rule = RequestRule(supports_prefill(self.model))
+        object.__setattr__(self, "request_rule", rule)
         object.__setattr__(
-            self, "model_onion", compose(self.middleware, _committed_first(self.model))
+            self,
+            "model_onion",
+            compose(
+                self.middleware,
+                _committed_first(self.model),
+                rule=rule if self.check_requests else None,
+            ),
         )
         object.__setattr__(self, "tool_onion", compose(self.middleware, invoke_tool, hook="tool"))
         object.__setattr__(self, "bus", LayerBus(self.middleware))
@@ -396,6 +410,7 @@ class _RunState:
         "cancel_reported",
         "ctx",
         "events",
+        "input_after_tools",
         "model_calls",
         "resumed_call",
         "resuming",
@@ -411,6 +426,8 @@ class _RunState:
         # the suspended call a resume runs again (its id) and what it resumes with
         self.resumed_call: tuple[str, Resumption] | None = None
         self.cancel_reported = False
+        # a resume's new input, added after the resumed calls' results (same write)
+        self.input_after_tools: tuple[Message, ...] = ()
         self.added: list[Message] = []
         self.model_calls = 0
         self.tool_calls = 0
@@ -865,6 +882,7 @@ class Session(Generic[Data]):
         checkpoint: Checkpoint | None = None,
         *,
         decisions: Mapping[str, Decision] | None = None,
+        input: str | Message | Sequence[Message] | None = None,
     ) -> RunResult:
         """Continue an interrupted run from its checkpoint (same run id, same counters).
 
@@ -878,12 +896,21 @@ class Session(Generic[Data]):
         runs; a refused input raises :class:`~tinyctx.ResumeError`. A resume that fails
         before the run goes on (refused decisions, a run-start hook raised, the caller
         cancelled) leaves the session paused on the same checkpoint.
+
+        ``input`` (text, a message or messages, as :meth:`run` takes) is the user's new
+        message: it is added after the decided calls' results, in the same write as the
+        last of them (a crash never stores the answered calls without it), and the model
+        then sees both. Input that would break the pairing rule raises ``PairingError``
+        naming ``input[i]`` before anything runs. If the resumed calls pause the run again,
+        the input is not added (pass it to that resume).
         """
         given = _checked_resume_args("resume", checkpoint, decisions)
+        messages = _input_messages(input)
         await self._ready()
         self._enter_run()
         try:
             checkpoint = self._resumable(checkpoint)
+            self._check_resume_input(checkpoint, messages)
             ctx, resumed_call = await self._take_decisions(checkpoint, given)
             if self._paused is not checkpoint:
                 # a checkpoint from elsewhere (persisted, another session): restore its history
@@ -895,27 +922,45 @@ class Session(Generic[Data]):
             state.tool_calls = checkpoint.tool_calls
             state.resuming = checkpoint
             state.resumed_call = resumed_call
+            if checkpoint.phase == "tools":
+                state.input_after_tools = messages  # after the decided calls' results
+                messages = ()
             return await self._drive(
-                state, checkpoint.phase, checkpoint.pending, input=None, resumed=True
+                state, checkpoint.phase, checkpoint.pending, input=messages, resumed=True
             )
         finally:
             self._busy = False
+
+    def _check_resume_input(self, checkpoint: Checkpoint, messages: tuple[Message, ...]) -> None:
+        """``PairingError`` (or ``CodecError``) for resume input that could not follow the
+        paused run's answered calls; nothing changes."""
+        if not messages:
+            return
+        used = self._call_ids() | call_ids(checkpoint.messages)
+        _check_input(checkpoint.messages, messages, used, paused=True)
+        if self._link is not None:
+            from .codec import encode_messages
+
+            encode_messages(messages, path="input")
 
     async def check_resume(
         self,
         checkpoint: Checkpoint | None = None,
         *,
         decisions: Mapping[str, Decision] | None = None,
+        input: str | Message | Sequence[Message] | None = None,
     ) -> None:
         """Raise what :meth:`resume` would raise before running anything (a checkpoint it
         refuses, ``ResumeError`` for decisions it refuses), and change nothing: a review UI
         checks a reviewer's decisions before it stores or posts them. The layers'
         ``on_resume`` hooks run on a copy of the run's state that is then dropped."""
         given = _checked_resume_args("check_resume", checkpoint, decisions)
+        messages = _input_messages(input)
         await self._ready()
         self._enter_run()
         try:
             checkpoint = self._resumable(checkpoint)
+            self._check_resume_input(checkpoint, messages)
             ctx, _ = await self._take_decisions(checkpoint, given)
             ctx.run_states.pop(ctx.run_id)
         finally:
@@ -1031,6 +1076,7 @@ class Session(Generic[Data]):
         unsubscribe = ctx.events.subscribe(collect)
         result: RunResult | None = None
         error: BaseException | None = None
+        used_from, cost_from, calls_from = ctx.usage.total(), ctx.costs.total(), state.model_calls
         try:
             ctx.emit(RunStarted, resumed=resumed, agent=self.agent.name)
             for message in _input_messages(input):
@@ -1076,6 +1122,13 @@ class Session(Generic[Data]):
                     # a run that ended with an answer leaves no message event queued
                     await ctx.conversation.flush()
                 if self._link is not None:
+                    # the thread's usage record, written with the run's last write
+                    record_run(
+                        ctx,
+                        ctx.usage.total() - used_from,
+                        state.model_calls - calls_from,
+                        ctx.costs.total() - cost_from,
+                    )
                     if paused is not None:
                         self._link.pause(paused)  # one write: the messages and the pause
                     clean = error is None or paused is not None
@@ -1120,7 +1173,11 @@ class Session(Generic[Data]):
         else:  # a subclass may answer anything
             request = request.evolve(messages=history)
         started = time.perf_counter()
-        response = await agent.model_onion(request, ctx)
+        undo = agent.request_rule.kernel_request(request)
+        try:
+            response = await agent.model_onion(request, ctx)
+        finally:
+            undo()
         if not isinstance(response, ModelResponse):
             raise TypeError(
                 f"the model onion returned {type(response).__name__}, expected ModelResponse"
@@ -1230,6 +1287,10 @@ class Session(Generic[Data]):
                 state, f"[not run: {why}]", running, f"[interrupted while running: {why}]"
             )
             raise
+        if state.input_after_tools:
+            added, state.input_after_tools = state.input_after_tools, ()
+            for message in added:
+                await self._append(state, message)
         await self._checkpoint(state, "after_tools")
 
     async def _suspend(

@@ -205,30 +205,46 @@ def _link(hook_fn: Callable[[Any, Any, Any], Awaitable[Any]], call_next: Any) ->
 
 @overload
 def compose(
-    layers: Iterable[LayerLike], handler: ModelCall, *, hook: Literal["model"] = "model"
+    layers: Iterable[LayerLike],
+    handler: ModelCall,
+    *,
+    hook: Literal["model"] = "model",
+    rule: Any = None,
 ) -> ModelCall: ...
 @overload
 def compose(
-    layers: Iterable[LayerLike], handler: ToolCallHandler, *, hook: Literal["tool"]
+    layers: Iterable[LayerLike],
+    handler: ToolCallHandler,
+    *,
+    hook: Literal["tool"],
+    rule: None = None,
 ) -> ToolCallHandler: ...
-def compose(layers: Iterable[LayerLike], handler: Any, *, hook: Hook = "model") -> Any:
+def compose(
+    layers: Iterable[LayerLike], handler: Any, *, hook: Hook = "model", rule: Any = None
+) -> Any:
     """Build the onion once: ``layers[0]`` is outermost, ``handler`` is the core.
 
     Requests travel in list order and responses come back in reverse. A layer may call
     ``call_next`` zero, one or many times, with an evolved request or a derived context.
+    ``rule`` (a :class:`~tinyctx.request_rules.RequestRule`, model onions only) checks
+    the request each layer passes inward, naming the layer that made an invalid one.
     """
     if hook not in ("model", "tool"):
         raise ConfigError("hook", hook, "'model' or 'tool'", owner="compose")
+    hooked = [layer for layer in layers if has_hook(layer, hook)]
     fn = handler
-    for layer in reversed(list(layers)):
-        if not has_hook(layer, hook):
-            continue
+    if rule is not None and hooked:
+        fn = rule.guard(fn, layer_name(hooked[-1]))
+    for index in range(len(hooked) - 1, -1, -1):
+        layer = hooked[index]
         bound: Any
         if isinstance(layer, Layer):
             bound = layer.wrap_model if hook == "model" else layer.wrap_tool
         else:
             bound = layer
         fn = _link(bound, fn)
+        if rule is not None and index > 0:
+            fn = rule.guard(fn, layer_name(hooked[index - 1]))
     return fn
 
 

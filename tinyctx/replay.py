@@ -450,6 +450,7 @@ async def replay(
             _Recorder("replay-measure-sent", inner, answered),
             _ReplayTools(model),
         ],
+        check_requests=False,  # measure what the stack sends, even what a model refuses
     )
     config = RunConfig(
         max_tokens=window,

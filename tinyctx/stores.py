@@ -25,6 +25,7 @@ import anyio
 from attrs import field, frozen
 
 from ._gc import gc_paused
+from ._lifecycle_local import MemoryLifecycle, SqliteLifecycle
 from .documents import SplitDocuments, join_document, split_document
 from .errors import ConfigError, TinyCtxError
 from .frozen import EMPTY, FrozenDict, frozen_mapping, thaw
@@ -208,10 +209,12 @@ def _check_list_args(prefix: str, limit: int | None) -> None:
 
 
 class _MemoryThread:
-    __slots__ = ("archive", "checkpoint", "lease", "messages", "state", "version")
+    __slots__ = ("archive", "checkpoint", "lease", "log", "messages", "state", "version")
 
     def __init__(self) -> None:
         self.version = 0
+        # what each write did: (version, at, appended, start, end, replaced)
+        self.log: list[tuple[int, float, int, int | None, int | None, int]] = []
         self.messages: list[str] = []
         self.checkpoint: str | None = None
         self.state: str | None = None
@@ -219,7 +222,7 @@ class _MemoryThread:
         self.archive: list[ArchivedRange] = []
 
 
-class MemoryStore:
+class MemoryStore(MemoryLifecycle):
     """A process-local :class:`Store` and :class:`~tinyctx.threads.ThreadStore`.
 
     Values are deep-copied in and out, as a real store would; thread documents are
@@ -374,6 +377,11 @@ class MemoryStore:
                 )
             thread.messages[start:end] = compaction.replacement
         thread.messages.extend(change.append)
+        if compaction is None:
+            thread.log.append((new_version, now, len(change.append), None, None, 0))
+        else:
+            entry = (compaction.start, compaction.end, len(compaction.replacement))
+            thread.log.append((new_version, now, len(change.append), *entry))
         if not isinstance(change.checkpoint, Unchanged):
             thread.checkpoint = change.checkpoint
         if not isinstance(change.state, Unchanged):
@@ -570,7 +578,7 @@ class WriteOutcomeUnknown(StoreError, TimeoutError):
         )
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema version :class:`SqliteStore` writes; older files are migrated on open."""
 
 # _MIGRATIONS[n] takes a file from version n to version n + 1, inside one transaction.
@@ -617,6 +625,14 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         "ALTER TABLE tinyctx_messages ADD COLUMN content TEXT",
         "ALTER TABLE tinyctx_archive_messages ADD COLUMN content TEXT",
+    ),
+    # 5: what each write did (tinyctx.versions): how many messages it appended and which
+    # range a compaction replaced by how many, so an old version can be rebuilt from the
+    # live log and the archive. Writes from before have no row (out of reach).
+    (
+        "CREATE TABLE tinyctx_versions (thread_id TEXT NOT NULL, version INTEGER NOT NULL, "
+        "written_at REAL NOT NULL, appended INTEGER NOT NULL, start INTEGER, stop INTEGER, "
+        "replaced INTEGER NOT NULL, PRIMARY KEY (thread_id, version)) WITHOUT ROWID",
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -1031,6 +1047,19 @@ def _write_thread(
             )
             last_pos += _GAP * len(append)
             length += len(append)
+        conn.execute(
+            "INSERT INTO tinyctx_versions (thread_id, version, written_at, appended, start, "
+            "stop, replaced) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                thread_id,
+                new_version,
+                now,
+                len(append),
+                None if compaction is None else compaction.start,
+                None if compaction is None else compaction.end,
+                len(replacement),
+            ),
+        )
         sets = "version = ?, length = ?, last_pos = ?, updated_at = ?"
         values: list[Any] = [new_version, length, last_pos, now]
         if not isinstance(change.checkpoint, Unchanged):
@@ -1160,7 +1189,12 @@ def _delete_thread(conn: sqlite3.Connection, thread_id: str) -> bool:
         found = conn.execute(
             "DELETE FROM tinyctx_threads WHERE thread_id = ?", (thread_id,)
         ).rowcount
-        for table in ("tinyctx_messages", "tinyctx_archive", "tinyctx_archive_messages"):
+        for table in (
+            "tinyctx_messages",
+            "tinyctx_archive",
+            "tinyctx_archive_messages",
+            "tinyctx_versions",
+        ):
             found += conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,)).rowcount
     return found > 0
 
@@ -1183,7 +1217,7 @@ DEFAULT_CACHE_BYTES: Final = 64 << 20
 """``SqliteStore(cache_bytes=...)``: SQLite's page cache for the store's connection."""
 
 
-class SqliteStore:
+class SqliteStore(SqliteLifecycle):
     """A :class:`Store` in one SQLite file: the embedded default for notes and data.
 
     - WAL journal (readers never wait for the writer), ``synchronous=NORMAL``.

@@ -67,6 +67,7 @@ from ._common import (
     redact_url,
     stoppable,
 )
+from ._postgres_lifecycle import PostgresLifecycle, versions_migration
 
 try:
     import psycopg
@@ -82,7 +83,7 @@ __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 T = TypeVar("T")
 _Undo = Callable[[Any, list[tuple[Any, ...]]], object]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version :class:`PostgresStore` writes; an older schema is migrated on open."""
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -318,6 +319,8 @@ END
 $$""",
     ),
 )
+# 4: what each write did, for reading a thread as of an old version (tinyctx.versions)
+_MIGRATIONS += (versions_migration(_MIGRATIONS[0][9], _MIGRATIONS[1][0]),)
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 _UNSET = 0
@@ -414,7 +417,7 @@ def _text(raw: bytes | memoryview | None) -> str | None:
     return None if raw is None else bytes(raw).decode()
 
 
-class PostgresStore(NetworkedStore):
+class PostgresStore(PostgresLifecycle, NetworkedStore):
     """:class:`~tinyctx.stores.Store` and :class:`~tinyctx.threads.ThreadStore` on PostgreSQL.
 
     ``url`` is a libpq connection URL or string (``postgresql://user:pass@host:5432/db``).

@@ -73,6 +73,7 @@ from ._common import (
     stoppable,
 )
 from ._redis_layout import SCHEMA_VERSION, check_layout, migrate_v1
+from ._redis_lifecycle import RedisLifecycle
 
 try:
     import redis
@@ -155,6 +156,9 @@ if ARGV[10] ~= '' then
     next_arg = 13 + n
 end
 push_args(messages, next_arg, #ARGV)
+-- what this write did (tinyctx.versions): at, appended, start, end, replaced
+redis.call('HSET', thread, 'w' .. new, table.concat(
+    {ARGV[4], #ARGV - next_arg + 1, ARGV[10], ARGV[11], ARGV[10] ~= '' and ARGV[12] or 0}, ','))
 redis.call('HSET', thread, 'v', new)
 if ARGV[6] == 's' then redis.call('HSET', thread, 'cp', ARGV[7])
 elseif ARGV[6] == 'c' then redis.call('HDEL', thread, 'cp') end
@@ -331,7 +335,7 @@ class _Client:
         self.fenced_append = self.redis.register_script(_FENCED_APPEND)
 
 
-class RedisStore(NetworkedStore):
+class RedisStore(RedisLifecycle, NetworkedStore):
     """:class:`~tinyctx.stores.Store` and :class:`~tinyctx.threads.ThreadStore` on Redis.
 
     ``url`` is a redis-py URL: ``redis://[:password@]host:6379/0``, ``rediss://`` (TLS) or

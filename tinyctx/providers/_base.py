@@ -53,6 +53,9 @@ class SDKModel(Generic[ClientT]):
     provider: ClassVar[str] = ""
     provider_name: ClassVar[str] = ""
     """``gen_ai.provider.name`` of the GenAI semantic conventions ("openai", "gcp.gemini")."""
+    supports_prefill: ClassVar[bool] = False
+    """Whether the API continues a trailing assistant message (prefill); a request a layer
+    leaves ending in one is refused before it is sent when False (tinyctx.request_rules)."""
     temperature_key: ClassVar[str] = "temperature"
     max_tokens_keys: ClassVar[tuple[str, ...]] = ("max_tokens",)
     model: str

@@ -165,6 +165,7 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
 
     provider = PROVIDER
     provider_name = "anthropic"
+    supports_prefill = True  # a trailing assistant message is continued
 
     def __init__(
         self,

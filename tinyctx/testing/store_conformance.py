@@ -53,6 +53,7 @@ from ..threads import (
     ThreadWrite,
     Unchanged,
 )
+from .lifecycle_conformance import ThreadLifecycleConformance
 from .store_safety import StoreSafetyConformance, ThreadSafetyConformance
 from .strategies import checkpoints, histories, layer_states, texts
 
@@ -334,7 +335,7 @@ def _texts(docs: tuple[str, ...]) -> list[str]:
 
 
 @pytest.mark.anyio
-class ThreadStoreConformance(ThreadSafetyConformance):
+class ThreadStoreConformance(ThreadLifecycleConformance, ThreadSafetyConformance):
     """The :class:`~tinyctx.ThreadStore` contract: atomic versioned writes, compaction with
     an archive, checkpoint and layer state, leases with fencing tokens, list and delete (and
     :class:`~tinyctx.testing.store_safety.ThreadSafetyConformance`: closing, thread ids)."""

@@ -1,0 +1,36 @@
+"""Whether a tool call could run at all: what the tool onion would answer before running it.
+
+:class:`~middleware.approvals.Approvals` asks this before putting a call to a reviewer: a
+call that cannot run goes back to the model with the same error an unreviewed call gets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tinyctx import RunContext, ToolArgumentError, ToolCall, ToolError
+
+__all__ = ["unrunnable"]
+
+
+def unrunnable(ctx: RunContext[Any], call: ToolCall) -> ToolError | None:
+    """The error the tool onion would answer ``call`` with before running anything (an
+    unknown tool, arguments that are not a JSON object or fail the tool's schema), or None
+    when the call can run."""
+    tool = ctx.tools.get(call.name)
+    if tool is None:
+        known = ", ".join(ctx.tools.names) or "none"
+        return ToolError(
+            call, "UnknownTool", f"unknown tool {call.name!r}; available tools: {known}"
+        )
+    if call.invalid_arguments is not None:
+        return ToolError(
+            call,
+            "InvalidArguments",
+            f"arguments for {call.name!r} are not a JSON object: {call.invalid_arguments[:200]!r}",
+        )
+    try:
+        tool.check_arguments(call.arguments)
+    except ToolArgumentError as exc:
+        return ToolError(call, "InvalidArguments", str(exc), exc)
+    return None

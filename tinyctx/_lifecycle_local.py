@@ -1,0 +1,158 @@
+"""The thread-lifecycle capabilities of the in-process stores (memory and SQLite).
+
+Kept apart from :mod:`tinyctx.stores` (one concern per file): :class:`MemoryLifecycle`
+and :class:`SqliteLifecycle` are mixins of :class:`~tinyctx.stores.MemoryStore` and
+:class:`~tinyctx.stores.SqliteStore` implementing the optional protocols of
+:mod:`tinyctx.history`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .documents import join_document
+from .lifecycle import ThreadWindow, check_age, check_window_args, window_of
+from .threads import check_thread_id
+from .versions import ThreadVersion
+
+if TYPE_CHECKING:
+    from .stores import _MemoryThread
+
+__all__ = ["MemoryLifecycle", "SqliteLifecycle"]
+
+T = TypeVar("T")
+
+
+class MemoryLifecycle:
+    """:class:`~tinyctx.history.ThreadWindowStore` over a MemoryStore's threads."""
+
+    if TYPE_CHECKING:  # MemoryStore's
+        _threads: dict[str, _MemoryThread]
+
+        async def _ready(self) -> None: ...
+
+    async def load_window(
+        self, thread_id: str, *, stop: int | None = None, count: int
+    ) -> ThreadWindow:
+        """The newest ``count`` live messages before ``stop``; see
+        :meth:`tinyctx.history.ThreadWindowStore.load_window`."""
+        check_window_args(thread_id, stop, count)
+        await self._ready()
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return ThreadWindow(thread_id, 0, 0, 0, ())
+        return window_of(
+            thread_id,
+            thread.version,
+            thread.messages,
+            stop,
+            count,
+            thread.checkpoint,
+            thread.state,
+        )
+
+    async def prune_archive(self, thread_id: str, *, older_than: float) -> int:
+        """Drop archived ranges older than ``older_than`` seconds; how many."""
+        check_thread_id(thread_id)
+        cutoff = time.time() - check_age(older_than)
+        await self._ready()
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return 0
+        kept = [a for a in thread.archive if a.archived_at >= cutoff]
+        removed = len(thread.archive) - len(kept)
+        thread.archive = kept
+        return removed
+
+    async def versions(self, thread_id: str) -> list[ThreadVersion]:
+        """What each write did, oldest first; see :mod:`tinyctx.versions`."""
+        check_thread_id(thread_id)
+        await self._ready()
+        thread = self._threads.get(thread_id)
+        return [] if thread is None else [ThreadVersion(*entry) for entry in thread.log]
+
+
+def _load_window(
+    conn: sqlite3.Connection, thread_id: str, stop: int | None, count: int
+) -> ThreadWindow:
+    from .stores import _check_integers, _Read  # the store's own transaction helpers
+
+    with _Read(conn):
+        row = conn.execute(
+            "SELECT version, length, checkpoint, state FROM tinyctx_threads WHERE thread_id = ?",
+            (thread_id,),
+        ).fetchone()
+        if row is None:
+            return ThreadWindow(thread_id, 0, 0, 0, ())
+        _check_integers(thread_id, row, ((0, "version", False), (1, "length", False)))
+        version, length, checkpoint, state = row
+        end = length if stop is None else min(stop, length)
+        start = max(0, end - count)
+        rows: list[tuple[Any, ...]] = []
+        if end > start:
+            # newest first from the end of the log: the newest page skips nothing
+            rows = conn.execute(
+                "SELECT doc, content FROM tinyctx_messages WHERE thread_id = ? "
+                "ORDER BY pos DESC LIMIT ? OFFSET ?",
+                (thread_id, end - start, length - end),
+            ).fetchall()
+    rows.reverse()
+    docs = tuple(join_document(doc, content) for doc, content in rows)
+    return ThreadWindow(thread_id, version, length, start, docs, checkpoint, state)
+
+
+class SqliteLifecycle:
+    """:class:`~tinyctx.history.ThreadWindowStore` over a SqliteStore's tables."""
+
+    if TYPE_CHECKING:  # SqliteStore's
+
+        async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    async def load_window(
+        self, thread_id: str, *, stop: int | None = None, count: int
+    ) -> ThreadWindow:
+        """The newest ``count`` live messages before ``stop``, in one read transaction;
+        see :meth:`tinyctx.history.ThreadWindowStore.load_window`."""
+        check_window_args(thread_id, stop, count)
+        return await self._run(lambda conn: _load_window(conn, thread_id, stop, count))
+
+    async def versions(self, thread_id: str) -> list[ThreadVersion]:
+        """What each write did, oldest first; see :mod:`tinyctx.versions`."""
+        check_thread_id(thread_id)
+
+        def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            rows: list[tuple[Any, ...]] = conn.execute(
+                "SELECT version, written_at, appended, start, stop, replaced "
+                "FROM tinyctx_versions WHERE thread_id = ? ORDER BY version",
+                (thread_id,),
+            ).fetchall()
+            return rows
+
+        rows = await self._run(read)
+        return [ThreadVersion(*row) for row in rows]
+
+    async def prune_archive(self, thread_id: str, *, older_than: float) -> int:
+        """Drop archived ranges older than ``older_than`` seconds, in one transaction."""
+        check_thread_id(thread_id)
+        cutoff = time.time() - check_age(older_than)
+
+        def prune(conn: sqlite3.Connection) -> int:
+            from .stores import _Immediate
+
+            with _Immediate(conn):
+                conn.execute(
+                    "DELETE FROM tinyctx_archive_messages WHERE thread_id = ? AND version IN "
+                    "(SELECT version FROM tinyctx_archive WHERE thread_id = ? "
+                    "AND archived_at < ?)",
+                    (thread_id, thread_id, cutoff),
+                )
+                removed: int = conn.execute(
+                    "DELETE FROM tinyctx_archive WHERE thread_id = ? AND archived_at < ?",
+                    (thread_id, cutoff),
+                ).rowcount
+            return removed
+
+        return await self._run(prune)
