@@ -5,6 +5,9 @@ engine, so a test can count how often each call really ran."""
 from __future__ import annotations
 
 import os
+import random
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,35 @@ def append_line(path: Path, line: str) -> None:
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
+
+
+def line_count(path: Path) -> int:
+    """How many whole lines ``path`` holds (0 before it exists)."""
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+_POLLS = 12_000
+"""How many 5 ms looks :func:`kill_mid_work` takes at most (a minute)."""
+
+
+async def kill_mid_work(process: subprocess.Popen[str], effects: Path, rng: random.Random) -> bool:
+    """SIGKILL ``process`` once it has run 1 to 3 more tool calls (a random number, then a
+    random few milliseconds more), so every kill falls inside real work however fast the
+    machine is; False, killing nothing, when it ended first."""
+    target = line_count(effects) + rng.randint(1, 3)
+    for _ in range(_POLLS):  # the effects file is written by another process: poll it
+        if line_count(effects) >= target or process.poll() is not None:
+            break
+        await anyio.sleep(0.005)
+    await anyio.sleep(rng.uniform(0.0, 0.05))
+    if process.poll() is not None:
+        return False
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    return True
 
 
 def executions(path: Path) -> dict[str, int]:

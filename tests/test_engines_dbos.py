@@ -112,7 +112,7 @@ class TestRunOnSqlite:
         names = [s["function_name"] for s in steps]
         assert names.count(MODEL_STEP) == TOOL_CALLS + 1
         assert names.count(TOOL_STEP_PREFIX + "work") == TOOL_CALLS
-        assert names[:2] == ["tinyctx.identity", "tinyctx.store.load"]
+        assert names[:3] == ["tinyctx.identity", "tinyctx.clock", "tinyctx.store.load"]
         assert "tinyctx.store.write" in names
         await store.aclose()
 

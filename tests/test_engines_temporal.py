@@ -7,21 +7,26 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import anyio
 import pytest
 import trio
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from tests.engine_app import TOOL_CALLS, ClockInPrompt, executions, review_agent, work_agent
+from tests.engine_app import (
+    TOOL_CALLS,
+    ClockInPrompt,
+    executions,
+    kill_mid_work,
+    review_agent,
+    work_agent,
+)
 from tinyctx import Edit, Reject, SqliteStore, check_pairing
 from tinyctx.codec import decode_messages
 from tinyctx.engines import EngineError
@@ -159,15 +164,11 @@ class TestKilledWorkers:
         while kills < TEMPORAL_KILLS:
             worker = _spawn_worker(address, tmp_path)
             _ready(worker)
-            await anyio.sleep(rng.uniform(0.1, 0.8))
-            if worker.poll() is not None:
-                assert worker.stdout is not None
-                worker.stdout.close()
-                break
-            worker.send_signal(signal.SIGKILL)
-            worker.wait()
+            killed = await kill_mid_work(worker, tmp_path / "effects", rng)
             assert worker.stdout is not None
             worker.stdout.close()
+            if not killed:
+                break
             kills += 1
         assert kills == TEMPORAL_KILLS, f"the work finished after {kills} kills"
         last = _spawn_worker(address, tmp_path)

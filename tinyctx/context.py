@@ -10,6 +10,7 @@ cancellation token is linked: cancelling the parent cancels the child, not the r
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -48,6 +49,21 @@ _RUN_ID_SOURCE: ContextVar[Callable[[], str] | None] = ContextVar(
 """Where run ids come from in this context (None: random). A durable engine sets it while
 a workflow runs so the ids a replay makes are the ids the first execution made
 (:func:`tinyctx.steps.run_ids_from`)."""
+
+
+_CLOCK_SOURCE: ContextVar[Callable[[], float] | None] = ContextVar(
+    "tinyctx.clock_source", default=None
+)
+"""Where the times a thread keeps come from in this context (None: the wall clock). A
+durable engine sets it while a workflow runs, so a replay writes what the first execution
+wrote (:func:`tinyctx.steps.clock_from`)."""
+
+
+def wall_clock() -> float:
+    """Seconds since the epoch, for times a thread keeps (usage records); inside a durable
+    workflow, the engine's deterministic clock."""
+    source = _CLOCK_SOURCE.get()
+    return source() if source is not None else time.time()
 
 
 def new_run_id() -> str:

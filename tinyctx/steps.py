@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from .chain import Layer, ModelCall, ToolCallHandler
 from .codec import decode_message, encode, encode_message, encode_messages
-from .context import _RUN_ID_SOURCE, RunContext
+from .context import _CLOCK_SOURCE, _RUN_ID_SOURCE, RunContext
 from .control import Interrupt, StopWithFinal
 from .errors import TinyCtxError, ToolError
 from .frozen import thaw
@@ -61,6 +61,7 @@ __all__ = [
     "tool_output",
     "tool_payload",
     "run_ids_from",
+    "clock_from",
     "steps_through",
     "tool_digest",
     "with_engine_steps",
@@ -152,6 +153,18 @@ def run_ids_from(seed: str) -> Iterator[None]:
         yield
     finally:
         _RUN_ID_SOURCE.reset(token)
+
+
+@contextmanager
+def clock_from(now: Callable[[], float]) -> Iterator[None]:
+    """Times a thread keeps (``tinyctx.context.wall_clock``) come from ``now`` in this
+    context: a durable engine's deterministic clock, so a replayed write is the write the
+    first execution made."""
+    token = _CLOCK_SOURCE.set(now)
+    try:
+        yield
+    finally:
+        _CLOCK_SOURCE.reset(token)
 
 
 # ---------------------------------------------------------------------------------------

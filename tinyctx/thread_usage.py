@@ -14,11 +14,11 @@ thread); ``session.ctx.thread_state(USAGE_KEY, ThreadUsage)`` is the live record
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Final
 
 from attrs import field, frozen
 
+from .context import wall_clock
 from .frozen import thaw
 from .lifecycle import ThreadWindowStore
 from .model import Usage
@@ -96,7 +96,7 @@ class ThreadUsage:
 
     def add(self, run_id: str, usage: Usage, calls: int, cost: float) -> None:
         """Add a part of run ``run_id`` (a whole run, or its part before or after a pause)."""
-        now = time.time()
+        now = wall_clock()
         self.total = self.total.plus(usage, calls, cost, now)
         for index in range(len(self.runs) - 1, -1, -1):
             if self.runs[index].run_id == run_id:

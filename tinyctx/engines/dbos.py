@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from ..codec import decode_checkpoint, decode_messages, encode_checkpoint
 from ..decisions import Decision
 from ..errors import ConfigError, Interrupted
 from ..messages import Message
-from ..steps import Envelope, run_ids_from, steps_through, with_engine_steps
+from ..steps import Envelope, clock_from, run_ids_from, steps_through, with_engine_steps
 from ..threads import ThreadStore
 from . import (
     EngineError,
@@ -103,6 +104,8 @@ def _require_asyncio(where: str) -> None:
 IDENTITY_STEP = "tinyctx.identity"
 """The first step of a run's workflow: the id its run ids derive from (its own, or for a
 fork the original's)."""
+CLOCK_STEP = "tinyctx.clock"
+"""The step recording when the workflow first started (the times its thread keeps)."""
 
 
 async def _identity_of(workflow_id: str) -> str:
@@ -284,8 +287,11 @@ class DBOSEngine:
         identity: str = await DBOS.run_step_async(
             {"name": IDENTITY_STEP}, _identity_of, workflow_id
         )
+        # the times the thread keeps (usage records) are the workflow's first start, as
+        # recorded: a replay writes what the first execution wrote
+        started: float = await DBOS.run_step_async({"name": CLOCK_STEP}, time.time)
         runner = _Runner(self._layers)
-        with steps_through(runner), run_ids_from(identity):
+        with steps_through(runner), run_ids_from(identity), clock_from(lambda: started):
             session: Session[Any] = Session(
                 self.agent,
                 thread_id=request["thread_id"],

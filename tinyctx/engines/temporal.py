@@ -46,6 +46,7 @@ from ..errors import ConfigError, Interrupted, ToolError
 from ..messages import Message, ToolCall
 from ..steps import (
     Envelope,
+    clock_from,
     encode_response,
     request_from_payload,
     run_ids_from,
@@ -316,7 +317,11 @@ class TemporalEngine:
     async def _workflow(self, wf: TinyctxWorkflow, request: dict[str, Any]) -> dict[str, Any]:
         workflow_id = workflow.info().workflow_id
         runner = _ActivityRunner(self, self._layers)
-        with steps_through(runner), run_ids_from(workflow_id):
+        with (
+            steps_through(runner),
+            run_ids_from(workflow_id),
+            clock_from(lambda: workflow.now().timestamp()),
+        ):
             session: Session[Any] = Session(
                 self.agent,
                 thread_id=request["thread_id"],
