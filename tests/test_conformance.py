@@ -142,7 +142,9 @@ class TestBrokenLayersAreCaught:
         assert f"layer {layer.name!r} breaks rule {rule!r}" in text
         assert "why: " in text
         assert "example: history=" in text
-        assert f"see: docs/testing-your-layer.md#rule-{rule}" in text
+        # a page pip users have, by title and section: no repository path
+        assert f'see: the tinyctx docs, page "Testing your layer", section "Rule: {rule}"' in text
+        assert "docs/" not in text
 
     def test_generated_failure_is_shrunk(self) -> None:
         """A failure that needs a generated conversation is reported on the shrunk one."""

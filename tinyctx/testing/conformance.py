@@ -44,8 +44,14 @@ from typing import Any, Literal
 
 import anyio
 import attrs
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+
+from ._require import missing_hypothesis
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ModuleNotFoundError as exc:  # the testing extra is not installed
+    raise missing_hypothesis(__name__) from exc
 
 from ..agent import Agent, Checkpoint, Session
 from ..chain import Layer, LayerLike, ModelCall, ToolCallHandler, has_hook, layer_name
@@ -83,7 +89,9 @@ RULES: tuple[str, ...] = (
     "ordering",
 )
 
-DOC = "docs/testing-your-layer.md"
+DOC = 'the tinyctx docs, page "Testing your layer"'
+"""Where the rules are explained: a page every copy of the docs has (pip users have no
+repository path), named by its title; :attr:`LayerContractError.doc` adds the section."""
 
 _WHY = {
     "pairing": "a tool call and its results are one unit: no layer may leave half of one",
@@ -118,7 +126,7 @@ class LayerContractError(AssertionError):
         self.detail = detail
         self.example = example
         self.backend = backend
-        self.doc = f"{DOC}#rule-{rule}"
+        self.doc = f'{DOC}, section "Rule: {rule}"'
         on = f" on {backend}" if backend else ""
         lines = [f"layer {layer!r} breaks rule {rule!r}{on}: {detail}", f"why: {_WHY[rule]}"]
         if example:
