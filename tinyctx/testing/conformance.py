@@ -385,6 +385,36 @@ def _changed_attributes(before: Mapping[str, tuple[int, Any, bool]], layer: Laye
     return changed
 
 
+def _source(value: Any) -> str:
+    """``value`` as a Python expression of tinyctx's root API: an attrs value as its
+    constructor call with only the fields that differ from their defaults, a mapping as a
+    dict literal, so a shrunk example pastes into a test (``from tinyctx import *``)."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_source(k)}: {_source(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        items = [_source(v) for v in value]
+        if isinstance(value, list):
+            return "[" + ", ".join(items) + "]"
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if attrs.has(type(value)):
+        shown = []
+        for field in attrs.fields(type(value)):
+            if not field.init:
+                continue
+            default = field.default
+            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                default = default.factory()
+            current = getattr(value, field.name)
+            if default is attrs.NOTHING or current != default:
+                shown.append(f"{field.name}={_source(current)}")
+        return f"{type(value).__name__}({', '.join(shown)})"
+    return repr(value)
+
+
+def _example(history: Sequence[Message], calls: Sequence[ToolCall]) -> str:
+    return f"history={_source(list(history))}, tool_calls={_source(list(calls))}"
+
+
 class _Kit:
     def __init__(self, options: _Options) -> None:
         self.o = options
@@ -596,7 +626,7 @@ class _Kit:
         self, history: tuple[Message, ...], calls: tuple[ToolCall, ...], backend: str
     ) -> None:
         """The rules that need no generated data, on one small conversation (fast to fail)."""
-        ex = f"history={list(history)!r}, tool_calls={list(calls)!r}"
+        ex = _example(history, calls)
         before = _vars_snapshot(self.o.layer)
         events = await self.normal_run(history, calls, backend, ex)
         self.check_tree(events, backend, ex)
@@ -608,7 +638,7 @@ class _Kit:
         self, history: tuple[Message, ...], calls: tuple[ToolCall, ...], backend: str
     ) -> None:
         """The rules whose failures depend on the conversation: shrunk by hypothesis."""
-        ex = f"history={list(history)!r}, tool_calls={list(calls)!r}"
+        ex = _example(history, calls)
         before = _vars_snapshot(self.o.layer)
         events = await self.normal_run(history, calls, backend, ex)
         self.check_tree(events, backend, ex)
