@@ -142,7 +142,9 @@ class TestBrokenLayersAreCaught:
         assert f"layer {layer.name!r} breaks rule {rule!r}" in text
         assert "why: " in text
         assert "example: history=" in text
-        assert f"see: docs/testing-your-layer.md#rule-{rule}" in text
+        # a page pip users have, by title and section: no repository path
+        assert f'see: the tinyctx docs, page "Testing your layer", section "Rule: {rule}"' in text
+        assert "docs/" not in text
 
     def test_generated_failure_is_shrunk(self) -> None:
         """A failure that needs a generated conversation is reported on the shrunk one."""
@@ -152,6 +154,20 @@ class TestBrokenLayersAreCaught:
         # shrunk: no more tool results than the failure needs, and no long texts
         assert info.value.example.count("ToolResult(") <= 3
         assert len(info.value.example) < 2000
+
+    def test_the_shrunk_example_pastes_into_a_test(self) -> None:
+        """The example is root-API Python: it evaluates to paired messages, no defaults."""
+        import tinyctx
+
+        with pytest.raises(LayerContractError) as info:
+            check_layer(DropsSecondToolTurn(), max_examples=60)
+        names = {name: getattr(tinyctx, name) for name in tinyctx.__all__}
+        values = eval(f"dict({info.value.example})", names)  # noqa: S307 - our own text
+        assert values["history"] and all(isinstance(m, tinyctx.Message) for m in values["history"])
+        tinyctx.check_pairing(values["history"])
+        assert all(isinstance(c, tinyctx.ToolCall) for c in values["tool_calls"])
+        assert "FrozenDict(" not in info.value.example
+        assert "invalid_arguments=None" not in info.value.example
 
     def test_swallowed_cancellation_token_is_caught(self) -> None:
         """A layer calling on after the run's token is cancelled breaks 'cancellation'."""

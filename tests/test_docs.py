@@ -64,12 +64,20 @@ class TestDocsCoverWhatUsersAsk:
             assert needle in section
         assert "message.evolve(content=" in section
 
+    def test_otel_provider_name_is_documented(self) -> None:
+        """Logging and tracing says what OtelExporter(provider_name=...) is for."""
+        page = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
+        assert 'OtelExporter(provider_name="my-llm")' in page
+
     def test_capture_events_by_class_is_documented(self) -> None:
         """Testing your layer shows capture_events with an event class."""
         page = (ROOT / "docs" / "testing-your-layer.md").read_text(encoding="utf-8")
         assert "capture_events(ModelCallFinished" in page
 
-    @pytest.mark.parametrize("module", ["tinyctx.testing.strategies", "tinyctx.testing.stateful"])
+    @pytest.mark.parametrize(
+        "module",
+        ["tinyctx.testing.strategies", "tinyctx.testing.stateful", "tinyctx.testing.conformance"],
+    )
     def test_hypothesis_missing_gives_the_install_hint(self, module: str) -> None:
         """Without hypothesis the import says: pip install 'tinyctx[testing]'."""
         code = f"import sys; sys.modules['hypothesis'] = None; import {module}"

@@ -17,7 +17,9 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 @st.composite
 def payloads(draw: st.DrawFn) -> dict[str, Any]:
-    """A replay --json payload: calls with token counts up to 7 digits, actions, a stop."""
+    """A replay --json payload: calls with token counts up to 7 digits, actions, a stop,
+    and (as with --price) the cache and cost columns."""
+    priced = draw(st.booleans())
     window = draw(st.integers(min_value=1_000, max_value=2_000_000))
     reserved = draw(st.integers(min_value=0, max_value=window - 1))
     usable = window - reserved
@@ -42,8 +44,16 @@ def payloads(draw: st.DrawFn) -> dict[str, Any]:
                     {"kind": "context.policy_applied", "name": n, "freed_tokens": 1, "label": n}
                     for n in names
                 ],
+                "lost_of_uses": f"{index % 7}/{index * 11}",
             }
         )
+        if priced:
+            calls[-1].update(
+                cache_read_tokens=draw(st.integers(min_value=0, max_value=tokens)),
+                cache_write_tokens=draw(st.integers(min_value=0, max_value=tokens)),
+                cost_usd=draw(st.floats(min_value=0, max_value=99.0)),
+                break_at=draw(st.none() | st.integers(min_value=0, max_value=999)),
+            )
     stopped = draw(st.booleans())
     return {
         "window": window,
@@ -63,6 +73,18 @@ def payloads(draw: st.DrawFn) -> dict[str, Any]:
             "error": "prompt of ~9 tokens does not fit" if stopped else None,
         },
     }
+
+
+def _vertical_extent(element: ET.Element) -> tuple[float, float]:
+    """A marker's top and bottom y in the SVG."""
+    if element.get("cy") is not None:
+        cy, r = float(element.get("cy", 0)), float(element.get("r", 0))
+        return cy - r, cy + r
+    if element.get("height") is not None:
+        y = float(element.get("y", 0))
+        return y, y + float(element.get("height", 0))
+    ys = [float(point.split(",")[1]) for point in (element.get("points") or "").split()]
+    return min(ys), max(ys)
 
 
 class TestTicks:
@@ -96,6 +118,39 @@ class TestTable:
         for call, line in zip(payload["calls"], rows, strict=True):
             sent = f"{call['tokens']:,}"
             assert line[edge - len(sent) : edge] == sent and line[edge] == " "
+            if "cost_usd" in call:  # priced: the cost is whole on its row, never split
+                assert f"${call['cost_usd']:.4f}" in line
+
+    def test_priced_actions_go_below_the_table_whole(self) -> None:
+        """At 80 columns with --price the actions are listed below the table by call."""
+        calls = [
+            {
+                "index": i,
+                "messages": 10 * i,
+                "tokens": 23_000 + i,
+                "raw_tokens": 45_000,
+                "utilisation": 0.8,
+                "window_utilisation": 0.7,
+                "saved": 22_000,
+                "would_overflow": True,
+                "cache_read_tokens": 22_000,
+                "cache_write_tokens": 1_000,
+                "cost_usd": 0.0123,
+                "break_at": None,
+                "lost_of_uses": "0/12",
+                "actions": ["Read result cut to 9137B", "Microcompact -21505"],
+            }
+            for i in range(1, 4)
+        ]
+        payload = {"window": 32_000, "reserved": 4_000, "usable": 28_000, "calls": calls}
+        payload["summary"] = {"model_calls": 3, "recorded_model_calls": 3, "error": None}
+        out = io.StringIO()
+        print_replay(payload, console(out), "t.jsonl")
+        text = out.getvalue()
+        assert max(len(line) for line in text.splitlines()) <= 80
+        assert "actions (what the layers did)" in text
+        assert "call 2  Read result cut to 9137B; Microcompact -21505" in text
+        assert text.count("$0.0123") == 3
 
     def test_a_registered_column_shows_only_when_its_key_is_there(self) -> None:
         """An extra column (e.g. cost) appears when calls have its key, with its legend."""
@@ -131,6 +186,23 @@ class TestChart:
         names = {e["name"] for c in payload["calls"] for e in c["events"]}
         for name in names:
             assert any(t.startswith(f"{name} (") for t in texts)
+
+    @given(payloads())
+    def test_markers_of_two_layers_on_one_call_never_overlap(self, payload: dict[str, Any]) -> None:
+        """Each layer that acted on a call has its own marker, overlapping no other's."""
+        root = ET.fromstring(svg_chart(payload, "t.jsonl"))
+        marks: dict[str, list[tuple[str, float, float]]] = {}  # call -> (label, top, bottom)
+        for element in root.iter():
+            title = element.find(f"{SVG}title")
+            if title is None or not (title.text or "").startswith("call "):
+                continue
+            call, _, label = (title.text or "").partition(": ")
+            marks.setdefault(call, []).append((label, *_vertical_extent(element)))
+        for spots in marks.values():
+            for i, (label, top, bottom) in enumerate(spots):
+                for other, other_top, other_bottom in spots[i + 1 :]:
+                    if other != label:
+                        assert bottom <= other_top or other_bottom <= top, (label, other)
 
     def test_numbers_are_never_cut_when_columns_do_not_fit(self) -> None:
         """With many extra columns the lines get wider; every number is printed whole."""

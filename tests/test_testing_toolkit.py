@@ -337,13 +337,24 @@ class TestFromType:
         assert isinstance(ctx, RunContext)
         check_pairing(conversation.messages, allow_pending=False)
 
-    def test_registration_needs_no_import_of_the_strategies(self) -> None:
+    @pytest.mark.parametrize("first", ["hypothesis", "tinyctx"])
+    def test_registration_needs_no_import_of_the_strategies(self, first: str) -> None:
+        """Registered whichever of hypothesis and tinyctx is imported first."""
+        imports = {
+            "hypothesis": "import hypothesis.strategies as st\n"
+            # the hook imports nothing of tinyctx while tinyctx is not imported
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'tinyctx'], sorted(\n"
+            "    m for m in sys.modules if m.startswith('tinyctx'))\n"
+            "from tinyctx import ToolResult, ToolCall\n",
+            "tinyctx": "from tinyctx import ToolResult, ToolCall\n"
+            "assert 'tinyctx.testing.strategies' not in sys.modules\n"
+            "import hypothesis.strategies as st\n",
+        }
         code = (
             "import sys, warnings\n"
             "warnings.simplefilter('ignore')\n"
-            "import hypothesis.strategies as st\n"
-            "assert 'tinyctx.testing.strategies' in sys.modules\n"
-            "from tinyctx import ToolResult, ToolCall\n"
+            + imports[first]
+            + "assert 'tinyctx.testing.strategies' in sys.modules\n"
             "value = st.from_type(ToolResult).example()\n"
             "assert isinstance(value, ToolResult) and value.tool_call_id\n"
             "assert isinstance(st.from_type(ToolCall).example(), ToolCall)\n"

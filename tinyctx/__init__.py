@@ -412,3 +412,12 @@ __all__ = [
     "LeaseRenewFailed",
     "AbandonedStepClosed",
 ]
+
+# hypothesis imported first: its entry point (_tinyctx_hypothesis) left registering
+# tinyctx's st.from_type strategies to the end of this import.
+import sys as _sys
+
+if _sys.modules.get("hypothesis") is not None:
+    from .testing._hypothesis_hook import register_if_hypothesis_loaded as _register
+
+    _register()

@@ -48,6 +48,7 @@ CHART_SERIES: list[Series] = [
 # one marker per layer or policy name, in order of first appearance
 _MARKERS = ("circle", "square", "triangle", "diamond", "star")  # the cross marks the stop
 _COLORS = ("#e08a00", "#2a9d3a", "#9b4dca", "#d6336c", "#0b7285", "#6b4f1d", "#495057")
+_STEP = 12  # px between the markers of two layers that acted on the same call
 _W, _H = 1080, 520
 _LEFT, _RIGHT, _TOP, _BOTTOM = 82, 720, 70, 440
 
@@ -212,6 +213,7 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
     kinds: dict[str, tuple[str, str]] = {}
     counts: dict[str, int] = {}
     for i, call in enumerate(calls):
+        stacked: list[str] = []  # the names marked on this call: each a step above the last
         for event in call.get("events") or ():
             if event["kind"] == "context.pressure":
                 continue  # a measurement, not an action: the line shows it
@@ -220,12 +222,14 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
                 n = len(kinds)
                 kinds[key] = (_MARKERS[n % len(_MARKERS)], _COLORS[n % len(_COLORS)])
             counts[key] = counts.get(key, 0) + 1
+            if key not in stacked:
+                stacked.append(key)
             shape, color = kinds[key]
             out.append(
                 _marker(
                     shape,
                     x(i + 1),
-                    y(float(call.get("tokens") or 0)),
+                    y(float(call.get("tokens") or 0)) - _STEP * stacked.index(key),
                     color,
                     f"call {call['index']}: {event['label']}",
                 )

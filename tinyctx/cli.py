@@ -88,7 +88,7 @@ FORMAT_HELP: dict[str, str] = {
     "mini_swe_agent": "mini-swe-agent trajectories (.traj.json)",
     "openhands": "OpenHands evaluation output.jsonl (one instance per line, 'history' events)",
     "tau_bench": "tau-bench results JSON (a list of tasks, each with a 'traj' of messages)",
-    "agent_tars": "Agent TARS run logs: session dumps ('history' of requests) or event streams",
+    "agent_tars": "Agent TARS run logs: session dumps, event streams, llm-request snapshots",
 }
 
 
@@ -358,8 +358,9 @@ def _counter(spec: str | None) -> TokenCounter:
         _fail(f"{flag}: cannot load from the hub: {exc}", EXIT_TOKENIZER)
 
 
-def _price(args: argparse.Namespace) -> Any:
-    """The ModelPrice asked for with --price / --prices, or None (no cost shown)."""
+def _price(args: argparse.Namespace, io: _IO) -> Any:
+    """The ModelPrice asked for with --price / --prices, or None (no cost shown). A
+    ``--sweep`` without either prices at :data:`~tinyctx.cost.DEFAULT_PRICE`, and says so."""
     from .cost import DEFAULT_PRICE, PRICES, load_price_table, price_for
 
     if args.price is None and args.prices is None and args.sweep is None:
@@ -377,6 +378,7 @@ def _price(args: argparse.Namespace) -> Any:
         if table is not None:
             _fail(f"--prices {args.prices}: several models ({', '.join(table)}); choose --price")
         name = DEFAULT_PRICE
+        io.note(f"--sweep: pricing at {name} (choose the model with --price MODEL)")
     try:
         return price_for(name, table)
     except ConfigError:
@@ -417,24 +419,30 @@ def _sweep_payload(
     window: int | None,
     reserve: int,
     counter: TokenCounter,
+    err: TextIO,
 ) -> dict[str, Any]:
     """``--sweep``'s points, each series in turn, each marked whether it is on the frontier
-    (no other point keeps as much context for less: the settings worth picking)."""
+    (no other point keeps as much context for less: the settings worth picking). On a
+    terminal a bar counts its replays (one per value and series)."""
     from .cost import frontier, lost_frontier, sweep
 
     points: list[SweepPoint] = []
-    for series, stacks in swept:
-        built = iter(stacks)  # one fresh stack per value, even for a value given twice
-        points += sweep(
-            transcript,
-            lambda _value, built=built: next(built),  # type: ignore[misc]
-            values,
-            price=price,
-            window=window,
-            reserved=reserve,
-            counter=counter,
-            series=series,
-        )
+    total = sum(len(stacks) for _, stacks in swept)
+    with _progress(err, total, "sweeping", "replays") as progress:
+        for series, stacks in swept:
+            for value, stack in zip(values, stacks, strict=True):  # a fresh stack per value
+                points += sweep(
+                    transcript,
+                    lambda _value, stack=stack: stack,  # type: ignore[misc]
+                    [value],
+                    price=price,
+                    window=window,
+                    reserved=reserve,
+                    counter=counter,
+                    series=series,
+                )
+                if progress is not None:
+                    progress(len(points), total)
     best = {id(p) for p in frontier(points)}
     forgets_least = {id(p) for p in lost_frontier(points)}
     return {
@@ -486,8 +494,11 @@ def _plot_path(spec: str) -> Path:
 
 
 @contextmanager
-def _progress(err: TextIO) -> Iterator[Callable[[int, int], None] | None]:
-    """A progress bar on stderr, only on a terminal, cleared when the replay ends."""
+def _progress(
+    err: TextIO, total: int | None = None, what: str = "replaying", unit: str = "messages"
+) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr (``what done/total unit``), only on a terminal, cleared
+    when the work ends. Given the total, it shows it from the start, never ``0/?``."""
     if not err.isatty():
         yield None
         return
@@ -496,14 +507,14 @@ def _progress(err: TextIO) -> Iterator[Callable[[int, int], None] | None]:
     from .render import console
 
     bar = Progress(
-        TextColumn("replaying"),
+        TextColumn(what),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("messages"),
+        TextColumn(unit),
         console=console(err, stderr=True),
         transient=True,
     )
-    task = bar.add_task("replay", total=None)
+    task = bar.add_task(what, total=total)
 
     def show(done: int, total: int) -> None:
         bar.update(task, completed=done, total=total)
@@ -545,7 +556,7 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
     if not any(isinstance(m, AssistantMessage) for m in transcript):
         _fail(f"{source}: the transcript holds no model answer; nothing to replay", EXIT_EMPTY)
     counter = _counter(args.tokenizer)
-    price = _price(args)
+    price = _price(args, io)
     values = _sweep_values(args.sweep) if args.sweep is not None else ()
     try:
         stack = load_stack(args.stack, counter=counter)
@@ -553,7 +564,7 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
     except StackError as exc:
         _fail(str(exc))
     try:
-        with _progress(io.err) as progress:
+        with _progress(io.err, len(transcript)) as progress:
             report = replay_sync(
                 transcript,
                 stack,
@@ -564,6 +575,12 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
             )
     except TinyCtxError as exc:  # a recording the kernel refuses (e.g. an unpaired tool call)
         _fail(f"{source}: cannot replay: {exc}", EXIT_INPUT)
+    if report.error and not report.rows and not args.json:
+        _fail(
+            f"--window {args.window}: no model call was replayed, the first prompt does not "
+            f"fit ({report.error}); choose a larger --window (default: {DEFAULT_WINDOW})",
+            EXIT_STOPPED,
+        )
     payload = report.to_json()
     payload["transcript"] = "-" if source == "-" else source
     payload["stack"] = args.stack
@@ -574,7 +591,7 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
         add_to_payload(payload, report.cost(price))
     if values:
         payload["sweep"] = _sweep_payload(
-            transcript, swept, values, price, args.window, reserve, counter
+            transcript, swept, values, price, args.window, reserve, counter, io.err
         )
     if args.json:
         json.dump(payload, io.out, indent=2)
@@ -595,6 +612,8 @@ def _cmd_replay(args: argparse.Namespace, io: _IO) -> int:
 def _cmd_stats(args: argparse.Namespace, io: _IO) -> int:
     from .render import console, print_stats
 
+    if args.transcript is None:  # like replay: the bundled session
+        args.transcript = str(bundled_transcript())
     transcript = _load(args.transcript, io, args.format, args.record)
     if not transcript:
         _fail(f"{args.transcript}: the transcript holds no messages", EXIT_EMPTY)
@@ -691,7 +710,7 @@ class _Help(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default = action.default
-        if "(default:" in text or default is None or default is False:
+        if "(default:" in text or default in (None, False, argparse.SUPPRESS):
             return text
         return f"{text} (default: {default})"
 
@@ -808,7 +827,12 @@ def _stats_parser(io: _IO) -> _Parser:
         _formats_epilog() + "\n\n" + _exit_epilog(),
         io,
     )
-    parser.add_argument("transcript", help="the transcript file, or - to read it from stdin")
+    parser.add_argument(
+        "transcript",
+        nargs="?",
+        help="the transcript file, or - to read it from stdin "
+        f"(default: the bundled Claude Code session {BUNDLED})",
+    )
     _add_input(parser)
     return parser
 
@@ -819,7 +843,7 @@ def _top_parser(io: _IO) -> _Parser:
         "Replay real agent transcripts through tinyctx layer stacks.\n\n"
         "commands:\n"
         "  replay [TRANSCRIPT|-] [options]   replay through a stack (the default command)\n"
-        "  stats TRANSCRIPT|- [options]      tokens by role and tool\n\n"
+        "  stats [TRANSCRIPT|-] [options]    tokens by role and tool\n\n"
         "`tinyctx COMMAND --help` shows a command's options.",
         _formats_epilog() + "\n\n" + _exit_epilog(),
         io,

@@ -182,9 +182,14 @@ def console(stream: TextIO, *, stderr: bool = False) -> Console:
 
 
 def table(
-    rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *, title: str | None = None
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[Column],
+    *,
+    title: str | None = None,
+    gap: int = 2,
 ) -> Table:
-    """A rich table of ``rows`` (dicts) with those of ``columns`` that some row has."""
+    """A rich table of ``rows`` (dicts) with those of ``columns`` that some row has,
+    ``gap`` spaces between columns (2 or 1)."""
     shown = [c for c in columns if any(row.get(c.key) is not None for row in rows)]
     cells = [
         [
@@ -196,7 +201,14 @@ def table(
         ]
         for row in rows
     ]
-    grid = Table(title=title, title_justify="left", header_style="bold", box=None, pad_edge=False)
+    grid = Table(
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        box=None,
+        pad_edge=False,
+        padding=(0, 1) if gap == 2 else (0, 1, 0, 0),
+    )
     for i, column in enumerate(shown):
         # a number is never cut: its column is as wide as its widest value; only the
         # wrapping column (the actions) gives way to the terminal's width
@@ -211,6 +223,47 @@ def table(
         )
     for line in cells:
         grid.add_row(*line)
+    return grid
+
+
+NARROW_HIDDEN: list[str] = ["window_utilisation", "messages", "cache_write_tokens"]
+"""The call columns hidden, in turn, when the table would not fit the width otherwise
+(``--json`` has every field)."""
+
+
+def _need(grid: Table, gap: int) -> int:
+    return sum(c.min_width or 0 for c in grid.columns) + gap * (len(grid.columns) - 1)
+
+
+def _fitted(calls: Sequence[Mapping[str, Any]], width: int) -> tuple[Table, list[Column], bool]:
+    """The call table fitted to ``width``, the columns it shows and whether the actions
+    go below it. A number is never cut and no line is wider than ``width``: when the
+    columns do not fit, the actions move below the table, the gap narrows to one space,
+    then the :data:`NARROW_HIDDEN` columns go, one at a time."""
+    columns = list(CALL_COLUMNS)
+    grid = table(calls, columns)
+    if _need(grid, 2) <= width:
+        return grid, columns, False
+    columns = [c for c in columns if not c.wrap]
+    gap = 2 if _need(table(calls, columns), 2) <= width else 1
+    for key in NARROW_HIDDEN:
+        if _need(table(calls, columns, gap=gap), gap) <= width:
+            break
+        columns = [c for c in columns if c.key != key]
+    return table(calls, columns, gap=gap), columns, True
+
+
+def _key(header: str) -> str:
+    return next(c.key for c in CALL_COLUMNS if c.header == header)
+
+
+def _actions_below(calls: Sequence[Mapping[str, Any]]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for call in calls:
+        if call.get("actions"):
+            grid.add_row(f"call {call['index']}", "; ".join(call["actions"]))
     return grid
 
 
@@ -236,15 +289,23 @@ def print_replay(payload: Mapping[str, Any], out: Console, name: str) -> None:
             f"{number(usable)} tokens"
         )
     out.print()
-    grid = table(calls, CALL_COLUMNS)
+    grid, shown, below = _fitted(calls, out.width)
     width = out.width
-    need = sum(c.min_width or 0 for c in grid.columns) + 2 * (len(grid.columns) - 1)
-    if need > width:
-        out.width = need  # wider lines (a terminal wraps them) rather than a column lost
+    if _need(grid, 1) > width:
+        out.width = _need(grid, 1)  # narrower than the numbers: wider lines, none cut
     out.print(grid)
     out.width = width
+    if below and any(call.get("actions") for call in calls):
+        out.print()
+        out.print(Text("actions (what the layers did)", style="bold"))
+        out.print(_actions_below(calls))
     out.print()
-    out.print(_legend(CALL_COLUMNS, calls))
+    out.print(_legend(shown, calls))
+    hidden = [c.header for c in CALL_COLUMNS if c not in shown and not c.wrap]
+    hidden = [h for h in hidden if any(r.get(_key(h)) is not None for r in calls)]
+    if hidden:
+        note = f"hidden to fit {width} columns: {', '.join(hidden)} (--json has every field)"
+        out.print(Text(note, style="dim"))
     out.print()
     out.print(_summary(summary))
     sweep = payload.get("sweep")
@@ -284,20 +345,15 @@ def _plural(count: int, noun: str) -> str:
 
 def print_stats(payload: Mapping[str, Any], out: Console, name: str) -> None:
     """``tinyctx stats``: counts, tokens by role, tool results by tool, the largest results."""
-    out.print(
-        Text.assemble(
-            (name, "bold cyan"),
-            ": "
-            + ", ".join(
-                [
-                    _plural(payload["messages"], "message"),
-                    _plural(payload["user_turns"], "user turn"),
-                    _plural(payload["model_turns"], "model turn"),
-                    _plural(payload["tool_calls"], "tool call"),
-                ]
-            ),
-        )
-    )
+    # the name on its own line (like replay's header), so the counts never wrap mid-phrase
+    out.print(Text.assemble(("stats of ", "bold"), (name, "bold cyan")))
+    counts = [
+        _plural(payload["messages"], "message"),
+        _plural(payload["user_turns"], "user turn"),
+        _plural(payload["model_turns"], "model turn"),
+        _plural(payload["tool_calls"], "tool call"),
+    ]
+    out.print(", ".join(counts))
     if payload.get("images") or payload.get("documents"):
         out.print(
             f"{_plural(payload['images'], 'image')}, {_plural(payload['documents'], 'document')}:"

@@ -13,6 +13,7 @@ the driver continues with a new run carrying that message, so the conversation i
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,9 @@ class CallRow:
     forgetting: CallForgetting = field(factory=CallForgetting, repr=False, eq=False)
     """The recorded reply's uses of earlier context, and those the sent request had lost
     (:mod:`tinyctx.forgetting`)."""
+    freed: tuple[int | None, ...] = field(default=(), repr=False, eq=False)
+    """Per event, the tokens it freed: its own count, else for an event naming a tool
+    result (``tool_call_id``) the recorded result's tokens minus the sent one's."""
 
     @property
     def uses(self) -> int:
@@ -188,7 +192,11 @@ class ReplayReport:
                     "actions": list(r.actions),
                     "images": r.images,
                     "raw_images": r.raw_images,
-                    "events": [_event_json(e, label) for e in r.events if (label := e.describe())],
+                    "events": [
+                        _event_json(e, label, freed)
+                        for e, freed in zip(r.events, r.freed or _nones(r.events), strict=True)
+                        if (label := e.describe())
+                    ],
                     "uses": r.uses,
                     "lost_uses": r.lost,
                     "lost_rate": r.forgetting.lost_rate,
@@ -249,13 +257,56 @@ def count_images(messages: Sequence[Message]) -> int:
     return total
 
 
-def _event_json(event: Event, label: str) -> dict[str, Any]:
-    """What a report keeps of a layer's event: its kind, the policy that acted (the kind
-    when the event names none), the tokens it freed when it says, and its label."""
+def _nones(events: Sequence[Event]) -> tuple[None, ...]:
+    return (None,) * len(events)
+
+
+def _acting(event: Event) -> str:
+    """The policy that acted, else the one layer class defined beside the event's class
+    (``ToolResultTruncated`` -> ``ToolResultBudget``), else the event's kind."""
+    policy = event.payload().get("policy")
+    if policy:
+        return str(policy)
+    module = sys.modules.get(type(event).__module__)
+    layers = (
+        {
+            value.__name__
+            for value in vars(module).values()
+            if isinstance(value, type)
+            and issubclass(value, Layer)
+            and value.__module__ == type(event).__module__
+        }
+        if module is not None
+        else set()
+    )
+    return layers.pop() if len(layers) == 1 else event.kind
+
+
+def _freed(
+    event: Event, recorded: dict[str, Message], sent: dict[str, Message], counter: TokenCounter
+) -> int | None:
+    """The tokens ``event`` freed: its own count, else (an event about one tool result) the
+    recorded result's tokens minus the sent result's."""
+    own = freed_tokens(event)
+    if own is not None:
+        return own
+    call_id = event.payload().get("tool_call_id")
+    if not isinstance(call_id, str) or call_id not in recorded or call_id not in sent:
+        return None
+    return counter.count_message(recorded[call_id]) - counter.count_message(sent[call_id])
+
+
+def _results(messages: Sequence[Message]) -> dict[str, Message]:
+    return {m.tool_call_id: m for m in messages if isinstance(m, ToolResult)}
+
+
+def _event_json(event: Event, label: str, freed: int | None = None) -> dict[str, Any]:
+    """What a report keeps of a layer's event: its kind, the policy or layer that acted
+    (the kind when neither is known), the tokens it freed when known, and its label."""
     return {
         "kind": event.kind,
-        "name": str(event.payload().get("policy") or event.kind),
-        "freed_tokens": freed_tokens(event),
+        "name": _acting(event),
+        "freed_tokens": freed if freed is not None else freed_tokens(event),
         "label": label,
     }
 
@@ -389,6 +440,7 @@ async def replay(
     pending_raw: list[tuple[int, int]] = []
     sent: list[ModelRequest] = []
     texts: dict[int, tuple[Message, str]] = {}
+    recorded_results = _results(transcript)
 
     def outer(request: ModelRequest, ctx: RunContext[Any]) -> None:
         # what the uncompacted recording up to here would cost
@@ -419,6 +471,9 @@ async def replay(
                 window=window,
                 actions=tuple(d for e in events if (d := e.describe())),
                 events=events,
+                freed=tuple(
+                    _freed(e, recorded_results, _results(request.messages), counter) for e in events
+                ),
                 images=count_images(request.messages),
                 raw_images=raw_images,
                 shape=shape,

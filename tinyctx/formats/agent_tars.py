@@ -1,6 +1,6 @@
 """Agent TARS / Tarko run logs (bytedance/UI-TARS-desktop) -> tinyctx messages (read only).
 
-Two layouts, both written by that agent kit while real browser/GUI agents ran, with every
+Three layouts, all written by that agent kit while real browser/GUI agents ran, with every
 screenshot embedded as base64:
 
 - a **session dump** ``{"agent", "sessionId", "history": [{"type": "request" | "response",
@@ -12,6 +12,9 @@ screenshot embedded as base64:
   ``environment_input``, ``assistant_message`` followed by its ``tool_call`` events,
   ``tool_result``); streaming deltas and other events are skipped. It has no system
   prompt: pass ``system=`` (e.g. from an llm-request snapshot of the same run).
+- an **llm-request snapshot** (``*.llm-request.jsonl``, one pretty-printed object)
+  ``{"provider", "request": {"model", "messages"}, "baseURL"}``: the chat-completions
+  request of one loop, the whole conversation up to it, system prompt included.
 
 These agents send a tool result to the model as a user message ``Tool: <name>\\nResult:
 \\n<json>``; right after an assistant call to ``<name>`` it is that call's ToolResult, with
@@ -42,8 +45,20 @@ _EVENTS: Final = frozenset(
 )
 
 
+def _snapshot(document: Mapping[str, Any]) -> Sequence[Any] | None:
+    """The messages of an llm-request snapshot, or None when ``document`` is not one."""
+    request = document.get("request")
+    if "provider" not in document or not isinstance(request, Mapping):
+        return None
+    messages = request.get("messages")
+    return messages if isinstance(messages, list) else None
+
+
 def is_agent_tars(document: object) -> bool:
-    """Whether a parsed JSON document is an Agent TARS session dump or event stream."""
+    """Whether a parsed JSON document is an Agent TARS session dump, event stream or
+    llm-request snapshot."""
+    if isinstance(document, Mapping) and _snapshot(document) is not None:
+        return True
     if isinstance(document, Mapping):
         history = document.get("history")
         return (
@@ -307,19 +322,28 @@ def _event_stream(events: Sequence[Any], system: object) -> list[dict[str, Any]]
 
 
 def from_agent_tars(document: Any, *, system: object = None) -> tuple[Message, ...]:
-    """The conversation of an Agent TARS session dump or event stream (parsed JSON).
+    """The conversation of an Agent TARS session dump, event stream or llm-request
+    snapshot (parsed JSON).
 
     ``system`` is the system prompt of an event stream (which logs none). Raises
     :class:`FormatError` naming the entry of what cannot be read, or a tool result that
     answers no call.
     """
-    if isinstance(document, Mapping) and isinstance(document.get("history"), list):
+    snapshot = _snapshot(document) if isinstance(document, Mapping) else None
+    if snapshot is not None:
+        builder = _Builder()
+        for index, item in enumerate(snapshot):
+            _input_item(builder, item, index)
+        messages = builder.out
+    elif isinstance(document, Mapping) and isinstance(document.get("history"), list):
         messages = _session(document)
     elif isinstance(document, list):
         messages = _event_stream(document, system)
     else:
         raise FormatError(
-            "expected a session dump with 'history' or an event-stream array", format=AGENT_TARS
+            "expected a session dump with 'history', an event-stream array or an "
+            "llm-request snapshot with 'request.messages'",
+            format=AGENT_TARS,
         )
     try:
         return from_openai(messages)

@@ -44,8 +44,14 @@ from typing import Any, Literal
 
 import anyio
 import attrs
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+
+from ._require import missing_hypothesis
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ModuleNotFoundError as exc:  # the testing extra is not installed
+    raise missing_hypothesis(__name__) from exc
 
 from ..agent import Agent, Checkpoint, Session
 from ..chain import Layer, LayerLike, ModelCall, ToolCallHandler, has_hook, layer_name
@@ -84,7 +90,9 @@ RULES: tuple[str, ...] = (
     "ordering",
 )
 
-DOC = "docs/testing-your-layer.md"
+DOC = 'the tinyctx docs, page "Testing your layer"'
+"""Where the rules are explained: a page every copy of the docs has (pip users have no
+repository path), named by its title; :attr:`LayerContractError.doc` adds the section."""
 
 _WHY = {
     "pairing": "a tool call and its results are one unit: no layer may leave half of one",
@@ -119,7 +127,7 @@ class LayerContractError(AssertionError):
         self.detail = detail
         self.example = example
         self.backend = backend
-        self.doc = f"{DOC}#rule-{rule}"
+        self.doc = f'{DOC}, section "Rule: {rule}"'
         on = f" on {backend}" if backend else ""
         lines = [f"layer {layer!r} breaks rule {rule!r}{on}: {detail}", f"why: {_WHY[rule]}"]
         if example:
@@ -378,6 +386,36 @@ def _changed_attributes(before: Mapping[str, tuple[int, Any, bool]], layer: Laye
     return changed
 
 
+def _source(value: Any) -> str:
+    """``value`` as a Python expression of tinyctx's root API: an attrs value as its
+    constructor call with only the fields that differ from their defaults, a mapping as a
+    dict literal, so a shrunk example pastes into a test (``from tinyctx import *``)."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_source(k)}: {_source(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        items = [_source(v) for v in value]
+        if isinstance(value, list):
+            return "[" + ", ".join(items) + "]"
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if attrs.has(type(value)):
+        shown = []
+        for field in attrs.fields(type(value)):
+            if not field.init:
+                continue
+            default = field.default
+            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                default = default.factory()
+            current = getattr(value, field.name)
+            if default is attrs.NOTHING or current != default:
+                shown.append(f"{field.name}={_source(current)}")
+        return f"{type(value).__name__}({', '.join(shown)})"
+    return repr(value)
+
+
+def _example(history: Sequence[Message], calls: Sequence[ToolCall]) -> str:
+    return f"history={_source(list(history))}, tool_calls={_source(list(calls))}"
+
+
 class _Kit:
     def __init__(self, options: _Options) -> None:
         self.o = options
@@ -589,7 +627,7 @@ class _Kit:
         self, history: tuple[Message, ...], calls: tuple[ToolCall, ...], backend: str
     ) -> None:
         """The rules that need no generated data, on one small conversation (fast to fail)."""
-        ex = f"history={list(history)!r}, tool_calls={list(calls)!r}"
+        ex = _example(history, calls)
         before = _vars_snapshot(self.o.layer)
         events = await self.normal_run(history, calls, backend, ex)
         self.check_tree(events, backend, ex)
@@ -601,7 +639,7 @@ class _Kit:
         self, history: tuple[Message, ...], calls: tuple[ToolCall, ...], backend: str
     ) -> None:
         """The rules whose failures depend on the conversation: shrunk by hypothesis."""
-        ex = f"history={list(history)!r}, tool_calls={list(calls)!r}"
+        ex = _example(history, calls)
         before = _vars_snapshot(self.o.layer)
         events = await self.normal_run(history, calls, backend, ex)
         self.check_tree(events, backend, ex)

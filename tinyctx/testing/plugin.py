@@ -1,47 +1,13 @@
-"""pytest plugin (entry point ``pytest11``): fixtures for testing tinyctx layers.
+"""The pytest plugin's fixtures, under their documented ``tinyctx.testing`` name.
 
-Import-light on purpose: pytest loads it in every project that has tinyctx installed.
-Reaching this module imports the ``tinyctx`` kernel package, nothing more: never
-hypothesis, the strategies, the stateful template or ``tinyctx.middleware``, and it never
-configures logging. The fixtures import what they need when a test asks for them. They
-are plain (sync) fixtures, so they serve async tests on trio and asyncio alike.
+pytest loads them from the top-level module ``_tinyctx_pytest`` (entry point ``pytest11``,
+name ``tinyctx``), which imports nothing of tinyctx until a fixture is used; this module
+re-exports them for ``pytest_plugins = ["tinyctx.testing.plugin"]`` in a checkout that
+does not install the entry point.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-import pytest
-
-if TYPE_CHECKING:
-    from tinyctx import Event, RunContext
-    from tinyctx.testing import ScriptedModel
+from _tinyctx_pytest import captured_events, scripted_model, tinyctx_ctx
 
 __all__ = ["tinyctx_ctx", "scripted_model", "captured_events"]
-
-
-@pytest.fixture
-def tinyctx_ctx() -> RunContext[None]:
-    """A fresh root ``RunContext`` with an empty conversation; events are not logged
-    (they still reach subscribers and ``captured_events``)."""
-    from tinyctx.testing import quiet_context
-
-    return quiet_context()
-
-
-@pytest.fixture
-def scripted_model() -> ScriptedModel:
-    """An empty ``ScriptedModel``; add responses with ``scripted_model.add(...)``."""
-    from tinyctx.testing import ScriptedModel
-
-    return ScriptedModel()
-
-
-@pytest.fixture
-def captured_events() -> Iterator[list[Event]]:
-    """Every tinyctx event emitted during the test, in order (from any sink)."""
-    from tinyctx.testing import capture_events
-
-    with capture_events() as events:
-        yield events
