@@ -18,20 +18,17 @@ stopped) here with ``.ci/services.sh``.
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
-import subprocess
 import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+from _harness import servers
 
 from tinyctx import (
     Agent,
@@ -53,35 +50,9 @@ from tinyctx.codec import decode_messages
 from tinyctx.middleware import ExtractionJob, RuleExtractor, SessionMemory
 from tinyctx.threads import LeaseHeld
 
-SERVICES = Path(__file__).resolve().parent.parent / ".ci" / "services.sh"
 STORES = ("sqlite", "postgres", "redis")
 LOOPS = ("trio", "asyncio")
 CONCURRENT = 8  # trials at once (a busy service times out several requests together)
-
-
-@contextmanager
-def servers() -> Iterator[tuple[str, str]]:
-    """The PostgreSQL and Redis URLs: from the environment, or servers started here."""
-    pg, rd = os.environ.get("TINYCTX_TEST_POSTGRES_URL"), os.environ.get("TINYCTX_TEST_REDIS_URL")
-    if pg and rd:
-        yield pg, rd
-        return
-    done = subprocess.run(
-        ["bash", str(SERVICES), "start", "--no-install"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the cancellation soak needs PostgreSQL and Redis: {done.stderr}")
-    found = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
-    try:
-        yield found["TINYCTX_TEST_POSTGRES_URL"], found["TINYCTX_TEST_REDIS_URL"]
-    finally:
-        subprocess.run(
-            ["bash", str(SERVICES), "stop", found["TINYCTX_SERVICES_DIR"]], timeout=120, check=False
-        )
 
 
 async def _model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
@@ -246,6 +217,6 @@ if __name__ == "__main__":
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
-    with servers() as found:
+    with servers("the cancellation soak") as found:
         for row in cancellation_soak(count, found):
             print(row)

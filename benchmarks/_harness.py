@@ -7,8 +7,12 @@ thresholds in tests. Each benchmark module exposes ``run(quick: bool) -> list[Ro
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
@@ -129,3 +133,33 @@ def print_table(rows: list[Row]) -> None:
             target += " MET" if row.met else " NOT MET"
         time_text = fmt_seconds(row.seconds)
         print(f"{row.group:<22} {row.case:<34} {time_text:>11} {base:<28} {ratio:>8}  {target}")
+
+
+SERVICES = Path(__file__).resolve().parent.parent / ".ci" / "services.sh"
+
+
+@contextmanager
+def servers(needed_by: str) -> Iterator[tuple[str, str]]:
+    """The PostgreSQL and Redis URLs: from the environment, or servers started here (and
+    stopped after) with ``.ci/services.sh``; ``needed_by`` names the benchmark in the error
+    when they cannot start."""
+    pg, rd = os.environ.get("TINYCTX_TEST_POSTGRES_URL"), os.environ.get("TINYCTX_TEST_REDIS_URL")
+    if pg and rd:
+        yield pg, rd
+        return
+    done = subprocess.run(
+        ["bash", str(SERVICES), "start", "--no-install"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{needed_by} needs PostgreSQL and Redis: {done.stderr}")
+    found = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    try:
+        yield found["TINYCTX_TEST_POSTGRES_URL"], found["TINYCTX_TEST_REDIS_URL"]
+    finally:
+        subprocess.run(
+            ["bash", str(SERVICES), "stop", found["TINYCTX_SERVICES_DIR"]], timeout=120, check=False
+        )

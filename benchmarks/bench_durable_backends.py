@@ -21,14 +21,12 @@ stopped) here with ``.ci/services.sh``.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench_durable  # noqa: E402
-from _harness import Row, fmt_seconds, print_table  # noqa: E402
+from _harness import Row, fmt_seconds, print_table, servers  # noqa: E402
 from bench_durable import (  # noqa: E402
     Backend,
     Ours,
@@ -75,33 +73,6 @@ except ImportError:  # pragma: no cover - the bench extra is optional
     HAVE_OPENAI_REDIS = False
 
 from tinyctx.formats import to_openai  # noqa: E402
-
-SERVICES = HERE.parent / ".ci" / "services.sh"
-
-
-@contextmanager
-def servers() -> Iterator[tuple[str, str]]:
-    """The PostgreSQL and Redis URLs: from the environment, or servers started here."""
-    pg, rd = os.environ.get("TINYCTX_TEST_POSTGRES_URL"), os.environ.get("TINYCTX_TEST_REDIS_URL")
-    if pg and rd:
-        yield pg, rd
-        return
-    done = subprocess.run(
-        ["bash", str(SERVICES), "start", "--no-install"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"bench_durable_backends needs PostgreSQL and Redis: {done.stderr}")
-    found = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
-    try:
-        yield found["TINYCTX_TEST_POSTGRES_URL"], found["TINYCTX_TEST_REDIS_URL"]
-    finally:
-        subprocess.run(
-            ["bash", str(SERVICES), "stop", found["TINYCTX_SERVICES_DIR"]], timeout=120, check=False
-        )
 
 
 def _name() -> str:
@@ -334,7 +305,10 @@ def run(quick: bool = False) -> list[Row]:
     history, source = build_thread(bench_durable.LONG)
     steps = split_steps(build_thread(bench_durable.LONG + 1200)[0][len(history) :])
     rows: list[Row] = []
-    with servers() as (pg_url, redis_url), tempfile.TemporaryDirectory() as tmp:
+    with (
+        servers("bench_durable_backends") as (pg_url, redis_url),
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         folder = Path(tmp)
         groups = {
             "postgres": [OursPostgres(folder, pg_url)]
