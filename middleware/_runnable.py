@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinyctx import RunContext, ToolArgumentError, ToolCall, ToolError
+from tinyctx import RunContext, Tool, ToolArgumentError, ToolCall, ToolError
 
 __all__ = ["unrunnable"]
 
@@ -29,6 +29,10 @@ def unrunnable(ctx: RunContext[Any], call: ToolCall) -> ToolError | None:
             "InvalidArguments",
             f"arguments for {call.name!r} are not a JSON object: {call.invalid_arguments[:200]!r}",
         )
+    if type(tool) is Tool:
+        # a plain Tool's handler takes the arguments as they come (the onion checks none):
+        # the reviewer decides on the call as it would run
+        return None
     try:
         tool.check_arguments(call.arguments)
     except ToolArgumentError as exc:
