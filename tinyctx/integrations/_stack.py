@@ -30,7 +30,7 @@ from ..events import EventSink
 from ..messages import Message, ToolCall, ToolResult
 from ..model import ModelRequest, ModelResponse
 from ..ordering import check_ordering
-from ..tools import ToolSpec
+from ..tools import Tool, ToolSpec
 
 __all__ = [
     "Stack",
@@ -59,6 +59,27 @@ async def _core_model(request: ModelRequest, ctx: RunContext[Any]) -> ModelRespo
 
 async def _core_tool(call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
     return await _TOOL.get()(call)
+
+
+async def _runs_in_the_framework(arguments: Any, ctx: RunContext[Any]) -> str:
+    raise TypeError("a framework's tool runs through its adapter (Stack.call_tool), not here")
+
+
+def _know(ctx: RunContext[Any], specs: Sequence[ToolSpec]) -> None:
+    """Register a stand-in for each of the framework's tools the context does not know yet,
+    so layers that look a tool up (a review, a retry's checks) find it; the framework
+    checks the arguments itself, so a stand-in is a plain :class:`~tinyctx.Tool`."""
+    tools = ctx.tools
+    for spec in specs:
+        if spec.name not in tools:
+            tools.register(
+                Tool(
+                    spec.name,
+                    spec.description,
+                    spec.parameters,
+                    handler=_runs_in_the_framework,
+                )
+            )
 
 
 class StackInterrupted(TinyCtxError):
@@ -156,6 +177,7 @@ class Stack:
         """Run the model onion over ``messages`` (the thread's history as the framework
         holds it), with ``call`` at its centre."""
         ctx = self.context(thread_id)
+        _know(ctx, tools)
         conversation = ctx.conversation
         history = tuple(messages)
         if conversation.messages != history:
@@ -181,9 +203,19 @@ class Stack:
         control = stronger(response.control, ctx.take_control())
         return StackCall(response, committed, control)
 
-    async def call_tool(self, thread_id: str, call: ToolCall, run: FrameworkTool) -> ToolResult:
-        """Run the tool onion for ``call``, with ``run`` (the framework's tool) at its centre."""
+    async def call_tool(
+        self,
+        thread_id: str,
+        call: ToolCall,
+        run: FrameworkTool,
+        *,
+        spec: ToolSpec | None = None,
+    ) -> ToolResult:
+        """Run the tool onion for ``call``, with ``run`` (the framework's tool) at its centre
+        (``spec``, the tool's schema, lets layers look the tool up)."""
         ctx = self.context(thread_id)
+        if spec is not None:
+            _know(ctx, (spec,))
         token = _TOOL.set(run)
         try:
             return await self._tool_onion(call, ctx)

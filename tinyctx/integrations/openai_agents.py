@@ -23,7 +23,7 @@ originals archived), so the next run starts from it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -31,17 +31,21 @@ from agents.items import ModelResponse as AgentsResponse
 from agents.items import TResponseInputItem, TResponseStreamEvent
 from agents.models.interface import Model
 from agents.run_config import CallModelData, ModelInputData
+from agents.tool import FunctionTool
 from agents.usage import Usage as AgentsUsage
 
 from ..chain import LayerLike
 from ..control import Interrupt, StopWithFinal
+from ..errors import ConfigError
 from ..events import EventSink
 from ..messages import AssistantMessage, Message
 from ..model import ModelRequest, ModelResponse, Usage
 from ..providers._responses_items import assistant_from_output
+from ..tools import ToolSpec
 from ._stack import Stack, StackInterrupted
 from .openai_agents_items import from_agents_items, plain_item, to_agents_items
 from .openai_agents_session import TinyctxSession
+from .openai_agents_tools import ThreadOf, gated, review_calls, wrap_tools
 
 __all__ = ["TinyctxInputFilter", "TinyctxModel", "TinyctxSession", "DEFAULT_THREAD"]
 
@@ -159,6 +163,24 @@ class TinyctxInputFilter:
         )
         self.stack = self._shared.stack
         self._thread = _thread_of(thread_id, session)
+        self._fixed = thread_id if isinstance(thread_id, str) else None
+        if thread_id is None:
+            self._fixed = session.session_id if session is not None else DEFAULT_THREAD
+
+    def wrap_tools(self, tools: Sequence[Any], *, thread_id: ThreadOf | None = None) -> list[Any]:
+        """The SDK tools ``tools`` with this stack's tool layers and review around them
+        (:func:`~tinyctx.integrations.openai_agents_tools.wrap_tools`); ``thread_id``
+        defaults to the filter's own thread (needed when that is a function)."""
+        thread = thread_id if thread_id is not None else self._fixed
+        if thread is None:
+            raise ConfigError(
+                "thread_id",
+                thread_id,
+                "a thread id or a function of the tool's context, when the filter's own "
+                "thread_id is a function of CallModelData",
+                owner="TinyctxInputFilter.wrap_tools",
+            )
+        return wrap_tools(tools, self.stack, thread_id=thread)
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         thread = self._thread(data)
@@ -209,6 +231,11 @@ class TinyctxModel(Model):
         self.stack = self._shared.stack
         self._thread = thread_id or (session.session_id if session is not None else DEFAULT_THREAD)
 
+    def wrap_tools(self, tools: Sequence[Any]) -> list[Any]:
+        """The SDK tools ``tools`` with this stack's tool layers and review around them, on
+        this model's thread (:func:`~tinyctx.integrations.openai_agents_tools.wrap_tools`)."""
+        return wrap_tools(tools, self.stack, thread_id=self._thread)
+
     async def get_response(
         self,
         system_instructions: str | None,
@@ -227,11 +254,13 @@ class TinyctxModel(Model):
             message = assistant_from_output(output)
             return ModelResponse(message, usage=_usage(response.usage), raw=response)
 
+        tools = _sdk_tools(args, kwargs)
         outcome = await self.stack.call_model(
-            self._thread, history, call, system_prompt=system_instructions
+            self._thread, history, call, system_prompt=system_instructions, tools=_specs(tools)
         )
-        if isinstance(outcome.control, Interrupt):
-            raise StackInterrupted(outcome.control)
+        control = outcome.control
+        if isinstance(control, Interrupt) and not self._sdk_reviews(control, tools):
+            raise StackInterrupted(control)
         await self._shared.remember(self._thread, plain, history, outcome.committed, stored)
         if isinstance(outcome.control, StopWithFinal):
             return _answer(outcome.control.text)
@@ -239,6 +268,15 @@ class TinyctxModel(Model):
         if isinstance(raw, AgentsResponse):
             return raw
         return _answer(outcome.response.message.content)
+
+    def _sdk_reviews(self, control: Interrupt, tools: Sequence[Any]) -> bool:
+        """Whether ``control`` is a review of calls the SDK will hold for approval itself
+        (each of a tool wrapped by :meth:`wrap_tools`): the response goes on to the SDK."""
+        calls = review_calls(control.payload)
+        if calls is None:
+            return False
+        names = gated(tools, self.stack)
+        return all(call.get("name") in names for call in calls)
 
     def stream_response(
         self,
@@ -250,6 +288,21 @@ class TinyctxModel(Model):
         """Streaming passes through to the wrapped model (use the input filter for a
         streamed run: it runs on every call, streamed or not)."""
         return self.model.stream_response(system_instructions, input, *args, **kwargs)
+
+
+def _sdk_tools(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Sequence[Any]:
+    """The ``tools`` argument of ``Model.get_response`` (the fourth, after the settings)."""
+    tools = args[1] if len(args) > 1 else kwargs.get("tools")
+    return tools if isinstance(tools, list | tuple) else ()
+
+
+def _specs(tools: Sequence[Any]) -> tuple[ToolSpec, ...]:
+    """The model-visible schema of the run's function tools (counted by the budget guard)."""
+    specs = []
+    for tool in tools:
+        if isinstance(tool, FunctionTool):
+            specs.append(ToolSpec(tool.name, tool.description, tool.params_json_schema))
+    return tuple(specs)
 
 
 def _answer(text: str) -> AgentsResponse:

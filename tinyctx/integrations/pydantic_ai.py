@@ -25,7 +25,6 @@ layers see no response (no usage for calibration, no control outcomes).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -40,7 +39,6 @@ from pydantic_ai.messages import ModelResponse as PAResponse
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext as PARunContext
 from pydantic_ai.tools import ToolDefinition
-from pydantic_core import to_jsonable_python
 
 from ..chain import LayerLike
 from ..control import Interrupt, StopWithFinal
@@ -50,6 +48,7 @@ from ..model import ModelRequest, ModelResponse
 from ..threads import ThreadStore
 from ..tools import ToolSpec
 from ._stack import Stack, StackInterrupted
+from ._text import json_text
 from ._threads import read_thread, write_thread
 from .pydantic_ai_messages import from_pydantic_ai, to_pydantic_ai, usage_from_pydantic_ai
 
@@ -77,13 +76,6 @@ def _specs(request_context: ModelRequestContext) -> tuple[ToolSpec, ...]:
         except (TypeError, ValueError):
             continue
     return tuple(specs)
-
-
-def _json_text(value: Any) -> str:
-    try:
-        return json.dumps(to_jsonable_python(value), ensure_ascii=False)
-    except (TypeError, ValueError):
-        return str(value)
 
 
 def _stack(
@@ -184,7 +176,7 @@ class TinyctxCapability(AbstractCapability[Any]):
         async def run(tiny: ToolCall) -> ToolResult:
             output = await handler(args)
             outputs.append(output)
-            text = output if isinstance(output, str) else _json_text(output)
+            text = output if isinstance(output, str) else json_text(output)
             made.append(ToolResult.for_call(tiny, text))
             return made[-1]
 
