@@ -3,9 +3,19 @@
 ``Runner.run(agent, "...", session=TinyctxSession("user-42", SqliteStore("threads.db")))``
 keeps the conversation as a tinyctx thread: any :class:`~tinyctx.threads.ThreadStore`
 (SQLite, PostgreSQL, Redis, memory), one message per tinyctx message (an assistant turn
-with its reasoning and function calls is one message), written with optimistic
-concurrency (a write made from a stale load is refused and retried on the fresh thread,
-never lost), and a compaction tinyctx commits archived by the store. The same thread opens
+with its reasoning and function calls is one message), a compaction tinyctx commits
+archived by the store.
+
+Each write takes the thread's lease, the one a tinyctx ``Session`` takes (fencing
+included), and carries it: ``async with session:`` holds it for the whole block (one
+run, or several), renewed while it lasts, so no other writer — another runner on the same
+session id, in any process, or a tinyctx ``Session`` — interleaves writes with the
+block's; outside a block each write takes the lease for itself. A writer that finds the
+lease held waits up to ``wait`` seconds, then gets :class:`~tinyctx.threads.LeaseHeld`
+(a :class:`~tinyctx.SessionBusy` naming the holder). The lease is released when the block
+or the write ends, shielded and bounded, on cancellation too. Writes are also made
+against the version read (a write from a stale load is retried on the fresh thread,
+never lost). The same thread opens
 in a tinyctx :class:`~tinyctx.Session` (``tinyctx.Session(agent, thread_id="user-42",
 store=store)``) and back.
 """
@@ -13,15 +23,20 @@ store=store)``) and back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 import anyio
 from agents.memory.session_settings import SessionSettings
 
 from ..codec import decode_messages, encode_message
+from ..config import number, optional, text
+from ..durable import default_owner
+from ..events import EventSink
 from ..messages import AssistantMessage, Message
 from ..providers._responses_items import assistant_from_output
-from ..threads import Compaction, StaleThreadVersion, ThreadStore, ThreadWrite
+from ..threads import Compaction, Lease, StaleThreadVersion, ThreadStore, ThreadWrite
+from ._lease import Leasing
 from ._threads import read_thread, write_thread
 from .openai_agents_items import from_agents_items, plain_item, to_agents_items
 
@@ -41,7 +56,18 @@ def _open_turn(messages: Sequence[Message]) -> int:
 
 class TinyctxSession:
     """The Agents SDK ``Session`` protocol (``get_items``, ``add_items``, ``pop_item``,
-    ``clear_session``) over the tinyctx thread ``session_id`` of ``store``."""
+    ``clear_session``) over the tinyctx thread ``session_id`` of ``store``.
+
+    Args:
+        session_id: the tinyctx thread the conversation is kept in.
+        store: any :class:`~tinyctx.threads.ThreadStore`.
+        session_settings: the SDK's settings for this session (``limit``).
+        lease_ttl: seconds a lease lasts unrenewed (a dead writer's expires after it).
+        wait: seconds a writer waits for a lease another owner holds before
+            :class:`~tinyctx.threads.LeaseHeld` (0: at once).
+        owner: the lease owner's name (default ``host:pid:random``).
+        events: where a failed lease renewal is reported (default: structlog).
+    """
 
     def __init__(
         self,
@@ -49,15 +75,38 @@ class TinyctxSession:
         store: ThreadStore,
         *,
         session_settings: SessionSettings | None = None,
+        lease_ttl: float = 30.0,
+        wait: float = 0.0,
+        owner: str | None = None,
+        events: EventSink | None = None,
     ) -> None:
-        if not isinstance(session_id, str) or not session_id:
-            raise ValueError(f"session_id must be a non-empty string, got {session_id!r}")
+        text().check(session_id, "session_id", "TinyctxSession")
+        number(above=0).check(lease_ttl, "lease_ttl", "TinyctxSession")
+        number(minimum=0).check(wait, "wait", "TinyctxSession")
+        optional(text()).check(owner, "owner", "TinyctxSession")
         self.session_id = session_id
         self.store = store
         self.session_settings = session_settings
+        self.owner = owner or default_owner()
+        self._lease = Leasing(
+            store, session_id, owner=self.owner, ttl=lease_ttl, wait=wait, events=events
+        )
         self._messages: tuple[Message, ...] = ()
         self._version = 0
         self._lock = anyio.Lock()
+
+    async def __aenter__(self) -> Self:
+        """Hold the thread's lease until the block ends (waiting up to ``wait`` seconds)."""
+        await self._lease.hold()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self._lease.let_go()
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -82,7 +131,7 @@ class TinyctxSession:
         """Append ``items`` to the thread, as the messages they say."""
         if not items:
             return
-        async with self._lock:
+        async with self._lock, self._lease.writing() as lease:
             for attempt in range(_ATTEMPTS):
                 await self._load()
                 start = _open_turn(self._messages)
@@ -91,14 +140,14 @@ class TinyctxSession:
                 read = from_agents_items([*context, *plain])
                 new = read[len(self._messages) - start :]
                 change = ThreadWrite(append=tuple(encode_message(m) for m in new))
-                if await self._write(change, attempt):
+                if await self._write(change, attempt, lease):
                     self._messages = (*self._messages, *new)
                     return
 
     async def pop_item(self) -> Any | None:
         """Remove the newest item (from the last message; the message goes when it was
         its only item) and return it, or None for an empty thread."""
-        async with self._lock:
+        async with self._lock, self._lease.writing() as lease:
             for attempt in range(_ATTEMPTS):
                 await self._load()
                 if not self._messages:
@@ -113,22 +162,24 @@ class TinyctxSession:
                 change = ThreadWrite(
                     compaction=Compaction(n - 1, n, tuple(encode_message(m) for m in replacement))
                 )
-                if await self._write(change, attempt):
+                if await self._write(change, attempt, lease):
                     self._messages = (*self._messages[:-1], *replacement)
                     return popped
         return None
 
     async def clear_session(self) -> None:
-        """Delete the thread (its messages, archive, state and lease)."""
-        async with self._lock:
+        """Delete the thread (its messages, archive and state), under the lease; a held
+        lease is taken again at once (the deletion removes it with the thread)."""
+        async with self._lock, self._lease.writing():
             await self.store.delete_thread(self.session_id)
             self._messages, self._version = (), 0
+            await self._lease.renew_held()
 
     async def commit(self, stored: Sequence[Message], replacement: Sequence[Message]) -> bool:
         """Replace the thread's messages ``stored`` (read earlier) with ``replacement`` as one
         compaction, the originals archived by the store; False (nothing written) when the
         thread no longer starts with ``stored``."""
-        async with self._lock:
+        async with self._lock, self._lease.writing() as lease:
             await self._load()
             if self._messages[: len(stored)] != tuple(stored):
                 return False
@@ -137,19 +188,20 @@ class TinyctxSession:
             )
             try:
                 self._version = await self.store.write(
-                    self.session_id, change, expected_version=self._version
+                    self.session_id, change, expected_version=self._version, lease=lease
                 )
             except StaleThreadVersion:
                 return False
             self._messages = (*replacement, *self._messages[len(stored) :])
             return True
 
-    async def _write(self, change: ThreadWrite, attempt: int) -> bool:
-        """Write at the loaded version; False to retry on a fresh load after a concurrent
-        write (the last attempt raises :class:`~tinyctx.threads.StaleThreadVersion`)."""
+    async def _write(self, change: ThreadWrite, attempt: int, lease: Lease | None) -> bool:
+        """Write at the loaded version under ``lease``; False to retry on a fresh load after
+        a concurrent write (the last attempt raises
+        :class:`~tinyctx.threads.StaleThreadVersion`)."""
         try:
             self._version = await self.store.write(
-                self.session_id, change, expected_version=self._version
+                self.session_id, change, expected_version=self._version, lease=lease
             )
         except StaleThreadVersion:
             if attempt == _ATTEMPTS - 1:
