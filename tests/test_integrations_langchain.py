@@ -392,3 +392,26 @@ class TestControl:
         (paused,) = out["__interrupt__"]
         assert paused.value["node"] == "review"
         assert paused.value["message"] == "look first"
+
+    async def test_resuming_the_interrupt_runs_the_model_node_again(self) -> None:
+        """``Command(resume=...)`` re-runs the model node: the model is called again, the
+        interrupt returns the resume value instead of pausing, and the run finishes with
+        that call's answer."""
+        from langgraph.types import Command
+
+        from tinyctx import Interrupt
+
+        async def pause(request: Any, ctx: Any, call_next: Any) -> Any:
+            ctx.request_control(Interrupt("review", "look first"))
+            return await call_next(request, ctx)
+
+        model = _FakeModel(messages=iter([AIMessage("first"), AIMessage("second")]))
+        agent = create_agent(
+            model, middleware=[TinyctxMiddleware([pause])], checkpointer=InMemorySaver()
+        )
+        config: Any = {"configurable": {"thread_id": "resume"}}
+        paused = await agent.ainvoke({"messages": [HumanMessage("hello")]}, config)
+        assert "__interrupt__" in paused
+        done = await agent.ainvoke(Command(resume="go on"), config)
+        assert "__interrupt__" not in done
+        assert [m.content for m in done["messages"]] == ["hello", "second"]

@@ -234,6 +234,52 @@ class TestCapability:
         assert returns
         assert all(len(str(p.content)) < 4000 for p in returns)
 
+    async def test_a_tool_retry_prompt_goes_through_the_stack(self, anyio_backend: str) -> None:
+        """A tool's ModelRetry reaches the model through the stack as pydantic-ai made it
+        (tied to its call, its retry info kept), and the corrected call succeeds."""
+        from pydantic_ai import ModelRetry
+
+        seen: list[list[ModelMessage]] = []
+
+        def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            seen.append(list(messages))
+            if len(seen) < 3:
+                return ModelResponse(
+                    parts=[ToolCallPart("check", {"x": len(seen)}, tool_call_id=f"c{len(seen)}")]
+                )
+            return ModelResponse(parts=[TextPart("checked")])
+
+        agent: Agent[None, str] = Agent(
+            FunctionModel(scripted),
+            capabilities=[TinyctxCapability(default_stack(), max_tokens=WINDOW)],
+        )
+
+        @agent.tool_plain
+        def check(x: int) -> str:
+            """Check x (it must be 2)."""
+            if x != 2:
+                raise ModelRetry("x must be 2")
+            return "x is fine"
+
+        result = await agent.run("check it")
+        assert result.output == "checked"
+        # pydantic-ai says "retry" with a tool return marked retried (its retry info kept):
+        # the stack sends it on as pydantic-ai made it
+        (retry,) = [
+            p
+            for m in seen[1]
+            for p in getattr(m, "parts", [])
+            if getattr(p, "tool_call_id", 0) == "c1" and not isinstance(p, ToolCallPart)
+        ]
+        assert (retry.tool_name, retry.content, retry.outcome) == (
+            "check",
+            "x must be 2",
+            "retried",
+        )
+        assert retry.retry is not None and retry.retry.cause == "model_retry"
+        assert to_pydantic_ai(from_pydantic_ai(seen[1])) == seen[1]
+        check_pairing(from_pydantic_ai(result.all_messages()), allow_pending=False)
+
     async def test_stop_with_final_answers_with_its_text(self, anyio_backend: str) -> None:
         """A layer's StopWithFinal becomes the run's text output."""
 
