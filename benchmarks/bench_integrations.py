@@ -13,7 +13,8 @@ window, run through each framework's own agent loop:
   until the history fits 90% of the window, cut where no tool call loses its result),
   against ``TinyctxCapability(default_stack())``;
 - the OpenAI Agents SDK: the same trimming as a ``call_model_input_filter``, against
-  ``TinyctxInputFilter(default_stack())``.
+  ``TinyctxInputFilter(default_stack())`` with the tool wrapped by its ``wrap_tools`` (the
+  stack's tool onion runs around every tool call, its cost counted in the per-call time).
 
 Printed per framework and policy: prompt tokens sent over the run, its prompt-cache cost
 (:mod:`tinyctx.cost`, Claude Sonnet 4.5 prices; every request counted by tinyctx's
@@ -249,6 +250,9 @@ async def _agents(start: tuple[Message, ...], steps: int, policy: str) -> tuple[
         "own": trim,
         "tinyctx": TinyctxInputFilter(default_stack(), max_tokens=WINDOW),
     }
+    tools: list[Any] = [lookup]
+    if policy == "tinyctx":  # the whole integration: the tool layers run around the tool too
+        tools = filters["tinyctx"].wrap_tools(tools)
     model = ScriptedModel(
         [
             *([function_call("lookup", {"query": str(i)}, call_id=f"a{i}")] for i in range(steps)),
@@ -256,7 +260,7 @@ async def _agents(start: tuple[Message, ...], steps: int, policy: str) -> tuple[
         ]
     )
     config = RunConfig(call_model_input_filter=filters[policy], tracing_disabled=True)
-    agent = Agent(name="bench", model=model, tools=[lookup])
+    agent = Agent(name="bench", model=model, tools=tools)
     items = [*to_agents_items(start), {"role": "user", "content": "go on"}]
     began = time.perf_counter()
     await Runner.run(agent, items, run_config=config, max_turns=steps + 5)
