@@ -415,3 +415,41 @@ class TestControl:
         done = await agent.ainvoke(Command(resume="go on"), config)
         assert "__interrupt__" not in done
         assert [m.content for m in done["messages"]] == ["hello", "second"]
+
+    async def test_a_review_pauses_and_never_runs_the_call_unreviewed(self) -> None:
+        """Approvals' pause (a structured payload) is stored by the checkpointer as plain
+        data; a resume carries no per-call decision, so the reviewed call is answered as
+        not reviewed and its tool never runs."""
+        from langgraph.types import Command
+
+        from tinyctx.middleware import Approvals
+
+        ran: list[str] = []
+
+        @tool
+        def wipe(path: str) -> str:
+            """Wipe a path."""
+            ran.append(path)
+            return "wiped"
+
+        call = {"name": "wipe", "args": {"path": "/"}, "id": "w1"}
+        model = _FakeModel(
+            messages=iter([AIMessage("", tool_calls=[call]), AIMessage("", tool_calls=[call])])
+        )
+        agent = create_agent(
+            model,
+            tools=[wipe],
+            middleware=[TinyctxMiddleware([Approvals("wipe")])],
+            checkpointer=InMemorySaver(),
+        )
+        config: Any = {"configurable": {"thread_id": "review"}}
+        paused = await agent.ainvoke({"messages": [HumanMessage("clean")]}, config)
+        (pause,) = paused["__interrupt__"]
+        assert pause.value["payload"]["calls"][0]["id"] == "w1"
+        assert type(pause.value["payload"]) is dict
+        model.messages = iter([AIMessage("", tool_calls=[call]), AIMessage("left it")])
+        done = await agent.ainvoke(Command(resume="approve"), config)
+        assert ran == []
+        (answer,) = [m for m in done["messages"] if isinstance(m, ToolMessage)]
+        assert "needs human review" in answer.content
+        assert done["messages"][-1].content == "left it"

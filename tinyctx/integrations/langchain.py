@@ -191,9 +191,9 @@ class TinyctxMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         response = outcome.response
         control = outcome.control
         if isinstance(control, Interrupt):
-            interrupt(
-                {"node": control.node, "message": control.message, "payload": control.payload}
-            )
+            # plain JSON data (a payload is deep-frozen): the checkpointer serializes it
+            value = {"node": control.node, "message": control.message}
+            interrupt({**value, "payload": thaw(control.payload)})
         if isinstance(control, StopWithFinal):
             lc_response: LCModelResponse[Any] = LCModelResponse(result=[AIMessage(control.text)])
         elif isinstance(response.raw, LCModelResponse):
