@@ -312,3 +312,22 @@ class TestApprovals:
         wrapped = wrap_tools([*Ledger().tools(), other], stack, thread_id="t")
         assert wrapped[2] is other
         assert [t.name for t in wrapped[:2]] == ["delete_file", "lookup"]
+
+    async def test_an_approval_the_review_does_not_allow_runs_nothing(self) -> None:
+        """A tool whose review allows only rejection stays unrun when the SDK approves it:
+        the model reads why."""
+        from tinyctx.middleware import Review
+
+        ledger = Ledger()
+        inner = ScriptedModel(
+            [
+                [function_call("delete_file", {"path": "/"}, call_id="d1")],
+                [assistant_message("finished")],
+            ]
+        )
+        model = TinyctxModel(inner, [Approvals({"delete_file": Review(allowed=("reject",))})])
+        agent = Agent(name="a", model=model, tools=model.wrap_tools(ledger.tools()))
+        paused = await Runner.run(agent, "go", run_config=CONFIG)
+        done = await _resumed(agent, paused, lambda state, item: state.approve(item))
+        assert done.final_output == "finished" and ledger.deleted == []
+        assert "not allowed" in _outputs(inner)["d1"]
