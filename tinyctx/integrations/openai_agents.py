@@ -9,10 +9,13 @@
 - ``Agent(model=TinyctxModel(model, default_stack(), max_tokens=...))`` puts the stack
   around the model itself: the layers see the real response, its usage calibrates the
   budget guard, ``StopWithFinal(text)`` answers with ``text`` and an ``Interrupt`` raises
-  :class:`~tinyctx.integrations.StackInterrupted` (the SDK's own interruptions are tool
-  approvals: ``needs_approval`` tools).
+  :class:`~tinyctx.integrations.StackInterrupted`, except a review of wrapped tools, which
+  the SDK holds as its own approval interruption.
 - ``session=TinyctxSession(session_id, store)`` keeps the conversation in tinyctx's thread
-  stores.
+  stores, written under the thread's lease (``async with session:`` holds it for a run).
+- ``tools=model.wrap_tools([...])`` (or the filter's) runs the stack's tool layers around
+  the SDK's function tools, and makes a review by ``Approvals`` the SDK's own approval
+  interruption (:mod:`tinyctx.integrations.openai_agents_tools`).
 
 A persistent rewrite the layers commit is remembered per thread, so the next calls of the
 run (whose items the SDK still holds unrewritten) send the committed history plus what
