@@ -5,11 +5,11 @@ test module).
 ``Runner.run`` on session ``s`` of the store ``KIND`` (``sqlite``: WHERE is the file;
 ``postgres``/``redis``: WHERE is the URL and SCOPE the schema or key prefix). Its model
 calls the tool ``step`` once, then answers ``NAME done``; ``step`` writes ``DIR/NAME.step``
-and waits (at most 30 s) for ``DIR/NAME.go``.
+and waits (at most 240 s) for ``DIR/NAME.go``.
 
 MODE ``hold``: the run goes inside ``async with session`` (the lease held for the whole
 run; ``DIR/NAME.leased`` is written once it is held). MODE ``wait``: the same, waiting up
-to 30 s for the lease. MODE ``once``: no block, ``wait=0``: a held lease refuses the
+to 240 s for the lease. MODE ``once``: no block, ``wait=0``: a held lease refuses the
 run's first write. The last line printed is ``done``, or ``busy OWNER`` for a refused
 write (exit status 3).
 """
@@ -27,6 +27,8 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from tinyctx.integrations.openai_agents import TinyctxSession
 from tinyctx.threads import LeaseHeld
+
+BOUND = 240.0  # seconds any wait of a worker lasts at most (a loaded machine starts slowly)
 
 
 def _store(kind: str, where: str, scope: str) -> Any:
@@ -50,7 +52,7 @@ async def main(kind: str, where: str, scope: str, name: str, mode: str, folder: 
     async def step() -> str:
         """Do this run's one step."""
         (directory / f"{name}.step").write_text("")
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + BOUND
         # the test process makes the file: no Event reaches across processes
         while not (directory / f"{name}.go").exists() and time.monotonic() < deadline:  # noqa: ASYNC110
             await anyio.sleep(0.02)
@@ -62,7 +64,7 @@ async def main(kind: str, where: str, scope: str, name: str, mode: str, folder: 
     agent = Agent(name=name, model=model, tools=[step])
     config = RunConfig(tracing_disabled=True)
     store = _store(kind, where, scope)
-    session = TinyctxSession("s", store, wait=30 if mode == "wait" else 0, owner=name)
+    session = TinyctxSession("s", store, wait=BOUND if mode == "wait" else 0, owner=name)
     try:
         if mode == "once":
             await Runner.run(agent, f"{name} asks", session=session, run_config=config)
