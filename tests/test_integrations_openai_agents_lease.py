@@ -108,6 +108,23 @@ class TestLease:
             await store.release_lease(newer)
         assert await _contents(one) == ["a"]
 
+    async def test_one_lease_with_tinyctx_s_own_session(self, store: Any) -> None:
+        """A tinyctx Session open on the thread holds the same lease: the SDK session's
+        write is refused; and the other way round."""
+        from tinyctx import Agent, Session
+        from tinyctx.testing import ScriptedModel
+
+        agent = Agent(model=ScriptedModel(["one"]))
+        sdk = TinyctxSession("s", store, owner="sdk")
+        async with Session(agent, thread_id="s", store=store, owner="tinyctx"):
+            with pytest.raises(LeaseHeld, match="tinyctx"):
+                await sdk.add_items(_user("a"))
+        async with sdk:
+            with pytest.raises(LeaseHeld, match="sdk"):
+                async with Session(agent, thread_id="s", store=store):
+                    pass
+        assert await sdk.get_items() == []
+
     def test_bad_settings_name_the_field(self) -> None:
         """A TTL that is not positive, a negative wait or an empty owner is a ConfigError
         naming the field."""
