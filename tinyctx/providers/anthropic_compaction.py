@@ -116,13 +116,16 @@ class AnthropicCompaction(Layer):
         response = await call_next(edited, ctx)
         summary = compaction_summary(response.message)
         if summary is not None:
-            self._map(request, summary, ctx)
+            self.record(request, summary, ctx)
         return response
 
-    def _map(self, request: ModelRequest, summary: str, ctx: RunContext[Any]) -> None:
-        """Replace the messages the server summarized by the summary, in the conversation
-        when the request was the conversation itself (else the thread keeps them: the
-        server drops them anyway)."""
+    def record(
+        self, request: ModelRequest, summary: str, ctx: RunContext[Any], *, estimated: bool = False
+    ) -> tuple[Message, ...]:
+        """Replace the messages the server summarized by ``summary`` (in the conversation
+        when the request was the conversation itself; else the thread keeps them, and the
+        server drops them anyway); returns the compacted history. ``estimated``: the
+        summary is a local stand-in (:mod:`tinyctx.providers.estimates`)."""
         messages = request.messages
         system = tuple(m for m in messages if isinstance(m, SystemMessage))
         replaced = len(messages) - len(system)
@@ -144,11 +147,13 @@ class AnthropicCompaction(Layer):
         ctx.emit(
             ProviderCompacted,
             provider="anthropic",
-            layer=_OWNER,
+            layer=self.name,
             messages_before=replaced,
             messages_after=1,
             tokens_before=before,
             tokens_after=tokens_after,
             freed_tokens=max(0, before - tokens_after),
             persisted=persisted,
+            estimated=estimated,
         )
+        return after
