@@ -47,9 +47,13 @@ def text(value: str) -> dict[str, Any]:
     return {"type": "text", "text": value}
 
 
-def compaction_stream(answer: str) -> list[tuple[str | None, Any]]:
-    """A message stream whose first block is a compaction streamed as deltas."""
+def compaction_stream(answer: str, usage: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    """A message stream whose first block is a compaction streamed as deltas; ``usage``
+    comes with the final message_delta, as the API sends it."""
     events = anthropic_stream([("text", [answer])])
+    for name, data in events:
+        if name == "message_delta":
+            data["usage"] = usage
     for _, data in events:
         if isinstance(data, dict) and "index" in data:
             data["index"] += 1
@@ -94,10 +98,15 @@ class TestServerCompaction:
         """Every call asks for compact_20260112 with the beta; a compaction answer replaces
         the thread before it by one summary message (originals archived), keeps the block,
         and the next request sends the block back whole after that summary."""
+        iterations = [
+            {"type": "compaction", "input_tokens": 61_000, "output_tokens": 900},
+            {"type": "message", "input_tokens": 1_000, "output_tokens": 5},
+        ]
+        usage = {"input_tokens": 1_000, "output_tokens": 5, "iterations": iterations}
         compacted: Any = (
-            sse_reply(compaction_stream("a2"))
+            sse_reply(compaction_stream("a2", usage=usage))
             if stream
-            else json_reply(anthropic_message([COMPACTION, text("a2")]))
+            else json_reply(anthropic_message([COMPACTION, text("a2")], usage=usage))
         )
         later = anthropic_stream([("text", ["a3"])]) if stream else None
         server.add(
@@ -151,6 +160,7 @@ class TestServerCompaction:
         assert isinstance(event, ProviderCompacted)
         assert (event.provider, event.messages_before, event.persisted) == ("anthropic", 3, True)
         assert event.freed_tokens >= 0 and not event.estimated
+        assert (event.provider_input_tokens, event.provider_output_tokens) == (61_000, 900)
 
     async def test_a_tool_call_after_the_compaction_keeps_pairing(
         self, server: LoopbackServer, client: anthropic.AsyncAnthropic

@@ -277,9 +277,12 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
         manager = self.client.messages.stream(**params)
         tool_index: dict[int, int] = {}  # content block index -> tool call index
         compactions: dict[int, list[Any]] = {}  # block index -> its compaction_delta events
+        iterations: list[Any] = []  # the final usage's per-step counts (the snapshot drops them)
 
         def handle(event: ParsedMessageStreamEvent[Any]) -> None:
-            if event.type == "content_block_start":
+            if event.type == "message_delta":
+                iterations[:] = getattr(event.usage, "iterations", None) or iterations
+            elif event.type == "content_block_start":
                 block = event.content_block
                 if block.type == "tool_use":
                     tool_index[event.index] = len(tool_index)
@@ -315,6 +318,8 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
             ) from None
         for index, deltas in compactions.items():
             _fill_compaction(message.content[index], deltas)
+        if iterations:
+            message.usage.iterations = iterations  # type: ignore[attr-defined]
         return message
 
 

@@ -17,7 +17,8 @@ holding the summary (marked ``metadata["tinyctx"]["summary"]``), committed with
 block (sent back verbatim: the server drops the summary message before it), so the thread
 stays valid for Anthropic, and another provider reads the summary as text. The event
 ``compaction.provider`` (:class:`~tinyctx.providers.clearing.ProviderCompacted`) says
-what was replaced.
+what was replaced, and what the server's compaction step cost (``provider_input_tokens``,
+``provider_output_tokens``: billed, but outside the response's top-level usage).
 
 The layer sits outside the budget guard and declares its rule on the requests it passes
 in (:mod:`tinyctx.providers.clearing`): the guard does not compact what the server will.
@@ -38,7 +39,13 @@ from ..tokens import TokenCounter, default_counter
 from .anthropic_context import request_edit
 from .clearing import Compaction, ProviderCompacted, declare
 
-__all__ = ["AnthropicCompaction", "COMPACTION_BETA", "COMPACT_EDIT", "compaction_summary"]
+__all__ = [
+    "AnthropicCompaction",
+    "COMPACTION_BETA",
+    "COMPACT_EDIT",
+    "compaction_summary",
+    "compaction_usage",
+]
 
 COMPACTION_BETA: Final = "compact-2026-01-12"
 COMPACT_EDIT: Final = "compact_20260112"
@@ -116,16 +123,23 @@ class AnthropicCompaction(Layer):
         response = await call_next(edited, ctx)
         summary = compaction_summary(response.message)
         if summary is not None:
-            self.record(request, summary, ctx)
+            self.record(request, summary, ctx, usage=compaction_usage(response.raw))
         return response
 
     def record(
-        self, request: ModelRequest, summary: str, ctx: RunContext[Any], *, estimated: bool = False
+        self,
+        request: ModelRequest,
+        summary: str,
+        ctx: RunContext[Any],
+        *,
+        usage: tuple[int, int] = (0, 0),
+        estimated: bool = False,
     ) -> tuple[Message, ...]:
         """Replace the messages the server summarized by ``summary`` (in the conversation
         when the request was the conversation itself; else the thread keeps them, and the
-        server drops them anyway); returns the compacted history. ``estimated``: the
-        summary is a local stand-in (:mod:`tinyctx.providers.estimates`)."""
+        server drops them anyway); returns the compacted history. ``usage``: the input and
+        output tokens of the server's compaction step; ``estimated``: the summary is a
+        local stand-in (:mod:`tinyctx.providers.estimates`)."""
         messages = request.messages
         system = tuple(m for m in messages if isinstance(m, SystemMessage))
         replaced = len(messages) - len(system)
@@ -155,5 +169,22 @@ class AnthropicCompaction(Layer):
             freed_tokens=max(0, before - tokens_after),
             persisted=persisted,
             estimated=estimated,
+            provider_input_tokens=usage[0],
+            provider_output_tokens=usage[1],
         )
         return after
+
+
+def compaction_usage(raw: object) -> tuple[int, int]:
+    """The input and output tokens of the compaction steps an Anthropic response reports
+    in ``usage.iterations``: billed, but not in the top-level usage (nor, so, in the
+    call's :class:`~tinyctx.model.Usage`)."""
+    iterations = getattr(getattr(raw, "usage", None), "iterations", None)
+    spent = [0, 0]
+    for entry in iterations or ():
+        data = entry if isinstance(entry, Mapping) else getattr(entry, "__dict__", {})
+        if data.get("type") == "compaction":
+            for i, key in enumerate(("input_tokens", "output_tokens")):
+                value = data.get(key)
+                spent[i] += value if isinstance(value, int) else 0
+    return spent[0], spent[1]

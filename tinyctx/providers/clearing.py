@@ -69,6 +69,9 @@ class ProviderCompacted(Event):
     freed_tokens: int = 0
     persisted: bool = False
     estimated: bool = False
+    provider_input_tokens: int = 0
+    """What the provider's compaction step itself read and wrote, when it reports it."""
+    provider_output_tokens: int = 0
 
     def describe(self) -> str:
         what = "estimate: " if self.estimated else ""
