@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from tinyctx import ConfigError, ToolResult
+from tinyctx import ConfigError, ToolResult, UserMessage, check_pairing
 from tinyctx.cli import bundled_transcript, main
 from tinyctx.formats import load_transcript
 from tinyctx.providers.clearing import CLEARED_PLACEHOLDER
 from tinyctx.providers.estimates import (
     AnthropicCompactionEstimate,
     AnthropicContextEditingEstimate,
+    ResponsesCompactEstimate,
     stand_in_summary,
 )
 from tinyctx.replay import replay
@@ -96,6 +97,36 @@ class TestProviderStackAgainstTinyctx:
         assert "estimate: AnthropicCompactionEstimate, AnthropicContextEditingEstimate" in out
 
 
+class TestOpenAICompactEstimate:
+    """responses.compact estimated: the head's user messages stay, the rest is one item."""
+
+    def test_a_compacted_call_keeps_the_user_turns_and_is_labelled(self, tmp_path: Path) -> None:
+        """Through the TOML layer: each compaction is an estimate, keeps every user message
+        of the head and sends the call under the trigger plus the kept tail."""
+        path = tmp_path / "openai.toml"
+        path.write_text(
+            '[[layers]]\nuse = "openai_compact_estimate"\ntrigger_tokens = 40000\n'
+            "keep_recent = 4\n",
+            encoding="utf-8",
+        )
+        payload = replay_json(str(path))
+        assert payload["summary"]["estimated_by"] == ["ResponsesCompactEstimate"]
+        events = [e for call in payload["calls"] for e in call["events"]]
+        compactions = [e for e in events if e["kind"] == "compaction.provider"]
+        assert compactions and all("(estimate: openai" in e["label"] for e in compactions)
+        assert all(e["freed_tokens"] > 0 for e in compactions)
+
+    async def test_the_thread_keeps_pairing_and_user_messages(self, anyio_backend: str) -> None:
+        """The compacted thread is paired and keeps every user message it had."""
+        transcript = load_transcript(bundled_transcript())
+        users = sum(isinstance(m, UserMessage) for m in transcript)
+        layer = ResponsesCompactEstimate(trigger_tokens=40_000, keep_recent=4)
+        report = await replay(transcript, [layer], window=200_000)
+        check_pairing(report.final_messages)
+        assert sum(isinstance(m, UserMessage) for m in report.final_messages) == users
+        assert len(report.final_messages) < len(transcript)
+
+
 def _kinds(call: dict[str, Any]) -> set[str]:
     return {e["kind"] for e in call["events"]}
 
@@ -127,3 +158,5 @@ class TestEstimateLayers:
             AnthropicCompactionEstimate(trigger_tokens=10)
         with pytest.raises(ConfigError, match="keep_tool_uses"):
             AnthropicContextEditingEstimate(keep_tool_uses=-1)
+        with pytest.raises(ConfigError, match="keep_recent"):
+            ResponsesCompactEstimate(trigger_tokens=10, keep_recent=-1)

@@ -37,7 +37,7 @@ from ..model import ModelRequest, ModelResponse
 from ..ordering import Outside
 from ..tokens import TokenCounter, default_counter
 from .anthropic_context import request_edit
-from .clearing import Compaction, ProviderCompacted, declare
+from .clearing import Compaction, ProviderCompacted, declare, is_conversation
 
 __all__ = [
     "AnthropicCompaction",
@@ -148,12 +148,7 @@ class AnthropicCompaction(Layer):
             metadata={"tinyctx": {"summary": {"messages": replaced, "summarizer": COMPACT_EDIT}}},
         )
         after = (*system, record)
-        conversation = ctx.conversation.messages
-        persisted = (
-            self.persist
-            and len(conversation) == len(messages)
-            and all(a is b for a, b in zip(conversation, messages, strict=True))
-        )
+        persisted = self.persist and is_conversation(messages, ctx)
         if persisted:
             ctx.conversation.replace(after, emit_new=False)
         before = self.counter.count_request(request)

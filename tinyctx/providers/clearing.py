@@ -30,8 +30,16 @@ from typing import Any, ClassVar, Final, Protocol, runtime_checkable
 import attrs
 from attrs import frozen
 
+from ..context import RunContext
 from ..events import Event, EventLevel
-from ..messages import AssistantMessage, Message, SystemMessage, ToolResult, snap_boundary
+from ..messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolResult,
+    UserMessage,
+    snap_boundary,
+)
 from ..model import ModelRequest
 from ..tokens import TokenCounter
 
@@ -44,6 +52,7 @@ __all__ = [
     "ProviderCompacted",
     "declare",
     "provider_cleared",
+    "is_conversation",
 ]
 
 PROVIDER_CLEARING: Final = "tinyctx.provider_clearing"
@@ -158,11 +167,19 @@ class Compaction:
     trigger: int = 150_000
     summary_tokens: int = 2_000
     keep_recent: int = 0
+    keep_user_messages: bool = False
+    """OpenAI's ``responses.compact`` keeps the user messages of the head; Anthropic's
+    compaction keeps none."""
 
     def split(self, messages: Sequence[Message]) -> int:
         """Where the compacted head ends: before the newest ``keep_recent`` messages, never
         parting a call from its result."""
         return snap_boundary(tuple(messages), len(messages) - self.keep_recent)
+
+    def kept(self, head: Sequence[Message]) -> tuple[Message, ...]:
+        """What of the compacted head the provider keeps beside its summary."""
+        keep = (SystemMessage, UserMessage) if self.keep_user_messages else (SystemMessage,)
+        return tuple(m for m in head if isinstance(m, keep))
 
     def cleared(self, request: ModelRequest, counter: TokenCounter) -> int:
         before = counter.count_request(request)
@@ -170,9 +187,18 @@ class Compaction:
         if before < self.trigger or cut == 0:
             return 0
         head = request.messages[:cut]
-        kept = [m for m in head if isinstance(m, SystemMessage)]
+        kept = self.kept(head)
         freed = counter.count_messages(head) - counter.count_messages(kept) - self.summary_tokens
         return max(0, freed)
+
+
+def is_conversation(messages: Sequence[Message], ctx: RunContext[Any]) -> bool:
+    """Whether ``messages`` are the conversation's own (no outer layer changed them), so a
+    provider's compaction of them can be committed to it."""
+    conversation = ctx.conversation.messages
+    return len(conversation) == len(messages) and all(
+        a is b for a, b in zip(conversation, messages, strict=True)
+    )
 
 
 def declare(request: ModelRequest, rule: ClearingRule) -> ModelRequest:

@@ -17,6 +17,9 @@ transcript::
   :class:`~tinyctx.providers.anthropic_compaction.AnthropicCompaction` asks for it and maps
   it into the thread; the summary is a stand-in of ``summary_tokens`` (the provider's
   summary length is not documented).
+- :class:`ResponsesCompactEstimate`: OpenAI's ``responses.compact`` as
+  :class:`~tinyctx.providers.openai_compact.ResponsesCompact` runs it (its user messages
+  kept, the opaque compaction a stand-in of ``summary_tokens``).
 """
 
 from __future__ import annotations
@@ -25,20 +28,27 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ..chain import Layer, LayerLike, ModelCall
+from ..config import integer
 from ..context import RunContext
+from ..messages import AssistantMessage
 from ..model import ModelRequest, ModelResponse
+from ..ordering import Outside
 from ..tokens import TokenCounter, default_counter
 from .anthropic_compaction import AnthropicCompaction
 from .anthropic_context import CLEAR_TOOL_USES, AnthropicContextEditing, ProviderContextEdited
+from .clearing import Compaction, ProviderCompacted, is_conversation
 
 __all__ = [
     "AnthropicContextEditingEstimate",
     "AnthropicCompactionEstimate",
+    "ResponsesCompactEstimate",
     "anthropic_estimate_stack",
     "stand_in_summary",
 ]
 
 _FILLER: Final = "summary "
+_AT_LEAST_ONE = integer(minimum=1)
+_AT_LEAST_ZERO = integer(minimum=0)
 
 
 def stand_in_summary(tokens: int, counter: TokenCounter) -> str:
@@ -98,6 +108,63 @@ class AnthropicCompactionEstimate(Layer):
             after = self.compaction.record(request, summary, ctx, estimated=True)
             request = request.evolve(messages=after)
         return await call_next(request, ctx)
+
+
+class ResponsesCompactEstimate(Layer):
+    """OpenAI's ``responses.compact`` applied locally once a request reaches
+    ``trigger_tokens``, as :class:`~tinyctx.providers.openai_compact.ResponsesCompact` runs
+    it: the head (all but the newest ``keep_recent`` messages, no call parted from its
+    result) becomes its user messages and one opaque compaction, here a stand-in assistant
+    message of ``summary_tokens``; committed to the conversation."""
+
+    constraints = (Outside("BudgetGuard", reason="the guard measures what it compacted"),)
+
+    def __init__(
+        self,
+        *,
+        trigger_tokens: int,
+        keep_recent: int = 10,
+        summary_tokens: int = 2_000,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        owner = type(self).__name__
+        self.rule = Compaction(
+            trigger=_AT_LEAST_ONE.check(trigger_tokens, "trigger_tokens", owner),
+            summary_tokens=_AT_LEAST_ZERO.check(summary_tokens, "summary_tokens", owner),
+            keep_recent=_AT_LEAST_ZERO.check(keep_recent, "keep_recent", owner),
+            keep_user_messages=True,
+        )
+        self.counter = counter or default_counter()
+
+    async def wrap_model(
+        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
+    ) -> ModelResponse:
+        rule, counter = self.rule, self.counter
+        if rule.cleared(request, counter) <= 0:
+            return await call_next(request, ctx)
+        messages = request.messages
+        cut = rule.split(messages)
+        kept = rule.kept(messages[:cut])
+        compaction = AssistantMessage(stand_in_summary(rule.summary_tokens, counter))
+        after = (*kept, compaction, *messages[cut:])
+        persisted = is_conversation(messages, ctx)
+        if persisted:
+            ctx.conversation.replace(after, emit_new=False)
+        compacted = request.evolve(messages=after)
+        before, tokens_after = counter.count_request(request), counter.count_request(compacted)
+        ctx.emit(
+            ProviderCompacted,
+            provider="openai",
+            layer=self.name,
+            messages_before=cut,
+            messages_after=len(kept) + 1,
+            tokens_before=before,
+            tokens_after=tokens_after,
+            freed_tokens=max(0, before - tokens_after),
+            persisted=persisted,
+            estimated=True,
+        )
+        return await call_next(compacted, ctx)
 
 
 def anthropic_estimate_stack(counter: TokenCounter | None = None) -> Sequence[LayerLike]:

@@ -37,7 +37,7 @@ from ..ordering import Outside
 from ..tokens import REASONING_TOKENS, TokenCounter, default_counter
 from ._base import unreadable
 from ._responses_items import ITEMS, RESPONSES, from_responses_input, to_responses_input
-from .clearing import ProviderCompacted
+from .clearing import ProviderCompacted, is_conversation
 from .openai import openai_error
 from .openai_responses import OpenAIResponsesModel
 
@@ -88,15 +88,9 @@ class ResponsesCompact(Layer):
             return await call_next(request, ctx)
         head = await self._compact(request, messages[:cut], ctx)
         after = (*head, *messages[cut:])
-        persisted = False
-        conversation = ctx.conversation.messages
-        if (
-            self.persist
-            and len(conversation) == len(messages)
-            and all(a is b for a, b in zip(conversation, messages, strict=True))
-        ):
+        persisted = self.persist and is_conversation(messages, ctx)
+        if persisted:
             ctx.conversation.replace(after, emit_new=False)
-            persisted = True
         compacted = request.evolve(messages=after)
         tokens_after = self.counter.count_request(compacted)
         ctx.emit(
