@@ -62,6 +62,7 @@ from tinyctx import (
 )
 from tinyctx.config import Check, flag, fraction, implements, integer, number, optional, text
 from tinyctx.events import EventLevel
+from tinyctx.providers.clearing import provider_cleared
 from tinyctx.tokens import (
     Calibration,
     TokenCounter,
@@ -920,7 +921,8 @@ class BudgetGuard(Layer):
             mark = state.relief_mark = (estimate, checks)
         self._remember(state, estimate, window, reserved, source)
         sent, sent_raw = request, raw
-        if self.fires(estimate, usable):
+        # what provider-side layers outside this guard declared their provider will clear
+        if self.fires(estimate - provider_cleared(request, self.counter), usable):
             calls = checks - mark[1]
             growth = (estimate - mark[0]) / calls if calls > 0 else None
             sent, sent_raw, estimate = await self._relieve(

@@ -130,3 +130,47 @@ class TestResponsesCompact:
             ResponsesCompact(model, trigger_tokens=0)
         with pytest.raises(ConfigError, match="model"):
             ResponsesCompact("gpt-5", trigger_tokens=10)  # type: ignore[arg-type]
+
+
+class TestWithTheBudgetGuard:
+    """Outside the guard, the provider's compaction is done before the guard measures."""
+
+    async def test_the_guard_does_not_act_on_what_the_provider_compacted(
+        self, server: LoopbackServer, client: openai.AsyncOpenAI
+    ) -> None:
+        """The thread passes the guard's trigger, the provider compacts it under: the
+        guard sees the compacted request and does nothing."""
+        from tinyctx.middleware.budget import BudgetGuard, ContextPressure
+
+        counter = HeuristicCounter()
+        server.add(
+            json_reply(responses_body([message_item("first answer " + "context " * 300)])),
+            json_reply(compacted("q1")),
+            json_reply(responses_body([message_item("second answer")])),
+        )
+        model = OpenAIResponsesModel("gpt-5", client=client)
+        guard = BudgetGuard(
+            max_tokens=1000, reserved_output_tokens=0, trigger=0.7, counter=counter, calibrate=False
+        )
+        layer = ResponsesCompact(model, trigger_tokens=700, keep_recent=1, counter=counter)
+        agent = Agent(model, middleware=[layer, guard])
+        with capture_events(ContextPressure) as pressure, capture_events(ProviderCompacted) as done:
+            async with Session(agent) as session:
+                await session.run("q1")
+                await session.run("q2")
+        assert len(done) == 1 and pressure == []
+
+    async def test_inside_the_guard_it_is_refused(self, client: openai.AsyncOpenAI) -> None:
+        """Inside the guard the guard would act first: the agent refuses the order."""
+        from tinyctx.middleware.budget import BudgetGuard
+        from tinyctx.ordering import OrderingError
+
+        model = OpenAIResponsesModel("gpt-5", client=client)
+        with pytest.raises(OrderingError, match="ResponsesCompact"):
+            Agent(
+                model,
+                middleware=[
+                    BudgetGuard(max_tokens=1000),
+                    ResponsesCompact(model, trigger_tokens=9),
+                ],
+            )

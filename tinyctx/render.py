@@ -308,6 +308,11 @@ def print_replay(payload: Mapping[str, Any], out: Console, name: str) -> None:
         out.print(Text(note, style="dim"))
     out.print()
     out.print(_summary(summary))
+    if summary.get("estimated_by"):  # provider-side layers replayed by their documented rules
+        note = (
+            f"estimate: {', '.join(summary['estimated_by'])} applied the provider's rules locally"
+        )
+        out.print(Text(note, style="yellow"))
     sweep = payload.get("sweep")
     if sweep:
         out.print()

@@ -221,6 +221,7 @@ class ReplayReport:
                 "lost_rate": self.lost_rate,
                 "lost_by_kind": _breakdown(self.rows, lambda u: u.span.kind),
                 "lost_by_source": _breakdown(self.rows, lambda u: u.source_name),
+                "estimated_by": _estimated_by(self.rows),
             },
         }
 
@@ -245,6 +246,18 @@ def _breakdown(rows: Sequence[CallRow], key: Callable[[Use], str]) -> dict[str, 
         for use in row.forgetting.lost:
             counts[key(use)]["lost"] += 1
     return dict(sorted(counts.items(), key=lambda item: (-item[1]["uses"], item[0])))
+
+
+def _estimated_by(rows: Sequence[CallRow]) -> list[str]:
+    """The layers whose actions are local estimates of a provider's documented rules
+    (:mod:`tinyctx.providers.estimates`: their events say ``estimated=True``)."""
+    layers = {
+        str(payload.get("layer"))
+        for row in rows
+        for event in row.events
+        if (payload := event.payload()).get("estimated") is True
+    }
+    return sorted(layers)
 
 
 def count_images(messages: Sequence[Message]) -> int:

@@ -5,8 +5,12 @@
   ``pip install 'tinyctx[openai]'``), and :class:`tinyctx.providers.openai_compact.
   ResponsesCompact`, a layer that has OpenAI compact the thread (``responses.compact``)
 - :class:`tinyctx.providers.anthropic.AnthropicModel` (``pip install 'tinyctx[anthropic]'``),
-  and :class:`tinyctx.providers.anthropic_context.AnthropicContextEditing`, a layer that
-  turns on Anthropic's server-side clearing of old tool results
+  and :class:`tinyctx.providers.anthropic_context.AnthropicContextEditing` and
+  :class:`tinyctx.providers.anthropic_compaction.AnthropicCompaction`, layers that turn on
+  Anthropic's server-side clearing of old tool results and compaction
+- :mod:`tinyctx.providers.clearing`: the providers' documented rules, which those layers
+  declare to the budget guard, and :mod:`tinyctx.providers.estimates`, the same rules
+  applied locally for ``tinyctx replay --stack anthropic-estimate``
 - :class:`tinyctx.providers.gemini.GeminiModel` (``pip install 'tinyctx[gemini]'``)
 
 Importing this package needs neither SDK; each adapter imports its SDK when first used.

@@ -34,6 +34,7 @@ from ._base import (
     unreadable,
 )
 from ._errors import classify
+from .anthropic_context import add_context_edits
 
 __all__ = ["AnthropicModel", "anthropic_error", "mark_cache_prefix", "DEFAULT_MAX_TOKENS"]
 
@@ -238,6 +239,7 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
         if tools:
             params["tools"] = tools
         params.update(settings)
+        add_context_edits(params, request)
         if self.cache_prefix:
             mark_cache_prefix(params, self.cache_ttl)
         return params
@@ -274,9 +276,13 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
     ) -> AnthropicMessage:
         manager = self.client.messages.stream(**params)
         tool_index: dict[int, int] = {}  # content block index -> tool call index
+        compactions: dict[int, list[Any]] = {}  # block index -> its compaction_delta events
+        iterations: list[Any] = []  # the final usage's per-step counts (the snapshot drops them)
 
         def handle(event: ParsedMessageStreamEvent[Any]) -> None:
-            if event.type == "content_block_start":
+            if event.type == "message_delta":
+                iterations[:] = getattr(event.usage, "iterations", None) or iterations
+            elif event.type == "content_block_start":
                 block = event.content_block
                 if block.type == "tool_use":
                     tool_index[event.index] = len(tool_index)
@@ -289,6 +295,8 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
                     emit_reasoning(ctx, delta.thinking)
                 elif delta.type == "input_json_delta" and event.index in tool_index:
                     emit_tool_delta(ctx, tool_index[event.index], arguments=delta.partial_json)
+                elif str(delta.type) == "compaction_delta":  # the SDK's snapshot drops these
+                    compactions.setdefault(event.index, []).append(delta)
 
         async def close(stream: AsyncMessageStream[Any]) -> None:
             await manager.__aexit__(None, None, None)
@@ -303,8 +311,24 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
             # the SDK could not parse a tool's streamed JSON input
             raise ProviderError(f"{PROVIDER}: {exc}", provider=PROVIDER) from exc
         try:
-            return stream.current_message_snapshot
+            message = stream.current_message_snapshot
         except AssertionError:  # the SDK asserts when no message_start arrived
             raise ProviderError(
                 f"{PROVIDER}: the stream ended before a message started", provider=PROVIDER
             ) from None
+        for index, deltas in compactions.items():
+            _fill_compaction(message.content[index], deltas)
+        if iterations:
+            message.usage.iterations = iterations  # type: ignore[attr-defined]
+        return message
+
+
+def _fill_compaction(block: Any, deltas: list[Any]) -> None:
+    """Put a streamed compaction block's summary (and opaque state) on the snapshot's
+    block, as the non-streaming response carries them, so the thread sends it back whole."""
+    texts = [d.content for d in deltas if isinstance(getattr(d, "content", None), str)]
+    if texts:
+        block.content = "".join(texts)
+    opaque = [d.encrypted_content for d in deltas if getattr(d, "encrypted_content", None)]
+    if opaque:
+        block.encrypted_content = opaque[-1]

@@ -12,9 +12,9 @@ that item back verbatim on every later call.
 With ``persist=True`` (the default) the rewrite is committed to the conversation
 (``emit_new=False``: the store records it as a compaction, the replaced messages kept for
 audit), so the compacted prefix stays stable for the prompt cache. The event
-``compaction.provider`` says how many messages and tokens the provider took; the budget
-guard then measures the compacted request (place this layer outside the guard, so the
-guard acts only when the provider's compaction was not enough).
+``compaction.provider`` says how many messages and tokens the provider took. The layer
+sits outside the budget guard (a declared ordering rule): its compaction is done before
+the guard measures, so the guard acts only when the provider's compaction was not enough.
 
 The compaction item is only readable by OpenAI: a thread compacted this way has no text
 for the messages it replaced, so a fallback to another provider sees only the kept user
@@ -23,21 +23,21 @@ messages and the recent turns.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 import openai
-from attrs import frozen
 
 from ..chain import Layer, ModelCall
 from ..context import RunContext
 from ..errors import ConfigError, TinyCtxError
-from ..events import Event, EventLevel
 from ..formats import FormatError
 from ..messages import AssistantMessage, Message, snap_boundary
 from ..model import ModelRequest, ModelResponse
+from ..ordering import Outside
 from ..tokens import REASONING_TOKENS, TokenCounter, default_counter
 from ._base import unreadable
 from ._responses_items import ITEMS, RESPONSES, from_responses_input, to_responses_input
+from .clearing import ProviderCompacted, is_conversation
 from .openai import openai_error
 from .openai_responses import OpenAIResponsesModel
 
@@ -45,28 +45,6 @@ __all__ = ["ResponsesCompact", "ProviderCompacted", "COMPACTION_ITEM"]
 
 COMPACTION_ITEM: Final = "compaction"
 _OWNER: Final = "ResponsesCompact"
-
-
-@frozen
-class ProviderCompacted(Event):
-    """The provider compacted the head of the history: ``messages_before`` messages became
-    ``messages_after`` (its kept user messages and the compaction)."""
-
-    kind: ClassVar[str] = "compaction.provider"
-    level: ClassVar[EventLevel] = "info"
-    provider: str = "openai"
-    messages_before: int = 0
-    messages_after: int = 0
-    tokens_before: int = 0
-    tokens_after: int = 0
-    freed_tokens: int = 0
-    persisted: bool = False
-
-    def describe(self) -> str:
-        return (
-            f"{self.kind}({self.provider}: {self.messages_before} -> {self.messages_after} "
-            f"messages, freed={self.freed_tokens})"
-        )
 
 
 def _check_int(value: object, field: str, minimum: int) -> int:
@@ -78,6 +56,8 @@ def _check_int(value: object, field: str, minimum: int) -> int:
 class ResponsesCompact(Layer):
     """Compacts the history on OpenAI's side when a request reaches ``trigger_tokens``
     (see the module docstring)."""
+
+    constraints = (Outside("BudgetGuard", reason="the guard measures what it compacted"),)
 
     def __init__(
         self,
@@ -108,15 +88,9 @@ class ResponsesCompact(Layer):
             return await call_next(request, ctx)
         head = await self._compact(request, messages[:cut], ctx)
         after = (*head, *messages[cut:])
-        persisted = False
-        conversation = ctx.conversation.messages
-        if (
-            self.persist
-            and len(conversation) == len(messages)
-            and all(a is b for a, b in zip(conversation, messages, strict=True))
-        ):
+        persisted = self.persist and is_conversation(messages, ctx)
+        if persisted:
             ctx.conversation.replace(after, emit_new=False)
-            persisted = True
         compacted = request.evolve(messages=after)
         tokens_after = self.counter.count_request(compacted)
         ctx.emit(
