@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-import tinyctx.stores as stores
+import tinyctx.backends._sqlite_threads as sqlite_rows
 from tinyctx import (
     Compaction,
     ConfigError,
@@ -73,7 +73,7 @@ class TestSqliteThreadStoreWithoutRoom(TestSqliteThreadStore):
 
     @pytest.fixture
     def make_store(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StoreFactory:
-        monkeypatch.setattr(stores, "_GAP", 2)
+        monkeypatch.setattr(sqlite_rows, "GAP", 2)
 
         async def make(*, archive_retention: float | None = None) -> SqliteStore:
             return SqliteStore(tmp_path / "tight.db", archive_retention=archive_retention)
