@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -306,6 +307,41 @@ class ThreadLifecycleConformance:
             assert (await store.archived(thread))[-1].messages == _users("ab")
             with pytest.raises(ValueError, match="version"):
                 await load_as_of(store, thread, 9)
+
+    async def test_as_of_an_old_version_ignores_writes_landing_meanwhile(
+        self, make_store: StoreFactory
+    ) -> None:
+        """Reading an old version of a long thread (only what survives to it is read)
+        answers the same while writers append and compact the thread concurrently."""
+        thread = _fresh()
+        async with opened(make_store) as store:
+            _require(store, ThreadVersionStore)
+            early = _users(*(f"e{i}" for i in range(3)))
+            await store.write(thread, ThreadWrite(early), expected_version=0)
+            tail = _users(*(f"t{i}" for i in range(40)))
+            await store.write(thread, ThreadWrite(tail), expected_version=1)
+            summary = ThreadWrite(compaction=Compaction(1, 2, _users("sum")))
+            await store.write(thread, summary, expected_version=2)
+            expected = {1: early, 2: (*early, *tail)}
+
+            async def writer() -> None:
+                for version in range(3, 23):
+                    change = ThreadWrite(_users(f"w{version}"))
+                    if version % 5 == 0:
+                        change = ThreadWrite(change.append, Compaction(10, 12, _users("c")))
+                    await store.write(thread, change, expected_version=version)
+
+            async def reader() -> None:
+                for index in range(20):
+                    version = 1 + index % 2
+                    got = await load_as_of(store, thread, version)
+                    assert tuple(got.messages) == expected[version]
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(writer)
+                group.start_soon(reader)
+            for version, messages in expected.items():
+                assert tuple((await load_as_of(store, thread, version)).messages) == messages
 
     @PROPERTY
     @given(

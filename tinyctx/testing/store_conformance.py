@@ -43,6 +43,7 @@ from ..threads import (
 from ._store_kit import StoreFactory, docs_of, fresh_id, opened, texts_of
 from .lease_conformance import ThreadLeaseConformance
 from .lifecycle_conformance import ThreadLifecycleConformance
+from .retention_conformance import ThreadRetentionConformance
 from .store_safety import StoreSafetyConformance, ThreadSafetyConformance
 from .thread_properties import ThreadModel, ThreadPropertyConformance
 
@@ -208,6 +209,7 @@ class StoreConformance(StoreSafetyConformance):
 class ThreadStoreConformance(
     ThreadLeaseConformance,
     ThreadPropertyConformance,
+    ThreadRetentionConformance,
     ThreadLifecycleConformance,
     ThreadSafetyConformance,
 ):
