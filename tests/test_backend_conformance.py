@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio.to_thread
+import psycopg
 import pytest
+import redis
 
 from tinyctx.backends.postgres import PostgresStore
 from tinyctx.backends.redis import RedisStore
@@ -29,6 +32,24 @@ class _Postgres:
     async def open_peer(self, store: Any) -> Any:
         return PostgresStore(store.url, schema=store.schema)
 
+    async def stored_traces(self, store: Any, thread_id: str) -> list[str]:
+        """Every row of every table of the store's schema that names ``thread_id``."""
+
+        def look() -> list[str]:
+            with psycopg.connect(store.url) as conn:
+                tables = conn.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                    (store.schema,),
+                ).fetchall()
+                return [
+                    f"{table}: {row!r:.80}"
+                    for (table,) in tables
+                    for row in conn.execute(f'SELECT * FROM "{store.schema}"."{table}"')
+                    if thread_id in repr(row)
+                ]
+
+        return await anyio.to_thread.run_sync(look)
+
 
 class _Redis:
     @pytest.fixture
@@ -40,6 +61,31 @@ class _Redis:
 
     async def open_peer(self, store: Any) -> Any:
         return RedisStore(store.url, prefix=store.prefix)
+
+    async def stored_traces(self, store: Any, thread_id: str) -> list[str]:
+        """Every key of the store's prefix named by ``thread_id`` or holding it (hash
+        fields, set and sorted-set members)."""
+
+        def look() -> list[str]:
+            client = redis.Redis.from_url(store.url, decode_responses=True)
+            try:
+                found = []
+                for key in client.scan_iter(match=store.prefix + "*"):
+                    kind = client.type(key)
+                    members: list[str] = []
+                    if kind == "hash":
+                        members = list(client.hkeys(key))
+                    elif kind == "zset":
+                        members = list(client.zrange(key, 0, -1))
+                    elif kind == "set":
+                        members = list(client.smembers(key))
+                    if thread_id in key or any(thread_id in m for m in members):
+                        found.append(key)
+                return found
+            finally:
+                client.close()
+
+        return await anyio.to_thread.run_sync(look)
 
 
 class TestPostgresStoreContract(_Postgres, StoreConformance):

@@ -27,7 +27,8 @@ from tinyctx import (
     ThreadWrite,
 )
 from tinyctx.backends._common import redact_url
-from tinyctx.backends.postgres import _MIGRATIONS, PostgresStore, _Statements, check_schema
+from tinyctx.backends._postgres_schema import MIGRATIONS, Statements
+from tinyctx.backends.postgres import PostgresStore, check_schema
 from tinyctx.backends.redis import SCHEMA_VERSION as REDIS_LAYOUT
 from tinyctx.backends.redis import RedisStore
 from tinyctx.testing import ScriptedModel, capture_events
@@ -224,8 +225,8 @@ class TestPostgresSchemaNames:
         by search_path or through another schema."""
         quoted = check_schema(schema)
         assert quoted == f'"{schema}"'
-        texts = [text for text in vars(_Statements(quoted)).values() if isinstance(text, str)]
-        texts += [sql.replace("{s}", quoted) for step in _MIGRATIONS for sql in step]
+        texts = [text for text in vars(Statements(quoted)).values() if isinstance(text, str)]
+        texts += [sql.replace("{s}", quoted) for step in MIGRATIONS for sql in step]
         for text in texts:
             for qualifier, _name in _OBJECTS.findall(text):
                 assert qualifier.endswith(quoted), (qualifier, text[:80])

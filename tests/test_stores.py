@@ -32,7 +32,7 @@ from tinyctx import (
     decode_messages,
     encode_messages,
 )
-from tinyctx.stores import _MIGRATIONS, SCHEMA_VERSION
+from tinyctx.backends.sqlite import MIGRATIONS, SCHEMA_VERSION
 from tinyctx.testing.store_conformance import StoreConformance, StoreFactory
 
 
@@ -316,7 +316,7 @@ class TestSchemaMigration:
                 "CREATE TABLE tinyctx_schema (id INTEGER PRIMARY KEY CHECK (id = 1), "
                 "version INTEGER NOT NULL, updated_at REAL NOT NULL)"
             )
-            for statements in _MIGRATIONS[:3]:
+            for statements in MIGRATIONS[:3]:
                 for statement in statements:
                     raw.execute(statement)
             raw.execute("INSERT INTO tinyctx_schema VALUES (1, 3, 0)")

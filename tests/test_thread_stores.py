@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-import tinyctx.stores as stores
+import tinyctx.backends._sqlite_threads as sqlite_rows
 from tinyctx import (
     Compaction,
     ConfigError,
@@ -42,6 +42,19 @@ class TestMemoryThreadStore(ThreadStoreConformance):
     def make_store(self) -> StoreFactory:
         return _memory
 
+    async def stored_traces(self, store: Any, thread_id: str) -> list[str]:
+        """What the store's dictionaries hold that names ``thread_id``."""
+        traces = [f"thread {thread_id}"] if thread_id in store._threads else []
+        traces += [
+            f"kv {namespace}/{key}"
+            for namespace, values in store._data.items()
+            for key in values
+            if thread_id in namespace or thread_id in key
+        ]
+        return traces + [
+            f"notes {namespace}" for namespace in store._notes if thread_id in namespace
+        ]
+
 
 class TestConfiguration:
     """Bad store settings are refused at construction, naming the setting."""
@@ -66,6 +79,20 @@ class TestSqliteThreadStore(ThreadStoreConformance):
     async def open_peer(self, store: Any) -> Any:
         return SqliteStore(store.path)
 
+    async def stored_traces(self, store: Any, thread_id: str) -> list[str]:
+        """Every row of every table of the file that names ``thread_id``."""
+        with closing(sqlite3.connect(store.path)) as conn:
+            tables = [
+                name
+                for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            ]
+            return [
+                f"{table}: {row!r:.80}"
+                for table in tables
+                for row in conn.execute(f"SELECT * FROM {table}")
+                if thread_id in repr(row)
+            ]
+
 
 class TestSqliteThreadStoreWithoutRoom(TestSqliteThreadStore):
     """The same contract when positions leave no room between messages: every insertion
@@ -73,7 +100,7 @@ class TestSqliteThreadStoreWithoutRoom(TestSqliteThreadStore):
 
     @pytest.fixture
     def make_store(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StoreFactory:
-        monkeypatch.setattr(stores, "_GAP", 2)
+        monkeypatch.setattr(sqlite_rows, "GAP", 2)
 
         async def make(*, archive_retention: float | None = None) -> SqliteStore:
             return SqliteStore(tmp_path / "tight.db", archive_retention=archive_retention)

@@ -28,7 +28,7 @@ from .errors import ConfigError, DepthLimitExceeded
 from .events import Event, EventSink
 from .frozen import EMPTY, FrozenDict, clone_with, frozen_mapping
 from .state import RunStates
-from .stores import Store, StoreRegistry
+from .store_protocols import Store, StoreRegistry
 from .tasks import BackgroundTasks
 from .threads import Lease
 from .tools import Tool, ToolRegistry

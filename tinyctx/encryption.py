@@ -31,7 +31,7 @@ import attrs
 from .backends._common import missing_extra
 from .errors import ConfigError, TinyCtxError
 from .lifecycle import ThreadWindow
-from .stores import Note, _note_texts
+from .store_protocols import Note, note_texts
 from .threads import (
     ArchivedRange,
     Compaction,
@@ -162,7 +162,7 @@ class EncryptedStore:
     async def append_note(
         self, namespace: str, text: str, *, metadata: Mapping[str, Any] | None = None
     ) -> Note:
-        (plain,) = _note_texts((text,))
+        (plain,) = note_texts((text,))
         note = await self.inner.append_note(namespace, self._seal(plain), metadata=metadata)
         return self._note(note)
 
@@ -174,7 +174,7 @@ class EncryptedStore:
         metadata: Mapping[str, Any] | None = None,
         fence: Lease | None = None,
     ) -> list[Note]:
-        sealed = [self._seal(t) for t in _note_texts(texts)]
+        sealed = [self._seal(t) for t in note_texts(texts)]
         notes = await self.inner.append_notes(namespace, sealed, metadata=metadata, fence=fence)
         return [self._note(n) for n in notes]
 

@@ -28,7 +28,8 @@ from .codec import decode_messages, decode_state, encode_state
 from .errors import TinyCtxError
 from .frozen import thaw
 from .messages import pending_tool_calls
-from .stores import Store
+from .retention import set_thread_metadata, thread_metadata
+from .store_protocols import Store
 from .thread_usage import USAGE_KEY
 from .threads import (
     UNCHANGED,
@@ -101,6 +102,10 @@ async def fork_thread(
         version = await store.write(new_id, change, expected_version=0)
     except StaleThreadVersion:
         raise ThreadExists(new_id) from None
+    if isinstance(store, Store):
+        labels = await thread_metadata(store, source)
+        if labels:  # a user's fork is that user's data too (delete_threads_where)
+            await set_thread_metadata(store, new_id, labels)
     if notes:
         assert isinstance(store, Store)
         await _copy_notes(store, notes)

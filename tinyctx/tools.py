@@ -41,7 +41,7 @@ from .schema import (
     is_typeddict,
     to_json_value,
 )
-from .stores import Store, StoreRegistry
+from .store_protocols import Store, StoreRegistry
 
 if TYPE_CHECKING:
     from .context import RunContext

@@ -18,14 +18,15 @@ keep the later writes (the source thread, or the archive).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, TypeVar, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from attrs import frozen
 
 from .documents import SplitDocuments, split_document
 from .errors import TinyCtxError
-from .threads import ThreadStore, check_thread_id
+from .lifecycle import ThreadWindow, ThreadWindowStore
+from .threads import ThreadRecord, ThreadStore, check_thread_id
 
 T = TypeVar("T")
 
@@ -90,7 +91,7 @@ def undo_writes(
     current_version: int,
     version: int,
     log: Sequence[ThreadVersion],
-    originals: dict[int, tuple[T, ...]],
+    originals: Mapping[int, tuple[T, ...]],
 ) -> list[T]:
     """The live log at ``version``, from the log at ``current_version`` and the records
     (``log``) and archived originals (by version) of the writes in between (documents,
@@ -126,16 +127,80 @@ def undo_writes(
 
 async def load_as_of(store: ThreadStore, thread_id: str, version: int) -> ThreadAsOf:
     """The thread's live log as it was at ``version`` (0: empty; the current version:
-    as it is). Three reads, each of data that never changes once written, so a write
-    landing meanwhile changes nothing of the answer."""
+    as it is). Each read is of data that never changes once written (or is checked
+    against the version it was read at), so a write landing meanwhile changes nothing of
+    the answer.
+
+    A store that also reads windows (:class:`~tinyctx.lifecycle.ThreadWindowStore`)
+    reads only the live messages that survive to ``version``: rebuilding an old version
+    of a long thread costs the log of versions and the messages it holds, not a load of
+    the whole thread.
+    """
     check_thread_id(thread_id)
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise ValueError(f"load_as_of(version={version!r}): version must be an integer >= 0")
-    record = await store.load_thread(thread_id)
-    if version > record.version:
+    if isinstance(store, ThreadWindowStore) and isinstance(store, ThreadVersionStore):
+        for _ in range(_WINDOW_ATTEMPTS):
+            found = await _as_of_by_window(store, thread_id, version)
+            if found is not None:
+                return found
+    return await _as_of_by_load(store, thread_id, version)
+
+
+_WINDOW_ATTEMPTS = 3
+"""Window reads raced by writes before :func:`load_as_of` loads the whole thread."""
+
+
+def _check_reachable(thread_id: str, version: int, current: int) -> None:
+    if version > current:
         raise ValueError(
-            f"load_as_of(version={version}): thread {thread_id!r} is at version {record.version}"
+            f"load_as_of(version={version}): thread {thread_id!r} is at version {current}"
         )
+
+
+async def _as_of_by_window(store: Any, thread_id: str, version: int) -> ThreadAsOf | None:
+    """The log at ``version`` from the live messages that survive to it, read in one
+    window; None when the current or the empty version is asked (a plain load answers)
+    or a write landed between the reads (the caller tries again)."""
+    head: ThreadWindow = await store.load_window(thread_id, count=0)
+    _check_reachable(thread_id, version, head.version)
+    if version in (0, head.version):
+        return None
+    current = head.version
+    log = [v for v in await store.versions(thread_id) if version < v.version <= current]
+    originals: dict[int, tuple[str, ...]] = {
+        a.version: a.messages
+        for a in await store.archived(thread_id)
+        if version < a.version <= current
+    }
+    # undo the later writes on positions of the current log: what survives to `version`
+    # stays an int (in increasing order), what came back from the archive is a document
+    slots = undo_writes(
+        thread_id, list[int | str](range(head.length)), current, version, log, originals
+    )
+    kept = [slot for slot in slots if isinstance(slot, int)]
+    if not kept:
+        return ThreadAsOf(thread_id, version, tuple(str(slot) for slot in slots))
+    low, high = kept[0], kept[-1] + 1
+    if high - low > head.length // 4:
+        # much of the log survives: the whole load keeps documents split, which decode
+        # faster than the window's joined ones
+        record = await store.load_thread(thread_id)
+        if record.version != current:
+            return None
+        return _rebuild(thread_id, record, version, log, originals)
+    window: ThreadWindow = await store.load_window(thread_id, stop=high, count=high - low)
+    if window.version != current or window.start != low:
+        return None
+    live = window.messages
+    docs = tuple(live[slot - low] if isinstance(slot, int) else slot for slot in slots)
+    return ThreadAsOf(thread_id, version, docs)
+
+
+async def _as_of_by_load(store: ThreadStore, thread_id: str, version: int) -> ThreadAsOf:
+    """The log at ``version`` from the whole current log (any :class:`ThreadStore`)."""
+    record = await store.load_thread(thread_id)
+    _check_reachable(thread_id, version, record.version)
     if version == record.version:
         return ThreadAsOf(thread_id, version, tuple(record.messages))
     if version == 0:
@@ -150,6 +215,17 @@ async def load_as_of(store: ThreadStore, thread_id: str, version: int) -> Thread
         for a in await store.archived(thread_id)
         if version < a.version <= record.version
     }
+    return _rebuild(thread_id, record, version, log, originals)
+
+
+def _rebuild(
+    thread_id: str,
+    record: ThreadRecord,
+    version: int,
+    log: Sequence[ThreadVersion],
+    originals: dict[int, tuple[str, ...]],
+) -> ThreadAsOf:
+    """``record``'s log undone back to ``version``."""
     current = record.messages
     if type(current) is SplitDocuments:
         # rows stay split (head, text): decode_messages reads them without joining

@@ -4,19 +4,19 @@ and close, argument checks, and the install hint for a missing extra."""
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Final, Generic, Self, TypeVar
 from urllib.parse import unquote_plus
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ..errors import ConfigError
-from ..stores import Note, StoreClosed, StoreUnavailable
+from ..config import integer, number
+from ..store_errors import StoreClosed, StoreUnavailable
+from ..store_protocols import Note
 from ..worker import keep_inherited, reset_after_fork
 
 T = TypeVar("T")
@@ -136,17 +136,14 @@ def _value_end(text: str, at: int) -> int:
     return min(at, size)
 
 
+_COUNT: Final = integer(minimum=1)
+_SECONDS: Final = number(above=0, allowed="a finite number of seconds > 0")
+
+
 def check_positive(owner: str, name: str, value: object, *, integer: bool = False) -> None:
-    """A ConfigError unless ``value`` is a number > 0 (an int when ``integer``)."""
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, kinds)
-        or not value > 0  # type: ignore[operator]
-        or (isinstance(value, float) and not math.isfinite(value))
-    ):
-        allowed = "an integer >= 1" if integer else "a finite number of seconds > 0"
-        raise ConfigError(name, value, allowed, owner=owner)
+    """A ConfigError naming ``owner.name`` unless ``value`` is a number > 0 (an int when
+    ``integer``): the config validators, for the networked stores' sizes and timeouts."""
+    (_COUNT if integer else _SECONDS).check(value, name, owner)
 
 
 class _Call:

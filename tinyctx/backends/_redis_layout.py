@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from ..stores import StoreSchemaError
+from ..store_errors import StoreSchemaError
 
 if TYPE_CHECKING:
     import redis

@@ -15,7 +15,7 @@ from ..versions import ThreadVersion
 
 if TYPE_CHECKING:
     from ._common import WorkerThreads
-    from .redis import _Client
+    from ._redis_client import Client
 
 __all__ = ["RedisLifecycle"]
 
@@ -53,7 +53,7 @@ class RedisLifecycle:
     """:class:`~tinyctx.lifecycle.ThreadWindowStore` on Redis."""
 
     if TYPE_CHECKING:  # RedisStore's
-        _threads: WorkerThreads[_Client]
+        _threads: WorkerThreads[Client]
 
         def _thread_keys(self, thread_id: str) -> tuple[str, str, str, str]: ...
 
@@ -66,7 +66,7 @@ class RedisLifecycle:
         thread, messages, _, _ = self._thread_keys(thread_id)
         args = ["" if stop is None else str(stop), str(count)]
 
-        def read(client: _Client) -> Any:
+        def read(client: Client) -> Any:
             script = client.redis.register_script(_WINDOW)
             return script(keys=[thread, messages], args=args)
 
@@ -88,7 +88,7 @@ class RedisLifecycle:
         per write); see :mod:`tinyctx.versions`."""
         thread = self._thread_keys(check_thread_id(thread_id))[0]
 
-        def read(client: _Client) -> dict[str, str]:
+        def read(client: Client) -> dict[str, str]:
             fields: dict[str, str] = client.redis.hgetall(thread)  # type: ignore[assignment]
             return fields
 
@@ -115,7 +115,7 @@ class RedisLifecycle:
         archive = self._thread_keys(check_thread_id(thread_id))[2]
         keep_after = repr(time.time() - check_age(older_than))
 
-        def prune(client: _Client) -> int:
+        def prune(client: Client) -> int:
             return int(client.redis.register_script(_PRUNE)(keys=[archive], args=[keep_after]))
 
         return await self._threads.run(prune)

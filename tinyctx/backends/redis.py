@@ -27,26 +27,25 @@ Cluster would spread over slots.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 import anyio.to_thread
 
+from ..config import Check
 from ..errors import ConfigError
-from ..stores import (
+from ..store_errors import StoreUnavailable
+from ..store_protocols import (
     Note,
-    StoreUnavailable,
-    _check_limit,
-    _encode,
-    _note_texts,
-    _retention,
+    check_archive_retention,
     check_fence,
     check_lease,
+    check_notes_limit,
+    encode_json,
+    note_texts,
 )
 from ..threads import (
     ArchivedRange,
@@ -63,15 +62,13 @@ from ..threads import (
     validate_write,
 )
 from ._common import (
-    CallAbandoned,
     NetworkedStore,
     WorkerThreads,
-    cancelled,
     check_positive,
     missing_extra,
     redact_url,
-    stoppable,
 )
+from ._redis_client import Client, where
 from ._redis_layout import SCHEMA_VERSION, check_layout, migrate_v1
 from ._redis_lifecycle import RedisLifecycle
 
@@ -90,149 +87,6 @@ __all__ = ["RedisStore", "SCHEMA_VERSION"]
 
 _SCHEMES = ("redis://", "rediss://", "unix://")
 
-# pushes ARGV[from..to] (or a table's items) onto a list in chunks: unpack() has a limit
-_LUA_PUSH = """
-local function push_args(key, first, last)
-    local i = first
-    while i <= last do
-        local j = math.min(i + 999, last)
-        redis.call('RPUSH', key, unpack(ARGV, i, j))
-        i = j + 1
-    end
-end
-local function push_table(key, items)
-    local i = 1
-    while i <= #items do
-        local j = math.min(i + 999, #items)
-        redis.call('RPUSH', key, unpack(items, i, j))
-        i = j + 1
-    end
-end
-"""
-
-# KEYS: thread, messages, archive, index
-# ARGV: thread id, expected version, lease token or '', now, keep-after or '',
-#       checkpoint mode (u/s/c), checkpoint, state mode (u/s), state,
-#       compaction start or '', end, replacement count, replacement..., appended...
-_WRITE = (
-    _LUA_PUSH
-    + """
-local thread, messages, archive, index = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-if ARGV[3] ~= '' then
-    local current = redis.call('HGET', thread, 'lt')
-    if current ~= ARGV[3] then return {'fenced', current or ''} end
-end
-local version = tonumber(redis.call('HGET', thread, 'v') or '0')
-if version ~= tonumber(ARGV[2]) then return {'stale', tostring(version)} end
-local length = redis.call('LLEN', messages)
-local new = version + 1
-local next_arg = 13
-if ARGV[10] ~= '' then
-    local s, e, n = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-    if not (0 <= s and s <= e and e <= length) then return {'range', tostring(length)} end
-    local originals = {}
-    if e > s then originals = redis.call('LRANGE', messages, s, e - 1) end
-    local tail = {}
-    if e < length then tail = redis.call('LRANGE', messages, e, -1) end
-    if s == 0 then redis.call('DEL', messages) else redis.call('LTRIM', messages, 0, s - 1) end
-    push_args(messages, 13, 12 + n)
-    push_table(messages, tail)
-    if e > s then
-        local header = table.concat({new, s, e, ARGV[4], #originals}, ' ')
-        redis.call('RPUSH', archive, header)
-        push_table(archive, originals)
-    end
-    if ARGV[5] ~= '' then
-        local keep_after = tonumber(ARGV[5])
-        while true do
-            local header = redis.call('LINDEX', archive, 0)
-            if not header then break end
-            local fields = {}
-            for field in string.gmatch(header, '%S+') do fields[#fields + 1] = field end
-            if tonumber(fields[4]) >= keep_after then break end
-            redis.call('LTRIM', archive, tonumber(fields[5]) + 1, -1)
-        end
-    end
-    next_arg = 13 + n
-end
-push_args(messages, next_arg, #ARGV)
--- what this write did (tinyctx.versions): at, appended, start, end, replaced
-redis.call('HSET', thread, 'w' .. new, table.concat(
-    {ARGV[4], #ARGV - next_arg + 1, ARGV[10], ARGV[11], ARGV[10] ~= '' and ARGV[12] or 0}, ','))
-redis.call('HSET', thread, 'v', new)
-if ARGV[6] == 's' then redis.call('HSET', thread, 'cp', ARGV[7])
-elseif ARGV[6] == 'c' then redis.call('HDEL', thread, 'cp') end
-if ARGV[8] == 's' then redis.call('HSET', thread, 'st', ARGV[9]) end
-redis.call('ZADD', index, 0, ARGV[1])
-return {'ok', tostring(new)}
-"""
-)
-
-_NOW_MS = """
-local clock = redis.call('TIME')
-local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-"""
-
-# KEYS: thread, live lease, fencing counter; ARGV: owner, ttl ms
-_ACQUIRE = (
-    _NOW_MS
-    + """
-if redis.call('EXISTS', KEYS[2]) == 1 then
-    local holder = redis.call('HGET', KEYS[1], 'lo')
-    if holder ~= ARGV[1] then
-        return {0, holder or '', redis.call('HGET', KEYS[1], 'le') or '0', ''}
-    end
-end
-local token = redis.call('INCR', KEYS[3])
-local expires = now_ms + tonumber(ARGV[2])
-redis.call('SET', KEYS[2], token, 'PX', ARGV[2])
-redis.call('HSET', KEYS[1], 'lt', token, 'lo', ARGV[1], 'le', expires)
-return {1, ARGV[1], tostring(expires), tostring(token)}
-"""
-)
-
-# KEYS: thread, live lease; ARGV: token, ttl ms
-_RENEW = (
-    _NOW_MS
-    + """
-local current = redis.call('HGET', KEYS[1], 'lt')
-if current ~= ARGV[1] then return {0, current or ''} end
-local expires = now_ms + tonumber(ARGV[2])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-redis.call('HSET', KEYS[1], 'le', expires)
-return {1, tostring(expires)}
-"""
-)
-
-# KEYS: thread, live lease; ARGV: token
-_RELEASE = """
-if redis.call('HGET', KEYS[1], 'lt') == ARGV[1] then
-    redis.call('DEL', KEYS[2])
-    redis.call('HDEL', KEYS[1], 'lt', 'lo', 'le')
-end
-return 0
-"""
-
-# KEYS: thread, messages, archive, live lease, index; ARGV: thread id
-_DELETE = """
-local existed = redis.call('EXISTS', KEYS[1])  -- written, or leased
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
-redis.call('ZREM', KEYS[5], ARGV[1])
-return existed
-"""
-
-
-# KEYS: thread, notes; ARGV: lease token, entries...
-_FENCED_APPEND = (
-    _LUA_PUSH
-    + """
-local current = redis.call('HGET', KEYS[1], 'lt')
-if current ~= ARGV[1] then return {'fenced', current or ''} end
-push_args(KEYS[2], 2, #ARGV)
-return {'ok', tostring(redis.call('LLEN', KEYS[2]))}
-"""
-)
-
 
 def _ttl_ms(thread_id: str, owner: str, ttl: float) -> int:
     validate_lease_request(thread_id, owner, ttl)
@@ -245,94 +99,10 @@ def _check_str(what: str, value: object) -> str:
     return value
 
 
-def _where(url: str, timeout: float) -> tuple[str, float]:
-    """The server's ``host:port`` (or socket path; never a password) and the connect
-    timeout: the URL's ``socket_connect_timeout`` when it sets one, else ``timeout``."""
-    try:
-        options = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
-    except ValueError:
-        options = {}
-    address = str(options.get("path") or "")
-    if not address:
-        address = f"{options.get('host') or 'localhost'}:{options.get('port') or 6379}"
-    given = options.get("socket_connect_timeout")
-    if isinstance(given, float) and given > 0 and math.isfinite(given):
-        return address, given
-    return address, timeout
-
-
-def _stoppable_pool() -> type[Any]:
-    """redis-py's ConnectionPool, whose connections a cancelled caller can stop
-    (:func:`~tinyctx.backends._common.stoppable`): the socket of the connection its call
-    waits on is shut down, redis-py's retry does not reconnect for it, and the connection
-    is dropped when it comes back. Built on first use (redis-py is an optional extra)."""
-
-    class StoppablePool(redis.ConnectionPool):
-        def make_connection(self) -> Any:
-            connection: Any = super().make_connection()
-            connect: Callable[[], None] = connection.connect
-
-            def guarded() -> None:
-                if cancelled():  # nobody waits for this call: no (re)connecting for it
-                    raise CallAbandoned
-                connect()
-
-            connection.connect = guarded
-            return connection
-
-        def get_connection(self, *args: Any, **options: Any) -> Any:
-            connection: Any = super().get_connection(*args, **options)
-            stack = contextlib.ExitStack()
-            try:
-                stack.enter_context(
-                    stoppable(lambda: _shut_down(connection), connection.disconnect)
-                )
-            except BaseException:
-                super().release(connection)
-                raise
-            connection._tinyctx_stop = stack
-            return connection
-
-        def release(self, connection: Any) -> None:
-            stack = connection.__dict__.pop("_tinyctx_stop", None)
-            try:
-                if stack is not None:
-                    stack.close()
-            finally:
-                super().release(connection)
-
-    return StoppablePool
-
-
-def _shut_down(connection: Any) -> None:
-    sock = connection._sock
-    if sock is not None:
-        sock.shutdown(socket.SHUT_RDWR)
-
-
-class _Client:
-    """The redis-py client and the registered scripts (one per store)."""
-
-    pool_class: type[Any] | None = None
-
-    def __init__(self, url: str, max_connections: int, timeout: float) -> None:
-        if _Client.pool_class is None:
-            _Client.pool_class = _stoppable_pool()
-        pool = _Client.pool_class.from_url(
-            url,
-            decode_responses=True,
-            max_connections=max_connections,
-            socket_connect_timeout=timeout,
-            health_check_interval=30,
-        )
-        self.redis: redis.Redis = redis.Redis(connection_pool=pool)
-        self.redis.auto_close_connection_pool = True
-        self.write = self.redis.register_script(_WRITE)
-        self.acquire = self.redis.register_script(_ACQUIRE)
-        self.renew = self.redis.register_script(_RENEW)
-        self.release = self.redis.register_script(_RELEASE)
-        self.delete = self.redis.register_script(_DELETE)
-        self.fenced_append = self.redis.register_script(_FENCED_APPEND)
+_PREFIX: Final[Check[str]] = Check(
+    lambda value: isinstance(value, str) and bool(value) and "{" not in value,
+    "a non-empty str without '{' (it ends each prefix)",
+)
 
 
 class RedisStore(RedisLifecycle, NetworkedStore):
@@ -376,19 +146,16 @@ class RedisStore(RedisLifecycle, NetworkedStore):
             raise ConfigError(
                 "url", shown, "a Redis URL: redis://, rediss:// or unix://", owner=owner
             )
-        if not isinstance(prefix, str) or not prefix or "{" in prefix:
-            raise ConfigError(
-                "prefix", prefix, "a non-empty str without '{' (it ends each prefix)", owner=owner
-            )
+        _PREFIX.check(prefix, "prefix", owner)
         check_positive(owner, "max_connections", max_connections, integer=True)
         check_positive(owner, "timeout", timeout)
         self.url = url
         self.prefix = prefix
         self.max_connections = max_connections
         self.timeout = float(timeout)
-        self.archive_retention = _retention(archive_retention, owner)
-        self.address, self.connect_timeout = _where(url, self.timeout)
-        self._threads: WorkerThreads[_Client] = WorkerThreads(
+        self.archive_retention = check_archive_retention(archive_retention, owner)
+        self.address, self.connect_timeout = where(url, self.timeout)
+        self._threads: WorkerThreads[Client] = WorkerThreads(
             self.__repr__,
             max_connections,
             self._connect,
@@ -403,7 +170,7 @@ class RedisStore(RedisLifecycle, NetworkedStore):
 
     # -- plumbing ------------------------------------------------------------------------
 
-    def _connect(self) -> _Client:
+    def _connect(self) -> Client:
         # the layout check on a client of its own whose every read is bounded by the
         # connect timeout: a server that accepts and never answers fails here, in time,
         # instead of holding this thread (and the connect lock) for good
@@ -431,7 +198,7 @@ class RedisStore(RedisLifecycle, NetworkedStore):
         finally:
             probe.close()
         check_layout(self.prefix, stored)
-        return _Client(self.url, self.max_connections, self.connect_timeout)
+        return Client(self.url, self.max_connections, self.connect_timeout)
 
     def _key(self, kind: str, name: str = "") -> str:
         """The key of ``name`` of ``kind``: ``<prefix>{<kind>}<name>``."""
@@ -474,7 +241,7 @@ class RedisStore(RedisLifecycle, NetworkedStore):
     async def put(self, namespace: str, key: str, value: Any) -> None:
         name = self._key("kv", _check_str("namespace", namespace))
         field = _check_str("key", key)
-        encoded = _encode(value, f"the value of {namespace!r}/{key!r}", owner="RedisStore")
+        encoded = encode_json(value, f"the value of {namespace!r}/{key!r}", owner="RedisStore")
         await self._threads.run(lambda client: client.redis.hset(name, field, encoded))
 
     async def delete(self, namespace: str, key: str) -> bool:
@@ -500,12 +267,12 @@ class RedisStore(RedisLifecycle, NetworkedStore):
         """Append every text with consecutive ``seq`` values: one ``RPUSH``, atomic; with
         ``fence``, one Lua script that first checks it is its thread's newest lease (as a
         thread write does), else :class:`FencedOut` with nothing written."""
-        items = _note_texts(texts)
+        items = note_texts(texts)
         name = self._key("n", _check_str("namespace", namespace))
         check_fence(fence)
         if not items:
             return []
-        meta = _encode(metadata or {}, "note metadata", owner="RedisStore")
+        meta = encode_json(metadata or {}, "note metadata", owner="RedisStore")
         now = time.time()
         entries = [_note_entry(now, meta, text) for text in items]
         if fence is None:
@@ -526,12 +293,12 @@ class RedisStore(RedisLifecycle, NetworkedStore):
 
     async def notes(self, namespace: str, *, limit: int | None = None) -> list[Note]:
         """Notes in ``seq`` order; with ``limit``, only the newest ``limit`` of them."""
-        _check_limit(limit)
+        check_notes_limit(limit)
         name = self._key("n", _check_str("namespace", namespace))
         if limit == 0:
             return []
 
-        def read(client: _Client) -> tuple[int, list[str]]:
+        def read(client: Client) -> tuple[int, list[str]]:
             with client.redis.pipeline(transaction=True) as pipe:
                 pipe.llen(name)
                 pipe.lrange(name, -limit if limit else 0, -1)
@@ -546,7 +313,7 @@ class RedisStore(RedisLifecycle, NetworkedStore):
         """Remove every note of ``namespace`` (its ``seq`` starts at 1 again); how many."""
         name = self._key("n", _check_str("namespace", namespace))
 
-        def delete(client: _Client) -> int:
+        def delete(client: Client) -> int:
             with client.redis.pipeline(transaction=True) as pipe:
                 pipe.llen(name)
                 pipe.delete(name)
@@ -561,7 +328,7 @@ class RedisStore(RedisLifecycle, NetworkedStore):
         """The thread now, read in one ``MULTI`` (one consistent snapshot)."""
         thread, messages, _, _ = self._thread_keys(check_thread_id(thread_id))
 
-        def read(client: _Client) -> tuple[list[str | None], list[str]]:
+        def read(client: Client) -> tuple[list[str | None], list[str]]:
             with client.redis.pipeline(transaction=True) as pipe:
                 pipe.hmget(thread, ["v", "cp", "st", "lt", "lo", "le"])
                 pipe.lrange(messages, 0, -1)
@@ -624,7 +391,7 @@ class RedisStore(RedisLifecycle, NetworkedStore):
         keys = [thread, live, self._key("fencing")]
         args = [_check_str("owner", owner), ttl_ms]
 
-        def release(client: _Client, answer: Any) -> None:  # its caller was cancelled
+        def release(client: Client, answer: Any) -> None:  # its caller was cancelled
             if answer[0]:
                 client.release(keys=keys[:2], args=[answer[3]])
 
@@ -652,7 +419,7 @@ class RedisStore(RedisLifecycle, NetworkedStore):
         )
 
     async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
-        _check_limit(limit)
+        check_notes_limit(limit)
         check_thread_id(prefix, field="prefix")
         if limit == 0:
             return []
@@ -662,7 +429,7 @@ class RedisStore(RedisLifecycle, NetworkedStore):
         # never occurs in UTF-8, so prefix bytes + 0xFF is a strict upper bound
         high: str | bytes = ("(" + prefix).encode() + b"\xff" if prefix else "+"
 
-        def read(client: _Client) -> list[str]:
+        def read(client: Client) -> list[str]:
             if limit is None:
                 return client.redis.zrangebylex(index, low, high)  # type: ignore[return-value]
             return client.redis.zrangebylex(  # type: ignore[return-value]

@@ -9,13 +9,11 @@ suite runs it; a case whose protocol the store under test does not implement is 
 from __future__ import annotations
 
 import itertools
-import os
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Any
 
+import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from .. import codec
@@ -24,35 +22,18 @@ from ..history import load_thread
 from ..lifecycle import ArchivePruneStore, ThreadWindowStore
 from ..messages import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 from ..model import Usage
-from ..stores import Store
+from ..store_protocols import Store
 from ..thread_usage import USAGE_KEY, ThreadUsage, thread_usage
 from ..threads import Compaction, ThreadWrite
 from ..versions import ThreadVersionStore, VersionUnavailable, load_as_of
+from ._store_kit import PROPERTY, StoreFactory, opened
+from ._store_kit import fresh_id as _fresh_id
 
 __all__ = ["ThreadLifecycleConformance"]
 
 
-class _Factory(Protocol):
-    def __call__(self, *, archive_retention: float | None = None) -> Awaitable[Any]: ...
-
-
-_ids = itertools.count()
-
-
 def _fresh(prefix: str = "lc") -> str:
-    return f"{prefix}-{os.getpid()}-{next(_ids)}-{os.urandom(3).hex()}"
-
-
-_PROPERTY = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-@asynccontextmanager
-async def _opened(make_store: _Factory) -> AsyncIterator[Any]:
-    store = await make_store()
-    try:
-        yield store
-    finally:
-        await store.aclose()
+    return _fresh_id(prefix)
 
 
 def _require(store: Any, protocol: type) -> None:
@@ -91,11 +72,11 @@ class ThreadLifecycleConformance:
 
     # -- windows and pages ---------------------------------------------------------------
 
-    async def test_a_window_is_a_slice_of_the_live_log(self, make_store: _Factory) -> None:
+    async def test_a_window_is_a_slice_of_the_live_log(self, make_store: StoreFactory) -> None:
         """load_window returns the newest count messages before stop, with version and
         length; count=0 reads the state without messages; an unknown thread is empty."""
         thread = _fresh()
-        async with _opened(make_store) as store:
+        async with opened(make_store) as store:
             _require(store, ThreadWindowStore)
             empty = await store.load_window(thread, count=5)
             assert (empty.version, empty.length, empty.start, empty.messages) == (0, 0, 0, ())
@@ -120,20 +101,20 @@ class ThreadLifecycleConformance:
             bare = await store.load_window(thread, count=0)
             assert (bare.length, bare.start, bare.messages, bare.state) == (9, 9, (), "s")
 
-    async def test_window_arguments_are_checked(self, make_store: _Factory) -> None:
+    async def test_window_arguments_are_checked(self, make_store: StoreFactory) -> None:
         """A negative count or stop is a ValueError naming the argument."""
-        async with _opened(make_store) as store:
+        async with opened(make_store) as store:
             _require(store, ThreadWindowStore)
             with pytest.raises(ValueError, match="count"):
                 await store.load_window(_fresh(), count=-1)
             with pytest.raises(ValueError, match="stop"):
                 await store.load_window(_fresh(), stop=-2, count=1)
 
-    async def test_the_newest_page_reaches_back_to_the_call(self, make_store: _Factory) -> None:
+    async def test_the_newest_page_reaches_back_to_the_call(self, make_store: StoreFactory) -> None:
         """A limit that cuts into a tool turn's results brings the assistant call along."""
         thread = _fresh()
         history = _history([0, 3])  # u0 a0 u1 A(c0,c1,c2) r r r
-        async with _opened(make_store) as store:
+        async with opened(make_store) as store:
             await store.write(
                 thread, ThreadWrite(codec.encode_messages(history)), expected_version=0
             )
@@ -150,21 +131,21 @@ class ThreadLifecycleConformance:
             assert whole.messages == tuple(history)
             assert whole.start == 0
 
-    async def test_page_arguments_are_checked(self, make_store: _Factory) -> None:
+    async def test_page_arguments_are_checked(self, make_store: StoreFactory) -> None:
         """limit below 1 and a negative before are ValueErrors naming the argument."""
-        async with _opened(make_store) as store:
+        async with opened(make_store) as store:
             with pytest.raises(ValueError, match="limit"):
                 await load_thread(store, _fresh(), limit=0)
             with pytest.raises(ValueError, match="before"):
                 await load_thread(store, _fresh(), before=-1)
 
-    async def test_usage_totals_read_back_without_messages(self, make_store: _Factory) -> None:
+    async def test_usage_totals_read_back_without_messages(self, make_store: StoreFactory) -> None:
         """A thread's stored usage record reads back as written (thread_usage)."""
         thread = _fresh()
         record = ThreadUsage()
         record.add("run-1", Usage(120, 30, 10), 2, 0.5)
         state = codec.encode_state({USAGE_KEY: record.to_json()})
-        async with _opened(make_store) as store:
+        async with opened(make_store) as store:
             await store.write(thread, ThreadWrite(_users("hi"), state=state), expected_version=0)
             read = await thread_usage(store, thread)
             assert read.to_json() == record.to_json()
@@ -172,14 +153,14 @@ class ThreadLifecycleConformance:
 
     # -- fork and rewind -----------------------------------------------------------------
 
-    async def test_a_fork_copies_and_never_shares(self, make_store: _Factory) -> None:
+    async def test_a_fork_copies_and_never_shares(self, make_store: StoreFactory) -> None:
         """The fork holds the history and layer state (not the usage record); writes to
         either thread never show in the other; an existing new_id is refused."""
         source, fork = _fresh(), _fresh()
         usage = ThreadUsage()
         usage.add("r", Usage(1, 1), 1, 0.0)
         state = codec.encode_state({"Layer": {"n": 1}, USAGE_KEY: usage.to_json()})
-        async with _opened(make_store) as store:
+        async with opened(make_store) as store:
             await store.write(
                 source,
                 ThreadWrite(_users("a", "b"), state=state, checkpoint="cp"),
@@ -199,10 +180,10 @@ class ThreadLifecycleConformance:
                 await fork_thread(store, source, new_id=fork)
             assert (await store.load_thread(fork)).version == 2
 
-    async def test_a_fork_copies_the_notes_asked_for(self, make_store: _Factory) -> None:
+    async def test_a_fork_copies_the_notes_asked_for(self, make_store: StoreFactory) -> None:
         """notes={source namespace: target namespace} copies texts and metadata."""
         source, fork, ns = _fresh(), _fresh(), _fresh("ns")
-        async with _opened(make_store) as store:
+        async with opened(make_store) as store:
             _require(store, Store)
             await store.append_note(ns, "likes tea", metadata={"k": 1})
             await store.write(source, ThreadWrite(_users("a")), expected_version=0)
@@ -211,13 +192,13 @@ class ThreadLifecycleConformance:
             assert (note.text, dict(note.metadata)) == ("likes tea", {"k": 1})
             assert len(await store.notes(ns)) == 1
 
-    async def test_rewind_archives_what_it_removes(self, make_store: _Factory) -> None:
+    async def test_rewind_archives_what_it_removes(self, make_store: StoreFactory) -> None:
         """The later messages leave the live log into the archive; the pause is dropped;
         a cut between a call and its result is refused."""
         thread = _fresh()
         history = _history([0, 2, 0])  # u0 a0 | u1 A r r | u2 a2
         docs = codec.encode_messages(history)
-        async with _opened(make_store) as store:
+        async with opened(make_store) as store:
             await store.write(thread, ThreadWrite(docs, checkpoint="cp"), expected_version=0)
             with pytest.raises(ValueError, match="to_message=4"):
                 await rewind(store, thread, to_message=4)
@@ -231,7 +212,7 @@ class ThreadLifecycleConformance:
 
     # -- versions and time travel --------------------------------------------------------
 
-    @_PROPERTY
+    @PROPERTY
     @given(
         steps=st.lists(
             st.tuples(
@@ -245,7 +226,7 @@ class ThreadLifecycleConformance:
         )
     )
     async def test_as_of_a_version_is_what_a_reader_saw(
-        self, make_store: _Factory, steps: list[tuple[str, int, int, int]]
+        self, make_store: StoreFactory, steps: list[tuple[str, int, int, int]]
     ) -> None:
         """For any writes, compactions and forks, load_as_of(v) is the log a reader saw
         at v, versions() lists each write, and a fork never changes its source."""
@@ -253,7 +234,7 @@ class ThreadLifecycleConformance:
         seen: list[tuple[str, ...]] = [()]
         forks: list[tuple[str, tuple[str, ...]]] = []
         counter = itertools.count()
-        async with _opened(make_store) as store:
+        async with opened(make_store) as store:
             _require(store, ThreadVersionStore)
             for kind, count, a, b in steps:
                 live = seen[-1]
@@ -287,11 +268,11 @@ class ThreadLifecycleConformance:
             for fork, messages in forks:
                 assert (await store.load_thread(fork)).messages == (*messages, *_users("in fork"))
 
-    async def test_pruning_drops_old_archived_originals(self, make_store: _Factory) -> None:
+    async def test_pruning_drops_old_archived_originals(self, make_store: StoreFactory) -> None:
         """prune_archive(older_than=) removes ranges older than the age, keeps newer ones;
         versions before a pruned compaction are then out of reach."""
         thread = _fresh()
-        async with _opened(make_store) as store:
+        async with opened(make_store) as store:
             _require(store, ArchivePruneStore)
             await store.write(thread, ThreadWrite(_users("a", "b")), expected_version=0)
             change = ThreadWrite(compaction=Compaction(0, 1, _users("sum")))
@@ -308,10 +289,12 @@ class ThreadLifecycleConformance:
             with pytest.raises(ValueError, match="older_than"):
                 await store.prune_archive(thread, older_than=-1)
 
-    async def test_rewind_to_a_version_keeps_the_later_writes(self, make_store: _Factory) -> None:
+    async def test_rewind_to_a_version_keeps_the_later_writes(
+        self, make_store: StoreFactory
+    ) -> None:
         """rewind_to_version makes an old log current; the replaced log is archived."""
         thread = _fresh()
-        async with _opened(make_store) as store:
+        async with opened(make_store) as store:
             _require(store, ThreadVersionStore)
             await store.write(thread, ThreadWrite(_users("a")), expected_version=0)
             await store.write(thread, ThreadWrite(_users("b")), expected_version=1)
@@ -325,19 +308,54 @@ class ThreadLifecycleConformance:
             with pytest.raises(ValueError, match="version"):
                 await load_as_of(store, thread, 9)
 
-    @_PROPERTY
+    async def test_as_of_an_old_version_ignores_writes_landing_meanwhile(
+        self, make_store: StoreFactory
+    ) -> None:
+        """Reading an old version of a long thread (only what survives to it is read)
+        answers the same while writers append and compact the thread concurrently."""
+        thread = _fresh()
+        async with opened(make_store) as store:
+            _require(store, ThreadVersionStore)
+            early = _users(*(f"e{i}" for i in range(3)))
+            await store.write(thread, ThreadWrite(early), expected_version=0)
+            tail = _users(*(f"t{i}" for i in range(40)))
+            await store.write(thread, ThreadWrite(tail), expected_version=1)
+            summary = ThreadWrite(compaction=Compaction(1, 2, _users("sum")))
+            await store.write(thread, summary, expected_version=2)
+            expected = {1: early, 2: (*early, *tail)}
+
+            async def writer() -> None:
+                for version in range(3, 23):
+                    change = ThreadWrite(_users(f"w{version}"))
+                    if version % 5 == 0:
+                        change = ThreadWrite(change.append, Compaction(10, 12, _users("c")))
+                    await store.write(thread, change, expected_version=version)
+
+            async def reader() -> None:
+                for index in range(20):
+                    version = 1 + index % 2
+                    got = await load_as_of(store, thread, version)
+                    assert tuple(got.messages) == expected[version]
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(writer)
+                group.start_soon(reader)
+            for version, messages in expected.items():
+                assert tuple((await load_as_of(store, thread, version)).messages) == messages
+
+    @PROPERTY
     @given(
         shape=st.lists(st.integers(0, 4), min_size=1, max_size=8),
         limit=st.integers(1, 12),
     )
     async def test_pages_cover_the_thread_pair_complete(
-        self, make_store: _Factory, shape: list[int], limit: int
+        self, make_store: StoreFactory, shape: list[int], limit: int
     ) -> None:
         """Paging from the newest to the oldest yields every message once, in order, and
         each page is pair-complete and holds at least min(limit, rest) messages."""
         thread = _fresh()
         history = _history(shape)
-        async with _opened(make_store) as store:
+        async with opened(make_store) as store:
             await store.write(
                 thread, ThreadWrite(codec.encode_messages(history)), expected_version=0
             )

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from .. import codec
 from ..messages import UserMessage
-from ..stores import StoreClosed
+from ..store_errors import StoreClosed
 from ..threads import (
     THREAD_ID_MAX_LENGTH,
     InvalidThreadId,

@@ -1,10 +1,5 @@
-"""The thread-lifecycle capabilities of the in-process stores (memory and SQLite).
-
-Kept apart from :mod:`tinyctx.stores` (one concern per file): :class:`MemoryLifecycle`
-and :class:`SqliteLifecycle` are mixins of :class:`~tinyctx.stores.MemoryStore` and
-:class:`~tinyctx.stores.SqliteStore` implementing the optional protocols of
-:mod:`tinyctx.history`.
-"""
+"""The thread-lifecycle capabilities of :class:`~tinyctx.backends.sqlite.SqliteStore`
+(windows, versions, archive pruning): the optional protocols of :mod:`tinyctx.history`."""
 
 from __future__ import annotations
 
@@ -13,81 +8,28 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .documents import join_document
-from .lifecycle import ThreadWindow, check_age, check_window_args, window_of
-from .threads import check_thread_id
-from .versions import ThreadVersion
+from ..documents import join_document
+from ..lifecycle import ThreadWindow, check_age, check_window_args
+from ..threads import check_thread_id
+from ..versions import ThreadVersion
+from ._sqlite_schema import Immediate, Read, check_integers
 
-if TYPE_CHECKING:
-    from .stores import _MemoryThread
-
-__all__ = ["MemoryLifecycle", "SqliteLifecycle"]
+__all__ = ["SqliteLifecycle"]
 
 T = TypeVar("T")
-
-
-class MemoryLifecycle:
-    """:class:`~tinyctx.history.ThreadWindowStore` over a MemoryStore's threads."""
-
-    if TYPE_CHECKING:  # MemoryStore's
-        _threads: dict[str, _MemoryThread]
-
-        async def _ready(self) -> None: ...
-
-    async def load_window(
-        self, thread_id: str, *, stop: int | None = None, count: int
-    ) -> ThreadWindow:
-        """The newest ``count`` live messages before ``stop``; see
-        :meth:`tinyctx.history.ThreadWindowStore.load_window`."""
-        check_window_args(thread_id, stop, count)
-        await self._ready()
-        thread = self._threads.get(thread_id)
-        if thread is None:
-            return ThreadWindow(thread_id, 0, 0, 0, ())
-        return window_of(
-            thread_id,
-            thread.version,
-            thread.messages,
-            stop,
-            count,
-            thread.checkpoint,
-            thread.state,
-        )
-
-    async def prune_archive(self, thread_id: str, *, older_than: float) -> int:
-        """Drop archived ranges older than ``older_than`` seconds; how many."""
-        check_thread_id(thread_id)
-        cutoff = time.time() - check_age(older_than)
-        await self._ready()
-        thread = self._threads.get(thread_id)
-        if thread is None:
-            return 0
-        kept = [a for a in thread.archive if a.archived_at >= cutoff]
-        removed = len(thread.archive) - len(kept)
-        thread.archive = kept
-        return removed
-
-    async def versions(self, thread_id: str) -> list[ThreadVersion]:
-        """What each write did, oldest first; see :mod:`tinyctx.versions`."""
-        check_thread_id(thread_id)
-        await self._ready()
-        thread = self._threads.get(thread_id)
-        return [] if thread is None else [ThreadVersion(*entry) for entry in thread.log]
 
 
 def _load_window(
     conn: sqlite3.Connection, thread_id: str, stop: int | None, count: int
 ) -> ThreadWindow:
-    from .stores import _check_integers, _Read  # the store's own transaction helpers
-
-    with _Read(conn):
+    with Read(conn):
         row = conn.execute(
             "SELECT version, length, checkpoint, state FROM tinyctx_threads WHERE thread_id = ?",
             (thread_id,),
         ).fetchone()
         if row is None:
             return ThreadWindow(thread_id, 0, 0, 0, ())
-        _check_integers(thread_id, row, ((0, "version", False), (1, "length", False)))
+        check_integers(thread_id, row, ((0, "version", False), (1, "length", False)))
         version, length, checkpoint, state = row
         end = length if stop is None else min(stop, length)
         start = max(0, end - count)
@@ -140,9 +82,7 @@ class SqliteLifecycle:
         cutoff = time.time() - check_age(older_than)
 
         def prune(conn: sqlite3.Connection) -> int:
-            from .stores import _Immediate
-
-            with _Immediate(conn):
+            with Immediate(conn):
                 conn.execute(
                     "DELETE FROM tinyctx_archive_messages WHERE thread_id = ? AND version IN "
                     "(SELECT version FROM tinyctx_archive WHERE thread_id = ? "

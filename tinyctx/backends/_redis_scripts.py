@@ -1,0 +1,149 @@
+"""The Redis store's Lua scripts: each change to a thread is one script, so the fencing
+check, the version check and the write are atomic on the server."""
+
+from __future__ import annotations
+
+__all__ = ["LUA_PUSH", "WRITE", "NOW_MS", "ACQUIRE", "RENEW", "RELEASE", "DELETE", "FENCED_APPEND"]
+
+# pushes ARGV[from..to] (or a table's items) onto a list in chunks: unpack() has a limit
+LUA_PUSH = """
+local function push_args(key, first, last)
+    local i = first
+    while i <= last do
+        local j = math.min(i + 999, last)
+        redis.call('RPUSH', key, unpack(ARGV, i, j))
+        i = j + 1
+    end
+end
+local function push_table(key, items)
+    local i = 1
+    while i <= #items do
+        local j = math.min(i + 999, #items)
+        redis.call('RPUSH', key, unpack(items, i, j))
+        i = j + 1
+    end
+end
+"""
+
+# KEYS: thread, messages, archive, index
+# ARGV: thread id, expected version, lease token or '', now, keep-after or '',
+#       checkpoint mode (u/s/c), checkpoint, state mode (u/s), state,
+#       compaction start or '', end, replacement count, replacement..., appended...
+WRITE = (
+    LUA_PUSH
+    + """
+local thread, messages, archive, index = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if ARGV[3] ~= '' then
+    local current = redis.call('HGET', thread, 'lt')
+    if current ~= ARGV[3] then return {'fenced', current or ''} end
+end
+local version = tonumber(redis.call('HGET', thread, 'v') or '0')
+if version ~= tonumber(ARGV[2]) then return {'stale', tostring(version)} end
+local length = redis.call('LLEN', messages)
+local new = version + 1
+local next_arg = 13
+if ARGV[10] ~= '' then
+    local s, e, n = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+    if not (0 <= s and s <= e and e <= length) then return {'range', tostring(length)} end
+    local originals = {}
+    if e > s then originals = redis.call('LRANGE', messages, s, e - 1) end
+    local tail = {}
+    if e < length then tail = redis.call('LRANGE', messages, e, -1) end
+    if s == 0 then redis.call('DEL', messages) else redis.call('LTRIM', messages, 0, s - 1) end
+    push_args(messages, 13, 12 + n)
+    push_table(messages, tail)
+    if e > s then
+        local header = table.concat({new, s, e, ARGV[4], #originals}, ' ')
+        redis.call('RPUSH', archive, header)
+        push_table(archive, originals)
+    end
+    if ARGV[5] ~= '' then
+        local keep_after = tonumber(ARGV[5])
+        while true do
+            local header = redis.call('LINDEX', archive, 0)
+            if not header then break end
+            local fields = {}
+            for field in string.gmatch(header, '%S+') do fields[#fields + 1] = field end
+            if tonumber(fields[4]) >= keep_after then break end
+            redis.call('LTRIM', archive, tonumber(fields[5]) + 1, -1)
+        end
+    end
+    next_arg = 13 + n
+end
+push_args(messages, next_arg, #ARGV)
+-- what this write did (tinyctx.versions): at, appended, start, end, replaced
+redis.call('HSET', thread, 'w' .. new, table.concat(
+    {ARGV[4], #ARGV - next_arg + 1, ARGV[10], ARGV[11], ARGV[10] ~= '' and ARGV[12] or 0}, ','))
+redis.call('HSET', thread, 'v', new)
+if ARGV[6] == 's' then redis.call('HSET', thread, 'cp', ARGV[7])
+elseif ARGV[6] == 'c' then redis.call('HDEL', thread, 'cp') end
+if ARGV[8] == 's' then redis.call('HSET', thread, 'st', ARGV[9]) end
+redis.call('ZADD', index, 0, ARGV[1])
+return {'ok', tostring(new)}
+"""
+)
+
+NOW_MS = """
+local clock = redis.call('TIME')
+local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+"""
+
+# KEYS: thread, live lease, fencing counter; ARGV: owner, ttl ms
+ACQUIRE = (
+    NOW_MS
+    + """
+if redis.call('EXISTS', KEYS[2]) == 1 then
+    local holder = redis.call('HGET', KEYS[1], 'lo')
+    if holder ~= ARGV[1] then
+        return {0, holder or '', redis.call('HGET', KEYS[1], 'le') or '0', ''}
+    end
+end
+local token = redis.call('INCR', KEYS[3])
+local expires = now_ms + tonumber(ARGV[2])
+redis.call('SET', KEYS[2], token, 'PX', ARGV[2])
+redis.call('HSET', KEYS[1], 'lt', token, 'lo', ARGV[1], 'le', expires)
+return {1, ARGV[1], tostring(expires), tostring(token)}
+"""
+)
+
+# KEYS: thread, live lease; ARGV: token, ttl ms
+RENEW = (
+    NOW_MS
+    + """
+local current = redis.call('HGET', KEYS[1], 'lt')
+if current ~= ARGV[1] then return {0, current or ''} end
+local expires = now_ms + tonumber(ARGV[2])
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+redis.call('HSET', KEYS[1], 'le', expires)
+return {1, tostring(expires)}
+"""
+)
+
+# KEYS: thread, live lease; ARGV: token
+RELEASE = """
+if redis.call('HGET', KEYS[1], 'lt') == ARGV[1] then
+    redis.call('DEL', KEYS[2])
+    redis.call('HDEL', KEYS[1], 'lt', 'lo', 'le')
+end
+return 0
+"""
+
+# KEYS: thread, messages, archive, live lease, index; ARGV: thread id
+DELETE = """
+local existed = redis.call('EXISTS', KEYS[1])  -- written, or leased
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('ZREM', KEYS[5], ARGV[1])
+return existed
+"""
+
+
+# KEYS: thread, notes; ARGV: lease token, entries...
+FENCED_APPEND = (
+    LUA_PUSH
+    + """
+local current = redis.call('HGET', KEYS[1], 'lt')
+if current ~= ARGV[1] then return {'fenced', current or ''} end
+push_args(KEYS[2], 2, #ARGV)
+return {'ok', tostring(redis.call('LLEN', KEYS[2]))}
+"""
+)

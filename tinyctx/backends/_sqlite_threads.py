@@ -1,0 +1,456 @@
+"""The SQLite store's rows: notes, and durable threads (messages at sparse positions, the
+archive of compacted originals, the version log, leases). Each function runs in the
+store's worker thread, inside one transaction of its own."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from typing import Any, Final
+
+from .._gc import gc_paused
+from ..documents import SplitDocuments, join_document, split_document
+from ..frozen import frozen_mapping
+from ..store_protocols import Note
+from ..threads import (
+    ArchivedRange,
+    FencedOut,
+    Lease,
+    LeaseHeld,
+    StaleThreadVersion,
+    ThreadRecord,
+    ThreadWrite,
+    Unchanged,
+    check_write_range,
+)
+from ._sqlite_schema import Immediate, Read, check_integers
+
+__all__ = [
+    "GAP",
+    "note_from_row",
+    "append_notes_row",
+    "load_thread",
+    "purge_archive",
+    "write_thread",
+    "acquire_lease",
+    "renew_lease",
+    "release_lease",
+    "list_threads",
+    "archived",
+    "delete_thread",
+]
+
+
+def note_from_row(namespace: str, row: tuple[Any, ...]) -> Note:
+    seq, text, created_at, metadata = row
+    return Note(namespace, int(seq), str(text), float(created_at), json.loads(metadata))
+
+
+def append_notes_row(
+    conn: sqlite3.Connection,
+    namespace: str,
+    texts: tuple[str, ...],
+    metadata: str,
+    fence: Lease | None = None,
+) -> list[Note]:
+    with Immediate(conn):
+        if fence is not None:
+            row = conn.execute(
+                "SELECT lease_token FROM tinyctx_threads WHERE thread_id = ?", (fence.thread_id,)
+            ).fetchone()
+            token = None if row is None else row[0]
+            if token != fence.token:
+                raise FencedOut(fence.thread_id, fence.token, token)
+        (last,) = conn.execute(
+            "SELECT COALESCE(MAX(seq), 0) FROM tinyctx_notes WHERE namespace = ?", (namespace,)
+        ).fetchone()
+        now = time.time()
+        rows = [(namespace, last + i, text, now, metadata) for i, text in enumerate(texts, 1)]
+        conn.executemany(
+            "INSERT INTO tinyctx_notes (namespace, seq, text, created_at, metadata) "
+            "VALUES (?, ?, ?, ?, ?)",
+            rows,
+        )
+    meta = frozen_mapping(json.loads(metadata))
+    return [Note(namespace, seq, text, now, meta) for _, seq, text, _, _ in rows]
+
+
+GAP = 1 << 20
+"""Distance between the positions of appended messages: room for inserting replacements."""
+
+
+_THREAD_ROW = (
+    "SELECT version, length, last_pos, checkpoint, state, lease_owner, lease_token, "
+    "lease_expires FROM tinyctx_threads WHERE thread_id = ?"
+)
+
+
+_ROW_INTEGERS: Final = ((0, "version", False), (1, "length", False), (6, "lease_token", True))
+
+
+def _lease_of(thread_id: str, row: tuple[Any, ...] | None) -> Lease | None:
+    if row is None:
+        return None
+    check_integers(thread_id, row, _ROW_INTEGERS)
+    if row[6] is None:
+        return None
+    return Lease(thread_id, str(row[5]), int(row[6]), float(row[7]))
+
+
+def load_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRecord:
+    with Read(conn):
+        row = conn.execute(_THREAD_ROW, (thread_id,)).fetchone()
+        if row is None:
+            return ThreadRecord(thread_id, 0, ())
+        check_integers(thread_id, row, _ROW_INTEGERS)
+        with gc_paused(row[1]):  # a row tuple per message: see tinyctx._gc
+            rows = conn.execute(
+                "SELECT doc, content FROM tinyctx_messages WHERE thread_id = ? ORDER BY pos",
+                (thread_id,),
+            ).fetchall()
+    return ThreadRecord(
+        thread_id, row[0], SplitDocuments(rows), row[3], row[4], _lease_of(thread_id, row)
+    )
+
+
+def purge_archive(conn: sqlite3.Connection, retention: float | None, now: float) -> None:
+    if retention is None:
+        return
+    cutoff = now - retention
+    conn.execute(
+        "DELETE FROM tinyctx_archive_messages WHERE (thread_id, version) IN "
+        "(SELECT thread_id, version FROM tinyctx_archive WHERE archived_at < ?)",
+        (cutoff,),
+    )
+    conn.execute("DELETE FROM tinyctx_archive WHERE archived_at < ?", (cutoff,))
+
+
+def _spread(low: int | None, high: int | None, count: int) -> tuple[int, list[int]] | None:
+    """``count`` increasing positions strictly between ``low`` and ``high`` (None: open end),
+    or None when the gap is too narrow."""
+    if low is None and high is None:
+        low, high = 0, GAP * (count + 1)
+    elif low is None:
+        assert high is not None
+        low = high - GAP * (count + 1)
+    elif high is None:
+        high = low + GAP * (count + 1)
+    if high - low <= count:
+        return None
+    return low, [low + (high - low) * (i + 1) // (count + 1) for i in range(count)]
+
+
+def _compact(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    start: int,
+    end: int,
+    replacement: list[tuple[str, str | None]],
+    length: int,
+    last_pos: int,
+    version: int,
+    now: float,
+) -> int:
+    """Apply one compaction; returns the position appends now follow (``last_pos`` moved
+    up when the tail had to make room, or a replacement placed after it)."""
+    removed = end - start
+    first = max(start - 1, 0)
+    wanted = (end + 1) - first  # the neighbours on both sides and the replaced rows
+    positions = [
+        p
+        for (p,) in conn.execute(
+            "SELECT pos FROM tinyctx_messages WHERE thread_id = ? ORDER BY pos LIMIT ? OFFSET ?",
+            (thread_id, wanted, first),
+        ).fetchall()
+    ]
+    by_index = dict(enumerate(positions, start=first))
+    before = by_index.get(start - 1) if start > 0 else None
+    after = by_index.get(end) if end < length else None
+    if removed:
+        low_pos, high_pos = by_index[start], by_index[end - 1]
+        docs = conn.execute(
+            "SELECT doc, content FROM tinyctx_messages WHERE thread_id = ? "
+            "AND pos BETWEEN ? AND ? ORDER BY pos",
+            (thread_id, low_pos, high_pos),
+        ).fetchall()
+        conn.execute(
+            "INSERT INTO tinyctx_archive (thread_id, version, start, stop, archived_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (thread_id, version, start, end, now),
+        )
+        conn.executemany(
+            "INSERT INTO tinyctx_archive_messages (thread_id, version, idx, doc, content) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(thread_id, version, i, d, c) for i, (d, c) in enumerate(docs)],
+        )
+        conn.execute(
+            "DELETE FROM tinyctx_messages WHERE thread_id = ? AND pos BETWEEN ? AND ?",
+            (thread_id, low_pos, high_pos),
+        )
+    if not replacement:
+        return last_pos
+    spread = _spread(before, after, len(replacement))
+    if spread is None:
+        # no room between the neighbours (many inserts at one spot): move the tail up by
+        # `shift`, in two steps through positions above every row (last_pos is the
+        # highest), so no two rows ever share a position while SQLite updates them
+        assert after is not None
+        shift = GAP * (len(replacement) + 1)
+        lift = last_pos - after + 1 + shift
+        conn.execute(
+            "UPDATE tinyctx_messages SET pos = pos + ? WHERE thread_id = ? AND pos >= ?",
+            (lift, thread_id, after),
+        )
+        conn.execute(
+            "UPDATE tinyctx_messages SET pos = pos - ? WHERE thread_id = ? AND pos > ?",
+            (lift - shift, thread_id, last_pos),
+        )
+        spread = _spread(before, after + shift, len(replacement))
+        assert spread is not None
+        last_pos += shift
+    placed = spread[1]
+    conn.executemany(
+        "INSERT INTO tinyctx_messages (thread_id, pos, doc, content) VALUES (?, ?, ?, ?)",
+        [(thread_id, p, d, c) for p, (d, c) in zip(placed, replacement, strict=True)],
+    )
+    return max(last_pos, placed[-1])
+
+
+def _log_version(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    version: int,
+    now: float,
+    change: ThreadWrite,
+    replaced: int,
+) -> None:
+    """The version log's row for one write: what it appended and which range it replaced."""
+    compaction = change.compaction
+    conn.execute(
+        "INSERT INTO tinyctx_versions (thread_id, version, written_at, appended, start, "
+        "stop, replaced) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            thread_id,
+            version,
+            now,
+            len(change.append),
+            None if compaction is None else compaction.start,
+            None if compaction is None else compaction.end,
+            replaced,
+        ),
+    )
+
+
+def _update_row(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    change: ThreadWrite,
+    counters: tuple[int, int, int, float],
+) -> None:
+    """The thread row after a write: ``counters`` (version, length, last position, time),
+    and the checkpoint and layer state unless the write left them unchanged."""
+    sets = "version = ?, length = ?, last_pos = ?, updated_at = ?"
+    values: list[Any] = list(counters)
+    if not isinstance(change.checkpoint, Unchanged):
+        sets += ", checkpoint = ?"
+        values.append(change.checkpoint)
+    if not isinstance(change.state, Unchanged):
+        sets += ", state = ?"
+        values.append(change.state)
+    values.append(thread_id)
+    conn.execute(f"UPDATE tinyctx_threads SET {sets} WHERE thread_id = ?", values)
+
+
+def write_thread(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    change: ThreadWrite,
+    expected_version: int,
+    lease: Lease | None,
+    retention: float | None,
+) -> int:
+    # texts apart from their documents before the write lock is taken
+    append = [split_document(doc) for doc in change.append]
+    compaction = change.compaction
+    replacement = (
+        [split_document(doc) for doc in compaction.replacement] if compaction is not None else []
+    )
+    with Immediate(conn):
+        row = conn.execute(
+            "SELECT version, length, last_pos, lease_token FROM tinyctx_threads "
+            "WHERE thread_id = ?",
+            (thread_id,),
+        ).fetchone()
+        if row is not None:
+            check_integers(
+                thread_id,
+                row,
+                ((0, "version", False), (1, "length", False), (2, "last_pos", False)),
+            )
+            check_integers(thread_id, row, ((3, "lease_token", True),))
+        version, length, last_pos, token = row if row is not None else (0, 0, 0, None)
+        if lease is not None and token != lease.token:
+            raise FencedOut(thread_id, lease.token, token)
+        if version != expected_version:
+            raise StaleThreadVersion(thread_id, expected_version, version)
+        check_write_range(thread_id, change, length)
+        now = time.time()
+        new_version = version + 1
+        if row is None:
+            conn.execute(
+                "INSERT INTO tinyctx_threads (thread_id, version, length, last_pos, updated_at) "
+                "VALUES (?, 0, 0, 0, ?)",
+                (thread_id, now),
+            )
+        if compaction is not None:
+            last_pos = _compact(
+                conn,
+                thread_id,
+                compaction.start,
+                compaction.end,
+                replacement,
+                length,
+                last_pos,
+                new_version,
+                now,
+            )
+            length += len(compaction.replacement) - (compaction.end - compaction.start)
+            purge_archive(conn, retention, now)
+        if append:
+            conn.executemany(
+                "INSERT INTO tinyctx_messages (thread_id, pos, doc, content) VALUES (?, ?, ?, ?)",
+                [(thread_id, last_pos + GAP * i, d, c) for i, (d, c) in enumerate(append, 1)],
+            )
+            last_pos += GAP * len(append)
+            length += len(append)
+        _log_version(conn, thread_id, new_version, now, change, len(replacement))
+        _update_row(conn, thread_id, change, (new_version, length, last_pos, now))
+    return new_version
+
+
+def _next_token(conn: sqlite3.Connection) -> int:
+    (token,) = conn.execute(
+        "INSERT INTO tinyctx_counters (name, value) VALUES ('lease_token', 1) "
+        "ON CONFLICT (name) DO UPDATE SET value = value + 1 RETURNING value"
+    ).fetchone()
+    return int(token)
+
+
+def acquire_lease(conn: sqlite3.Connection, thread_id: str, owner: str, ttl: float) -> Lease:
+    with Immediate(conn):
+        row = conn.execute(_THREAD_ROW, (thread_id,)).fetchone()
+        now = time.time()
+        current = _lease_of(thread_id, row)
+        if current is not None and current.owner != owner and current.expires_at > now:
+            raise LeaseHeld(thread_id, current.owner, current.expires_at)
+        lease = Lease(thread_id, owner, _next_token(conn), now + ttl)
+        conn.execute(
+            "INSERT INTO tinyctx_threads (thread_id, version, length, last_pos, lease_owner, "
+            "lease_token, lease_expires, updated_at) VALUES (?, 0, 0, 0, ?, ?, ?, ?) "
+            "ON CONFLICT (thread_id) DO UPDATE SET lease_owner = excluded.lease_owner, "
+            "lease_token = excluded.lease_token, lease_expires = excluded.lease_expires",
+            (thread_id, owner, lease.token, lease.expires_at, now),
+        )
+    return lease
+
+
+def renew_lease(conn: sqlite3.Connection, lease: Lease, ttl: float) -> Lease:
+    with Immediate(conn):
+        row = conn.execute(
+            "SELECT lease_token, lease_owner FROM tinyctx_threads WHERE thread_id = ?",
+            (lease.thread_id,),
+        ).fetchone()
+        token = row[0] if row is not None else None
+        if token != lease.token:
+            raise FencedOut(lease.thread_id, lease.token, token)
+        renewed = Lease(lease.thread_id, str(row[1]), lease.token, time.time() + ttl)
+        conn.execute(
+            "UPDATE tinyctx_threads SET lease_expires = ? WHERE thread_id = ?",
+            (renewed.expires_at, lease.thread_id),
+        )
+    return renewed
+
+
+def release_lease(conn: sqlite3.Connection, lease: Lease) -> None:
+    with Immediate(conn):
+        conn.execute(
+            "UPDATE tinyctx_threads SET lease_owner = NULL, lease_token = NULL, "
+            "lease_expires = NULL WHERE thread_id = ? AND lease_token = ?",
+            (lease.thread_id, lease.token),
+        )
+        # a lease alone (never written) leaves nothing behind
+        conn.execute(
+            "DELETE FROM tinyctx_threads WHERE thread_id = ? AND version = 0 "
+            "AND lease_token IS NULL",
+            (lease.thread_id,),
+        )
+
+
+def _prefix_end(prefix: str) -> str | None:
+    """The smallest string above every string that starts with ``prefix`` (None: none)."""
+    while prefix:
+        last = ord(prefix[-1])
+        if last < 0x10FFFF:
+            following = last + 1
+            if 0xD800 <= following <= 0xDFFF:  # surrogates are not stored: skip them
+                following = 0xE000
+            return prefix[:-1] + chr(following)
+        prefix = prefix[:-1]
+    return None
+
+
+def list_threads(conn: sqlite3.Connection, prefix: str, limit: int | None) -> list[str]:
+    query = "SELECT thread_id FROM tinyctx_threads WHERE version > 0 AND thread_id >= ?"
+    args: list[Any] = [prefix]
+    end = _prefix_end(prefix)
+    if end is not None:
+        query += " AND thread_id < ?"
+        args.append(end)
+    query += " ORDER BY thread_id"
+    if limit is not None:
+        query += " LIMIT ?"
+        args.append(limit)
+    return [str(t) for (t,) in conn.execute(query, args).fetchall()]
+
+
+def archived(
+    conn: sqlite3.Connection, thread_id: str, retention: float | None
+) -> list[ArchivedRange]:
+    now = time.time()
+    cutoff = -math.inf if retention is None else now - retention
+    with Read(conn):
+        ranges = conn.execute(
+            "SELECT version, start, stop, archived_at FROM tinyctx_archive "
+            "WHERE thread_id = ? AND archived_at >= ? ORDER BY version",
+            (thread_id, cutoff),
+        ).fetchall()
+        rows = conn.execute(
+            "SELECT m.version, m.doc, m.content FROM tinyctx_archive_messages AS m "
+            "JOIN tinyctx_archive AS a ON a.thread_id = m.thread_id AND a.version = m.version "
+            "WHERE m.thread_id = ? AND a.archived_at >= ? ORDER BY m.version, m.idx",
+            (thread_id, cutoff),
+        ).fetchall()
+    docs: dict[int, list[str]] = {}
+    for version, doc, content in rows:
+        docs.setdefault(version, []).append(join_document(doc, content))
+    return [
+        ArchivedRange(thread_id, v, start, stop, tuple(docs.get(v, ())), at)
+        for v, start, stop, at in ranges
+    ]
+
+
+def delete_thread(conn: sqlite3.Connection, thread_id: str) -> bool:
+    with Immediate(conn):
+        found = conn.execute(
+            "DELETE FROM tinyctx_threads WHERE thread_id = ?", (thread_id,)
+        ).rowcount
+        for table in (
+            "tinyctx_messages",
+            "tinyctx_archive",
+            "tinyctx_archive_messages",
+            "tinyctx_versions",
+        ):
+            found += conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,)).rowcount
+    return found > 0
