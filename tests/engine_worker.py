@@ -10,24 +10,44 @@ workflow only when it was never started and waiting for its result; at the end i
 ``paused`` once the pause is published, and waits to be killed.
 ``python tests/engine_worker.py decide DIR``: launches (the paused workflow is recovered
 and waits again), sends an edit and a reject, and prints the result's final text.
+
+``python tests/engine_worker.py stall DIR``: runs the thread ``fence`` and, inside the write
+that stores the result of call ``w2``, prints ``stalled`` and stops itself (SIGSTOP) while
+it holds the thread's lease. Continued (SIGCONT), it asks the store with its old lease:
+a refused write prints ``fenced write TOKEN CURRENT``, a refused renewal ``fenced renew
+ERROR``; it prints ``ended ...`` and exits (DBOS hands it the outcome the takeover
+recorded; DBOS also cancels the step the stalled execution was in, as it no longer owns
+the workflow).
+``python tests/engine_worker.py takeover DIR``: launches (DBOS recovers the stalled
+workflow here and finishes it) and prints the result's final text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dbos import DBOS  # noqa: E402
 
 from tests.engine_app import review_agent, work_agent  # noqa: E402
-from tinyctx import Edit, Reject, SqliteStore  # noqa: E402
+from tinyctx import Edit, Reject, SqliteStore, ToolResult  # noqa: E402
+from tinyctx.codec import decode_messages  # noqa: E402
+from tinyctx.durable import LeaseRenewFailed  # noqa: E402
 from tinyctx.engines import workflow_id_for  # noqa: E402
 from tinyctx.engines.dbos import DBOSEngine, sqlite_config  # noqa: E402
+from tinyctx.events import Event, add_tap  # noqa: E402
+from tinyctx.threads import FencedOut  # noqa: E402
 
 TOOL_PAUSE = 0.02
+VERSION = {"application_version": "engine-tests"}
+"""A fixed DBOS application version: a test process that builds the same engine
+recovers this worker's workflows (DBOS recovers only its own version's)."""
 
 
 def thread_of(lane: int, run: int) -> str:
@@ -48,7 +68,7 @@ async def work(directory: Path, lanes: int, runs: int) -> None:
     engine = DBOSEngine(
         work_agent(directory / "effects", pause=TOOL_PAUSE), store, name="crash", lease_ttl=5.0
     )
-    DBOS(config=sqlite_config("crash-test", directory / "dbos.sqlite"))
+    DBOS(config=sqlite_config("crash-test", directory / "dbos.sqlite", **VERSION))
     DBOS.launch()
     print("ready", flush=True)
     await asyncio.gather(*(_lane(engine, lane, runs) for lane in range(lanes)))
@@ -83,6 +103,65 @@ async def decide(directory: Path) -> None:
     await store.aclose()
 
 
+STALL_CALL = "w2"
+FENCE_THREAD = "fence"
+FENCE_TTL = 3.0
+"""The stalled worker's lease: its keeper (renewing every ttl/3) is due the moment the
+worker continues, so the store is asked with the stalled lease at once."""
+
+
+class StallingStore(SqliteStore):
+    """A SqliteStore that stops its process inside the write storing STALL_CALL's result,
+    before the write reaches the database (a worker frozen mid-write, holding the lease)."""
+
+    stalled = False
+
+    async def write(self, thread_id: str, change: Any, **kwargs: Any) -> int:
+        answers = [m for m in decode_messages(change.append) if isinstance(m, ToolResult)]
+        if not self.stalled and any(m.tool_call_id == STALL_CALL for m in answers):
+            self.stalled = True
+            lease = kwargs.get("lease")
+            print("stalled", lease.token if lease is not None else None, flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+        try:
+            return await super().write(thread_id, change, **kwargs)
+        except FencedOut as refused:
+            print("fenced write", refused.token, refused.current, flush=True)
+            raise
+
+
+def print_fenced_renewals(event: Event) -> None:
+    """Print the store's refusal of the stalled lease's renewal (``fenced renew ...``)."""
+    if isinstance(event, LeaseRenewFailed) and event.lost:
+        print("fenced renew", event.error, flush=True)
+
+
+async def stall(directory: Path) -> None:
+    add_tap(print_fenced_renewals)
+    store = StallingStore(directory / "threads.db")
+    engine = DBOSEngine(work_agent(directory / "effects"), store, name="fence", lease_ttl=FENCE_TTL)
+    DBOS(config=sqlite_config("fence-test", directory / "dbos.sqlite", **VERSION))
+    DBOS.launch()
+    try:
+        result = await engine.run(FENCE_THREAD, "go", request_id="r")
+        print("ended", result.status, flush=True)
+    except Exception as exc:
+        print("ended", type(exc).__name__, flush=True)
+    DBOS.destroy()
+    await store.aclose()
+
+
+async def takeover(directory: Path) -> None:
+    store = SqliteStore(directory / "threads.db")
+    engine = DBOSEngine(work_agent(directory / "effects"), store, name="fence", lease_ttl=FENCE_TTL)
+    DBOS(config=sqlite_config("fence-test", directory / "dbos.sqlite", **VERSION))
+    DBOS.launch()
+    result = await engine.result(workflow_id_for(FENCE_THREAD, "r"))
+    print("result", result.final_text, flush=True)
+    DBOS.destroy()
+    await store.aclose()
+
+
 def main() -> None:
     mode, directory = sys.argv[1], Path(sys.argv[2])
     if mode == "work":
@@ -91,8 +170,12 @@ def main() -> None:
         asyncio.run(approve(directory))
     elif mode == "decide":
         asyncio.run(decide(directory))
+    elif mode == "stall":
+        asyncio.run(stall(directory))
+    elif mode == "takeover":
+        asyncio.run(takeover(directory))
     else:
-        raise SystemExit(f"unknown mode {mode!r}: work, approve or decide")
+        raise SystemExit(f"unknown mode {mode!r}: work, approve, decide, stall or takeover")
 
 
 if __name__ == "__main__":

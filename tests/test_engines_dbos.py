@@ -14,9 +14,17 @@ import pytest
 import trio
 from dbos import DBOS, DBOSConfig
 
-from tests.engine_app import TOOL_CALLS, ClockInPrompt, executions, review_agent, work_agent
+from tests.engine_app import (
+    TOOL_CALLS,
+    ClockInPrompt,
+    executions,
+    pause_outside_an_engine,
+    review_agent,
+    work_agent,
+)
 from tinyctx import (
     AssistantMessage,
+    ConfigError,
     Edit,
     Reject,
     Session,
@@ -28,9 +36,11 @@ from tinyctx import (
 )
 from tinyctx.agent import ENGINE_STATE
 from tinyctx.codec import decode_messages, decode_state, encode_messages, encode_state
+from tinyctx.decisions import Decision
 from tinyctx.engines import EngineError, WorkflowFailed, lease_owner, workflow_id_for
 from tinyctx.engines.dbos import DBOSEngine, postgres_config, sqlite_config
 from tinyctx.steps import MODEL_STEP, TOOL_STEP_PREFIX
+from tinyctx.stores import MemoryStore
 from tinyctx.threads import ThreadWrite
 
 
@@ -112,7 +122,12 @@ class TestRunOnSqlite:
         names = [s["function_name"] for s in steps]
         assert names.count(MODEL_STEP) == TOOL_CALLS + 1
         assert names.count(TOOL_STEP_PREFIX + "work") == TOOL_CALLS
-        assert names[:3] == ["tinyctx.identity", "tinyctx.clock", "tinyctx.store.load"]
+        assert names[:4] == [
+            "tinyctx.identity",
+            "tinyctx.clock",
+            "tinyctx.layers",
+            "tinyctx.store.load",
+        ]
         assert "tinyctx.store.write" in names
         await store.aclose()
 
@@ -168,6 +183,98 @@ class TestApprovals:
         assert _no_live_lease(record)
         assert ENGINE_STATE not in decode_state(record.state)
         await store.aclose()
+
+
+class TestApprovalModes:
+    """approvals="end" ends the workflow at the pause and start_resume continues it; the
+    two approval modes are never mixed on one thread."""
+
+    async def test_end_then_start_resume(
+        self, tmp_path: Path, launch: Callable[[DBOSConfig], None]
+    ) -> None:
+        """The workflow ends paused; decide() on it is refused; start_resume finishes it."""
+        effects = tmp_path / "effects"
+        store = SqliteStore(tmp_path / "threads.db")
+        engine = DBOSEngine(review_agent(effects), store, name="end", approvals="end")
+        launch(sqlite_config("app-end", tmp_path / "dbos.sqlite"))
+        paused = await engine.run("th", "do it", request_id="r")
+        assert paused.status == "paused"
+        assert paused.checkpoint is not None
+        assert [c.id for c in paused.checkpoint.pending] == ["send1", "delete1"]
+        record, _ = await _stored(store, "th")
+        assert record.checkpoint is not None
+        assert ENGINE_STATE not in decode_state(record.state)  # the thread is the app's
+        decisions = {"send1": Edit({"to": "bob"}), "delete1": Reject("no")}
+        with pytest.raises(EngineError, match="start_resume"):
+            await engine.decide(paused.workflow_id, decisions)
+        resumed = await engine.start_resume("th", decisions, request_id="r2")
+        result = await engine.result(resumed)
+        assert result.status == "completed"
+        assert result.run_id == paused.run_id
+        assert executions(effects) == {"send:bob": 1}
+        record, messages = await _stored(store, "th")
+        check_pairing(messages, allow_pending=False)
+        assert record.checkpoint is None
+        await store.aclose()
+
+    async def test_start_resume_of_a_plain_pause(
+        self, tmp_path: Path, launch: Callable[[DBOSConfig], None]
+    ) -> None:
+        """A run suspended by a plain tinyctx session resumes as a workflow."""
+        effects = tmp_path / "effects"
+        store = SqliteStore(tmp_path / "threads.db")
+        checkpoint = await pause_outside_an_engine(store, "th", effects)
+        engine = DBOSEngine(review_agent(effects), store, name="plain")
+        launch(sqlite_config("app-plain", tmp_path / "dbos.sqlite"))
+        decisions: dict[str, Decision] = {"send1": Edit({"to": "eve"}), "delete1": Reject("no")}
+        result = await engine.result(await engine.start_resume("th", decisions, request_id="x"))
+        assert result.run_id == checkpoint.run_config.run_id
+        assert executions(effects) == {"send:eve": 1}
+        await store.aclose()
+
+    async def test_waiting_pause_refuses_other_resumes(
+        self, tmp_path: Path, launch: Callable[[DBOSConfig], None]
+    ) -> None:
+        """A pause a workflow waits on is resumed only by decide(): start_resume and a
+        plain session's resume or run are refused, naming the workflow."""
+        effects = tmp_path / "effects"
+        store = SqliteStore(tmp_path / "threads.db")
+        engine = DBOSEngine(review_agent(effects), store, name="mix")
+        launch(sqlite_config("app-mix", tmp_path / "dbos.sqlite"))
+        waiting = await engine.start("th", "do it", request_id="r")
+        await engine.pause(waiting)
+        with pytest.raises(EngineError, match="decide") as refused:
+            await engine.start_resume("th", {}, request_id="r2")
+        assert waiting in str(refused.value)
+        unleased = await _copy_without_lease(store, "th")
+        async with Session(review_agent(effects), thread_id="th", store=unleased) as session:
+            assert session.paused is not None
+            with pytest.raises(SessionBusy, match=waiting):
+                await session.resume(decisions={"send1": Reject("no"), "delete1": Reject("no")})
+            with pytest.raises(SessionBusy, match="approval modes"):
+                await session.run("something else")
+        await engine.decide(waiting, {"send1": Reject("no"), "delete1": Reject("no")})
+        assert (await engine.result(waiting)).status == "completed"
+        assert executions(effects) == {}
+        await store.aclose()
+
+    def test_unknown_mode_is_a_config_error(self, tmp_path: Path) -> None:
+        """approvals other than "wait" or "end" is refused at construction, naming both."""
+        store = SqliteStore(tmp_path / "threads.db")
+        with pytest.raises(ConfigError, match="approvals") as refused:
+            DBOSEngine(work_agent(tmp_path / "e"), store, name="bad", approvals="later")
+        assert "'wait'" in str(refused.value) and "'end'" in str(refused.value)
+
+
+async def _copy_without_lease(store: SqliteStore, thread_id: str) -> MemoryStore:
+    """The stored thread as a worker killed while its run waited leaves it once its lease
+    expired: the same messages, checkpoint and state, no live lease."""
+    record = await store.load_thread(thread_id)
+    copy = MemoryStore()
+    assert record.state is not None  # the engine's mark is in it
+    change = ThreadWrite(append=record.messages, checkpoint=record.checkpoint, state=record.state)
+    await copy.write(thread_id, change, expected_version=0)
+    return copy
 
 
 class TestDeterminismGuard:

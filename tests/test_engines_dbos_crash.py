@@ -9,15 +9,22 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from dbos import DBOS, DBOSConfig
 
-from tests.engine_app import TOOL_CALLS, executions, kill_mid_work
+from tests.engine_app import TOOL_CALLS, executions, kill_mid_work, line_count, work_agent
+from tests.engine_worker import TOOL_PAUSE, VERSION
 from tinyctx import SqliteStore, ToolResult, UserMessage, check_pairing
 from tinyctx.codec import decode_messages
+from tinyctx.engines import workflow_id_for
+from tinyctx.engines.dbos import DBOSEngine, sqlite_config
+from tinyctx.events import ToolCallFinished
+from tinyctx.testing import capture_events
 
 WORKER = Path(__file__).with_name("engine_worker.py")
 ROOT = WORKER.parent.parent
@@ -30,6 +37,18 @@ RUNS = 40  # enough work that the 20 kills always fall inside it
 def anyio_backend() -> str:
     """The checks read the SQLite store; one backend is enough (DBOS itself is asyncio)."""
     return "asyncio"
+
+
+@pytest.fixture
+def launch() -> Iterator[Callable[[DBOSConfig], None]]:
+    """Launch DBOS in this process (after the test built its engine); destroyed after."""
+
+    def start(config: DBOSConfig) -> None:
+        DBOS(config=config)
+        DBOS.launch()
+
+    yield start
+    DBOS.destroy(destroy_registry=True)
 
 
 def _spawn(*args: str) -> subprocess.Popen[str]:
@@ -137,3 +156,89 @@ class TestApprovalAcrossAKill:
         now = time.time()
         assert record.lease is None or record.lease.expires_at <= now  # no live lease
         await anyio.lowlevel.checkpoint()
+
+
+class TestReplayedEvents:
+    """Events a recovering workflow re-emits for its recorded steps say replayed=True;
+    those of the steps it really runs say False."""
+
+    async def test_recovery_marks_the_replayed_prefix(
+        self, tmp_path: Path, launch: Callable[[DBOSConfig], None]
+    ) -> None:
+        """A run killed after a few tool calls, recovered in this process: the calls it
+        hands back from the record are the replayed events, the calls it runs are live."""
+        effects = tmp_path / "effects"
+        worker = _spawn("work", str(tmp_path), "1", "1")
+        _wait_line(worker, "ready")
+        for _ in range(12_000):  # a minute at most: the kill falls inside the run
+            if line_count(effects) >= 3 or worker.poll() is not None:
+                break
+            await anyio.sleep(0.005)
+        assert worker.poll() is None, "the run ended before the kill"
+        _kill(worker)
+        before = executions(effects)
+
+        store = SqliteStore(tmp_path / "threads.db")
+        agent = work_agent(effects, pause=TOOL_PAUSE)
+        engine = DBOSEngine(agent, store, name="crash", lease_ttl=5.0)
+        with capture_events(ToolCallFinished) as finished:
+            launch(sqlite_config("crash-test", tmp_path / "dbos.sqlite", **VERSION))
+            result = await engine.result(workflow_id_for("lane0-run0", "request"))
+        await store.aclose()
+        assert result.tool_calls == TOOL_CALLS
+        after = executions(effects)
+        ran_here = {key for key, n in after.items() if n > before.get(key, 0)}
+        keys = {event.tool_call_id: f"lane0-run0:{event.tool_call_id[1:]}" for event in finished}
+        replayed = {keys[e.tool_call_id] for e in finished if e.replayed}
+        live = {keys[e.tool_call_id] for e in finished if not e.replayed}
+        assert live == ran_here
+        assert replayed == set(after) - ran_here
+        assert len(replayed) >= 2  # three calls had run: the first two were recorded
+        flags = [e.replayed for e in finished]
+        assert flags == sorted(flags, reverse=True)  # a replayed prefix, then live
+
+
+class TestFencingAStalledExecution:
+    """A worker frozen mid-write while it holds the thread: a second execution of the
+    workflow takes the thread over and finishes the run; the first, continued, is refused
+    by the store (FencedOut on its old lease); nothing is lost or written twice."""
+
+    async def test_stalled_original_is_fenced_out(self, tmp_path: Path) -> None:
+        """SIGSTOP inside a write, takeover by a new process, SIGCONT: the old write is
+        refused and the thread holds the takeover's run, each tool run once."""
+        stalled = _spawn("stall", str(tmp_path))
+        line = _wait_line(stalled, "stalled")
+        stalled_token = int(line.split()[1])
+        try:
+            takeover = _spawn("takeover", str(tmp_path))
+            result = _wait_line(takeover, "result")
+            assert takeover.wait(timeout=120) == 0
+            assert takeover.stdout is not None
+            takeover.stdout.close()
+            assert result == f"result did {TOOL_CALLS} steps"
+            written = (await _threads(tmp_path / "threads.db", ["fence"]))["fence"]
+        finally:
+            stalled.send_signal(signal.SIGCONT)
+        # the store refuses the stalled lease: its write or its renewal, whichever the
+        # continued worker asks first (DBOS cancels the stalled step as well)
+        fenced = _wait_line(stalled, "fenced")
+        if fenced.startswith("fenced write"):
+            assert fenced.split()[2:] == [str(stalled_token), "None"]
+        else:
+            assert f"lease token {stalled_token} was fenced out" in fenced, fenced
+        _wait_line(stalled, "ended")
+        assert stalled.wait(timeout=120) == 0
+        assert stalled.stdout is not None
+        stalled.stdout.close()
+
+        record = (await _threads(tmp_path / "threads.db", ["fence"]))["fence"]
+        assert record.version == written.version  # the refused write changed nothing
+        messages = decode_messages(record.messages)
+        check_pairing(messages, allow_pending=False)
+        assert sum(isinstance(m, UserMessage) for m in messages) == 1
+        assert [m.tool_call_id for m in messages if isinstance(m, ToolResult)] == [
+            f"w{k}" for k in range(TOOL_CALLS)
+        ]
+        assert messages[-1].content == f"did {TOOL_CALLS} steps"
+        assert executions(tmp_path / "effects") == {f"fence:{k}": 1 for k in range(TOOL_CALLS)}
+        assert record.lease is None or record.lease.expires_at <= time.time()

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -22,15 +23,19 @@ from temporalio.worker import Replayer
 from tests.engine_app import (
     TOOL_CALLS,
     ClockInPrompt,
+    PassThrough,
     executions,
     kill_mid_work,
+    pause_outside_an_engine,
     review_agent,
     work_agent,
 )
-from tinyctx import Edit, Reject, SqliteStore, check_pairing
+from tinyctx import ConfigError, Edit, Reject, SqliteStore, check_pairing
 from tinyctx.codec import decode_messages
 from tinyctx.engines import EngineError
 from tinyctx.engines.temporal import TemporalEngine, TinyctxWorkflow, sandbox_runner
+from tinyctx.events import ToolCallFinished
+from tinyctx.testing import capture_events
 
 
 def _dev_server() -> str:
@@ -123,11 +128,143 @@ class TestDeterminism:
         replayer = Replayer(workflows=[TinyctxWorkflow], workflow_runner=sandbox_runner())
         replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert replayed.replay_failure is not None
-        # Temporal refuses the replay at the first model step: its activity id carries
-        # the digest of the request, which the clock changed
+        # refused at the first model step, naming it and the layer order
         failure = str(replayed.replay_failure)
-        assert "tinyctx.model" in failure, failure
+        assert "NondeterminismError" in failure or "replayed with a different" in failure
+        assert "step 2 (tinyctx.model)" in failure, failure
+        assert "clock_in_prompt -> tinyctx.engine_steps" in failure, failure
         await store.aclose()
+
+    async def test_changed_layer_order_fails_replay(
+        self, tmp_path: Path, env: WorkflowEnvironment
+    ) -> None:
+        """A worker whose stack differs from the recording one is refused, naming both
+        layer orders, before any step is matched."""
+        store = SqliteStore(tmp_path / "threads.db")
+        engine = TemporalEngine(work_agent(tmp_path / "effects"), store, name="order")
+        async with engine.worker(env.client):
+            result = await engine.run(env.client, "th", "go", request_id="r")
+        history = await env.client.get_workflow_handle(result.workflow_id).fetch_history()
+        restacked = work_agent(tmp_path / "effects", middleware=(PassThrough(),))
+        TemporalEngine(restacked, store, name="order")  # the next deployment's worker
+        replayer = Replayer(workflows=[TinyctxWorkflow], workflow_runner=sandbox_runner())
+        replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        failure = str(replayed.replay_failure)
+        assert "tinyctx.layers" in failure, failure
+        assert "pass_through -> tinyctx.engine_steps" in failure, failure
+        assert "it was: tinyctx.engine_steps" in failure, failure
+        await store.aclose()
+
+
+class TestReplayedEvents:
+    """Events a workflow re-emits while Temporal replays its history say replayed=True."""
+
+    async def test_live_run_then_replay(self, tmp_path: Path, env: WorkflowEnvironment) -> None:
+        """A live run's tool events are live; replaying its history re-emits each of them
+        once more, every one marked replayed."""
+        store = SqliteStore(tmp_path / "threads.db")
+        engine = TemporalEngine(work_agent(tmp_path / "effects"), store, name="events")
+        with capture_events(ToolCallFinished) as live:
+            async with engine.worker(env.client):
+                result = await engine.run(env.client, "th", "go", request_id="r")
+        history = await env.client.get_workflow_handle(result.workflow_id).fetch_history()
+        replayer = Replayer(workflows=[TinyctxWorkflow], workflow_runner=sandbox_runner())
+        with capture_events(ToolCallFinished) as replayed:
+            outcome = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert outcome.replay_failure is None
+        assert [e.tool_call_id for e in live] == [f"w{k}" for k in range(TOOL_CALLS)]
+        assert not any(e.replayed for e in live)
+        assert [e.tool_call_id for e in replayed] == [f"w{k}" for k in range(TOOL_CALLS)]
+        assert all(e.replayed for e in replayed)
+        await store.aclose()
+
+
+async def _paused_checkpoint(engine: TemporalEngine, env: WorkflowEnvironment, wf: str) -> Any:
+    checkpoint = None
+    while checkpoint is None:
+        checkpoint = await engine.pause(env.client, wf)
+    return checkpoint
+
+
+class TestApprovalModes:
+    """approvals="end" ends the workflow at the pause and start_resume continues it; the
+    two approval modes are never mixed on one thread."""
+
+    async def test_end_then_start_resume(self, tmp_path: Path, env: WorkflowEnvironment) -> None:
+        """The workflow ends paused; decide() on it is refused; start_resume finishes it."""
+        effects = tmp_path / "effects"
+        store = SqliteStore(tmp_path / "threads.db")
+        engine = TemporalEngine(
+            review_agent(effects), store, name="end", task_queue="end", approvals="end"
+        )
+        decisions = {"send1": Edit({"to": "bob"}), "delete1": Reject("no")}
+        async with engine.worker(env.client):
+            paused = await engine.run(env.client, "th", "do it", request_id="r")
+            assert paused.status == "paused"
+            assert paused.checkpoint is not None
+            assert [c.id for c in paused.checkpoint.pending] == ["send1", "delete1"]
+            assert (await store.load_thread("th")).checkpoint is not None
+            with pytest.raises(EngineError, match="start_resume"):
+                await engine.decide(env.client, paused.workflow_id, decisions)
+            resumed = await engine.start_resume(env.client, "th", decisions, request_id="r2")
+            result = await engine.result(env.client, resumed)
+        assert result.status == "completed"
+        assert result.run_id == paused.run_id  # the same run, resumed
+        assert "sent to bob" in result.final_text
+        assert executions(effects) == {"send:bob": 1}
+        record = await store.load_thread("th")
+        assert record.checkpoint is None
+        check_pairing(decode_messages(record.messages), allow_pending=False)
+        await store.aclose()
+
+    async def test_start_resume_of_a_plain_pause(
+        self, tmp_path: Path, env: WorkflowEnvironment
+    ) -> None:
+        """A run suspended by a plain tinyctx session resumes as a workflow."""
+        effects = tmp_path / "effects"
+        store = SqliteStore(tmp_path / "threads.db")
+        checkpoint = await pause_outside_an_engine(store, "th", effects)
+        engine = TemporalEngine(review_agent(effects), store, name="plain", task_queue="plain")
+        async with engine.worker(env.client):
+            started = await engine.start_resume(
+                env.client,
+                "th",
+                {"send1": Edit({"to": "eve"}), "delete1": Reject("no")},
+                request_id="resume-1",
+            )
+            result = await engine.result(env.client, started)
+        assert result.run_id == checkpoint.run_config.run_id
+        assert executions(effects) == {"send:eve": 1}
+        assert "sent to eve" in result.final_text
+        await store.aclose()
+
+    async def test_waiting_pause_refuses_start_resume(
+        self, tmp_path: Path, env: WorkflowEnvironment
+    ) -> None:
+        """A pause a workflow waits on is resumed only by decide(): start_resume names it."""
+        effects = tmp_path / "effects"
+        store = SqliteStore(tmp_path / "threads.db")
+        engine = TemporalEngine(review_agent(effects), store, name="mix", task_queue="mix")
+        async with engine.worker(env.client):
+            waiting = await engine.start(env.client, "th", "do it", request_id="r")
+            await _paused_checkpoint(engine, env, waiting)
+            with pytest.raises(EngineError, match="decide") as refused:
+                await engine.start_resume(env.client, "th", {}, request_id="r2")
+            assert waiting in str(refused.value)
+            await engine.decide(
+                env.client, waiting, {"send1": Reject("no"), "delete1": Reject("no")}
+            )
+            result = await engine.result(env.client, waiting)
+        assert result.status == "completed"
+        assert executions(effects) == {}
+        await store.aclose()
+
+    def test_unknown_mode_is_a_config_error(self, tmp_path: Path) -> None:
+        """approvals other than "wait" or "end" is refused at construction, naming both."""
+        store = SqliteStore(tmp_path / "threads.db")
+        with pytest.raises(ConfigError, match="approvals") as refused:
+            TemporalEngine(work_agent(tmp_path / "e"), store, name="bad", approvals="later")
+        assert "'wait'" in str(refused.value) and "'end'" in str(refused.value)
 
 
 TEMPORAL_KILLS = 20
@@ -136,13 +273,14 @@ WORKER = Path(__file__).with_name("temporal_worker.py")
 
 
 def _spawn_worker(address: str, directory: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), address, str(directory), str(TEMPORAL_RUNS)],
-        cwd=WORKER.parent.parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    with (directory / "worker.err").open("a") as errors:  # read when a worker fails
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), address, str(directory), str(TEMPORAL_RUNS)],
+            cwd=WORKER.parent.parent,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
 
 
 def _ready(process: subprocess.Popen[str]) -> None:
@@ -173,7 +311,7 @@ class TestKilledWorkers:
             kills += 1
         assert kills == TEMPORAL_KILLS, f"the work finished after {kills} kills"
         last = _spawn_worker(address, tmp_path)
-        assert last.wait(timeout=300) == 0
+        assert last.wait(timeout=300) == 0, (tmp_path / "worker.err").read_text()[-3000:]
         assert last.stdout is not None
         last.stdout.close()
         threads = [f"run{n}" for n in range(TEMPORAL_RUNS)]

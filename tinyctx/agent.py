@@ -819,6 +819,7 @@ class Session(Generic[Data]):
 
                 encode_messages(messages, path="input")
             if self._paused is not None:
+                _refuse_engine_thread(self._base, self._link.owner if self._link else None)
                 await self._abandon_pause()
             if self._abandoned:
                 await self._close_abandoned()
@@ -910,6 +911,7 @@ class Session(Generic[Data]):
         self._enter_run()
         try:
             checkpoint = self._resumable(checkpoint)
+            _refuse_engine_thread(self._base, self._link.owner if self._link else None)
             self._check_resume_input(checkpoint, messages)
             ctx, resumed_call = await self._take_decisions(checkpoint, given)
             if self._paused is not checkpoint:
@@ -1460,15 +1462,20 @@ ENGINE_STATE = "tinyctx.engine"
 """The per-thread state a durable-engine workflow keeps while it owns the thread's run."""
 
 
-def _refuse_engine_thread(ctx: RunContext[Any]) -> None:
+def _refuse_engine_thread(ctx: RunContext[Any], owner: str | None = None) -> None:
+    """SessionBusy when a workflow other than ``owner``'s owns the thread's run."""
     states = ctx.conversation.layer_state
     if ENGINE_STATE not in states:
         return
     mark = states.dump(check=False).get(ENGINE_STATE)
     workflow = mark.get("workflow_id") if isinstance(mark, Mapping) else None
+    if owner is not None and isinstance(mark, Mapping) and mark.get("owner") == owner:
+        return  # the workflow's own session
     raise SessionBusy(
         f"thread {ctx.thread_id!r} is run by the durable workflow {workflow!r}: its engine "
-        "finishes the run when it restarts (recover() would run its calls a second time)"
+        "finishes the run when it restarts, and its pause's decisions go to that workflow "
+        "(the engine's decide); recovering, resuming or running it here would run its calls "
+        "a second time or mix the two approval modes on one thread"
     )
 
 

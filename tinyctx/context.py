@@ -59,6 +59,14 @@ durable engine sets it while a workflow runs, so a replay writes what the first 
 wrote (:func:`tinyctx.steps.clock_from`)."""
 
 
+REPLAY_SOURCE: ContextVar[Callable[[], bool] | None] = ContextVar(
+    "tinyctx.replay_source", default=None
+)
+"""Whether the code running now replays recorded steps (None: never). A durable engine
+sets it while a workflow runs; events emitted while it says True are stamped
+``replayed=True`` (:func:`tinyctx.steps.replay_from`)."""
+
+
 def wall_clock() -> float:
     """Seconds since the epoch, for times a thread keeps (usage records); inside a durable
     workflow, the engine's deterministic clock."""
@@ -406,6 +414,9 @@ class RunContext(Generic[Data]):
                 tags=config.tags,
                 lineage=config.lineage,
             )
+        replaying = REPLAY_SOURCE.get()
+        if replaying is not None and replaying():
+            event = clone_with(event, {"replayed": True})
         self.events.emit(event)
 
     async def publish(self, event: object, *, target: str | None = None) -> None:

@@ -72,13 +72,16 @@ class Event:
     lineage: tuple[str, ...] = field(default=(), kw_only=True, repr=False)
     """Ancestor run ids of the emitting run, root first (see RunConfig.lineage)."""
     timestamp: float = field(factory=time.time, kw_only=True, eq=False)
+    replayed: bool = field(default=False, kw_only=True, eq=False)
+    """True when a durable engine re-emitted it while replaying recorded steps (the first
+    execution emitted it already; see ``docs/durable-engines.md``)."""
 
     def payload(self) -> dict[str, Any]:
         """The event's own fields (no ids, no timestamp), for logs and UIs."""
         return {
             a.name: getattr(self, a.name)
             for a in attrs.fields(type(self))
-            if a.name not in _ID_FIELDS and a.name != "timestamp"
+            if a.name not in _ID_FIELDS and a.name not in ("timestamp", "replayed")
         }
 
     def describe(self) -> str | None:
@@ -166,6 +169,7 @@ def _fields(event: Event) -> dict[str, Any]:
         "thread_id": event.thread_id,
         "tags": event.tags,
         **event.payload(),
+        **({"replayed": True} if event.replayed else {}),
     }
 
 

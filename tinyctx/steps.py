@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from .chain import Layer, ModelCall, ToolCallHandler
 from .codec import decode_message, encode, encode_message, encode_messages
-from .context import _CLOCK_SOURCE, _RUN_ID_SOURCE, RunContext
+from .context import _CLOCK_SOURCE, _RUN_ID_SOURCE, REPLAY_SOURCE, RunContext
 from .control import Interrupt, StopWithFinal
 from .errors import TinyCtxError, ToolError
 from .frozen import thaw
@@ -62,6 +62,7 @@ __all__ = [
     "tool_payload",
     "run_ids_from",
     "clock_from",
+    "replay_from",
     "steps_through",
     "tool_digest",
     "with_engine_steps",
@@ -165,6 +166,18 @@ def clock_from(now: Callable[[], float]) -> Iterator[None]:
         yield
     finally:
         _CLOCK_SOURCE.reset(token)
+
+
+@contextmanager
+def replay_from(replaying: Callable[[], bool]) -> Iterator[None]:
+    """Events emitted in this context while ``replaying()`` is True are stamped
+    ``replayed=True``: the engine is handing back recorded steps, so the first execution
+    emitted them already (a subscriber or exporter can drop or tag them)."""
+    token = REPLAY_SOURCE.set(replaying)
+    try:
+        yield
+    finally:
+        REPLAY_SOURCE.reset(token)
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,17 +10,24 @@ owner a workflow uses (:func:`lease_owner`), and what a finished workflow hands 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from attrs import field, frozen
 
-from ..agent import ENGINE_STATE, Session
-from ..codec import decode_messages, encode_messages
+from ..agent import ENGINE_STATE, Checkpoint, Session
+from ..codec import (
+    decode_checkpoint,
+    decode_messages,
+    decode_state,
+    encode_checkpoint,
+    encode_messages,
+)
+from ..config import one_of
 from ..decisions import Decision, decisions_from_json
-from ..errors import TinyCtxError
+from ..errors import Interrupted, TinyCtxError
 from ..messages import Message, UserMessage
-from ..steps import Envelope, StepRunner
+from ..steps import Envelope, NondeterminismError, StepRunner
 from ..threads import (
     UNCHANGED,
     ArchivedRange,
@@ -33,6 +40,8 @@ from ..threads import (
 )
 
 __all__ = [
+    "APPROVAL_MODES",
+    "LAYERS_STEP",
     "STORE_LOAD_STEP",
     "STORE_WRITE_STEP",
     "EngineError",
@@ -41,7 +50,11 @@ __all__ = [
     "WorkflowFailed",
     "decisions_document",
     "decisions_from_document",
+    "check_layers",
+    "claim_thread",
+    "drive",
     "input_documents",
+    "layer_order",
     "lease_owner",
     "mark_thread",
     "unmark_thread",
@@ -53,6 +66,13 @@ STORE_LOAD_STEP = "tinyctx.store.load"
 """The step that loads the thread when a workflow's session opens (stable)."""
 STORE_WRITE_STEP = "tinyctx.store.write"
 """The step of one write to the thread (stable)."""
+LAYERS_STEP = "tinyctx.layers"
+"""The step recording the agent's layer order when the workflow first ran (stable)."""
+
+APPROVAL_MODES = ("wait", "end")
+"""How a workflow handles a pause: ``"wait"`` durably in the workflow for the engine's
+``decide``; ``"end"``: the workflow ends at the pause (its checkpoint in the thread
+store) and ``start_resume`` (or a plain ``Session.resume``) continues it."""
 
 
 class EngineError(TinyCtxError):
@@ -79,7 +99,9 @@ def refuse_trio(where: str) -> None:
         return
     raise EngineError(
         f"{where}: the engine's async API runs on asyncio, and this is trio; run the engine "
-        "on an asyncio event loop (anyio.run(main, backend='asyncio'))"
+        "on an asyncio event loop (anyio.run(main, backend='asyncio')), with layers and "
+        "tools written on anyio: the engine runs them on its own asyncio loop when it "
+        "recovers a run (docs/durable-engines.md, 'trio')"
     )
 
 
@@ -98,6 +120,60 @@ def lease_owner(workflow_id: str) -> str:
     owner, so it takes over its own dead lease at once, while the store's fencing token
     still refuses a write from a stalled earlier execution."""
     return f"workflow:{workflow_id}"
+
+
+def layer_order(agent: Any) -> tuple[str, ...]:
+    """The agent's layer names, outermost first (what a NondeterminismError names)."""
+    return tuple(getattr(m, "name", "") or repr(m) for m in agent.middleware)
+
+
+def check_layers(recorded: Sequence[str], current: tuple[str, ...]) -> None:
+    """Refuse a replay whose agent stacks its layers differently from the first execution:
+    every step after this point would be matched to the old stack's calls."""
+    if tuple(recorded) != current:
+        raise NondeterminismError(
+            LAYERS_STEP,
+            0,
+            current,
+            "the layer order changed since the workflow first ran; it was: "
+            + (" -> ".join(recorded) or "(no layers)"),
+        )
+
+
+def check_approvals(value: Any, owner: str) -> str:
+    """``approvals`` validated: one of :data:`APPROVAL_MODES`."""
+    checked: str = one_of(APPROVAL_MODES).check(value, "approvals", owner)
+    return checked
+
+
+def _waiting_workflow(record: ThreadRecord) -> str | None:
+    """The workflow a stored paused run waits in (approvals="wait"), or None."""
+    if record.checkpoint is None or record.state is None:
+        return None
+    mark = decode_state(record.state).get(ENGINE_STATE)
+    return str(mark["workflow_id"]) if isinstance(mark, Mapping) else None
+
+
+async def refuse_mixed_resume(store: ThreadStore, thread_id: str, where: str) -> None:
+    """EngineError when the thread's paused run waits inside a workflow: its decisions go
+    to that workflow (``decide``), not to a resume in a new one."""
+    workflow_id = _waiting_workflow(await store.load_thread(thread_id))
+    if workflow_id is not None:
+        raise EngineError(
+            f"{where}: thread {thread_id!r} is paused inside the durable workflow "
+            f"{workflow_id!r}, which waits for its decisions (approvals='wait'); send them "
+            f"with decide({workflow_id!r}, ...). Resuming it in a new workflow would mix "
+            "the two approval modes on one thread"
+        )
+
+
+def ended_at_pause(workflow_id: str, where: str) -> EngineError:
+    """The error of ``decide`` sent to a workflow that is no longer waiting."""
+    return EngineError(
+        f"{where}: workflow {workflow_id!r} is not waiting for decisions (it ended: with "
+        "approvals='end' a run's workflow ends at the pause); resume the thread with "
+        "start_resume(thread_id, decisions) instead of mixing the two approval modes"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -137,16 +213,31 @@ class EngineResult:
     """What a run's workflow handed back (a :class:`~tinyctx.RunResult` without events)."""
 
     workflow_id: str
-    status: Literal["completed", "stopped"]
+    status: Literal["completed", "stopped", "paused"]
     final_text: str
     run_id: str
     thread_id: str
     model_calls: int
     tool_calls: int
     messages: tuple[Message, ...] = field(repr=False)
+    checkpoint: Checkpoint | None = field(default=None, repr=False)
+    """The pause a workflow with ``approvals="end"`` ended at (status ``"paused"``)."""
 
 
 def result_document(workflow_id: str, result: Any) -> dict[str, Any]:
+    if isinstance(result, Interrupted):
+        checkpoint = result.checkpoint
+        return {
+            "workflow_id": workflow_id,
+            "status": "paused",
+            "final_text": "",
+            "run_id": checkpoint.run_config.run_id,
+            "thread_id": checkpoint.run_config.thread_id,
+            "model_calls": checkpoint.model_calls,
+            "tool_calls": checkpoint.tool_calls,
+            "messages": list(encode_messages(checkpoint.added, path="result.messages")),
+            "checkpoint": encode_checkpoint(checkpoint),
+        }
     return {
         "workflow_id": workflow_id,
         "status": result.status,
@@ -162,6 +253,8 @@ def result_document(workflow_id: str, result: Any) -> dict[str, Any]:
 def result_from_document(document: Mapping[str, Any]) -> EngineResult:
     fields = dict(document)
     fields["messages"] = decode_messages(fields["messages"], path="result.messages")
+    if fields.get("checkpoint") is not None:
+        fields["checkpoint"] = decode_checkpoint(fields["checkpoint"])
     return EngineResult(**fields)
 
 
@@ -282,23 +375,65 @@ async def run_load(store: ThreadStore, thread_id: str) -> Envelope:
 class _EngineMark:
     """The thread state saying which workflow owns the thread's run."""
 
-    def __init__(self, workflow_id: str) -> None:
+    def __init__(self, workflow_id: str, owner: str) -> None:
         self.workflow_id = workflow_id
+        self.owner = owner
 
     def to_json(self) -> dict[str, str]:
-        return {"workflow_id": self.workflow_id}
+        return {"workflow_id": self.workflow_id, "owner": self.owner}
 
     @classmethod
     def from_json(cls, data: Any) -> _EngineMark:
-        return cls(str(data["workflow_id"]))
+        return cls(str(data["workflow_id"]), str(data.get("owner", "")))
 
 
-def mark_thread(session: Session[Any], workflow_id: str) -> None:
+def mark_thread(session: Session[Any], workflow_id: str, owner: str) -> None:
     """Record in the thread (written with its next write) that ``workflow_id`` owns its
-    run: ``Session.recover`` then refuses the thread, as the engine finishes the run."""
+    run, leasing it as ``owner``: ``Session.recover`` and any other session's resume of
+    its pause then refuse the thread, as the engine finishes the run."""
     states = session.ctx.conversation.layer_state
-    mark = states.get(ENGINE_STATE, lambda: _EngineMark(workflow_id), _EngineMark.from_json)
-    mark.workflow_id = workflow_id
+    mark = states.get(ENGINE_STATE, lambda: _EngineMark(workflow_id, owner), _EngineMark.from_json)
+    mark.workflow_id, mark.owner = workflow_id, owner
+
+
+def claim_thread(session: Session[Any], kind: str, workflow_id: str, owner: str) -> None:
+    """Mark the thread as ``workflow_id``'s (:func:`mark_thread`); a resume of a pause that
+    another workflow waits on is refused first (its decisions go to that workflow)."""
+    if kind == "resume" and session.paused is not None:
+        states = session.ctx.conversation.layer_state
+        mark = states.dump(check=False).get(ENGINE_STATE) if ENGINE_STATE in states else None
+        if isinstance(mark, Mapping) and mark.get("owner") not in (None, owner):
+            raise EngineError(
+                f"thread {session.ctx.thread_id!r} is paused inside the durable workflow "
+                f"{mark.get('workflow_id')!r}, which waits for its decisions "
+                "(approvals='wait'); send them with decide() instead of resuming it in a "
+                "new workflow"
+            )
+    mark_thread(session, workflow_id, owner)
+
+
+async def drive(
+    session: Session[Any],
+    request: Mapping[str, Any],
+    approvals: str,
+    wait_for_decisions: Callable[[Checkpoint], Awaitable[Mapping[str, Any]]],
+) -> Any:
+    """Run (or resume) the request's run in ``session``; on a pause either end there
+    (``approvals="end"``: the Interrupted is the result) or wait durably for decisions
+    and resume in the same workflow, again on each new pause."""
+    try:
+        if request["kind"] == "resume":
+            return await session.resume(decisions=decisions_from_document(request["decisions"]))
+        return await session.run(decode_messages(request["input"], path="input"))
+    except Interrupted as paused:
+        if approvals == "end":
+            return paused
+        while True:
+            document = await wait_for_decisions(paused.checkpoint)
+            try:
+                return await session.resume(decisions=decisions_from_document(document))
+            except Interrupted as again:
+                paused = again
 
 
 def unmark_thread(session: Session[Any]) -> None:

@@ -16,7 +16,9 @@ tool call and thread load/write is a DBOS step (:mod:`tinyctx.steps`); every lay
 ordinary code DBOS runs again on recovery. The thread stays in tinyctx's store; the lease
 owner is derived from the workflow id. A run that pauses for approval waits durably in
 the same workflow (``DBOS.recv``) and goes on when :meth:`DBOSEngine.decide` sends the
-decisions; its checkpoint is published as the workflow event ``tinyctx.pause``.
+decisions; its checkpoint is published as the workflow event ``tinyctx.pause``. With
+``approvals="end"`` the workflow ends at the pause instead and ``start_resume`` continues
+it in a new one.
 
 DBOS's async API runs on asyncio: an engine refuses to be built or used on trio, with an
 error saying so. Workflow inputs, outputs, steps and events are stored as DBOS's portable
@@ -35,23 +37,36 @@ from typing import Any
 from dbos import DBOS, DBOSConfig, SetWorkflowID, WorkflowHandleAsync
 from dbos._serialization import DBOSPortableJSON, PortableWorkflowError, WorkflowSerializationFormat
 
-from ..agent import Agent, Session
-from ..codec import decode_checkpoint, decode_messages, encode_checkpoint
+from ..agent import Agent, Checkpoint, Session
+from ..codec import decode_checkpoint, encode_checkpoint
 from ..decisions import Decision
-from ..errors import ConfigError, Interrupted
+from ..errors import ConfigError
 from ..messages import Message
-from ..steps import Envelope, clock_from, run_ids_from, steps_through, with_engine_steps
+from ..steps import (
+    Envelope,
+    clock_from,
+    replay_from,
+    run_ids_from,
+    steps_through,
+    with_engine_steps,
+)
 from ..threads import ThreadStore
 from . import (
+    LAYERS_STEP,
     EngineError,
     EngineResult,
     StepStore,
     WorkflowFailed,
+    check_approvals,
+    check_layers,
+    claim_thread,
     decisions_document,
-    decisions_from_document,
+    drive,
+    ended_at_pause,
     input_documents,
+    layer_order,
     lease_owner,
-    mark_thread,
+    refuse_mixed_resume,
     refuse_trio,
     result_document,
     result_from_document,
@@ -118,9 +133,11 @@ async def _identity_of(workflow_id: str) -> str:
 class _Runner:
     """Steps of one workflow execution as DBOS steps."""
 
-    def __init__(self, layers: tuple[str, ...]) -> None:
+    def __init__(self, layers: tuple[str, ...], *, replaying: bool) -> None:
         self.layers = layers
         self._count = 0
+        self.replaying = replaying
+        """Whether the last step came back from DBOS's record (events are then replayed)."""
 
     def next_index(self) -> int:
         self._count += 1
@@ -133,7 +150,12 @@ class _Runner:
         run: Callable[[], Coroutine[Any, Any, Envelope]],
         payload: Callable[[], dict[str, Any]],
     ) -> Envelope:
-        result: Envelope = await DBOS.run_step_async({"name": name}, run)
+        async def live() -> Envelope:
+            self.replaying = False  # DBOS runs the step: from here on the run is live
+            return await run()
+
+        self.replaying = True
+        result: Envelope = await DBOS.run_step_async({"name": name}, live)
         return result
 
 
@@ -151,6 +173,9 @@ class DBOSEngine:
     Build it before ``DBOS.launch()`` (that registers the workflow ``tinyctx.run:<name>``,
     which recovery finds by name), in every process that runs or recovers its runs.
     ``wait_seconds`` bounds each wait for decisions (the wait repeats until they arrive).
+    ``approvals``: ``"wait"`` (a paused run waits in its workflow for :meth:`decide`) or
+    ``"end"`` (the workflow ends at the pause, status ``"paused"``; :meth:`start_resume`
+    continues it in a new workflow); one thread uses one of them (mixing is refused).
     """
 
     def __init__(
@@ -161,8 +186,10 @@ class DBOSEngine:
         name: str = "agent",
         lease_ttl: float = 30.0,
         wait_seconds: float = 3600.0,
+        approvals: str = "wait",
     ) -> None:
         refuse_trio("DBOSEngine")
+        self.approvals = check_approvals(approvals, "DBOSEngine")
         if not isinstance(agent, Agent):
             raise ConfigError("agent", agent, "a tinyctx Agent", owner="DBOSEngine")
         if not isinstance(name, str) or not name:
@@ -175,7 +202,7 @@ class DBOSEngine:
         self.lease_ttl = lease_ttl
         self.wait_seconds = wait_seconds
         self.workflow_name = f"tinyctx.run:{name}"
-        self._layers = tuple(getattr(m, "name", "") or repr(m) for m in self.agent.middleware)
+        self._layers = layer_order(self.agent)
 
         async def workflow(request: dict[str, Any]) -> dict[str, Any]:
             return await self._workflow(request)
@@ -210,7 +237,10 @@ class DBOSEngine:
         workflow_id: str | None = None,
     ) -> str:
         """Resume the thread's stored paused run (one that ended its workflow at the pause)
-        in a new workflow."""
+        in a new workflow. A pause that a workflow waits on (``approvals="wait"``) is
+        refused with EngineError: send it :meth:`decide` instead."""
+        _require_asyncio("DBOSEngine.start_resume")
+        await refuse_mixed_resume(self.store, thread_id, "DBOSEngine.start_resume")
         request = {
             "kind": "resume",
             "thread_id": thread_id,
@@ -273,8 +303,12 @@ class DBOSEngine:
 
     async def decide(self, workflow_id: str, decisions: Mapping[str, Decision]) -> None:
         """Send the paused workflow its decisions (``{call_id: Approve() | Edit(...) |
-        Reject(...) | Respond(...)}``); it resumes the run in the same workflow."""
+        Reject(...) | Respond(...)}``); it resumes the run in the same workflow. A workflow
+        that is not waiting any more (it ended at the pause) is refused with EngineError."""
         _require_asyncio("DBOSEngine.decide")
+        status = await DBOS.get_workflow_status_async(workflow_id)
+        if status is None or status.status not in ("PENDING", "ENQUEUED"):
+            raise ended_at_pause(workflow_id, "DBOSEngine.decide")
         await DBOS.send_async(workflow_id, decisions_document(decisions), topic=DECISIONS_TOPIC)
 
     # -- the workflow --------------------------------------------------------------------
@@ -290,41 +324,44 @@ class DBOSEngine:
         # the times the thread keeps (usage records) are the workflow's first start, as
         # recorded: a replay writes what the first execution wrote
         started: float = await DBOS.run_step_async({"name": CLOCK_STEP}, time.time)
-        runner = _Runner(self._layers)
-        with steps_through(runner), run_ids_from(identity), clock_from(lambda: started):
+        first_run: list[bool] = []
+
+        def layers() -> list[str]:
+            first_run.append(True)
+            return list(self._layers)
+
+        recorded: list[str] = await DBOS.run_step_async({"name": LAYERS_STEP}, layers)
+        check_layers(recorded, self._layers)
+        runner = _Runner(self._layers, replaying=not first_run)
+        # a fork leases the thread as its original did: its replayed writes (the owner
+        # mark among them) are the original's
+        owner = lease_owner(identity)
+        with (
+            steps_through(runner),
+            run_ids_from(identity),
+            clock_from(lambda: started),
+            replay_from(lambda: runner.replaying),
+        ):
             session: Session[Any] = Session(
                 self.agent,
                 thread_id=request["thread_id"],
                 store=StepStore(self.store, runner),
-                owner=lease_owner(workflow_id),
+                owner=owner,
                 lease_ttl=self.lease_ttl,
             )
             async with session:
-                mark_thread(session, identity)
+                claim_thread(session, request["kind"], identity, owner)
                 try:
-                    result = await self._drive(session, request)
+                    result = await drive(session, request, self.approvals, self._wait)
                 finally:
                     unmark_thread(session)  # a killed process leaves it: the run is pending
             return result_document(workflow_id, result)
 
-    async def _drive(self, session: Session[Any], request: dict[str, Any]) -> Any:
-        try:
-            if request["kind"] == "resume":
-                decisions = decisions_from_document(request["decisions"])
-                return await session.resume(decisions=decisions)
-            return await session.run(decode_messages(request["input"], path="input"))
-        except Interrupted as paused:
-            return await self._wait_and_resume(session, paused)
-
-    async def _wait_and_resume(self, session: Session[Any], paused: Interrupted) -> Any:
-        """Publish the pause, wait durably for decisions, resume; again on a new pause."""
-        while True:
-            await DBOS.set_event_async(PAUSE_EVENT, encode_checkpoint(paused.checkpoint))
-            document = None
-            while document is None:
-                document = await DBOS.recv_async(DECISIONS_TOPIC, timeout_seconds=self.wait_seconds)
-            await DBOS.set_event_async(PAUSE_EVENT, None)
-            try:
-                return await session.resume(decisions=decisions_from_document(document))
-            except Interrupted as again:
-                paused = again
+    async def _wait(self, checkpoint: Checkpoint) -> Mapping[str, Any]:
+        """Publish the pause and wait durably for its decisions."""
+        await DBOS.set_event_async(PAUSE_EVENT, encode_checkpoint(checkpoint))
+        document = None
+        while document is None:
+            document = await DBOS.recv_async(DECISIONS_TOPIC, timeout_seconds=self.wait_seconds)
+        await DBOS.set_event_async(PAUSE_EVENT, None)
+        return dict(document)

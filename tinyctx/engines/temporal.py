@@ -15,9 +15,11 @@ through; each model call (``tinyctx.model``), tool call (``tinyctx.tool:<name>``
 thread load and write (``tinyctx.store.load``, ``tinyctx.store.write``) and lease call
 (``tinyctx.lease.acquire|renew|release``) is an activity with JSON inputs. A tool
 activity gets a serialized context: the run's config, the agent's tools and the engine's
-``data``. A paused run waits for the ``tinyctx.decide`` signal in the same workflow; the
-``tinyctx.pause`` query returns its checkpoint. Temporal's async API runs on asyncio, so
-an engine refuses trio.
+``data``; the layer order is in the workflow's start request (checked on replay). A
+paused run waits for the ``tinyctx.decide`` signal in the same workflow (the
+``tinyctx.pause`` query returns its checkpoint), or, with
+``approvals="end"``, the workflow ends at the pause and ``start_resume`` continues it.
+Temporal's async API runs on asyncio, so an engine refuses trio.
 """
 
 from __future__ import annotations
@@ -38,16 +40,18 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from .. import durable as _durable  # noqa: F401 - see the anyio import above
-from ..agent import Agent, Session, invoke_tool
-from ..codec import decode, decode_checkpoint, decode_messages, encode_checkpoint
+from ..agent import Agent, Checkpoint, Session, invoke_tool
+from ..codec import decode, decode_checkpoint, encode_checkpoint
 from ..context import RunConfig
 from ..decisions import Decision
-from ..errors import ConfigError, Interrupted, ToolError
+from ..errors import ConfigError, ToolError
 from ..messages import Message, ToolCall
 from ..steps import (
     Envelope,
+    NondeterminismError,
     clock_from,
     encode_response,
+    replay_from,
     request_from_payload,
     run_ids_from,
     steps_through,
@@ -61,13 +65,18 @@ from . import (
     STORE_WRITE_STEP,
     EngineResult,
     StepStore,
+    check_approvals,
+    check_layers,
+    claim_thread,
     decisions_document,
-    decisions_from_document,
+    drive,
+    ended_at_pause,
     input_documents,
+    layer_order,
     lease_from_json,
     lease_json,
     lease_owner,
-    mark_thread,
+    refuse_mixed_resume,
     refuse_trio,
     result_document,
     result_from_document,
@@ -99,6 +108,11 @@ class _ActivityRunner:
         self.engine = engine
         self.layers = layers
         self._count = 0
+        self.failed: NondeterminismError | None = None
+        """Set at the first replayed step whose request differs: from then on no step or
+        lease call schedules anything, so the session's cleanup adds no command that the
+        history lacks, and the workflow task fails with this error (naming the step and
+        the layer order), not with Temporal's own mismatch of the cleanup's commands."""
 
     def next_index(self) -> int:
         self._count += 1
@@ -112,12 +126,27 @@ class _ActivityRunner:
         payload: Callable[[], dict[str, Any]],
     ) -> Envelope:
         arg = {"engine": self.engine.name, "digest": digest, **payload()}
-        # the request's digest is in the activity id: Temporal itself refuses a replay that
-        # schedules a different request at this position (before its recorded result is
-        # handed back), naming the id; the envelope's digest is checked as well
-        activity_id = f"{self._count}:{name}:{digest[:16]}"
+        # the id is the step's position and name only: a replay that asks a different
+        # request here gets the recorded envelope, whose digest EngineSteps compares and
+        # refuses with a NondeterminismError naming the step and the layer order (a digest
+        # in the id had Temporal refuse it first, naming neither)
+        activity_id = f"{self._count}:{name}"
+        self.check()
         envelope: Envelope = await self.engine.activity(name, arg, activity_id=activity_id)
+        if envelope.get("digest") != digest:
+            self.failed = NondeterminismError(
+                name,
+                self._count - 1,
+                self.layers,
+                f"recorded digest {envelope.get('digest')!s:.12}, now {digest:.12}",
+            )
+            raise self.failed
         return envelope
+
+    def check(self) -> None:
+        """Raise the nondeterminism found earlier in this execution, if any."""
+        if self.failed is not None:
+            raise self.failed
 
 
 class _ActivityStore(StepStore):
@@ -126,6 +155,7 @@ class _ActivityStore(StepStore):
     def __init__(self, engine: TemporalEngine, runner: _ActivityRunner) -> None:
         super().__init__(engine.store, runner)
         self.engine = engine
+        self.runner_check = runner.check
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         args = {"thread_id": thread_id, "owner": owner, "ttl": ttl}
@@ -139,6 +169,7 @@ class _ActivityStore(StepStore):
         await self._call("tinyctx.lease.release", {"lease": lease_json(lease)})
 
     async def _call(self, name: str, args: dict[str, Any]) -> Any:
+        self.runner_check()
         return await self.engine.activity(name, {"engine": self.engine.name, **args})
 
     @staticmethod
@@ -161,6 +192,14 @@ class TinyctxWorkflow:
         engine = _ENGINES[request["engine"]]
         return await engine._workflow(self, request)
 
+    async def wait_for_decisions(self, checkpoint: Checkpoint) -> dict[str, Any]:
+        """Publish the pause (the query) and wait for the decide signal."""
+        self.paused = encode_checkpoint(checkpoint)
+        await workflow.wait_condition(lambda: self.decisions is not None)
+        document, self.decisions, self.paused = self.decisions, None, None
+        assert document is not None
+        return document
+
     @workflow.signal(name="tinyctx.decide")
     def decide(self, document: dict[str, Any]) -> None:
         self.decisions = document
@@ -176,7 +215,9 @@ class TemporalEngine:
     ``data`` is the application data tools get (``Injected``) in their activities;
     ``activity_timeout`` bounds one model or tool call; ``attempts`` is how many times
     Temporal tries an activity (1: never retried, so a tool runs at most once per
-    delivery).
+    delivery). ``approvals``: ``"wait"`` (a paused run waits in its workflow for
+    :meth:`decide`) or ``"end"`` (the workflow ends at the pause, status ``"paused"``;
+    :meth:`start_resume` continues it in a new workflow); mixing them is refused.
     """
 
     def __init__(
@@ -190,8 +231,10 @@ class TemporalEngine:
         activity_timeout: float = 300.0,
         attempts: int = 1,
         data: Any = None,
+        approvals: str = "wait",
     ) -> None:
         refuse_trio("TemporalEngine")
+        self.approvals = check_approvals(approvals, "TemporalEngine")
         if not isinstance(agent, Agent):
             raise ConfigError("agent", agent, "a tinyctx Agent", owner="TemporalEngine")
         if not isinstance(name, str) or not name:
@@ -208,7 +251,7 @@ class TemporalEngine:
         self.retry = RetryPolicy(maximum_attempts=attempts)
         self._grace = 86400.0  # a day of workflow time: the activities' own bounds apply
         self.data = data
-        self._layers = tuple(getattr(m, "name", "") or repr(m) for m in self.agent.middleware)
+        self._layers = layer_order(self.agent)
         _ENGINES[name] = self
 
     # -- the caller's side ---------------------------------------------------------------
@@ -238,6 +281,7 @@ class TemporalEngine:
         id is not started again) and return its id."""
         request = {
             "engine": self.name,
+            "layers": list(self._layers),
             "kind": "run",
             "thread_id": thread_id,
             "input": input_documents(input),
@@ -270,6 +314,28 @@ class TemporalEngine:
         )
         return workflow_id
 
+    async def start_resume(
+        self,
+        client: Client,
+        thread_id: str,
+        decisions: Mapping[str, Decision] | None = None,
+        *,
+        request_id: str | None = None,
+        workflow_id: str | None = None,
+    ) -> str:
+        """Resume the thread's stored paused run (one whose workflow ended at the pause, or
+        a plain session's) in a new workflow, and return its id. A pause that a workflow
+        waits on (``approvals="wait"``) is refused with EngineError: :meth:`decide` it."""
+        await refuse_mixed_resume(self.store, thread_id, "TemporalEngine.start_resume")
+        request = {
+            "engine": self.name,
+            "layers": list(self._layers),
+            "kind": "resume",
+            "thread_id": thread_id,
+            "decisions": decisions_document(decisions or {}),
+        }
+        return await self._start(client, request, thread_id, request_id, workflow_id)
+
     async def result(self, client: Client, workflow_id: str) -> EngineResult:
         """Wait for the workflow's run to end and return what it produced."""
         document = await client.get_workflow_handle(workflow_id).result()
@@ -297,8 +363,14 @@ class TemporalEngine:
     async def decide(
         self, client: Client, workflow_id: str, decisions: Mapping[str, Decision]
     ) -> None:
-        """Signal the paused workflow its decisions; it resumes the run in place."""
+        """Signal the paused workflow its decisions; it resumes the run in place. A
+        workflow that is not running any more (it ended at the pause) is refused with
+        EngineError."""
+        from temporalio.client import WorkflowExecutionStatus
+
         handle = client.get_workflow_handle(workflow_id)
+        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            raise ended_at_pause(workflow_id, "TemporalEngine.decide")
         await handle.signal("tinyctx.decide", decisions_document(decisions))
 
     # -- inside the workflow -------------------------------------------------------------
@@ -316,17 +388,22 @@ class TemporalEngine:
 
     async def _workflow(self, wf: TinyctxWorkflow, request: dict[str, Any]) -> dict[str, Any]:
         workflow_id = workflow.info().workflow_id
+        # the layer order the workflow was started with is in its history (the start
+        # request): a worker that stacks them differently is refused here, before any step
+        check_layers(request.get("layers", self._layers), self._layers)
         runner = _ActivityRunner(self, self._layers)
+        owner = lease_owner(workflow_id)
         with (
             steps_through(runner),
             run_ids_from(workflow_id),
             clock_from(lambda: workflow.now().timestamp()),
+            replay_from(workflow.unsafe.is_replaying),
         ):
             session: Session[Any] = Session(
                 self.agent,
                 thread_id=request["thread_id"],
                 store=_ActivityStore(self, runner),
-                owner=lease_owner(workflow_id),
+                owner=owner,
                 lease_ttl=self.lease_ttl,
                 # the session bounds a write by its grace (workflow time); here Temporal's
                 # activity timeouts and retries bound it, and a write must outlast dead
@@ -334,32 +411,12 @@ class TemporalEngine:
                 grace_period=self._grace,
             )
             async with session:
-                mark_thread(session, workflow_id)
+                claim_thread(session, request["kind"], workflow_id, owner)
                 try:
-                    result = await self._drive(wf, session, request)
+                    result = await drive(session, request, self.approvals, wf.wait_for_decisions)
                 finally:
                     unmark_thread(session)  # a killed worker leaves it: the run is pending
             return result_document(workflow_id, result)
-
-    async def _drive(
-        self, wf: TinyctxWorkflow, session: Session[Any], request: dict[str, Any]
-    ) -> Any:
-        try:
-            return await session.run(decode_messages(request["input"], path="input"))
-        except Interrupted as paused:
-            return await self._wait_and_resume(wf, session, paused)
-
-    async def _wait_and_resume(
-        self, wf: TinyctxWorkflow, session: Session[Any], paused: Interrupted
-    ) -> Any:
-        while True:
-            wf.paused = encode_checkpoint(paused.checkpoint)
-            await workflow.wait_condition(lambda: wf.decisions is not None)
-            document, wf.decisions, wf.paused = wf.decisions, None, None
-            try:
-                return await session.resume(decisions=decisions_from_document(document))
-            except Interrupted as again:
-                paused = again
 
     # -- the activities (outside the sandbox) ---------------------------------------------
 
