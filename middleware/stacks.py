@@ -65,13 +65,12 @@ DEFAULT_RESULT_BYTES = 16384
 """default_stack's byte cap on one tool result (with :data:`DEFAULT_RESULT_SHARE`), lifted
 while the window has room (:data:`DEFAULT_RESULT_ROOM`)."""
 
-DEFAULT_RESULT_ROOM = 0.6
+DEFAULT_RESULT_ROOM = 0.8
 """default_stack keeps a tool result over its cap whole (up to
 :data:`DEFAULT_RESULT_ROOM_SHARE` of the window) while the conversation with it stays under
-60% of the usable window (``ToolResultBudget(room=0.6)``): what the window can afford while
-there is no pressure. A fixed cut lost the lines of large file reads the agent copied a few
-calls later. (0.8 before the room share: with whole results up to 30% of the window, a
-conversation admitted up to 80% overflowed soon after, and the relief cost more.)"""
+80% of the usable window (``ToolResultBudget(room=0.8)``; with it twice for a result over
+10% of the window): what the window can afford while there is no pressure. A fixed cut
+lost the lines of large file reads the agent copied a few calls later."""
 
 DEFAULT_RESULT_ROOM_SHARE = 0.3
 """While there is room (:data:`DEFAULT_RESULT_ROOM`), one tool result may take up to 30% of
@@ -156,7 +155,7 @@ def default_stack(
         result_bytes: the byte cap on one tool result while the window has no room (16 KiB).
         result_keep: what a cut keeps: ``"middle"`` (start and end) or ``"head"``.
         result_room: a result enters whole while the conversation with it stays under
-            this fraction of the usable window (0.6; None: never).
+            this fraction of the usable window (0.8; None: never).
         result_room_share: the share of the usable window one result may take whole while
             there is room (0.3; None: the 10% cap).
         shrink_first: shrink the older results to excerpts before microcompaction clears

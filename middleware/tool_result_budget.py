@@ -338,7 +338,9 @@ class ToolResultBudget(Layer):
     window enters whole while the conversation with it stays under ``room`` of the usable
     window (with 0.8 and a 128K window, a 40 KB file read early in a run is not cut).
     ``room_fraction`` (default: ``window_fraction``) is the share of the usable window one
-    result may take whole while there is such room; once there is none, the cut is back to
+    result may take whole while there is such room; a result over ``window_fraction``
+    enters whole only while the conversation with it and one more like it stays under
+    ``room`` (a large read leaves the window room to read another), else it is cut to
     ``window_fraction``.
 
     As a pressure policy (``relieve``) it budgets every tool result already in the history.
@@ -370,8 +372,8 @@ class ToolResultBudget(Layer):
         """The byte budget of ``result`` in ``ctx``: ``budget_bytes``, lowered to
         ``window_fraction`` of the usable window when that is known (0: no budget); with
         ``room``, the result's whole size while it is within ``room_fraction`` (default
-        ``window_fraction``) and the conversation with it stays under ``room`` of the usable
-        window."""
+        ``window_fraction``) and the conversation with it (with it twice, when it is over
+        ``window_fraction``) stays under ``room`` of the usable window."""
         budget = self.budget_bytes
         usable = ctx.config.usable_tokens
         if budget == 0 or not usable or (self.window_fraction is None and self.room is None):
@@ -380,12 +382,11 @@ class ToolResultBudget(Layer):
         tokens = counter.count_text(result.text)
         limit = max(1, _share(self.window_fraction, usable))
         whole = max(1, _share(self.room_fraction or self.window_fraction, usable))
-        if (
-            self.room is not None
-            and tokens <= whole
-            and counter.count_messages(ctx.conversation.messages) + tokens <= self.room * usable
-        ):
-            return max(budget, utf8_len(result.text))  # the window can afford it whole
+        if self.room is not None and tokens <= whole:
+            # over the cap, it must leave room for one more like it under the mark
+            after = tokens if tokens <= limit else 2 * tokens
+            if counter.count_messages(ctx.conversation.messages) + after <= self.room * usable:
+                return max(budget, utf8_len(result.text))  # the window can afford it whole
         if tokens <= limit:
             return budget
         size = utf8_len(result.text)

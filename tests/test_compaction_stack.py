@@ -211,13 +211,13 @@ class TestDefaultStackRelief:
     def test_the_shrink_comes_before_microcompaction_and_can_be_left_out(self) -> None:
         """The guard's policies hold ShrinkToolResults(keep_recent=1) right before
         Microcompact; shrink_first=False leaves it out; the budget keeps room for whole
-        results (room 0.6, up to 30% of the window)."""
+        results (room 0.8, up to 30% of the window)."""
         from tinyctx.middleware import BudgetGuard, ShrinkToolResults
         from tinyctx.middleware.stacks import default_stack
 
         budget, guard = default_stack()
         assert isinstance(budget, ToolResultBudget) and isinstance(guard, BudgetGuard)
-        assert (budget.room, budget.room_fraction, budget.window_fraction) == (0.6, 0.3, 0.1)
+        assert (budget.room, budget.room_fraction, budget.window_fraction) == (0.8, 0.3, 0.1)
         kinds = [type(p) for p in guard.policies]
         at = kinds.index(Microcompact)
         shrink = guard.policies[at - 1]

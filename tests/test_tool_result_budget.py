@@ -224,10 +224,18 @@ class TestRoomFraction:
         """A result over window_fraction but within room_fraction enters whole in a short
         conversation; in a full one it is cut to the window_fraction share."""
         big = "word " * 3000  # 15,000 bytes, about 4,800 tokens: over 10% of 12K, under 50%
-        layer = ToolResultBudget(64_000, window_fraction=0.1, room=0.8, room_fraction=0.5, hint="")
+        layer = ToolResultBudget(64_000, window_fraction=0.1, room=1.0, room_fraction=0.5, hint="")
         assert await self._kept(layer, "short", big) == big
         cut = await self._kept(layer, "filler " * 3000, big)
         assert cut != big and HeuristicCounter().count_text(cut) <= 0.1 * 12_000 + 50
+
+    async def test_over_the_cap_it_must_leave_room_for_another_like_it(self) -> None:
+        """A result over window_fraction enters whole only while the conversation with it
+        twice stays under room: the same result is cut where once would still fit."""
+        big = "word " * 3000  # about 4,800 tokens
+        layer = ToolResultBudget(64_000, window_fraction=0.1, room=0.8, room_fraction=0.5, hint="")
+        # 1,000 + 4,800 fits under 9,600 once, but not twice
+        assert await self._kept(layer, "filler " * 450, big) != big
 
     async def test_without_it_the_whole_share_is_window_fraction(self) -> None:
         """Unset, a result over window_fraction is cut even with room (the old behaviour)."""
