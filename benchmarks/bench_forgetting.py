@@ -13,9 +13,11 @@ the low-water mark's tokens). Every stack is scored by :mod:`tinyctx.forgetting`
 uses (the recording's) and priced by :mod:`tinyctx.cost` (Claude Sonnet 4.5 by default).
 
 Printed: per transcript and window, each stack's lost rate, prompt tokens sent, cost and
-prefix breaks, side by side; the totals per window; then the issue #38 checks, each MET or
-NOT MET: at 32K ``default_stack()`` loses at most 8% of uses at no more cost than the
-previous default; at 128K at most 0.5%; and on every transcript window it is below
+prefix breaks, side by side; the totals per window (and apart, over the transcripts the
+default's settings were chosen on and over the held-out ones: :data:`CHOSEN_ON`); then the
+issue #38 checks, each MET or NOT MET: at 32K ``default_stack()`` loses at most 8% of
+uses at no more cost than the previous default; at 128K at most 0.5%; and on every
+transcript window it is below
 LangChain's lost rate at equal cost — no setting of LangChain's low-water mark (swept over
 0.1 ... 0.8) costs no more and loses no more. Before that, each transcript window's
 cost x lost-rate frontier of ``default_stack()`` and of LangChain's pair, both swept over
@@ -70,6 +72,10 @@ RESERVE = 4_000
 LOW_WATER = 0.4
 SWEEP = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 TARGETS = {32_000: 0.08, 128_000: 0.005}
+CHOSEN_ON = ("astroid-1333", "sqlfluff-1733", "cc-main-4d5611e5")
+"""The transcripts ``default_stack()``'s settings of issue #38 (the room share, the shrink
+before clearing) were chosen on; every other transcript was held out, and is totalled
+apart (:func:`held_out_totals`)."""
 
 
 class ClearEveryToolResult(Layer):
@@ -101,6 +107,8 @@ def previous_default(counter: TokenCounter) -> list[LayerLike]:
         result_bytes=16384,
         result_keep="head",
         result_room=None,
+        result_room_share=None,
+        shrink_first=False,
         keep_task=False,
     )
 
@@ -274,6 +282,16 @@ def against_langchain(
     return ok, theirs
 
 
+def held_out_totals(split: dict[tuple[bool, str], Result]) -> None:
+    """Print the default stacks' totals over the transcripts they were chosen on and over
+    the held-out ones (:data:`CHOSEN_ON`)."""
+    for chosen in (True, False):
+        label = "chosen on" if chosen else "held out"
+        for stack in ("default_stack()", "previous default_stack()"):
+            if (chosen, stack) in split:
+                print(_line(f"({label})", stack, split[(chosen, stack)]))
+
+
 def window_totals(window: int, count: int, totals: dict[str, Result]) -> Row:
     """Print one window's totals per stack and check the issue's target there."""
     print(f"-- totals at {window // 1000}K over {count} transcripts")
@@ -329,6 +347,7 @@ def run(
         print(f"\n== window {window // 1000}K (reserve {RESERVE}), {price.name} prices")
         print(head)
         totals: dict[str, Result] = {}
+        split: dict[tuple[bool, str], Result] = {}
         for name, messages in transcripts:
             index = UsesIndex.build(messages)
             results: dict[str, Result] = {}
@@ -337,6 +356,8 @@ def run(
                     messages, index, factory(counter, window), window, counter, price
                 )
                 totals[stack] = totals.get(stack, Result(0, 0, 0, 0.0, 0)) + results[stack]
+                part = (any(c in name for c in CHOSEN_ON), stack)
+                split[part] = split.get(part, Result(0, 0, 0, 0.0, 0)) + results[stack]
                 print(_line(name, stack, results[stack]))
             if with_langchain:
                 ours = results["default_stack()"]
@@ -357,6 +378,7 @@ def run(
                     )
                 )
         rows.append(window_totals(window, len(transcripts), totals))
+        held_out_totals(split)
     if frontiers:
         print("\n== cost x lost-rate frontiers over the low-water mark (0.1 ... 0.8)")
         print("\n".join(frontiers))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from tinyctx import ConfigError, FrozenDict, Message, RunContext, freeze
+from tinyctx import AssistantMessage, ConfigError, FrozenDict, Message, RunContext, freeze
 from tinyctx.config import Check, flag, implements, integer, optional, text
 from tinyctx.tokens import TokenCounter
 
@@ -23,6 +23,7 @@ __all__ = [
     "mark",
     "tinyctx_meta",
     "as_history",
+    "protected_from",
     "is_conversation_snapshot",
     "commit",
     "remap_replaced",
@@ -91,6 +92,21 @@ def mark(metadata: Mapping[str, Any], key: str, value: Mapping[str, Any]) -> Fro
 
 def as_history(messages: Sequence[Message]) -> tuple[Message, ...]:
     return messages if type(messages) is tuple else tuple(messages)
+
+
+def protected_from(history: tuple[Message, ...], keep_recent: int) -> int | None:
+    """Index of the oldest of the newest ``keep_recent`` tool-call turns (what a clearing
+    layer keeps whole); ``len(history)`` for 0; None when there are fewer."""
+    if keep_recent == 0:
+        return len(history)
+    seen = 0
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if isinstance(message, AssistantMessage) and message.tool_calls:
+            seen += 1
+            if seen == keep_recent:
+                return index
+    return None
 
 
 def is_conversation_snapshot(messages: Sequence[Message], ctx: RunContext[Any]) -> bool:

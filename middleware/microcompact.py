@@ -52,6 +52,7 @@ from ._compaction import (
     check_tool_names,
     commit,
     mark,
+    protected_from,
     remap_replaced,
     utf8_len,
 )
@@ -95,20 +96,6 @@ _NOTHING = MicrocompactStats()
 
 def _check_placeholder(value: Any, owner: str) -> str:
     return text().check(value, "placeholder", owner)
-
-
-def _protected_from(history: tuple[Message, ...], keep_recent: int) -> int | None:
-    """Index of the oldest of the newest ``keep_recent`` tool-call turns; None if fewer."""
-    if keep_recent == 0:
-        return len(history)
-    seen = 0
-    for index in range(len(history) - 1, -1, -1):
-        message = history[index]
-        if isinstance(message, AssistantMessage) and message.tool_calls:
-            seen += 1
-            if seen == keep_recent:
-                return index
-    return None
 
 
 def _tool_name(call_message: Message | None, result: ToolResult) -> str:
@@ -263,7 +250,7 @@ def _clear_results(
         if type(exclude_tools) is frozenset
         else check_tool_names(exclude_tools, "exclude_tools", "microcompact")
     )
-    cutoff = _protected_from(history, keep_recent)
+    cutoff = protected_from(history, keep_recent)
     if not cutoff:
         return history, _NOTHING
     prefix = history if cutoff == len(history) else history[:cutoff]
@@ -417,7 +404,7 @@ class _Session:
         return 0
 
     def remember(self, passed: tuple[Message, ...], keep: int) -> None:
-        start = min(_protected_from(passed, keep) or 0, len(passed) - 1)
+        start = min(protected_from(passed, keep) or 0, len(passed) - 1)
         while start > 0 and not isinstance(passed[start], AssistantMessage):
             start -= 1
         self.out, self.start = passed, max(start, 0)
@@ -549,7 +536,7 @@ class Microcompact(Layer):
         start = session.done_before(messages)
         if start:
             window = messages[start:]
-            if _protected_from(window, self.keep_recent) is not None:
+            if protected_from(window, self.keep_recent) is not None:
                 out, stats = _clear_results(
                     window,
                     self.keep_recent,

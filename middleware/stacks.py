@@ -36,6 +36,8 @@ __all__ = [
     "DEFAULT_RESULT_BYTES",
     "DEFAULT_RESULT_KEEP",
     "DEFAULT_RESULT_ROOM",
+    "DEFAULT_RESULT_ROOM_SHARE",
+    "DEFAULT_SHRINK_KEEP_RECENT",
 ]
 
 SUMMARIZERS = ("extractive",)
@@ -49,22 +51,37 @@ calls after it grow the cached prefix for a while (see docs/budget-and-compactio
 SEED_LOW_WATER = 0.4
 """seed_order_stack's low-water mark."""
 
-DEFAULT_ORDER = ("drop", "images", "compact", "trim", "summarize")
-"""default_stack's policy order: drop non-essential context, clear old images, microcompact,
-then trim the oldest turns before summarizing. Measured by the lost-references measure
-(:mod:`tinyctx.forgetting`, issue #38) on the shared transcripts, trimming whole old turns
-(whose tool output microcompaction already cleared) loses fewer of the spans the agent uses
-next than a summary of the recent head, at the same cost."""
+DEFAULT_ORDER = ("drop", "images", "compact", "summarize", "trim")
+"""default_stack's policy order: drop non-essential context, clear old images, shrink the
+older tool results to excerpts (:data:`DEFAULT_SHRINK_KEEP_RECENT`), microcompact, then
+summarize the head, and trim the oldest turns when that is not enough (the guard's own
+order). With the excerpts first, trimming before summarizing (main's order for a while in
+issue #38) lost about as many uses on the shared transcripts (7.2% against 7.3% at 32K) but
+cost more at a high low-water mark: a trim rewrites the prompt from the task on, where
+stacked summaries keep a cached prefix, and it lifted the 32K cost curve above LangChain's
+on astroid and sqlfluff (``benchmarks/bench_cost.py``, issue #20)."""
 
 DEFAULT_RESULT_BYTES = 16384
 """default_stack's byte cap on one tool result (with :data:`DEFAULT_RESULT_SHARE`), lifted
 while the window has room (:data:`DEFAULT_RESULT_ROOM`)."""
 
 DEFAULT_RESULT_ROOM = 0.8
-"""default_stack keeps a tool result over its byte cap whole (up to its share of the
-window) while the conversation with it stays under 80% of the usable window
-(``ToolResultBudget(room=0.8)``): what the window can afford while there is no pressure.
-A fixed 16 KiB cut the large file reads whose lines the agent copied a few calls later."""
+"""default_stack keeps a tool result over its cap whole (up to
+:data:`DEFAULT_RESULT_ROOM_SHARE` of the window) while the conversation with it stays under
+80% of the usable window (``ToolResultBudget(room=0.8)``; with it twice for a result over
+10% of the window): what the window can afford while there is no pressure. A fixed cut
+lost the lines of large file reads the agent copied a few calls later."""
+
+DEFAULT_RESULT_ROOM_SHARE = 0.3
+"""While there is room (:data:`DEFAULT_RESULT_ROOM`), one tool result may take up to 30% of
+the usable window whole (``ToolResultBudget(room_fraction=0.3)``); under pressure the cap is
+back to :data:`DEFAULT_RESULT_SHARE`."""
+
+DEFAULT_SHRINK_KEEP_RECENT = 1
+"""default_stack's relief first shrinks the tool results older than the newest tool-call
+turn to their heads, to the largest common size that frees what the relief needs
+(``ShrinkToolResults(keep_recent=1)`` before microcompaction), so it clears whole results
+and trims whole turns only when excerpts do not free enough."""
 
 DEFAULT_RESULT_KEEP = "middle"
 """default_stack's cut of a tool result over its cap: the start and the end are kept, the
@@ -111,32 +128,61 @@ def default_stack(
     result_bytes: int = DEFAULT_RESULT_BYTES,
     result_keep: str = DEFAULT_RESULT_KEEP,
     result_room: float | None = DEFAULT_RESULT_ROOM,
+    result_room_share: float | None = DEFAULT_RESULT_ROOM_SHARE,
+    shrink_first: bool = True,
     keep_task: bool = True,
 ) -> list[LayerLike]:
-    """Budget every tool result (at most 10% of the usable window, and 16 KiB unless the
-    window has room for it: ``result_room``; a cut keeps the start and the end), then guard
-    the window with the policies in ``order``: drop non-essential context, clear old
-    images, microcompact old tool results, trim the oldest turns (the first user message,
-    the task, last: ``keep_task``), summarize. The
-    guard acts only when a request would not fit the usable window and relieves in one
-    batch down to ``low_water`` (0.3 of it), or deeper when the conversation grows so fast
-    that the mark would not leave room for 20 calls (``relief_run``), so that rewrites,
-    which break a provider's cached prefix, stay rare; last, it shrinks tool results (the
-    newest turn's too) before giving up. Summaries keep the task in front of them and
-    stack (``keep_summaries`` earlier ones stay verbatim, see :class:`Summarize`).
-    ``relief_run=0`` lets the mark alone decide how much a relief keeps (more context on a
-    fast-growing conversation, more breaks).
+    """Budget every tool result, then guard the window with the policies in ``order``.
+
+    A tool result is cut to 10% of the usable window and 16 KiB, keeping its start and its
+    end, unless the window has room for it whole. The guard acts only when a request would
+    not fit the usable window and relieves in one batch down to ``low_water``, or deeper
+    when the conversation grows so fast that the mark would not leave room for 20 calls
+    (``relief_run``), so that rewrites, which break a provider's cached prefix, stay rare.
+    Its policies: drop non-essential context, clear old images, shrink the tool results
+    before the newest turn to their heads, microcompact old tool results, summarize (the
+    task and up to ``keep_summaries`` earlier summaries stay in front, see
+    :class:`Summarize`), trim the oldest turns, and last shrink every tool result (the
+    newest turn's too) before giving up.
+
+    Args:
+        counter: the token counter the guard measures with (default: the heuristic one).
+        low_water: where a relief goes down to, a fraction of the usable window (0.3).
+        keep_summaries: earlier summaries kept verbatim in front of a new one (3).
+        relief_run: calls a relief leaves room for at the conversation's growth (20; 0
+            lets the mark alone decide: more context on a fast conversation, more breaks).
+        order: the guard's policy order by role (:data:`DEFAULT_ORDER`).
+        result_bytes: the byte cap on one tool result while the window has no room (16 KiB).
+        result_keep: what a cut keeps: ``"middle"`` (start and end) or ``"head"``.
+        result_room: a result enters whole while the conversation with it stays under
+            this fraction of the usable window (0.8; None: never).
+        result_room_share: the share of the usable window one result may take whole while
+            there is room (0.3; None: the 10% cap).
+        shrink_first: shrink the older results to excerpts before microcompaction clears
+            any whole (True).
+        keep_task: the trim removes the first user message, the task, last (True).
 
     The defaults were chosen by what the stack forgets (:mod:`tinyctx.forgetting`) beside
-    what it costs; the stack before issue #38 is ``default_stack(low_water=0.4,
-    order="default", result_keep="head", result_room=None, keep_task=False)``."""
+    what it costs (issue #38); the stack before issue #38 is ``default_stack(low_water=0.4,
+    result_keep="head", result_room=None, result_room_share=None, shrink_first=False,
+    keep_task=False)``."""
     budget = ToolResultBudget(
-        result_bytes, window_fraction=DEFAULT_RESULT_SHARE, keep=result_keep, room=result_room
+        result_bytes,
+        window_fraction=DEFAULT_RESULT_SHARE,
+        keep=result_keep,
+        room=result_room,
+        room_fraction=result_room_share,
     )
-    policies = [
-        TrimOldest(keep_task=True) if keep_task and policy_role(p) == "trim" else p
-        for p in default_policies(order)
-    ]
+    policies: list[PressurePolicy] = []
+    for policy in default_policies(order):
+        if shrink_first and policy_role(policy) == "compact":
+            policies.append(
+                ShrinkToolResults(
+                    keep_recent=DEFAULT_SHRINK_KEEP_RECENT, name="ShrinkOlderToolResults"
+                )
+            )
+        keep = keep_task and policy_role(policy) == "trim"
+        policies.append(TrimOldest(keep_task=True) if keep else policy)
     return _guarded(policies, counter, low_water, keep_summaries, relief_run, budget)
 
 

@@ -39,7 +39,7 @@ from tinyctx.config import fraction, one_of, optional, text
 from tinyctx.events import EventLevel
 from tinyctx.tokens import TokenCounter
 
-from ._compaction import as_history, check_int, mark, utf8_len
+from ._compaction import as_history, check_int, mark, protected_from, utf8_len
 from .policy import Relief
 
 __all__ = [
@@ -316,6 +316,11 @@ def _fraction(value: object, field: str) -> float | None:
 _FRACTION = optional(fraction(), allowed="None or a number in (0, 1]")
 
 
+def _share(fraction: float | None, usable: int) -> int:
+    """``fraction`` of ``usable`` tokens (the whole of it for None)."""
+    return usable if fraction is None else int(fraction * usable)
+
+
 class ToolResultBudget(Layer):
     """Caps every tool result at ``budget_bytes`` (default 16384; 0 disables) on the tool onion.
 
@@ -332,6 +337,11 @@ class ToolResultBudget(Layer):
     pressure: a result over ``budget_bytes`` but within ``window_fraction`` of the usable
     window enters whole while the conversation with it stays under ``room`` of the usable
     window (with 0.8 and a 128K window, a 40 KB file read early in a run is not cut).
+    ``room_fraction`` (default: ``window_fraction``) is the share of the usable window one
+    result may take whole while there is such room; a result over ``window_fraction``
+    enters whole only while the conversation with it and one more like it stays under
+    ``room`` (a large read leaves the window room to read another), else it is cut to
+    ``window_fraction``.
 
     As a pressure policy (``relieve``) it budgets every tool result already in the history.
     """
@@ -344,6 +354,7 @@ class ToolResultBudget(Layer):
         window_fraction: float | None = None,
         keep: str = "head",
         room: float | None = None,
+        room_fraction: float | None = None,
         name: str | None = None,
     ) -> None:
         self.budget_bytes = check_int(budget_bytes, "budget_bytes", "ToolResultBudget")
@@ -353,27 +364,30 @@ class ToolResultBudget(Layer):
         )
         self.window_fraction = _fraction(window_fraction, "window_fraction")
         self.room = _fraction(room, "room")
+        self.room_fraction = _fraction(room_fraction, "room_fraction")
         if name is not None:
             self.name = name
 
     def budget_for(self, result: ToolResult, ctx: RunContext[Any]) -> int:
         """The byte budget of ``result`` in ``ctx``: ``budget_bytes``, lowered to
         ``window_fraction`` of the usable window when that is known (0: no budget); with
-        ``room``, the result's whole size while it is within ``window_fraction`` and the
-        conversation with it stays under ``room`` of the usable window."""
+        ``room``, the result's whole size while it is within ``room_fraction`` (default
+        ``window_fraction``) and the conversation with it (with it twice, when it is over
+        ``window_fraction``) stays under ``room`` of the usable window."""
         budget = self.budget_bytes
         usable = ctx.config.usable_tokens
         if budget == 0 or not usable or (self.window_fraction is None and self.room is None):
             return budget
         counter = default_counter()
         tokens = counter.count_text(result.text)
-        limit = usable if self.window_fraction is None else int(self.window_fraction * usable)
-        limit = max(1, limit)
-        if tokens <= limit:
-            if self.room is not None and (
-                counter.count_messages(ctx.conversation.messages) + tokens <= self.room * usable
-            ):
+        limit = max(1, _share(self.window_fraction, usable))
+        whole = max(1, _share(self.room_fraction or self.window_fraction, usable))
+        if self.room is not None and tokens <= whole:
+            # over the cap, it must leave room for one more like it under the mark
+            after = tokens if tokens <= limit else 2 * tokens
+            if counter.count_messages(ctx.conversation.messages) + after <= self.room * usable:
                 return max(budget, utf8_len(result.text))  # the window can afford it whole
+        if tokens <= limit:
             return budget
         size = utf8_len(result.text)
         return max(1, min(budget, size * limit // tokens))
@@ -453,15 +467,25 @@ class ShrinkToolResults:
     cannot split it); when that turn alone is bigger than the window, this is what keeps
     the run going. It never removes a message (every call keeps its result), never cuts a
     result below ``floor_bytes``, and never makes one cost more tokens than before.
+
+    ``keep_recent=N`` (default 0: every result may be cut) leaves the results of the newest
+    ``N`` tool-call turns whole. Placed before microcompaction, it makes a relief shrink the
+    older results to their heads before clearing any whole (``default_stack``, issue #38).
     """
 
     role = "shrink"  # sorts after drop/compact/summarize/trim in a guard's order
     breaker_group: str | None = None
 
     def __init__(
-        self, floor_bytes: int = 1024, *, hint: str = DEFAULT_HINT, name: str = "ShrinkToolResults"
+        self,
+        floor_bytes: int = 1024,
+        *,
+        hint: str = DEFAULT_HINT,
+        keep_recent: int = 0,
+        name: str = "ShrinkToolResults",
     ) -> None:
         self.floor_bytes = check_int(floor_bytes, "floor_bytes", "ShrinkToolResults", minimum=1)
+        self.keep_recent = check_int(keep_recent, "keep_recent", "ShrinkToolResults")
         self.hint = hint
         self.name = name
 
@@ -473,6 +497,20 @@ class ShrinkToolResults:
         *,
         need: int,
     ) -> Relief:
+        cutoff = protected_from(messages, self.keep_recent)
+        if not cutoff:  # fewer tool-call turns than it keeps whole, or none before them
+            return Relief(messages)
+        if cutoff == len(messages):
+            return self._shrink(messages, ctx, counter, need)
+        older = self._shrink(messages[:cutoff], ctx, counter, need)
+        if not older.detail:  # nothing to cut there
+            return Relief(messages)
+        return Relief(older.messages + messages[cutoff:], older.freed_tokens, older.detail)
+
+    def _shrink(
+        self, messages: tuple[Message, ...], ctx: RunContext[Any], counter: TokenCounter, need: int
+    ) -> Relief:
+        """Every tool result of ``messages`` cut to the largest budget that frees ``need``."""
         sizes = [utf8_len(m.text) for m in messages if isinstance(m, ToolResult)]
         largest = max(sizes, default=0)
         if need <= 0 or largest <= self.floor_bytes:

@@ -203,3 +203,58 @@ class TestTheStackOnARun:
         for request in model.requests:
             check_pairing(request.messages, allow_pending=False)
             assert counter.count_request(request) < min(4000, uncompacted // 5)
+
+
+class TestDefaultStackRelief:
+    """default_stack's relief shrinks older results to excerpts before clearing them whole."""
+
+    def test_the_shrink_comes_before_microcompaction_and_can_be_left_out(self) -> None:
+        """The guard's policies hold ShrinkToolResults(keep_recent=1) right before
+        Microcompact; shrink_first=False leaves it out; the budget keeps room for whole
+        results (room 0.8, up to 30% of the window)."""
+        from tinyctx.middleware import BudgetGuard, ShrinkToolResults
+        from tinyctx.middleware.stacks import default_stack
+
+        budget, guard = default_stack()
+        assert isinstance(budget, ToolResultBudget) and isinstance(guard, BudgetGuard)
+        assert (budget.room, budget.room_fraction, budget.window_fraction) == (0.8, 0.3, 0.1)
+        kinds = [type(p) for p in guard.policies]
+        at = kinds.index(Microcompact)
+        shrink = guard.policies[at - 1]
+        assert isinstance(shrink, ShrinkToolResults) and shrink.keep_recent == 1
+        assert isinstance(guard.policies[-1], ShrinkToolResults)  # the last resort stays
+        assert guard.policies[-1].keep_recent == 0
+        _, plain = default_stack(shrink_first=False)
+        assert isinstance(plain, BudgetGuard)
+        assert [type(p) for p in plain.policies].count(ShrinkToolResults) == 1
+
+    @pytest.mark.parametrize("shrink_first", [True, False])
+    async def test_a_relief_keeps_the_head_of_an_old_result_it_would_have_cleared(
+        self, shrink_first: bool
+    ) -> None:
+        """In a small window, the relief cuts an old large result to its head (its first
+        line survives); without the shrink, microcompaction clears it to the placeholder."""
+        from tinyctx import RunConfig
+        from tinyctx.middleware import DEFAULT_PLACEHOLDER
+        from tinyctx.middleware.stacks import default_stack
+
+        old = "FIRST_LINE_of_the_old_result\n" + "word " * 1200  # ~2,000 tokens: enters whole
+        tools = [FakeTool("read", returns=old), FakeTool("ls", returns="a.py " * 400)]
+        turns: list[Any] = [reply("", call("read"))]
+        turns += [reply("", call("ls")) for _ in range(12)]
+        turns.append("done")
+        agent = Agent(
+            model=ScriptedModel(turns),
+            tools=[t.tool for t in tools],
+            middleware=default_stack(relief_run=0, low_water=0.6, shrink_first=shrink_first),
+        )
+        config = RunConfig(max_tokens=9_000, reserved_output_tokens=0)
+        async with Session(agent, config=config) as session:
+            await session.run("go")
+            results = [m for m in session.conversation_messages if isinstance(m, ToolResult)]
+        first = results[0].text
+        assert first != old
+        if shrink_first:
+            assert first.startswith("FIRST_LINE_of_the_old_result")
+        else:
+            assert first == DEFAULT_PLACEHOLDER

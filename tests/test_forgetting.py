@@ -268,6 +268,8 @@ def previous_default() -> list[Any]:
         result_bytes=16384,
         result_keep="head",
         result_room=None,
+        result_room_share=None,
+        shrink_first=False,
         keep_task=False,
     )
 
@@ -278,7 +280,8 @@ class TestDefaultStackForgetsLess:
     def test_at_32k_fewer_lost_uses_for_no_more_cost_and_at_128k_almost_none(
         self, shared_data: Path
     ) -> None:
-        """32K: fewer lost uses than the previous default at no more cost; 128K: <= 0.5%."""
+        """32K: at most 8% of uses lost (the issue's target), fewer than the previous
+        default, at no more cost; 128K: <= 0.5%."""
         from tinyctx.cost import price_replay
         from tinyctx.middleware.stacks import default_stack
         from tinyctx.replay import replay_sync
@@ -298,7 +301,7 @@ class TestDefaultStackForgetsLess:
                     entry[1] += report.lost
                     entry[2] += price_replay(report).total
         now, before = totals[(32_000, "now")], totals[(32_000, "before")]
-        assert now[1] < before[1] and now[2] <= before[2]
+        assert now[1] <= 0.08 * now[0] and now[1] < before[1] and now[2] <= before[2]
         wide = totals[(128_000, "now")]
         assert wide[1] <= 0.005 * wide[0]
 

@@ -203,6 +203,45 @@ class TestRoom:
         """A room outside (0, 1] is refused, naming the field."""
         with pytest.raises(ConfigError, match="room"):
             ToolResultBudget(room=value)
+        with pytest.raises(ConfigError, match="room_fraction"):
+            ToolResultBudget(room_fraction=value)
+
+
+class TestRoomFraction:
+    """room_fraction=: while there is room a result may take that share of the window whole."""
+
+    async def _kept(self, layer: ToolResultBudget, history: str, result: str) -> str:
+        tool = FakeTool("read", returns=result)
+        model = ScriptedModel([reply("", call("read")), "done"])
+        agent = Agent(model=model, tools=[tool.tool], middleware=[layer])
+        config = RunConfig(max_tokens=12_000, reserved_output_tokens=0)
+        async with Session(agent, config=config) as session:
+            await session.run(history)
+            results = [m for m in session.conversation_messages if isinstance(m, ToolResult)]
+        return results[0].text
+
+    async def test_over_the_pressure_share_whole_while_there_is_room(self) -> None:
+        """A result over window_fraction but within room_fraction enters whole in a short
+        conversation; in a full one it is cut to the window_fraction share."""
+        big = "word " * 3000  # 15,000 bytes, about 4,800 tokens: over 10% of 12K, under 50%
+        layer = ToolResultBudget(64_000, window_fraction=0.1, room=1.0, room_fraction=0.5, hint="")
+        assert await self._kept(layer, "short", big) == big
+        cut = await self._kept(layer, "filler " * 3000, big)
+        assert cut != big and HeuristicCounter().count_text(cut) <= 0.1 * 12_000 + 50
+
+    async def test_over_the_cap_it_must_leave_room_for_another_like_it(self) -> None:
+        """A result over window_fraction enters whole only while the conversation with it
+        twice stays under room: the same result is cut where once would still fit."""
+        big = "word " * 3000  # about 4,800 tokens
+        layer = ToolResultBudget(64_000, window_fraction=0.1, room=0.8, room_fraction=0.5, hint="")
+        # 1,000 + 4,800 fits under 9,600 once, but not twice
+        assert await self._kept(layer, "filler " * 450, big) != big
+
+    async def test_without_it_the_whole_share_is_window_fraction(self) -> None:
+        """Unset, a result over window_fraction is cut even with room (the old behaviour)."""
+        big = "word " * 3000
+        layer = ToolResultBudget(64_000, window_fraction=0.1, room=0.8, hint="")
+        assert await self._kept(layer, "short", big) != big
 
 
 class TestToolResultBudgetLayer:
@@ -407,6 +446,26 @@ class TestShrinkToolResults:
         assert relief.detail["budget_bytes"] == 1_000
         unchanged = await ShrinkToolResults().relieve(history, RunContext.new(), counter, need=0)
         assert unchanged.messages is history and unchanged.freed_tokens == 0
+
+    async def test_keep_recent_leaves_the_newest_turns_whole(self) -> None:
+        """keep_recent=1 cuts only the results before the newest tool-call turn; with fewer
+        turns than it keeps, it does nothing; a bad value names the field."""
+        from tinyctx.middleware import ShrinkToolResults
+
+        counter = HeuristicCounter()
+        older = self._history([20_000, 20_000])
+        newest = (AssistantMessage("", (ToolCall("n", "read"),)), ToolResult("n", "y" * 20_000))
+        history = older + newest
+        policy = ShrinkToolResults(floor_bytes=512, keep_recent=1)
+        relief = await policy.relieve(history, RunContext.new(), counter, need=3_000)
+        assert relief.freed_tokens >= 3_000
+        assert relief.messages[-2:] == newest and relief.messages[-1] is newest[-1]
+        assert all(size(m.text) < 20_000 for m in relief.messages[2:4])
+        check_pairing(relief.messages, allow_pending=False)
+        alone = await policy.relieve(older, RunContext.new(), counter, need=3_000)
+        assert alone.messages is older and alone.freed_tokens == 0
+        with pytest.raises(ConfigError, match="keep_recent"):
+            ShrinkToolResults(keep_recent=-1)
 
     @given(history=histories(text=SHORT_MIXED), need=st.integers(0, 400))
     async def test_pairing_and_tokens_for_any_history(self, history: Any, need: int) -> None:
