@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sqlite3
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
+import orjson
 
 from tinyctx.codec import decode_messages, encode_messages
 from tinyctx.messages import Message
@@ -193,6 +195,24 @@ def shared_data() -> Path | None:
         if candidate and (Path(candidate) / "transcripts").is_dir():
             return Path(candidate)
     return None
+
+
+@contextmanager
+def sqlite_read_floor(
+    path: Path, query: str, params: tuple[Any, ...], json_column: int
+) -> Iterator[Callable[[], list[Any]]]:
+    """The floor of a store read: the same SELECT on the same file through the bare
+    ``sqlite3`` module, then orjson on the same JSON text (no thread hop, no objects built)."""
+    conn = sqlite3.connect(path, check_same_thread=False)
+    try:
+
+        def read() -> list[Any]:
+            return [orjson.loads(row[json_column]) for row in conn.execute(query, params)]
+
+        assert read(), f"the floor read nothing: {query} {params}"
+        yield read
+    finally:
+        conn.close()
 
 
 SERVICES = Path(__file__).resolve().parent.parent / ".ci" / "services.sh"
