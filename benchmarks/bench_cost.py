@@ -218,6 +218,11 @@ Results = dict[str, tuple[float, int, int, float, int, float]]
 an error) and replay seconds."""
 
 
+LANGCHAIN_TRIGGERS: tuple[float, ...] = (TRIGGER, 1.0)
+"""LangChain's pair is swept at 90% of the usable window and at tinyctx's own default (only a
+request that would not fit): the curve must lie below both."""
+
+
 @attrs.define
 class _Report:
     """The checks' tables and verdicts, gathered over every transcript and window."""
@@ -489,11 +494,6 @@ def _print_report(report: _Report) -> None:
                 f"{met} of {runs} transcript windows (with relief_run=0 too: "
                 f"{report.extended_counts[at]} of {runs})"
             )
-
-
-LANGCHAIN_TRIGGERS = (TRIGGER, 1.0)
-"""LangChain's pair is swept at 90% of the usable window and at tinyctx's own default (only a
-request that would not fit): the curve must lie below both."""
 
 
 def _default_stack_run_off(counter: TokenCounter, window: int, low_water: float) -> list[LayerLike]:
