@@ -244,9 +244,11 @@ def text_sets(data: Path) -> dict[str, list[str]]:
             kind = "code" if isinstance(message, ToolResult) else "prose"
             sets[kind].append(message.text if kind == "code" else message_payload(message))
     for path in sorted((data / "text" / "cjk").glob("*-utf8.txt")):
-        sets["CJK"] += path.read_text().split("\n\n")
+        sets["CJK"] += path.read_text().splitlines()  # one text per line: more samples
+    # each kept once (the CJK samples repeat across their source encodings)
     return {
-        kind: [t for t in texts if len(t.strip()) >= MIN_TEXT_CHARS] for kind, texts in sets.items()
+        kind: [t for t in dict.fromkeys(texts) if len(t.strip()) >= MIN_TEXT_CHARS]
+        for kind, texts in sets.items()
     }
 
 
