@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import gc
 import os
+import sqlite3
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
+import orjson
+
+from tinyctx.codec import decode_messages, encode_messages
+from tinyctx.messages import Message
 
 _T = TypeVar("_T")
 
@@ -109,6 +114,49 @@ async def abest_of(fn: Callable[[], Awaitable[Any]], *, number: int, repeat: int
     return best
 
 
+async def abest_of_fresh(
+    fn: Callable[[_T], Awaitable[Any]],
+    make: Callable[[], _T],
+    *,
+    number: int,
+    repeat: int = 5,
+) -> float:
+    """Seconds per await of ``fn(make())`` inside the running loop: the async twin of
+    :func:`best_of_fresh` (every call on an input built off the clock, never seen before)."""
+    best = float("inf")
+    for _ in range(repeat):
+        inputs = [make() for _ in range(number)]
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            for value in inputs:
+                await fn(value)
+            elapsed = time.perf_counter() - start
+        finally:
+            gc.enable()
+        del inputs
+        best = min(best, elapsed / number)
+    return best
+
+
+def verdict(
+    seconds: float, peer_seconds: float | None, label: str = "<= LangChain"
+) -> dict[str, Any]:
+    """``target`` and ``met`` keywords of a :class:`Row` judged against its peer's time (no
+    verdict when the peer is not installed)."""
+    if peer_seconds is None:
+        return {"target": None, "met": None}
+    return {"target": label, "met": seconds <= peer_seconds}
+
+
+def fresh_copy(history: Sequence[Message]) -> tuple[Message, ...]:
+    """A new object for every message, tool call, argument mapping and string of
+    ``history``, as a thread loaded from a store has: nothing a counter or layer remembered
+    about ``history`` carries over (the input of a cold measurement)."""
+    return decode_messages(encode_messages(history))
+
+
 def fmt_seconds(seconds: float) -> str:
     if seconds < 1e-6:
         return f"{seconds * 1e9:.0f} ns"
@@ -133,6 +181,38 @@ def print_table(rows: list[Row]) -> None:
             target += " MET" if row.met else " NOT MET"
         time_text = fmt_seconds(row.seconds)
         print(f"{row.group:<22} {row.case:<34} {time_text:>11} {base:<28} {ratio:>8}  {target}")
+
+
+def shared_data() -> Path | None:
+    """The shared data folder (real transcripts, tokenizers, texts): ``TINYCTX_SHARED_DATA``,
+    else ``../shared/data`` beside the repository; None when absent."""
+    repo = Path(__file__).resolve().parents[1]
+    for candidate in (
+        os.environ.get("TINYCTX_SHARED_DATA", ""),
+        str(repo.parent / "shared" / "data"),
+        "/work/shared/data",
+    ):
+        if candidate and (Path(candidate) / "transcripts").is_dir():
+            return Path(candidate)
+    return None
+
+
+@contextmanager
+def sqlite_read_floor(
+    path: Path, query: str, params: tuple[Any, ...], json_column: int
+) -> Iterator[Callable[[], list[Any]]]:
+    """The floor of a store read: the same SELECT on the same file through the bare
+    ``sqlite3`` module, then orjson on the same JSON text (no thread hop, no objects built)."""
+    conn = sqlite3.connect(path, check_same_thread=False)
+    try:
+
+        def read() -> list[Any]:
+            return [orjson.loads(row[json_column]) for row in conn.execute(query, params)]
+
+        assert read(), f"the floor read nothing: {query} {params}"
+        yield read
+    finally:
+        conn.close()
 
 
 SERVICES = Path(__file__).resolve().parent.parent / ".ci" / "services.sh"

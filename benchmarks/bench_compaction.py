@@ -1,18 +1,21 @@
-"""Microcompaction and the summarize split on 100 / 1000 / 2000 / 5000-message histories.
+"""Microcompaction and the summarize split on 100 / 2,000 / 20,000-message histories.
 
 Histories are real agent transcripts (``../shared/data/transcripts/openai/*.jsonl``) repeated
 with fresh tool-call ids until they reach the size; without the data a generated history of
 the same shape is used. Each case is printed next to LangChain's equivalent, measured in the
-same run on the same history:
+same run on the same history, with its own verdict at every size:
 
 * microcompact: ``ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=0, keep=5)])``
   through its own ``awrap_model_call`` (deepcopy + edit, as it runs before every call). It
-  is transient, so every call is a cold start; tinyctx persists, so its steady state is
-  "warm": older results already cleared. Target: 2000 messages <= 0.5 ms warm.
+  is transient, so every call is a cold start. tinyctx persists, so its steady state is
+  "warm" (older results already cleared, the memo answers); its cold twin is the first call
+  on a history never seen (a fresh copy decoded off the clock, a new counter and layer).
+  Targets: each <= LangChain; 2,000 messages warm <= 0.5 ms too.
 * summarize split: ``SummarizationMiddleware._determine_cutoff_index`` (keep 10 messages)
-  next to :func:`tinyctx.middleware.summary_split`; the per-call check below the trigger
-  (``abefore_model`` counting every message) next to the ``Summarize`` layer's; and a whole
-  summarization with an instant summarizer (no model), both sides.
+  next to :func:`tinyctx.middleware.summary_split` (target <= 2x); the per-call check below
+  the trigger (``abefore_model`` counting every message) next to the ``Summarize`` layer's,
+  warm and cold; and a whole summarization with an instant summarizer (no model), both
+  sides (targets <= LangChain).
 
 ``python benchmarks/bench_compaction.py [--quick]``. LangChain is optional (the ``bench``
 extra); without it the tinyctx numbers print alone with "LangChain not installed".
@@ -32,7 +35,17 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, abest_of, best_of, fmt_seconds, print_table
+from _harness import (
+    Row,
+    abest_of,
+    abest_of_fresh,
+    best_of,
+    best_of_fresh,
+    fmt_seconds,
+    fresh_copy,
+    print_table,
+    verdict,
+)
 
 from tinyctx import (
     AssistantMessage,
@@ -51,7 +64,7 @@ from tinyctx import (
 from tinyctx.middleware import Microcompact, Summarize, microcompact_history, summarize_history
 from tinyctx.middleware import summary_split as tinyctx_split
 
-SIZES = (100, 1000, 2000, 5000)
+SIZES = (100, 2000, 20_000)
 KEEP_TURNS = 5
 KEEP_MESSAGES = 10
 
@@ -234,133 +247,156 @@ async def _core(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
     return ModelResponse(AssistantMessage("ok"))
 
 
+def cold_number(quick: bool, n: int) -> int:
+    """Cold calls per round: each needs its own fresh copy, built off the clock."""
+    return max(2, (200 if quick else 2_000) // n)
+
+
+async def _langchain_times(history: tuple[Message, ...], quick: bool) -> dict[str, float]:
+    """LangChain's edit, cutoff, check below the trigger and whole summarization on
+    ``history`` (each recomputes from scratch on every call); empty when not installed."""
+    if not HAVE_LANGCHAIN:
+        return {}
+    lc_messages = to_langchain(history)
+    fake = FakeListChatModel(responses=["summary"])
+    editing = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=0, keep=5)])
+    request = LCRequest(model=fake, messages=lc_messages)
+
+    async def handler(req: Any) -> Any:
+        return LCResponse(result=[LCAssistant(content="ok")])
+
+    async def instant(messages: Sequence[Any]) -> str:
+        return "summary"
+
+    summarizing = SummarizationMiddleware(
+        fake, trigger=("tokens", 10**9), keep=("messages", KEEP_MESSAGES)
+    )
+    always = SummarizationMiddleware(
+        fake, trigger=("messages", 1), keep=("messages", KEEP_MESSAGES), summarizer=instant
+    )
+    state = {"messages": lc_messages}
+    return {
+        "edit": await async_time(lambda: editing.awrap_model_call(request, handler), quick),
+        "split": sync_time(lambda: summarizing._determine_cutoff_index(lc_messages), quick),
+        "check": await async_time(lambda: summarizing.abefore_model(state, None), quick),
+        "summary": await async_time(lambda: always.abefore_model(state, None), quick),
+    }
+
+
+async def _microcompact_rows(
+    history: tuple[Message, ...], quick: bool, lc: dict[str, float], ctx: RunContext[Any]
+) -> list[Row]:
+    """Warm (steady state, the memo answers) and cold (a fresh copy, a new counter and
+    layer: a history never seen) next to LangChain's edit, which is cold every call."""
+    n = len(history)
+    counter = HeuristicCounter()
+    counter.count_messages(history)  # the memo is warm in a live session
+    compacted, stats = microcompact_history(history, KEEP_TURNS, counter=counter)
+    warm = sync_time(lambda: microcompact_history(compacted, KEEP_TURNS, counter=counter), quick)
+    repeat = 3 if quick else 5
+    cold = best_of_fresh(
+        lambda made: microcompact_history(made[0], KEEP_TURNS, counter=made[1]),
+        lambda: (fresh_copy(history), HeuristicCounter()),
+        number=cold_number(quick, n),
+        repeat=repeat,
+    )
+    layer = Microcompact(keep_recent=KEEP_TURNS, counter=counter)
+    # each call gets a new snapshot tuple of the (already compacted) conversation, as in
+    # a session: the layer checks the prefix it compacted before and walks the rest
+    same_messages = list(compacted)  # tuple() of a tuple is that tuple: copy via a list
+    snapshots = [ModelRequest(messages=tuple(same_messages)) for _ in range(2)]
+    assert snapshots[0].messages is not snapshots[1].messages
+    flip = iter(range(10**9))
+
+    def next_call() -> Any:
+        return layer.wrap_model(snapshots[next(flip) % 2], ctx, _core)
+
+    per_call = await async_time(next_call, quick)
+
+    async def first_call(made: tuple[Microcompact, ModelRequest]) -> Any:
+        return await made[0].wrap_model(made[1], ctx, _core)
+
+    per_call_cold = await abest_of_fresh(
+        first_call,
+        lambda: (
+            Microcompact(keep_recent=KEEP_TURNS, counter=HeuristicCounter()),
+            ModelRequest(messages=fresh_copy(history)),
+        ),
+        number=cold_number(quick, n),
+        repeat=repeat,
+    )
+    peer = lc.get("edit")
+    base = "LangChain ClearToolUsesEdit" if peer is not None else None
+    extra = {"messages": n, "results_cleared": stats.results_cleared}
+    warm_verdict = verdict(warm, peer)
+    if len(history) == len(build_history(2000)):  # issue #20's absolute target, at its size
+        ok = warm <= 0.5e-3 and (warm_verdict["met"] is not False)
+        warm_verdict = {"target": f"<= 0.5 ms{' and <= LangChain' if peer else ''}", "met": ok}
+    cases = (
+        (f"{n} msgs warm (steady state)", warm, warm_verdict),
+        (f"{n} msgs cold (first clear, fresh copy)", cold, verdict(cold, peer)),
+        (f"{n} msgs layer per call (warm)", per_call, verdict(per_call, peer)),
+        (f"{n} msgs layer first call (cold)", per_call_cold, verdict(per_call_cold, peer)),
+    )
+    return [
+        Row("microcompact", case, seconds, base, peer, extra=extra, **judged)
+        for case, seconds, judged in cases
+    ]
+
+
+async def _summarize_rows(
+    history: tuple[Message, ...], quick: bool, lc: dict[str, float], ctx: RunContext[Any]
+) -> list[Row]:
+    """The split (target <= 2x LangChain's cutoff), the check below the trigger warm and
+    cold, and a whole summarization, each next to LangChain's on the same history."""
+    n = len(history)
+    counter = HeuristicCounter()
+    counter.count_messages(history)  # the memo is warm in a live session
+    split = sync_time(lambda: tinyctx_split(history, KEEP_MESSAGES), quick)
+    quiet = Summarize(Instant(), trigger_tokens=10**9, counter=counter)
+    request = ModelRequest(messages=history)
+    check = await async_time(lambda: quiet.wrap_model(request, ctx, _core), quick)
+
+    async def first_check(made: tuple[Summarize, ModelRequest]) -> Any:
+        return await made[0].wrap_model(made[1], ctx, _core)
+
+    check_cold = await abest_of_fresh(
+        first_check,
+        lambda: (
+            Summarize(Instant(), trigger_tokens=10**9, counter=HeuristicCounter()),
+            ModelRequest(messages=fresh_copy(history)),
+        ),
+        number=cold_number(quick, n),
+        repeat=3 if quick else 5,
+    )
+    whole = await async_time(
+        lambda: summarize_history(history, Instant(), ctx, KEEP_MESSAGES, counter=counter),
+        quick,
+    )
+    peer_split = lc.get("split")
+    split_verdict = verdict(split / 2, peer_split, "<= 2x LangChain")
+    cases = (
+        (f"{n} msgs split", split, "LangChain cutoff index", "split", split_verdict),
+        (f"{n} msgs below trigger (warm)", check, "LangChain abefore_model", "check", None),
+        (f"{n} msgs below trigger (cold)", check_cold, "LangChain abefore_model", "check", None),
+        (f"{n} msgs instant summarizer", whole, "LangChain abefore_model", "summary", None),
+    )
+    rows: list[Row] = []
+    for case, seconds, base, key, judged in cases:
+        peer = lc.get(key)
+        judged = judged or verdict(seconds, peer)
+        rows.append(Row("summarize", case, seconds, base if peer else None, peer, **judged))
+    return rows
+
+
 async def _measure(quick: bool) -> list[Row]:
     rows: list[Row] = []
-    peer = "LangChain" if HAVE_LANGCHAIN else None
+    ctx: RunContext[Any] = RunContext.new(events=EventSink(logger=None))
     for size in SIZES:
         history = build_history(size)
-        n = len(history)
-        counter = HeuristicCounter()
-        counter.count_messages(history)  # the memo is warm in a live session
-        compacted, stats = microcompact_history(history, KEEP_TURNS, counter=counter)
-        ctx = RunContext.new(events=EventSink(logger=None))
-
-        lc_edit = lc_split = lc_check = lc_summary = None
-        if HAVE_LANGCHAIN:
-            lc_messages = to_langchain(history)
-            fake = FakeListChatModel(responses=["summary"])
-            editing = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=0, keep=5)])
-            request = LCRequest(model=fake, messages=lc_messages)
-
-            async def handler(req: Any) -> Any:
-                return LCResponse(result=[LCAssistant(content="ok")])
-
-            lc_edit = await async_time(lambda: editing.awrap_model_call(request, handler), quick)
-            summarizing = SummarizationMiddleware(
-                fake, trigger=("tokens", 10**9), keep=("messages", KEEP_MESSAGES)
-            )
-            lc_split = sync_time(lambda: summarizing._determine_cutoff_index(lc_messages), quick)
-            state = {"messages": lc_messages}
-            lc_check = await async_time(lambda: summarizing.abefore_model(state, None), quick)
-
-            async def instant(messages: Sequence[Any]) -> str:
-                return "summary"
-
-            always = SummarizationMiddleware(
-                fake,
-                trigger=("messages", 1),
-                keep=("messages", KEEP_MESSAGES),
-                summarizer=instant,
-            )
-            lc_summary = await async_time(lambda: always.abefore_model(state, None), quick)
-
-        # -- microcompact --------------------------------------------------------------
-        warm = sync_time(
-            lambda: microcompact_history(compacted, KEEP_TURNS, counter=counter), quick
-        )
-        cold = sync_time(lambda: microcompact_history(history, KEEP_TURNS, counter=counter), quick)
-        layer = Microcompact(keep_recent=KEEP_TURNS, counter=counter)
-        # each call gets a new snapshot tuple of the (already compacted) conversation, as in
-        # a session: the layer checks the prefix it compacted before and walks the rest
-        same_messages = list(compacted)  # tuple() of a tuple is that tuple: copy via a list
-        snapshots = [ModelRequest(messages=tuple(same_messages)) for _ in range(2)]
-        assert snapshots[0].messages is not snapshots[1].messages
-        flip = iter(range(10**9))
-
-        def next_call() -> Any:
-            return layer.wrap_model(snapshots[next(flip) % 2], ctx, _core)
-
-        per_call = await async_time(next_call, quick)
-        base = "LangChain ClearToolUsesEdit"
-        extra = {"messages": n, "results_cleared": stats.results_cleared}
-        rows.append(
-            Row(
-                "microcompact",
-                f"{n} msgs warm (steady state)",
-                warm,
-                baseline=peer and base,
-                baseline_seconds=lc_edit,
-                target="<= 0.5 ms" if size == 2000 else None,
-                met=warm <= 0.5e-3 if size == 2000 else None,
-                extra=extra,
-            )
-        )
-        rows.append(
-            Row(
-                "microcompact",
-                f"{n} msgs layer per call (warm)",
-                per_call,
-                baseline=peer and base,
-                baseline_seconds=lc_edit,
-            )
-        )
-        rows.append(
-            Row(
-                "microcompact",
-                f"{n} msgs cold (first clear)",
-                cold,
-                baseline=peer and base,
-                baseline_seconds=lc_edit,
-                extra=extra,
-            )
-        )
-
-        # -- summarize -------------------------------------------------------------------
-        split = sync_time(lambda: tinyctx_split(history, KEEP_MESSAGES), quick)
-        rows.append(
-            Row(
-                "summarize",
-                f"{n} msgs split",
-                split,
-                baseline=peer and "LangChain cutoff index",
-                baseline_seconds=lc_split,
-            )
-        )
-        quiet = Summarize(Instant(), trigger_tokens=10**9, counter=counter)
-        request = ModelRequest(messages=history)
-        check = await async_time(lambda: quiet.wrap_model(request, ctx, _core), quick)
-        rows.append(
-            Row(
-                "summarize",
-                f"{n} msgs below trigger (per call)",
-                check,
-                baseline=peer and "LangChain abefore_model",
-                baseline_seconds=lc_check,
-            )
-        )
-        whole = await async_time(
-            lambda: summarize_history(history, Instant(), ctx, KEEP_MESSAGES, counter=counter),
-            quick,
-        )
-        rows.append(
-            Row(
-                "summarize",
-                f"{n} msgs instant summarizer",
-                whole,
-                baseline=peer and "LangChain abefore_model",
-                baseline_seconds=lc_summary,
-            )
-        )
+        lc = await _langchain_times(history, quick)
+        rows += await _microcompact_rows(history, quick, lc, ctx)
+        rows += await _summarize_rows(history, quick, lc, ctx)
     return rows
 
 
@@ -378,7 +414,7 @@ if __name__ == "__main__":
     print_table(rows)
     for row in rows:
         if row.ratio is not None:
+            how = f"{1 / row.ratio:,.1f}x faster" if row.ratio <= 1 else f"{row.ratio:,.1f}x slower"
             print(
-                f"  {row.group} {row.case}: {fmt_seconds(row.seconds)} "
-                f"= {1 / row.ratio:,.0f}x faster than {row.baseline}"
+                f"  {row.group} {row.case}: {fmt_seconds(row.seconds)} = {how} than {row.baseline}"
             )

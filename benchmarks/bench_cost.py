@@ -16,8 +16,9 @@ ExtractiveSummarizer), so only the policies differ. Everyone is counted by one t
 Printed: cost, prefix breaks and average prompt tokens per transcript and policy; then the
 three checks of issue #20, each MET or NOT MET per transcript:
 
-- never worse than doing nothing: where no management keeps the window, no named stack and
-  no single layer at its defaults costs more than none;
+- never worse than doing nothing: where no management overflows the window, no named stack
+  and no single layer at its defaults costs more than none or sends more calls over the
+  window (where everything fits it holds by construction: shown, not judged);
 - few prefix breaks: ``default_stack`` breaks the cached prefix at most once per 20 calls
   at 32K;
 - the sweep: ``default_stack`` swept over its low-water mark (its main knob; printed beside
@@ -33,8 +34,6 @@ three checks of issue #20, each MET or NOT MET per transcript:
 from __future__ import annotations
 
 import argparse
-import copy
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -44,22 +43,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _harness import Row  # noqa: E402
+import attrs  # noqa: E402
+from _cost_langchain import RESERVE, TRIGGER, langchain_available, langchain_stack  # noqa: E402
+from _harness import Row, shared_data  # noqa: E402
 
 from tinyctx import (  # noqa: E402
-    AssistantMessage,
-    Layer,
     LayerLike,
     Message,
-    ModelCall,
-    ModelRequest,
-    ModelResponse,
-    RunContext,
-    SystemMessage,
-    ToolCall,
-    ToolResult,
-    UserMessage,
-    thaw,
 )
 from tinyctx.cost import (  # noqa: E402
     DEFAULT_PRICE,
@@ -84,20 +74,7 @@ from tinyctx.replay import ReplayReport, replay_sync  # noqa: E402
 from tinyctx.tokens import TokenCounter, default_counter  # noqa: E402
 
 WINDOWS = (32_000, 128_000)
-RESERVE = 4_000
-TRIGGER = 0.9
 SWEEP = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-
-
-def shared_data() -> Path | None:
-    for candidate in (
-        os.environ.get("TINYCTX_SHARED_DATA"),
-        str(HERE.parent.parent / "shared" / "data"),
-        "/work/shared/data",
-    ):
-        if candidate and (Path(candidate) / "transcripts").is_dir():
-            return Path(candidate)
-    return None
 
 
 def transcript_files(data: Path) -> list[Path]:
@@ -124,167 +101,6 @@ def load_all(data: Path) -> tuple[list[tuple[str, tuple[Message, ...]]], list[st
         if messages:
             loaded.append((path.name.split(".")[0], messages))
     return loaded, skipped
-
-
-# ---------------------------------------------------------------------------------------
-# LangChain's middleware, driven inside a tinyctx replay
-
-
-class _Bridge:
-    """tinyctx <-> LangChain messages, memoized both ways so that unchanged messages map to
-    the very same objects (a cached prefix stays equal) and one counter counts everyone."""
-
-    def __init__(self, counter: TokenCounter) -> None:
-        self.counter = counter
-        self.to_lc: dict[int, tuple[Message, Any]] = {}
-        self.from_lc: dict[int, tuple[Any, Message]] = {}
-
-    def lc(self, message: Message) -> Any:
-        from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-        from langchain_core.messages import SystemMessage as LCSystem
-
-        known = self.to_lc.get(id(message))
-        if known is not None and known[0] is message:
-            return known[1]
-        out: Any
-        if isinstance(message, AssistantMessage):
-            calls = [
-                {"name": c.name, "args": thaw(c.arguments), "id": c.id} for c in message.tool_calls
-            ]
-            out = AIMessage(content=message.content, tool_calls=calls)
-        elif isinstance(message, ToolResult):
-            out = ToolMessage(content=message.text, tool_call_id=message.tool_call_id)
-        elif isinstance(message, SystemMessage):
-            out = LCSystem(content=message.content)
-        else:
-            out = HumanMessage(content=message.text)
-        self.to_lc[id(message)] = (message, out)
-        self.from_lc[id(out)] = (out, message)
-        return out
-
-    def back(self, message: Any) -> Message:
-        from langchain_core.messages import AIMessage, ToolMessage
-        from langchain_core.messages import SystemMessage as LCSystem
-
-        known = self.from_lc.get(id(message))
-        if known is not None and known[0] is message:
-            return known[1]
-        out: Message
-        if isinstance(message, AIMessage):
-            calls = tuple(
-                ToolCall(str(c["id"]), c["name"], c.get("args") or {}) for c in message.tool_calls
-            )
-            out = AssistantMessage(str(message.content), calls)
-        elif isinstance(message, ToolMessage):
-            out = ToolResult(message.tool_call_id, str(message.content))
-        elif isinstance(message, LCSystem):
-            out = SystemMessage(str(message.content))
-        else:
-            out = UserMessage(str(message.content))
-        self.from_lc[id(message)] = (message, out)
-        self.to_lc[id(out)] = (out, message)
-        return out
-
-    def count(self, messages: Sequence[Any]) -> int:
-        return self.counter.count_messages(tuple(self.back(m) for m in messages))
-
-
-class LangChainSummarization(Layer):
-    """``SummarizationMiddleware.before_model`` on the conversation, committed to it (as
-    LangChain's ``RemoveMessage(REMOVE_ALL)`` update does)."""
-
-    name = "langchain-summarization"
-
-    def __init__(self, bridge: _Bridge, trigger: Any, keep: Any, summary_tokens: int) -> None:
-        from langchain.agents.middleware import SummarizationMiddleware
-        from langchain_core.language_models.fake_chat_models import FakeListChatModel
-
-        self.bridge = bridge
-        extractive = ExtractiveSummarizer(max_tokens=summary_tokens, counter=bridge.counter)
-
-        def summarize(messages: list[Any]) -> str:
-            return extractive.extract([bridge.back(m) for m in messages])
-
-        self.middleware = SummarizationMiddleware(
-            FakeListChatModel(responses=["unused"]),
-            trigger=trigger,
-            keep=keep,
-            token_counter=bridge.count,
-            summarizer=summarize,
-            trim_tokens_to_summarize=None,
-        )
-
-    async def wrap_model(
-        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
-    ) -> ModelResponse:
-        lc = [self.bridge.lc(m) for m in request.messages]
-        update = self.middleware.before_model({"messages": lc}, None)  # type: ignore[arg-type]
-        if update is None:
-            return await call_next(request, ctx)
-        new = tuple(self.bridge.back(m) for m in update["messages"][1:])
-        ctx.conversation.replace(new, emit_new=False)
-        return await call_next(request.evolve(messages=ctx.conversation.messages), ctx)
-
-
-class LangChainContextEditing(Layer):
-    """``ContextEditingMiddleware``: a deep copy of the request edited on every call
-    (transient, as LangChain does)."""
-
-    name = "langchain-context-editing"
-
-    def __init__(self, bridge: _Bridge, **edit: Any) -> None:
-        from langchain.agents.middleware import ClearToolUsesEdit
-
-        self.bridge = bridge
-        self.edit = ClearToolUsesEdit(**edit)
-
-    async def wrap_model(
-        self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
-    ) -> ModelResponse:
-        original = [self.bridge.lc(m) for m in request.messages]
-        edited = copy.copy(original)  # the edit replaces entries, it never mutates them
-        self.edit.apply(edited, count_tokens=self.bridge.count)
-        if all(a is b for a, b in zip(edited, original, strict=True)):
-            return await call_next(request, ctx)
-        messages = tuple(self.bridge.back(m) for m in edited)
-        return await call_next(request.evolve(messages=messages), ctx)
-
-
-def langchain_stack(
-    counter: TokenCounter,
-    window: int,
-    low_water: float,
-    *,
-    editing: bool,
-    summary: bool,
-    trigger: float = TRIGGER,
-) -> list[LayerLike]:
-    """LangChain's pair at ``trigger`` (a fraction of the usable window; 1.0: only a
-    request that would not fit, as tinyctx's defaults) keeping ``low_water`` of it."""
-    usable = window - RESERVE
-    at = int(trigger * usable) + (1 if trigger >= 1 else 0)
-    bridge = _Bridge(counter)
-    layers: list[LayerLike] = []
-    if summary:
-        layers.append(
-            LangChainSummarization(
-                bridge,
-                trigger=("tokens", at),
-                keep=("tokens", int(low_water * usable)),
-                summary_tokens=1000,
-            )
-        )
-    if editing:
-        layers.append(LangChainContextEditing(bridge, trigger=at, keep=5, clear_at_least=0))
-    return layers
-
-
-def langchain_available() -> bool:
-    try:
-        import langchain.agents.middleware  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -397,6 +213,200 @@ def curve_verdict(ours: Sequence[SweepPoint], theirs: Sequence[SweepPoint]) -> t
 # ---------------------------------------------------------------------------------------
 
 
+Results = dict[str, tuple[float, int, int, float, int, float]]
+"""Per policy: cost, prefix breaks, calls, average prompt tokens, calls over the window (or
+an error) and replay seconds."""
+
+
+LANGCHAIN_TRIGGERS: tuple[float, ...] = (TRIGGER, 1.0)
+"""LangChain's pair is swept at 90% of the usable window and at tinyctx's own default (only a
+request that would not fit): the curve must lie below both."""
+
+
+@attrs.define
+class _Report:
+    """The checks' tables and verdicts, gathered over every transcript and window."""
+
+    fits: list[str] = attrs.field(factory=list)
+    worse: list[str] = attrs.field(factory=list)
+    breaks: list[str] = attrs.field(factory=list)
+    curves: list[str] = attrs.field(factory=list)
+    worse_ok: bool = True
+    breaks_ok: bool = True
+    curve_ok: bool = True
+    curve_counts: dict[float, list[int]] = attrs.field(
+        factory=lambda: {at: [0, 0] for at in LANGCHAIN_TRIGGERS}
+    )
+    extended_counts: dict[float, int] = attrs.field(
+        factory=lambda: dict.fromkeys(LANGCHAIN_TRIGGERS, 0)
+    )
+
+
+def _replay_policies(
+    messages: tuple[Message, ...],
+    named: dict[str, Factory],
+    counter: TokenCounter,
+    window: int,
+    price: ModelPrice,
+) -> Results:
+    results: Results = {}
+    for policy, factory in named.items():
+        started = time.perf_counter()
+        report = replay_one(messages, factory(counter, window, _low_water()), window, counter)
+        seconds = time.perf_counter() - started
+        cost = price_replay(report, price)
+        over = over_window(report) + (1 if report.error else 0)
+        calls = len(cost.calls)
+        results[policy] = (
+            cost.total,
+            cost.breaks,
+            calls,
+            cost.average_prompt_tokens,
+            over,
+            seconds,
+        )
+    return results
+
+
+def _print_results(name: str, results: Results) -> None:
+    for policy, (cost, breaks, calls, average, over, _) in results.items():
+        print(
+            f"{name[:34]:<34} {policy:<32} ${cost:>8.3f} {breaks:>6} "
+            f"{calls:>5} {average:>10.0f} {over:>5}"
+        )
+
+
+REPLAY_BASELINE = "replay time, no management"
+"""The cost rows' time is the replay of ``default_stack``; the ratio is its replay time over
+no management's (the costs are in the target text and ``extra``)."""
+
+
+def _management_rows(label: str, results: Results, report: _Report) -> list[Row]:
+    """Never worse than no management, judged where no management overflows the window (a
+    stack or layer that costs more or sends more calls over the window than none is a
+    regression); where everything fits it holds by construction, so it is shown unjudged."""
+    none_cost, _, _, _, none_over, none_seconds = results["none"]
+    ours = [p for p in results if p != "none" and not p.startswith("langchain")]
+    priciest = max(ours, key=lambda p: results[p][0])
+    extra: dict[str, Any] = {
+        "none_cost": none_cost,
+        "default_stack_cost": results["default_stack"][0],
+    }
+    ratio = results[priciest][0] / none_cost if none_cost else 0.0
+    line = f"{label} ${none_cost:>8.4f} ${results[priciest][0]:>8.4f} {priciest:<20}"
+    seconds = results["default_stack"][5]
+    if none_over == 0:
+        report.fits.append(f"{line} (fits: not judged)")
+        return [
+            Row("cost: fits unmanaged", label, seconds, REPLAY_BASELINE, none_seconds, extra=extra)
+        ]
+    worse = [p for p in ours if results[p][0] > none_cost * (1 + 1e-9) or results[p][4] > none_over]
+    report.worse_ok = report.worse_ok and not worse
+    report.worse.append(f"{line} {'NOT MET: ' + ', '.join(worse) if worse else 'MET'}")
+    target = f"priciest stack/layer {ratio:.2f}x none's cost, none over more: <= 1x"
+    extra["more_expensive"] = worse
+    return [
+        Row(
+            "cost: never worse (overflows)",
+            label,
+            seconds,
+            REPLAY_BASELINE,
+            none_seconds,
+            target=target,
+            met=not worse,
+            extra=extra,
+        )
+    ]
+
+
+def _breaks_row(label: str, results: Results, report: _Report) -> Row:
+    total, breaks, calls, average, _, seconds = results["default_stack"]
+    ok = breaks * 20 <= max(calls, 20)
+    report.breaks_ok = report.breaks_ok and ok
+    report.breaks.append(f"{label} {breaks:>6} {calls:>6} {'MET' if ok else 'NOT MET'}")
+    return Row(
+        "cost: breaks @32K",
+        label,
+        seconds,
+        REPLAY_BASELINE,
+        results["none"][5],
+        target=f"{breaks} breaks/{calls} calls <= 1/20",
+        met=ok,
+        extra={"cost": total, "none_cost": results["none"][0], "average": average},
+    )
+
+
+def _sweep_rows(
+    label: str,
+    messages: tuple[Message, ...],
+    named: dict[str, Factory],
+    sweep: tuple[int, TokenCounter, ModelPrice, bool],
+    report: _Report,
+) -> list[Row]:
+    """default_stack() swept over its main knob, the low-water mark (its relief run stays at
+    20: a relief never leaves room for fewer than 20 calls), against LangChain's pair.
+    Printed beside it: the curve with relief_run=0 added, which reaches the most context the
+    stack can keep (what `tinyctx replay --sweep` shows)."""
+    window, counter, price, verbose = sweep
+    started = time.perf_counter()
+    ours_curve = sweep_points(messages, named["default_stack"], window, counter, price)
+    sweep_seconds = time.perf_counter() - started
+    extended = ours_curve + sweep_points(messages, _default_stack_run_off, window, counter, price)
+    rows: list[Row] = []
+    for at in LANGCHAIN_TRIGGERS:
+        theirs_curve = sweep_points(messages, _langchain_at(at), window, counter, price)
+        below, cells = curve_verdict(ours_curve, theirs_curve)
+        below_extended, extended_cells = curve_verdict(extended, theirs_curve)
+        report.curve_ok = report.curve_ok and below
+        report.curve_counts[at][0] += below
+        report.curve_counts[at][1] += 1
+        report.extended_counts[at] += below_extended
+        report.curves.append(f"{label} {_trigger_label(at):>5} {cells}")
+        report.curves.append(f"{'':<40} {'':>5} {'':>5} {extended_cells}  (with relief_run=0 too)")
+        if verbose:
+            report.curves.append(_curve_points(extended, theirs_curve))
+        rows.append(
+            Row(
+                "cost: sweep vs LangChain",
+                f"{label} LangChain trigger {_trigger_label(at)}",
+                sweep_seconds,
+                None,
+                None,
+                target="default_stack curve below",
+                met=below,
+                extra={
+                    "ours": [p.to_json() for p in ours_curve],
+                    "langchain": [p.to_json() for p in theirs_curve],
+                    "comparison": compare_curves(ours_curve, theirs_curve).to_json(),
+                    "ours_with_relief_run_0": [p.to_json() for p in extended],
+                    "comparison_with_relief_run_0": compare_curves(
+                        extended, theirs_curve
+                    ).to_json(),
+                },
+            )
+        )
+    return rows
+
+
+def _print_totals(window: int, count: int, totals: dict[str, list[float]]) -> None:
+    print(
+        f"\n-- totals at {window // 1000}K over the transcripts no management does "
+        f"not fit (of {count}):"
+    )
+    for policy, (c, b, n, over) in totals.items():
+        print(
+            f"   {policy:<32} ${c:>8.2f}  {int(b):>4} breaks  {int(n):>5} calls  "
+            f"{int(over):>4} calls over the window"
+        )
+
+
+def _add_totals(totals: dict[str, list[float]], results: Results) -> None:
+    for policy, (c, b, n, _, over, _) in results.items():
+        entry = totals.setdefault(policy, [0.0, 0, 0, 0])
+        for i, value in enumerate((c, b, n, over)):
+            entry[i] += value
+
+
 def run(
     quick: bool = False,
     price_name: str = DEFAULT_PRICE,
@@ -417,12 +427,7 @@ def run(
     if quick:
         named = {k: v for k, v in named.items() if k in ("none", "default_stack")}
     rows: list[Row] = []
-    fits_table: list[str] = []
-    breaks_table: list[str] = []
-    curve_table: list[str] = []
-    fits_ok = breaks_ok = curve_ok = True
-    curve_counts: dict[float, list[int]] = {at: [0, 0] for at in LANGCHAIN_TRIGGERS}
-    extended_counts: dict[float, int] = dict.fromkeys(LANGCHAIN_TRIGGERS, 0)
+    report = _Report()
     for window in WINDOWS:
         totals: dict[str, list[float]] = {}
         if verbose:
@@ -432,174 +437,63 @@ def run(
                 f"{'calls':>5} {'avg prompt':>10} {'over':>5}"
             )
         for name, messages in transcripts:
-            results: dict[str, tuple[float, int, int, float, int, float]] = {}
-            for policy, factory in named.items():
-                started = time.perf_counter()
-                report = replay_one(
-                    messages, factory(counter, window, _low_water()), window, counter
-                )
-                seconds = time.perf_counter() - started
-                cost = price_replay(report, price)
-                results[policy] = (
-                    cost.total,
-                    cost.breaks,
-                    len(cost.calls),
-                    cost.average_prompt_tokens,
-                    over_window(report) + (1 if report.error else 0),
-                    seconds,
-                )
-                if verbose:
-                    print(
-                        f"{name[:34]:<34} {policy:<32} ${cost.total:>8.3f} {cost.breaks:>6} "
-                        f"{len(cost.calls):>5} {cost.average_prompt_tokens:>10.0f} "
-                        f"{results[policy][4]:>5}"
-                    )
-            none_cost, _, _, _, none_over, none_seconds = results["none"]
+            results = _replay_policies(messages, named, counter, window, price)
+            if verbose:
+                _print_results(name, results)
+            none_over = results["none"][4]
             if none_over:  # the transcripts where management is needed
-                for policy, (c, b, n, _, over, _) in results.items():
-                    entry = totals.setdefault(policy, [0.0, 0, 0, 0])
-                    entry[0] += c
-                    entry[1] += b
-                    entry[2] += n
-                    entry[3] += over
+                _add_totals(totals, results)
             label = f"{name[:40]:<40} {window // 1000:>4}K"
-            if none_over == 0:  # no management fits: nothing may cost more
-                ours = [p for p in results if p != "none" and not p.startswith("langchain")]
-                worse = [p for p in ours if results[p][0] > none_cost * (1 + 1e-9)]
-                priciest = max(ours, key=lambda p: results[p][0])
-                fits_ok = fits_ok and not worse
-                fits_table.append(
-                    f"{label} ${none_cost:>8.4f} ${results[priciest][0]:>8.4f} "
-                    f"{priciest:<20} {'NOT MET: ' + ', '.join(worse) if worse else 'MET'}"
-                )
-                rows.append(
-                    Row(
-                        "cost: fits unmanaged",
-                        label,
-                        results["default_stack"][5],
-                        "no management",
-                        none_seconds,
-                        target="no stack/layer costs more",
-                        met=not worse,
-                        extra={"none_cost": none_cost, "more_expensive": worse},
-                    )
-                )
-            total, breaks, calls, average, _, seconds = results["default_stack"]
+            rows += _management_rows(label, results, report)
             if window == 32_000:
-                ok = breaks * 20 <= max(calls, 20)
-                breaks_ok = breaks_ok and ok
-                breaks_table.append(f"{label} {breaks:>6} {calls:>6} {'MET' if ok else 'NOT MET'}")
-                rows.append(
-                    Row(
-                        "cost: breaks @32K",
-                        label,
-                        seconds,
-                        "no management",
-                        none_seconds,
-                        target=f"{breaks} breaks/{calls} calls <= 1/20",
-                        met=ok,
-                        extra={"cost": total, "none_cost": none_cost, "average": average},
-                    )
-                )
+                rows.append(_breaks_row(label, results, report))
             if with_langchain and not quick and none_over > 0 and sweeps:
-                # the check: default_stack() swept over its main knob, the low-water mark
-                # (its relief run stays at 20: a relief never leaves room for fewer than 20
-                # calls). Printed beside it: the curve with relief_run=0 added, which reaches
-                # the most context the stack can keep (what `tinyctx replay --sweep` shows)
-                ours_curve = sweep_points(messages, named["default_stack"], window, counter, price)
-                extended = ours_curve + sweep_points(
-                    messages, _default_stack_run_off, window, counter, price
-                )
-                for at in LANGCHAIN_TRIGGERS:
-                    theirs_curve = sweep_points(messages, _langchain_at(at), window, counter, price)
-                    below, cells = curve_verdict(ours_curve, theirs_curve)
-                    below_extended, extended_cells = curve_verdict(extended, theirs_curve)
-                    curve_ok = curve_ok and below
-                    curve_counts[at][0] += below
-                    curve_counts[at][1] += 1
-                    extended_counts[at] += below_extended
-                    curve_table.append(f"{label} {_trigger_label(at):>5} {cells}")
-                    curve_table.append(
-                        f"{'':<40} {'':>5} {'':>5} {extended_cells}  (with relief_run=0 too)"
-                    )
-                    if verbose:
-                        curve_table.append(_curve_points(extended, theirs_curve))
-                    rows.append(
-                        Row(
-                            "cost: sweep vs LangChain",
-                            f"{label} LangChain trigger {_trigger_label(at)}",
-                            seconds,
-                            None,
-                            None,
-                            target="default_stack curve below",
-                            met=below,
-                            extra={
-                                "ours": [p.to_json() for p in ours_curve],
-                                "langchain": [p.to_json() for p in theirs_curve],
-                                "comparison": compare_curves(ours_curve, theirs_curve).to_json(),
-                                "ours_with_relief_run_0": [p.to_json() for p in extended],
-                                "comparison_with_relief_run_0": compare_curves(
-                                    extended, theirs_curve
-                                ).to_json(),
-                            },
-                        )
-                    )
+                sweep = (window, counter, price, verbose)
+                rows += _sweep_rows(label, messages, named, sweep, report)
         if verbose and totals:
-            count = sum(1 for _, m in transcripts if m)
-            print(
-                f"\n-- totals at {window // 1000}K over the transcripts no management does "
-                f"not fit (of {count}):"
-            )
-            for policy, (c, b, n, over) in totals.items():
-                print(
-                    f"   {policy:<32} ${c:>8.2f}  {int(b):>4} breaks  {int(n):>5} calls  "
-                    f"{int(over):>4} calls over the window"
-                )
+            _print_totals(window, sum(1 for _, m in transcripts if m), totals)
     if verbose:
-        head = f"{'transcript':<40} {'window':>5}"
-        print("\n== never worse than doing nothing (transcripts no management keeps in the window)")
-        print(f"{head} {'none':>9} {'priciest':>9} {'(stack/layer)':<20} verdict")
-        print("\n".join(fits_table))
-        print("\n== default_stack prefix breaks at 32K (at most 1 per 20 calls)")
-        print(f"{head} {'breaks':>6} {'calls':>6} verdict")
-        print("\n".join(breaks_table))
-        if curve_table:
-            print(
-                "\n== sweep of the low-water mark: default_stack vs LangChain "
-                "summarization+editing at equal average prompt tokens"
-            )
-            print(
-                "   (each curve's frontier, interpolated linearly, over the range both cover; "
-                "the point where ours compares worst)"
-            )
-            print(
-                "   LangChain's trigger: 90% of the usable window, or 'over' (only a request that "
-                "would not fit, tinyctx's default)"
-            )
-            print(
-                f"{head} {'LC at':>5} {'avg tok':>9} {'tinyctx':>9} {'langchain':>9} {'diff':>7}"
-                "  verdict"
-            )
-            print("\n".join(curve_table))
-        print(
-            f"\nnever worse than no management: {'MET' if fits_ok else 'NOT MET'}; "
-            f"default_stack <= 1 break per 20 calls at 32K: {'MET' if breaks_ok else 'NOT MET'}; "
-            "sweep below LangChain's: "
-            + (("MET" if curve_ok else "NOT MET") if curve_table else "not run")
-        )
-        for at, (met, runs) in curve_counts.items():
-            if runs:
-                print(
-                    f"   below LangChain triggered at {_trigger_label(at)}: "
-                    f"{met} of {runs} transcript windows (with relief_run=0 too: "
-                    f"{extended_counts[at]} of {runs})"
-                )
+        _print_report(report)
     return rows
 
 
-LANGCHAIN_TRIGGERS = (TRIGGER, 1.0)
-"""LangChain's pair is swept at 90% of the usable window and at tinyctx's own default (only a
-request that would not fit): the curve must lie below both."""
+def _print_report(report: _Report) -> None:
+    head = f"{'transcript':<40} {'window':>5}"
+    print("\n== never worse than doing nothing, where no management overflows the window")
+    print(f"{head} {'none':>9} {'priciest':>9} {'(stack/layer)':<20} verdict")
+    print("\n".join(report.worse + report.fits))
+    print("\n== default_stack prefix breaks at 32K (at most 1 per 20 calls)")
+    print(f"{head} {'breaks':>6} {'calls':>6} verdict")
+    print("\n".join(report.breaks))
+    if report.curves:
+        print(
+            "\n== sweep of the low-water mark: default_stack vs LangChain "
+            "summarization+editing at equal average prompt tokens\n"
+            "   (each curve's frontier, interpolated linearly, over the range both cover; "
+            "the point where ours compares worst)\n"
+            "   LangChain's trigger: 90% of the usable window, or 'over' (only a request that "
+            "would not fit, tinyctx's default)"
+        )
+        print(
+            f"{head} {'LC at':>5} {'avg tok':>9} {'tinyctx':>9} {'langchain':>9} {'diff':>7}"
+            "  verdict"
+        )
+        print("\n".join(report.curves))
+    print(
+        f"\nnever worse than no management (where it overflows): "
+        f"{'MET' if report.worse_ok else 'NOT MET'}; "
+        "default_stack <= 1 break per 20 calls at 32K: "
+        f"{'MET' if report.breaks_ok else 'NOT MET'}; "
+        "sweep below LangChain's: "
+        + (("MET" if report.curve_ok else "NOT MET") if report.curves else "not run")
+    )
+    for at, (met, runs) in report.curve_counts.items():
+        if runs:
+            print(
+                f"   below LangChain triggered at {_trigger_label(at)}: "
+                f"{met} of {runs} transcript windows (with relief_run=0 too: "
+                f"{report.extended_counts[at]} of {runs})"
+            )
 
 
 def _default_stack_run_off(counter: TokenCounter, window: int, low_water: float) -> list[LayerLike]:

@@ -18,7 +18,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, abest_of, print_table
+from _harness import Row, abest_of, best_of, print_table, sqlite_read_floor
 
 from tinyctx import (
     AssistantMessage,
@@ -107,7 +107,21 @@ async def _store_rows(quick: bool) -> list[Row]:
                 Row("notes", "SqliteStore.append_notes x10", batch, "MemoryStore x1", floor)
             )
             read = await abest_of(lambda: store.notes("ns", limit=200), number=number // 4)
-            rows.append(Row("notes", "SqliteStore.notes(limit=200)", read))
+            query = (
+                "SELECT seq, text, created_at, metadata FROM tinyctx_notes "
+                "WHERE namespace = ? ORDER BY seq DESC LIMIT ?"
+            )
+            with sqlite_read_floor(Path(folder) / "bench.db", query, ("ns", 200), 3) as raw:
+                raw_read = best_of(raw, number=number // 4)
+            rows.append(
+                Row(
+                    "notes",
+                    "SqliteStore.notes(limit=200)",
+                    read,
+                    "raw SELECT + orjson, same rows",
+                    raw_read,
+                )
+            )
     return rows
 
 

@@ -107,6 +107,11 @@ def print_summary(all_rows: list[tuple[str, Row]]) -> None:
     print("\nsummary: each capability, tinyctx, the best peer, the floor (ratio = tinyctx / it)")
     for line in [header, *lines]:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))
+    bare = [(m, r) for m, r in all_rows if r.baseline is None or r.baseline_seconds is None]
+    if bare:  # every row should name a peer or its floor; these are the gaps left
+        print(f"\nrows with neither a peer nor a floor measured: {len(bare)}")
+        for module, row in bare:
+            print(f"  {module} {row.group} / {row.case}")
 
 
 def main(argv: list[str] | None = None) -> int:
