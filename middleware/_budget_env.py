@@ -101,7 +101,6 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "RESERVED_OUTPUT_TOKENS": ("reserved_output_tokens", lambda k, v: _parse_int(k, v, 0)),
     "TRIGGER": ("trigger", _parse_fraction),
     "HARD_LIMIT": ("hard_limit", _parse_fraction),
-    "TARGET": ("target", _parse_fraction),
     "LOW_WATER": ("low_water", _parse_fraction),
     "PERSIST": ("persist", _parse_bool),
     "CALIBRATE": ("calibrate", _parse_bool),
@@ -158,7 +157,6 @@ def window_thresholds(
     reserved_output_tokens: Any,
     trigger: Any,
     hard_limit: Any,
-    target: Any,
     low_water: Any,
     owner: str = "BudgetGuard",
 ) -> tuple[int | None, int | None, float, float, float]:
@@ -190,23 +188,15 @@ def window_thresholds(
             f"0 < trigger <= hard_limit ({checked_hard_limit:g}) <= 1",
             owner=owner,
         )
-    if target is not None and low_water is not None and target != low_water:
-        raise ConfigError(
-            "target",
-            target,
-            f"the same as low_water ({low_water!r}) or None: target is its older name",
-            owner=owner,
-        )
-    mark, mark_name = (low_water, "low_water") if low_water is not None else (target, "target")
-    if mark is None:
+    if low_water is None:
         checked_low_water = min(0.5, checked_trigger)
     else:
-        checked_low_water = _fraction(mark_name, mark, owner)
+        checked_low_water = _fraction("low_water", low_water, owner)
         if checked_low_water > checked_trigger:
             raise ConfigError(
-                mark_name,
-                mark,
-                f"0 < {mark_name} <= trigger ({checked_trigger:g})",
+                "low_water",
+                low_water,
+                f"0 < low_water <= trigger ({checked_trigger:g})",
                 owner=owner,
             )
     return (

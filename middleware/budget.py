@@ -115,44 +115,52 @@ __all__ = [
 class BudgetGuard(Layer):
     """Keeps each model request inside the usable context window (see the module doc).
 
-    ``trigger``, ``hard_limit`` and ``low_water`` are fractions of the usable window (``window -
-    reserved_output_tokens``) with ``0 < low_water <= trigger <= hard_limit <= 1``. ``trigger``
-    defaults to ``hard_limit``: the guard then acts only when the request would not fit under
-    the hard limit, never on a conversation that fits (acting earlier rewrites a cached prefix
-    the calls up to the limit would only have read, so it never costs less on a conversation
-    that ends before it; ``benchmarks/bench_cost.py`` checks this on real transcripts). When the
-    guard acts it relieves in one batch down to the low-water mark, so the calls after it append
-    to a stable prefix (a provider's prompt cache reads it) until the trigger is reached again:
-    the lower the mark, the rarer the rewrites that break the cached prefix, and the less
-    context is kept. ``low_water`` defaults to half the usable window (or the trigger, when that
-    is lower); :func:`~tinyctx.middleware.stacks.default_stack` relieves to 0.4, which
-    ``benchmarks/bench_cost.py`` shows is cheaper on real transcripts. ``target`` is its older
-    name (give one or the other). The built-in policies free what the guard asks for, oldest
-    first, so the mark decides how much context a relief keeps.
+    Fractions are of the usable window (``window - reserved_output_tokens``), with
+    ``0 < low_water <= trigger <= hard_limit <= 1``. When the guard acts it relieves in one
+    batch down to the low-water mark, so the calls after it append to a stable prefix (a
+    provider's prompt cache reads it) until the trigger is reached again: the lower the mark,
+    the rarer the rewrites that break the cached prefix, and the less context is kept. The
+    built-in policies free what the guard asks for, oldest first.
 
-    ``relief_run`` (default 0, off; ``default_stack`` sets 20) makes a relief buy room for at
-    least that many calls: at the rate the conversation grew per call since the last relief,
-    a relief goes below ``low_water`` when the mark would leave room for fewer calls, but
-    never below ``relief_floor`` (0.2 of the usable window, or ``low_water`` when that is
-    lower). A fast-growing conversation then breaks the cached prefix about once per
-    ``relief_run`` calls instead of at every few, and a slow one keeps the mark's context.
-    ``reserved_output_tokens`` defaults to ``RunConfig.reserved_output_tokens``, or to the
-    request's ``max_tokens``-style output setting when the config reserves nothing.
-
-    ``persist=True`` (default) commits a relieved history to the conversation with
-    ``replace(..., emit_new=False)``, so the next request starts from it and a provider's
-    prompt-cache prefix stays stable; it can only do so when the request's messages are the
-    conversation's (an outer layer that injected messages makes that call transient).
-    ``persist=False`` relieves each request on its way and never touches the history.
-
-    A :class:`~tinyctx.ContextLimitExceeded` raised by the model (the provider said the
-    prompt is too long) is answered once: the guard relieves harder — down to
-    ``provider_retry_factor`` of the smaller of the target and the rejected estimate — and
-    retries; a second rejection propagates.
+    Args:
+        max_tokens: The context window; default ``RunConfig.max_tokens``, then the window
+            the provider reports, then the model-window table.
+        reserved_output_tokens: Tokens kept free for the answer; default
+            ``RunConfig.reserved_output_tokens``, else the request's ``max_tokens``-style
+            output setting.
+        trigger: The fraction the guard acts at; default ``hard_limit``, so it acts only on
+            a request that would not fit (acting earlier rewrites a cached prefix the calls
+            up to the limit would only have read; ``benchmarks/bench_cost.py`` checks this).
+        hard_limit: The most a request sent may use (default 1.0); over it after every
+            policy, :class:`~tinyctx.ContextLimitExceeded` is raised.
+        low_water: The fraction a relief goes down to; default 0.5 (or the trigger when
+            lower); :func:`~tinyctx.middleware.stacks.default_stack` uses 0.4, cheaper on
+            real transcripts (``benchmarks/bench_cost.py``).
+        policies: The pressure policies in the order they run; default by ``order``.
+        order: A named order (:data:`ORDERS`) or a sequence of roles.
+        counter: The token counter; default :func:`~tinyctx.tokens.default_counter`.
+        persist: Commit a relieved history to the conversation (default) with
+            ``replace(..., emit_new=False)``, keeping the next request's prefix stable; only
+            when the request's messages are the conversation's. False relieves each request
+            on its way and never touches the history.
+        calibrate: Learn the ratio of the provider's ``input_tokens`` to the estimate.
+        windows: Extra ``{model-name prefix: tokens}`` entries for the window table.
+        breaker_threshold: Failures of a policy group that open its circuit breaker.
+        breaker_cooldown: Firings an open breaker skips before trying once more; None:
+            stays open until a policy of the group succeeds.
+        retry_on_provider_limit: Answer the provider's "prompt too long" once: relieve down
+            to ``provider_retry_factor`` of the smaller of the mark and the rejected
+            estimate, and retry; a second rejection propagates.
+        provider_retry_factor: See ``retry_on_provider_limit``; in (0, 1).
+        relief_run: Make a relief buy room for at least this many calls at the rate the
+            conversation grew per call (default 0, off; ``default_stack`` sets 20).
+        relief_floor: The lowest a ``relief_run`` relief goes (default 0.2, or
+            ``low_water`` when lower).
+        name: The key of the guard's state; default the class name.
 
     State (calibration, breakers, stats) is per thread (its conversation; a sub-agent has
-    its own), durable: a Session with a store keeps it with the thread, so a later session
-    continues the calibration and the breakers. Read it with :meth:`stats`.
+    its own), durable: a Session with a store keeps it with the thread. Read it with
+    :meth:`stats`.
     """
 
     constraints = (
@@ -171,7 +179,6 @@ class BudgetGuard(Layer):
         reserved_output_tokens: int | None = None,
         trigger: float | None = None,
         hard_limit: float = 1.0,
-        target: float | None = None,
         low_water: float | None = None,
         policies: Sequence[PressurePolicy] | None = None,
         order: OrderSpec | None = None,
@@ -194,9 +201,7 @@ class BudgetGuard(Layer):
             self.hard_limit,
             self.trigger,
             self.low_water,
-        ) = window_thresholds(
-            max_tokens, reserved_output_tokens, trigger, hard_limit, target, low_water
-        )
+        ) = window_thresholds(max_tokens, reserved_output_tokens, trigger, hard_limit, low_water)
         self.counter: TokenCounter = (
             default_counter() if counter is None else _COUNTER.check(counter, "counter", owner)
         )
@@ -274,11 +279,6 @@ class BudgetGuard(Layer):
             goal = min(goal, max(floor, math.floor(usable - self.relief_run * growth)))
         return goal
 
-    @property
-    def target(self) -> float:
-        """The low-water mark under its older name."""
-        return self.low_water
-
     # -- construction from the environment ------------------------------------------------
 
     @classmethod
@@ -292,7 +292,7 @@ class BudgetGuard(Layer):
         """A guard from ``options`` with overrides from ``{prefix}*`` environment variables.
 
         Variables: ``MAX_TOKENS``, ``RESERVED_OUTPUT_TOKENS``, ``TRIGGER``, ``HARD_LIMIT``,
-        ``LOW_WATER`` (or its older name ``TARGET``), ``RELIEF_FLOOR`` (fractions like
+        ``LOW_WATER``, ``RELIEF_FLOOR`` (fractions like
         ``0.9`` or percentages like ``90%``), ``RELIEF_RUN`` (calls), ``PERSIST``,
         ``CALIBRATE``, ``RETRY_ON_PROVIDER_LIMIT`` (booleans), ``ORDER`` (``default`` or
         ``seed``), ``BREAKER_THRESHOLD``, ``BREAKER_COOLDOWN`` (an integer or ``none``).
