@@ -116,7 +116,7 @@ _SETTINGS_OUTPUT_KEYS = ("max_output_tokens", "max_completion_tokens", "max_toke
 
 
 # ---------------------------------------------------------------------------------------
-# the layer
+# thresholds, output reserve and the environment
 
 
 T = TypeVar("T")

@@ -123,7 +123,3 @@ class ProviderContextLimit(Event):
     provider_estimate: int | None = None
     error: str = ""
     retrying: bool = False
-
-
-# ---------------------------------------------------------------------------------------
-# per-session state and stats

@@ -119,7 +119,7 @@ def default_policies(order: OrderSpec = "default") -> list[PressurePolicy]:
 
 
 # ---------------------------------------------------------------------------------------
-# events
+# the policy contract and the relief loop
 
 
 class PolicyFailure(TinyCtxError):

@@ -163,7 +163,7 @@ class _GuardState:
 
 
 # ---------------------------------------------------------------------------------------
-# validation and environment parsing
+# breaker transitions
 
 
 def breaker_status(breaker: _Breaker, cooldown: int | None) -> str:

@@ -307,7 +307,3 @@ def _three_counts(data: dict[str, Any], key: str) -> tuple[int, int, int]:
         raise ValueError(f"MemoryCounters state: {key} must be [tokens, tool_calls, turns]")
     tokens, tool_calls, turns = (_non_negative_count(f"{key}[{i}]", v) for i, v in enumerate(value))
     return tokens, tool_calls, turns
-
-
-# ---------------------------------------------------------------------------------------
-# events

@@ -1,6 +1,9 @@
 """Session memory's events.
 
-Extractions started, completed, failed, skipped or queued; memory loaded or toggled.
+Every state change is an event: ``session_memory.started``, ``.completed`` (notes
+written), ``.failed`` (why, and whether it was a cancellation), ``.skipped`` (debug: which
+thresholds were not met, or why else), ``.loaded`` (notes offered), ``.load_failed`` and
+``.toggled``.
 """
 
 from __future__ import annotations
@@ -107,7 +110,3 @@ class MemoryToggled(Event):
     kind: ClassVar[str] = "session_memory.toggled"
     level: ClassVar[EventLevel] = "info"
     enabled: bool = True
-
-
-# ---------------------------------------------------------------------------------------
-# the layer

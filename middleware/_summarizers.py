@@ -8,7 +8,6 @@ from typing import Any
 
 from tinyctx import (
     AssistantMessage,
-    ConfigError,
     Conversation,
     Message,
     ModelCallFinished,
@@ -20,6 +19,7 @@ from tinyctx import (
     UserMessage,
     default_counter,
 )
+from tinyctx.config import Check, function
 from tinyctx.parts import TextPart, describe_part
 from tinyctx.tokens import TokenCounter
 
@@ -37,6 +37,10 @@ from ._summary_history import (
     render_transcript,
 )
 
+_PROMPT: Check[str] = Check(
+    lambda value: isinstance(value, str) and bool(value.strip()), "a non-empty string"
+)
+
 
 class ModelSummarizer:
     """Asks a model for a dense summary, through the ``call_model`` signature.
@@ -47,6 +51,14 @@ class ModelSummarizer:
     one user message holding the transcript; its usage is added to the run's trackers.
     The transcript is capped at ``max_transcript_tokens`` (and at 3/4 of the run's usable
     window when that is known), dropping messages from the middle.
+
+    Args:
+        model: The model handler asked for the summary.
+        model_name: The model of the summary request; default the run's.
+        prompt: The instruction in front of the transcript.
+        max_transcript_tokens: The most the transcript takes.
+        settings: Provider settings of the summary request.
+        counter: Counts the transcript; default :func:`~tinyctx.tokens.default_counter`.
     """
 
     def __init__(
@@ -59,10 +71,8 @@ class ModelSummarizer:
         settings: Mapping[str, Any] | None = None,
         counter: TokenCounter | None = None,
     ) -> None:
-        if not callable(model):
-            raise ConfigError("model", model, "an async model handler", owner="ModelSummarizer")
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ConfigError("prompt", prompt, "a non-empty string", owner="ModelSummarizer")
+        function(allowed="an async model handler").check(model, "model", "ModelSummarizer")
+        _PROMPT.check(prompt, "prompt", "ModelSummarizer")
         self.model = model
         self.model_name = model_name
         self.prompt = prompt
@@ -117,6 +127,12 @@ class ExtractiveSummarizer:
     arguments and the first lines of its result. When not everything fits, the first and
     latest goals and the latest statements go first, then tool calls from the newest back;
     what did not fit is counted.
+
+    Args:
+        max_tokens: The longest summary.
+        line_chars: The longest line kept of a goal, statement or result.
+        statements: How many of the last assistant statements are kept.
+        counter: Counts the summary; default :func:`~tinyctx.tokens.default_counter`.
     """
 
     def __init__(
@@ -244,7 +260,3 @@ class ExtractiveSummarizer:
 
     async def summarize(self, messages: Sequence[Message], ctx: RunContext[Any]) -> str:
         return self.extract(messages)
-
-
-# ---------------------------------------------------------------------------------------
-# the layer

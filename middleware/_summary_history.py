@@ -76,7 +76,7 @@ class SummaryStats:
     tokens_after: int = 0
 
     @property
-    def tokens_freed(self) -> int:
+    def freed_tokens(self) -> int:
         return self.tokens_before - self.tokens_after
 
     @property
@@ -156,6 +156,13 @@ def summary_split(
     Only the last tool-call turn before the target can straddle it (results come before
     the next assistant message), so the cut is snapped within the window from that turn's
     assistant message on: the cost grows with ``keep_recent``, not with the history.
+
+    Args:
+        history: The messages to split.
+        keep_recent: Messages the tail keeps.
+        keep_task: Keep the first user message in the lead.
+        forward: Snap the cut forward to the next clean cut before the end.
+        keep_summaries: The most earlier summaries kept in the lead.
     """
     check_int(keep_recent, "keep_recent", "summary_split")
     check_int(keep_summaries, "keep_summaries", "summary_split")
@@ -205,6 +212,16 @@ async def summarize_history(
     to summarize. Raises :class:`SummarizationError` when the summarizer fails or returns
     only whitespace; cancellation and interrupts propagate as they are. Either way the
     input is not changed.
+
+    Args:
+        history: The messages to shorten.
+        summarizer: Writes the summary.
+        ctx: The run's context (the summarizer's calls are its children).
+        keep_recent: Messages kept verbatim at the end.
+        counter: Counts the summary's stats; default :func:`~tinyctx.tokens.default_counter`.
+        keep_task: Keep the first user message verbatim (see :func:`summary_split`).
+        forward: Snap the cut forward rather than back (see :func:`summary_split`).
+        keep_summaries: Earlier summaries kept verbatim (see :func:`summary_split`).
     """
     history = as_history(history)
     plan = summary_split(
@@ -333,6 +350,13 @@ def render_transcript(
     budget keeps the oldest blocks (where the goals are stated), the rest the newest, and a
     note says how many messages were left out. The first and the last message always
     appear, cut in their middle when they alone are too long.
+
+    Args:
+        messages: The messages to render.
+        max_tokens: About the most the transcript takes.
+        counter: Counts the blocks; default :func:`~tinyctx.tokens.default_counter`.
+        block_chars: The longest block, in characters.
+        head_share: The share of ``max_tokens`` kept for the oldest blocks.
     """
     count_text = (counter or default_counter()).count_text
     blocks = [_render(m, block_chars) for m in messages]
@@ -373,7 +397,3 @@ def render_transcript(
     omitted = end - start
     middle = [f"[... {omitted} messages omitted from the middle ...]"] if omitted else []
     return "\n".join([*first, *middle, *reversed(last)])
-
-
-# ---------------------------------------------------------------------------------------
-# summarizers

@@ -47,6 +47,7 @@ from tinyctx import (
     Outside,
     RunContext,
 )
+from tinyctx._public import publish
 from tinyctx.config import flag, fraction, integer, text
 from tinyctx.tokens import (
     TokenCounter,
@@ -55,6 +56,7 @@ from tinyctx.tokens import (
     window_table,
 )
 
+from . import _budget_events, _budget_policies, _budget_state
 from ._budget_env import (
     _COUNTER,
     _RELIEF_RUN,
@@ -84,6 +86,7 @@ from ._budget_policies import (
     run_policies,
 )
 from ._budget_policies import OrderSpec as OrderSpec
+from ._budget_policies import PolicyFailure as PolicyFailure
 from ._budget_state import (
     BreakerState,
     BudgetStats,
@@ -92,6 +95,8 @@ from ._budget_state import (
 )
 from .fallback import Fallback
 from .policy import PressurePolicy
+
+publish(__name__, _budget_events, _budget_policies, _budget_state)
 
 __all__ = [
     "BudgetGuard",

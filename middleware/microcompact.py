@@ -79,7 +79,7 @@ class MicrocompactStats:
     turns_cleared: int = 0
     results_cleared: int = 0
     bytes_freed: int = 0
-    tokens_freed: int = 0
+    freed_tokens: int = 0
     images_cleared: int = 0
     """Images replaced by placeholders (``keep_images``), in any message."""
     inputs_cleared: int = 0
@@ -206,7 +206,7 @@ def microcompact_history(
     is one of the newest ``keep_recent``. A cleared result gets ``placeholder`` as content
     and ``metadata["tinyctx"]["cleared"]``; nothing is removed. A result is only cleared
     when that lowers its token estimate under ``counter`` (default: the shared heuristic
-    counter), which also measures ``tokens_freed``. Returns the input tuple itself when
+    counter), which also measures ``freed_tokens``. Returns the input tuple itself when
     nothing changed.
 
     ``memo`` is a dict the caller keeps between calls with the same settings: a result
@@ -240,7 +240,7 @@ def _clear_images(
         stats,
         images_cleared=images.images_cleared,
         bytes_freed=stats.bytes_freed + images.bytes_freed,
-        tokens_freed=stats.tokens_freed + images.tokens_freed,
+        freed_tokens=stats.freed_tokens + images.freed_tokens,
     )
     return out, merged
 
@@ -359,7 +359,7 @@ class MicrocompactApplied(Event):
     turns_cleared: int = 0
     results_cleared: int = 0
     bytes_freed: int = 0
-    tokens_freed: int = 0
+    freed_tokens: int = 0
     inputs_cleared: int = 0
     persisted: bool = False
     source: str = "layer"
@@ -373,7 +373,7 @@ class MicrocompactApplied(Event):
             turns_cleared=stats.turns_cleared,
             results_cleared=stats.results_cleared,
             bytes_freed=stats.bytes_freed,
-            tokens_freed=stats.tokens_freed,
+            freed_tokens=stats.freed_tokens,
             inputs_cleared=stats.inputs_cleared,
             persisted=persisted,
             source=source,
@@ -383,7 +383,7 @@ class MicrocompactApplied(Event):
     def describe(self) -> str | None:
         if self.source != "layer":
             return None  # as a guard policy, the guard's own event reports it
-        return f"microcompact -{self.tokens_freed} ({self.results_cleared} results)"
+        return f"microcompact -{self.freed_tokens} ({self.results_cleared} results)"
 
 
 class _Session:
@@ -573,7 +573,7 @@ class Microcompact(Layer):
         messages = request.messages
         session = ctx.state_for(self, _Session)
         new, stats = self._compact(messages, counter, session)
-        if new is not messages and stats.tokens_freed < self.clear_at_least:
+        if new is not messages and stats.freed_tokens < self.clear_at_least:
             new = messages  # not worth breaking the cached prefix
         if new is messages:
             session.remember(messages, self.keep_recent)
@@ -600,4 +600,4 @@ class Microcompact(Layer):
         new, stats = self._run(messages, counter, need=need if need > 0 else None)
         if stats.changed:
             ctx.emit(MicrocompactApplied.of(stats, source="policy"))
-        return Relief(new, stats.tokens_freed, attrs.asdict(stats))
+        return Relief(new, stats.freed_tokens, attrs.asdict(stats))

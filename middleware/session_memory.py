@@ -2,16 +2,13 @@
 
 Three pieces:
 
-- :class:`MemoryCounters`, one per session: how much the conversation grew since the last
-  extraction (tokens, tool calls, turns) and the extraction state machine. It is the only
-  mutable thing here and has a narrow API.
+- :class:`MemoryCounters`, one per session: the growth since the last extraction (tokens,
+  tool calls, turns) and the extraction state machine; the only mutable thing here.
 - an :class:`~tinyctx.middleware.extractors.Extractor` that turns conversation into note
   texts (:class:`~tinyctx.middleware.extractors.RuleExtractor` by default).
 - :class:`SessionMemory`, the layer: it feeds the counters, starts an extraction in the
-  session's task group when they say so, writes the notes to a
-  :class:`~tinyctx.stores.Store`, and offers stored notes to later model calls.
-
-**Counters** are described in :class:`MemoryCounters`.
+  session's task group when they say so, writes the notes to a :class:`~tinyctx.stores.Store`
+  and offers stored notes to later model calls.
 
 **Extraction.** At the end of a run that produced a result, the layer ticks a turn and,
 when ``should_extract()``, starts the extraction with ``ctx.spawn``: the run returns
@@ -51,11 +48,6 @@ skipped, an older shorter one may still fit), the whole section at most
 conversation is never changed. Notes written during a run are offered from the next run
 on (a stable system prompt within a run keeps the provider's prompt cache warm), including
 in a new session of the same thread (or user).
-
-Every state change is an event: ``session_memory.started``, ``.completed`` (notes
-written), ``.failed`` (why, and whether it was a cancellation), ``.skipped`` (debug: which
-thresholds were not met, or why else), ``.loaded`` (notes offered), ``.load_failed`` and
-``.toggled``.
 """
 
 from __future__ import annotations
@@ -88,6 +80,7 @@ from tinyctx import (
     ToolResult,
     default_counter,
 )
+from tinyctx._public import publish
 from tinyctx.config import (
     flag,
     one_of,
@@ -97,6 +90,7 @@ from tinyctx.config import (
 from tinyctx.stores import Note, append_notes
 from tinyctx.tokens import TokenCounter
 
+from . import _memory_counters, _memory_events, _memory_state
 from ._memory_counters import (
     Counts,
     ExtractionStateError,
@@ -137,6 +131,8 @@ from .extractors import (
 )
 from .inheritance import Inherit
 
+publish(__name__, _memory_counters, _memory_events, _memory_state)
+
 __all__ = [
     "SessionMemory",
     "MemoryCounters",
@@ -166,23 +162,25 @@ EXTRACTION_TAG = "session_memory.extraction"
 Scope = Literal["thread", "user"]
 
 
-# ---------------------------------------------------------------------------------------
-# configuration and counters
-
-
 class SessionMemory(Layer):
-    """Extract durable notes in the background and offer them to later calls.
+    """Extract durable notes in the background and offer them to later calls (see the
+    module docstring for counters, namespaces and injection).
 
-    ``SessionMemory(extractor=None, *, store="memory", min_tokens=4000, min_tool_calls=8,
-    min_turns=4, enabled=True, inject=True, inject_max_tokens=800, scan_notes=200,
-    scope="thread", namespace=None, prefix="session_memory", counter=None)``
-
-    ``extractor`` defaults to an offline :class:`RuleExtractor`; pass a
-    :class:`ModelExtractor` for model-written notes. ``store`` is a :class:`Store` or the
-    name of one in ``ctx.stores`` (an unknown name fails the run at its start, loudly).
-    ``enabled=False`` turns off counting and extraction (injection is ``inject``'s
-    business: an application can offer notes written elsewhere). See the module docstring
-    for counters, namespaces and injection.
+    Args:
+        extractor: Turns conversation into notes; default an offline :class:`RuleExtractor`.
+        store: A :class:`Store` or the name of one in ``ctx.stores`` (checked at run start).
+        min_tokens: Conversation growth in tokens that an extraction waits for.
+        min_tool_calls: Finished tool calls that an extraction waits for.
+        min_turns: Finished runs that an extraction waits for.
+        enabled: False turns off counting and extraction (not injection: see ``inject``).
+        inject: Offer the stored notes to every model call as a system-prompt section.
+        inject_max_tokens: The most the offered section takes, by ``counter``.
+        scan_notes: How many of the newest notes are offered and de-duplicated against.
+        scope: ``"thread"`` or ``"user"``: whose notes a run reads and writes.
+        namespace: A function (RunConfig) -> namespace, None for no memory in that run.
+        prefix: The first part of every namespace.
+        counter: Counts the offered section; default :func:`~tinyctx.tokens.default_counter`.
+        name: The key of the layer's state; default the class name.
     """
 
     constraints = (

@@ -35,9 +35,11 @@ from tinyctx import (
     check_pairing,
     default_counter,
 )
+from tinyctx._public import publish
 from tinyctx.events import EventLevel
 from tinyctx.tokens import TokenCounter
 
+from . import _summarizers, _summary_history
 from ._compaction import (
     check_bool,
     check_counter,
@@ -67,6 +69,8 @@ from .policy import Relief
 from .triggers import Keep, Trigger
 from .triggers import keep as as_keep
 from .triggers import trigger as as_trigger
+
+publish(__name__, _summarizers, _summary_history)
 
 __all__ = [
     "SUMMARY_PREFIX",
@@ -238,6 +242,25 @@ class Summarize(Layer):
     less. When there are more than ``N``, the next summary folds them all into one (a single
     bigger rewrite), so at most ``N + 1`` summaries ever stand in front. ``0`` (the default)
     folds every time: each summary replaces the previous one.
+
+    Args:
+        summarizer: Writes the summary (:class:`ModelSummarizer`,
+            :class:`ExtractiveSummarizer` or any :class:`Summarizer`).
+        trigger_tokens: The estimate that fires the layer; None: only a request that
+            would not fit the usable window.
+        keep_recent: Messages kept verbatim when ``keep`` is not given.
+        persist: Commit the summary to the conversation (True) or rewrite only this
+            call's request.
+        counter: The token counter; default :func:`~tinyctx.tokens.default_counter`.
+        trigger: When to fire, in any spelling of :mod:`tinyctx.middleware.triggers`
+            (instead of ``trigger_tokens``).
+        keep: How much of the newest history stays verbatim: ``("messages", n)``,
+            ``("tokens", n)`` or ``("fraction", f)``.
+        max_failures: Consecutive failures after which the layer stops trying for the
+            thread (0: never stops).
+        keep_task: Keep the first user message verbatim in front of the summary.
+        keep_summaries: Earlier summaries stacked verbatim before they are folded.
+        name: The key of the layer's state; default the class name.
     """
 
     role = "summarize"  # its place in a BudgetGuard's policy order
@@ -430,7 +453,7 @@ class Summarize(Layer):
                 keep_task=self._pins_task(messages, counter),
                 keep_summaries=self.keep_summaries,
             )
-            if stats.changed and stats.tokens_freed <= 0:
+            if stats.changed and stats.freed_tokens <= 0:
                 raise SummarizationError(
                     f"the summary of {stats.summarized} messages would not shrink the history "
                     f"({stats.tokens_before} tokens before, {stats.tokens_after} after); refused"
@@ -490,7 +513,7 @@ class Summarize(Layer):
             "tokens_before": stats.tokens_before,
             "tokens_after": stats.tokens_after,
         }
-        if not stats.changed or stats.tokens_freed <= 0:
+        if not stats.changed or stats.freed_tokens <= 0:
             return Relief(messages, 0, {**detail, "applied": False})
         ctx.emit(SummaryApplied.of(stats, self.summarizer, source="policy"))
-        return Relief(new, stats.tokens_freed, {**detail, "applied": True})
+        return Relief(new, stats.freed_tokens, {**detail, "applied": True})

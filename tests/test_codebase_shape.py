@@ -9,6 +9,7 @@ split paid off must be deleted here (the lists only shrink).
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -315,3 +316,26 @@ class TestPrivateImports:
 
     def test_every_allowed_private_import_still_exists(self) -> None:
         assert PRIVATE_IMPORTS_ALLOWED - private_imports() == set(), "delete the paid-off entries"
+
+
+SPLIT_MODULES = (
+    "tinyctx.codec",
+    "tinyctx.tokens",
+    "tinyctx.middleware.budget",
+    "tinyctx.middleware.session_memory",
+    "tinyctx.middleware.summarize",
+)
+
+
+class TestPublicPaths:
+    """A class a split module re-exports reports that module, as before the split."""
+
+    def test_exported_classes_name_their_public_module(self) -> None:
+        wrong = {}
+        for name in SPLIT_MODULES:
+            module = importlib.import_module(name)
+            for export in module.__all__:
+                value = getattr(module, export)
+                if isinstance(value, type) and value.__module__ != name:
+                    wrong[f"{name}.{export}"] = value.__module__
+        assert wrong == {}

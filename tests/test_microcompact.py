@@ -103,10 +103,10 @@ class TestMicrocompactFunction:
         history = build(4, results=2)
         new, stats = microcompact_history(history, keep_recent=1, counter=counter)
         assert stats == MicrocompactStats(
-            3, 6, 6 * (600 - len(DEFAULT_PLACEHOLDER)), stats.tokens_freed
+            3, 6, 6 * (600 - len(DEFAULT_PLACEHOLDER)), stats.freed_tokens
         )
-        assert stats.tokens_freed == counter.count_messages(history) - counter.count_messages(new)
-        assert stats.tokens_freed > 0 and stats.changed
+        assert stats.freed_tokens == counter.count_messages(history) - counter.count_messages(new)
+        assert stats.freed_tokens > 0 and stats.changed
 
     def test_idempotent_already_cleared_results_are_skipped_and_not_counted(self) -> None:
         once, first = microcompact_history(build(8), keep_recent=2)
@@ -294,7 +294,7 @@ class TestMicrocompactProperties:
         assert after <= before
         assert (
             before - after
-            == microcompact_history(history, keep, "[x]", counter=counter)[1].tokens_freed
+            == microcompact_history(history, keep, "[x]", counter=counter)[1].freed_tokens
         )
         # with the default, longer placeholder too
         assert (
@@ -323,7 +323,7 @@ class TestMicrocompactLayer:
         (event,) = [e for e in events if isinstance(e, MicrocompactApplied)]
         assert event.kind == "compaction.microcompact"
         assert (event.results_cleared, event.turns_cleared, event.persisted) == (4, 4, True)
-        assert event.tokens_freed > 0 and event.bytes_freed > 0
+        assert event.freed_tokens > 0 and event.bytes_freed > 0
 
     async def test_the_next_call_is_warm_same_history_no_event(self) -> None:
         ctx = context_with(build(6))
@@ -456,8 +456,8 @@ class TestMicrocompactLayer:
                 await run_layer(layer, ModelRequest(messages=given_), ctx, model)
             assert model.requests[-1].messages == expected
             applied = [e for e in events if isinstance(e, MicrocompactApplied)]
-            assert [(e.results_cleared, e.tokens_freed) for e in applied] == (
-                [(stats.results_cleared, stats.tokens_freed)] if stats.changed else []
+            assert [(e.results_cleared, e.freed_tokens) for e in applied] == (
+                [(stats.results_cleared, stats.freed_tokens)] if stats.changed else []
             )
             assert (ctx.conversation.messages == expected) is (persist or not stats.changed)
 

@@ -359,8 +359,3 @@ def encode(value: Message | ToolCall | Usage | RunConfig | Checkpoint | Mapping[
         f"{_kind(value)} cannot be encoded (allowed: a Message, ToolCall, Usage, RunConfig, "
         "Checkpoint or a mapping of layer state)",
     )
-
-
-# ---------------------------------------------------------------------------------------
-# decoding: helpers name paths relative to the object they read; a caller that nests
-# them re-bases the path of an error (only then: decoding builds no path strings)

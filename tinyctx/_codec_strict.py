@@ -322,9 +322,3 @@ def _message_from(value: Any) -> Message:
     if "role" not in obj:
         raise CodecError("role", f"missing (allowed: {_ROLES})")
     raise CodecError("role", f"{role!r} is not a message role (allowed: {_ROLES})")
-
-
-# The fast reader builds messages without their attrs __init__ (the constructors' own
-# converters and validators cost as much as parsing the JSON): it checks every field
-# itself and falls back to the strict reader (which uses the constructors) on any doubt.
-# It is only enabled while the message classes have exactly the fields it sets.

@@ -77,6 +77,17 @@ class HeuristicCounter(MemoCounter):
     costs about what LangChain's ``count_tokens_approximately`` does, which takes the
     strings' lengths and reads none of their text (``benchmarks/bench_tokens_budget.py``
     compares them). Other ``options`` (overheads, ``max_memo``) are :class:`MemoCounter`'s.
+
+    Args:
+        chars_per_token: ASCII characters per token.
+        nonascii_bytes_per_token: UTF-8 bytes per token of non-ASCII, non-CJK text.
+        astral_extra: Tokens added per character outside the BMP (emoji).
+        han_tokens: Tokens per Han character.
+        kana_tokens: Tokens per kana.
+        hangul_tokens: Tokens per Hangul syllable or jamo.
+        sample_above: Texts longer than this many characters are measured on a fixed
+            sample; None: never.
+        options: :class:`MemoCounter`'s settings.
     """
 
     def __init__(
@@ -343,7 +354,3 @@ def default_counter() -> HeuristicCounter:
     if _DEFAULT is None:
         _DEFAULT = HeuristicCounter()
     return _DEFAULT
-
-
-# ---------------------------------------------------------------------------------------
-# calibration from reported usage

@@ -10,7 +10,7 @@ from itertools import islice
 from operator import call as _call
 from typing import TYPE_CHECKING, Any, Final
 
-from .errors import ConfigError
+from .config import integer, one_of
 from .frozen import _SET_JSON_CHARS, FrozenDict
 from .media_tokens import IMAGE_FORMULAS, ImageFormula, media_tokens
 from .messages import AssistantMessage, Message, ToolCall, ToolResult
@@ -177,10 +177,11 @@ def _tool_payload(tool: ToolSpec) -> str:
     return f"{tool.name}\n{tool.description}\n{parameters}"
 
 
+_AT_LEAST_ZERO = integer(minimum=0)
+
+
 def _non_negative_int(owner: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(name, value, "an integer >= 0", owner=owner)
-    return value
+    return _AT_LEAST_ZERO.check(value, name, owner)
 
 
 class _KeyedRef(weakref.ref):  # type: ignore[type-arg]
@@ -231,6 +232,14 @@ class MemoCounter:
     Images and documents in a message's content parts are counted by the ``images``
     formula ("anthropic", the default, or "openai"; see :mod:`tinyctx.media_tokens`) and
     memoized with the message.
+
+    Args:
+        message_overhead: Tokens added per message (role and framing).
+        tool_call_overhead: Tokens added per tool call of an assistant message.
+        tool_overhead: Tokens added per tool schema of a request.
+        request_overhead: Tokens added once per request.
+        max_memo: The most messages memoized (at least 2).
+        images: The image formula, "anthropic" or "openai".
     """
 
     message_overhead: int
@@ -249,15 +258,13 @@ class MemoCounter:
         images: ImageFormula = "anthropic",
     ) -> None:
         owner = type(self).__name__
-        if images not in IMAGE_FORMULAS:
-            raise ConfigError("images", images, f"one of {IMAGE_FORMULAS}", owner=owner)
+        one_of(IMAGE_FORMULAS, allowed=f"one of {IMAGE_FORMULAS}").check(images, "images", owner)
         self.images: ImageFormula = images
         self.message_overhead = _non_negative_int(owner, "message_overhead", message_overhead)
         self.tool_call_overhead = _non_negative_int(owner, "tool_call_overhead", tool_call_overhead)
         self.tool_overhead = _non_negative_int(owner, "tool_overhead", tool_overhead)
         self.request_overhead = _non_negative_int(owner, "request_overhead", request_overhead)
-        if isinstance(max_memo, bool) or not isinstance(max_memo, int) or max_memo < 2:
-            raise ConfigError("max_memo", max_memo, "an integer >= 2", owner=owner)
+        integer(minimum=2).check(max_memo, "max_memo", owner)
         self._max_memo = max_memo
         self._counts: dict[int, int] = {}
         self._alive: dict[int, _KeyedRef] = {}

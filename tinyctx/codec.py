@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, overload
 
+from . import _codec_base
 from ._codec_base import (
     CODEC_VERSION,
     CodecError,
@@ -83,6 +84,7 @@ from ._codec_strict import (
     _unexpected,
 )
 from ._gc import gc_paused
+from ._public import publish
 from .agent import Checkpoint
 from .context import RunConfig
 from .documents import TEXT_HOLE, SplitDocuments, join_document
@@ -93,6 +95,8 @@ from .frozen import (
 )
 from .messages import Message, ToolCall
 from .model import Usage
+
+publish(__name__, _codec_base)
 
 __all__ = [
     "CODEC_VERSION",

@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from . import _token_counters, _token_memo
+from ._public import publish
 from ._token_counters import (
     HeuristicCounter,
     TokenizersCounter,
@@ -37,11 +39,13 @@ from ._token_memo import (
     message_payload,
     reasoning_tokens,
 )
-from .errors import ConfigError
+from .config import fraction, integer, number, text
 from .frozen import FrozenDict
 from .messages import Message
 from .model import ModelRequest
 from .tools import ToolSpec
+
+publish(__name__, _token_counters, _token_memo)
 
 __all__ = [
     "TokenCounter",
@@ -76,6 +80,9 @@ class TokenCounter(Protocol):
     def count_request(self, request: ModelRequest) -> int: ...
 
 
+_MAX_RATIO = number(minimum=1, allowed="a finite number >= 1")
+
+
 class Calibration:
     """Learns how a provider's reported ``input_tokens`` relate to a counter's estimate.
 
@@ -94,6 +101,12 @@ class Calibration:
     up. Differences smaller than ``min_delta`` raw tokens are too noisy and only move the
     anchor; a pair whose reported and estimated changes disagree in sign (the hidden part
     changed) teaches nothing either.
+
+    Args:
+        min_ratio: The lowest ratio a sample or the result may take, in (0, 1].
+        max_ratio: The highest, a finite number >= 1.
+        prior_tokens: How many raw tokens the prior ratio of 1.0 weighs.
+        min_delta: Differences smaller than this many raw tokens only move the anchor.
     """
 
     __slots__ = (
@@ -124,10 +137,10 @@ class Calibration:
         prior_tokens: int = 500,
         min_delta: int = 32,
     ) -> None:
-        if not (isinstance(min_ratio, int | float) and 0 < min_ratio <= 1):
-            raise ConfigError("min_ratio", min_ratio, "a number in (0, 1]", owner="Calibration")
-        if not (isinstance(max_ratio, int | float) and 1 <= max_ratio < math.inf):
-            raise ConfigError("max_ratio", max_ratio, "a finite number >= 1", owner="Calibration")
+        fraction().check(min_ratio, "min_ratio", "Calibration")
+        number(minimum=1, allowed="a finite number >= 1").check(
+            max_ratio, "max_ratio", "Calibration"
+        )
         _non_negative_int("Calibration", "prior_tokens", prior_tokens)
         _non_negative_int("Calibration", "min_delta", min_delta)
         self.min_ratio = float(min_ratio)
@@ -357,16 +370,16 @@ def context_window(model: str | None, table: Mapping[str, int] | None = None) ->
     return _default_window(name)
 
 
+_PREFIX = text(allowed="model-name prefixes (non-empty strings)")
+_WINDOW = integer(minimum=1, allowed="an integer > 0 (tokens)")
+
+
 def window_table(
     value: Mapping[str, int] | Iterable[tuple[str, int]] | None, *, owner: str = ""
 ) -> FrozenDict[str, int]:
     """A validated, normalized window table (model-name prefix -> tokens > 0)."""
     table = dict(value or {})
     for key, window in table.items():
-        if not isinstance(key, str) or not key:
-            raise ConfigError(
-                "windows", key, "model-name prefixes (non-empty strings)", owner=owner
-            )
-        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
-            raise ConfigError(f"windows[{key!r}]", window, "an integer > 0 (tokens)", owner=owner)
+        _PREFIX.check(key, "windows", owner)
+        _WINDOW.check(window, f"windows[{key!r}]", owner)
     return FrozenDict({normalize_model_name(k): v for k, v in table.items()})

@@ -313,6 +313,17 @@ def histories(
     ``media`` is the probability that a user message or a tool result holds content parts
     with images or documents (:func:`contents`; 0 for text only). Bad arguments raise
     :class:`tinyctx.ConfigError` at once.
+
+    Args:
+        min_turns: The fewest turns.
+        max_turns: The most turns.
+        tool_turn_probability: The chance that a turn is a tool turn.
+        max_results_per_turn: The most tool calls of a tool turn.
+        with_system: Start with a system message.
+        nonessential: Sometimes mark a user message non-essential.
+        text: The strategy of every message body; default :func:`texts`.
+        pending: Let the last tool turn miss some results.
+        media: The chance that a user message or tool result holds media parts.
     """
     _check_int(min_turns, 0, "min_turns", "an integer >= 0")
     _check_int(max_turns, min_turns, "max_turns", f"an integer >= min_turns ({min_turns})")
@@ -355,7 +366,3 @@ def histories(
 
 
 _HISTORIES = histories()
-
-
-# ---------------------------------------------------------------------------------------
-# requests, responses, controls, usage

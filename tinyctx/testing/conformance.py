@@ -425,25 +425,14 @@ _CALL_LISTS = st.lists(
 )
 
 
-def check_layer(
+def _arguments(
     layer: LayerLike,
-    *,
-    hooks: Sequence[str] | None = None,
-    skip: Mapping[str, str] | None = None,
-    max_examples: int = 20,
-    backends: Sequence[str] = ("trio", "asyncio"),
-    config: RunConfig | None = None,
-    session_options: Mapping[str, Any] | None = None,
-    block_threshold: float = 0.1,
-) -> ConformanceReport:
-    """Check ``layer`` against every framework rule; raise :class:`LayerContractError`.
-
-    ``hooks`` limits the onions checked (default: those the layer implements). ``skip``
-    maps a rule name to the reason it does not apply. ``config`` is the run config of every
-    session (default: a 200,000-token window); ``session_options`` go to ``Session``.
-    Call it from a sync test: it runs its own event loops.
-    """
-    name = layer_name(layer)
+    hooks: Sequence[str] | None,
+    skip: Mapping[str, str] | None,
+    max_examples: int,
+    backends: Sequence[str],
+) -> tuple[dict[str, str], tuple[str, ...], Sequence[str]]:
+    """check_layer's arguments checked: the skipped rules, the hooks and the backends."""
     skip = dict(skip or {})
     for rule, reason in skip.items():
         if rule not in RULES:
@@ -461,6 +450,36 @@ def check_layer(
             raise ConfigError("backends", backend, "'trio' and/or 'asyncio'", owner="check_layer")
     if "backends" in skip:
         backends = tuple(backends)[:1]
+    return skip, chosen, backends
+
+
+def check_layer(
+    layer: LayerLike,
+    *,
+    hooks: Sequence[str] | None = None,
+    skip: Mapping[str, str] | None = None,
+    max_examples: int = 20,
+    backends: Sequence[str] = ("trio", "asyncio"),
+    config: RunConfig | None = None,
+    session_options: Mapping[str, Any] | None = None,
+    block_threshold: float = 0.1,
+) -> ConformanceReport:
+    """Check ``layer`` against every framework rule; raise :class:`LayerContractError`.
+
+    Call it from a sync test: it runs its own event loops.
+
+    Args:
+        layer: The layer under test.
+        hooks: The onions checked, "model" and/or "tool"; default those it implements.
+        skip: Rule names that do not apply, each with the reason.
+        max_examples: Generated histories per property rule.
+        backends: The async backends every scenario runs on.
+        config: The run config of every session; default a 200,000-token window.
+        session_options: Keyword arguments for every ``Session``.
+        block_threshold: The longest, in seconds, the layer may block the event loop.
+    """
+    name = layer_name(layer)
+    skip, chosen, backends = _arguments(layer, hooks, skip, max_examples, backends)
     options = _Options(
         layer=layer,
         name=name,
