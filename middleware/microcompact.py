@@ -26,7 +26,6 @@ from attrs import frozen
 
 from tinyctx import (
     AssistantMessage,
-    ConfigError,
     Event,
     FrozenDict,
     Layer,
@@ -440,8 +439,7 @@ class Microcompact(Layer):
       combinations: :mod:`tinyctx.middleware.triggers`) says when. The default fires only
       when the request would not fit the run's usable window (``RunConfig.usable_tokens``),
       so on a conversation that fits it never costs more than no management; with no window
-      known it clears on every call. ``min_tokens=N`` is the older spelling of
-      ``trigger=N``.
+      known it clears on every call.
     - ``clear_at_least`` (tokens, default 0) leaves the history alone when clearing would free
       less: a small saving is not worth a broken prefix.
     - ``clear_tool_inputs`` also clears the arguments of the calls whose results it clears
@@ -468,7 +466,6 @@ class Microcompact(Layer):
         keep_recent: int = 5,
         placeholder: str = DEFAULT_PLACEHOLDER,
         exclude_tools: Iterable[str] = (),
-        min_tokens: int | None = None,
         persist: bool = True,
         counter: TokenCounter | None = None,
         *,
@@ -485,17 +482,9 @@ class Microcompact(Layer):
         )
         self.placeholder = _check_placeholder(placeholder, owner)
         self.exclude_tools = check_tool_names(exclude_tools, "exclude_tools", owner)
-        if min_tokens is not None and trigger is not None:
-            raise ConfigError(
-                "min_tokens", min_tokens, "None when trigger is given (its older name)", owner=owner
-            )
-        self.min_tokens = 0 if min_tokens is None else check_int(min_tokens, "min_tokens", owner)
         self.trigger: Trigger | None = None
         if trigger is not None:
             self.trigger = as_trigger(trigger, owner=owner)
-        elif min_tokens is not None:
-            self.trigger = as_trigger(self.min_tokens, owner=owner) if self.min_tokens else None
-        self._always = min_tokens is not None and self.min_tokens == 0
         self.clear_at_least = check_int(clear_at_least, "clear_at_least", owner)
         self.clear_tool_inputs = check_bool(clear_tool_inputs, "clear_tool_inputs", owner)
         self.persist = check_bool(persist, "persist", owner)
@@ -505,8 +494,6 @@ class Microcompact(Layer):
 
     def fires(self, request: ModelRequest, ctx: RunContext[Any], counter: TokenCounter) -> bool:
         """Whether the trigger says to clear before this request (see the class doc)."""
-        if self._always:
-            return True
         return acts_on(
             self.trigger,
             counter.count_request(request),

@@ -600,8 +600,9 @@ class TestMicrocompactCacheAware:
             Microcompact(clear_at_least=-1)
         with pytest.raises(ConfigError, match="clear_tool_inputs"):
             Microcompact(clear_tool_inputs="yes")  # type: ignore[arg-type]
-        with pytest.raises(ConfigError, match="min_tokens"):
-            Microcompact(min_tokens=5, trigger=10)
+        removed: dict[str, Any] = {"min_tokens": 5}
+        with pytest.raises(TypeError, match="min_tokens"):
+            Microcompact(**removed)  # the pre-release spelling of trigger= is gone
 
 
 class TestNeverActsOnWhatFits:
