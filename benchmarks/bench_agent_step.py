@@ -86,7 +86,7 @@ def tinyctx_full_stack() -> list[Any]:
     return [
         CallLimits(model_calls=10_000, tool_calls=10_000),
         Retry(attempts=3),
-        Microcompact(min_tokens=100_000),
+        Microcompact(trigger=100_000),
         Summarize(ExtractiveSummarizer(), trigger_tokens=180_000),
         ToolResultBudget(),
         BudgetGuard(max_tokens=200_000),

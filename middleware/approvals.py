@@ -96,6 +96,7 @@ from tinyctx import (
     pending_tool_calls,
     thaw,
 )
+from tinyctx.config import Check, function, optional
 from tinyctx.events import EventLevel
 
 from ._runnable import unrunnable as _unrunnable
@@ -132,16 +133,11 @@ def _allowed(value: Any) -> tuple[DecisionKind, ...]:
     return kinds
 
 
-def _description(instance: Any, attribute: Any, value: Any) -> None:
-    if value is not None and not isinstance(value, str) and not callable(value):
-        raise ConfigError(
-            "description", value, "a string, a function (call) -> str, or None", owner="Review"
-        )
-
-
-def _predicate(instance: Any, attribute: Any, value: Any) -> None:
-    if value is not None and not callable(value):
-        raise ConfigError("when", value, "a function (call) -> bool, or None", owner="Review")
+_description: Check[str | Callable[[ToolCall], str] | None] = Check(
+    lambda value: value is None or isinstance(value, str) or callable(value),
+    "a string, a function (call) -> str, or None",
+)
+_predicate = optional(function(), allowed="a function (call) -> bool, or None")
 
 
 @frozen

@@ -72,7 +72,7 @@ class ImageClearStats:
     images_cleared: int = 0
     messages_changed: int = 0
     bytes_freed: int = 0
-    tokens_freed: int = 0
+    freed_tokens: int = 0
 
     @property
     def changed(self) -> bool:
@@ -183,7 +183,7 @@ class ImagesCleared(Event):
     images_cleared: int = 0
     messages_changed: int = 0
     bytes_freed: int = 0
-    tokens_freed: int = 0
+    freed_tokens: int = 0
     persisted: bool = False
     source: str = "layer"
 
@@ -195,7 +195,7 @@ class ImagesCleared(Event):
             images_cleared=stats.images_cleared,
             messages_changed=stats.messages_changed,
             bytes_freed=stats.bytes_freed,
-            tokens_freed=stats.tokens_freed,
+            freed_tokens=stats.freed_tokens,
             persisted=persisted,
             source=source,
         )
@@ -203,7 +203,7 @@ class ImagesCleared(Event):
     def describe(self) -> str | None:
         if self.source != "layer":
             return None  # as a guard policy, the guard's own event reports it
-        return f"images -{self.tokens_freed} ({self.images_cleared} cleared)"
+        return f"images -{self.freed_tokens} ({self.images_cleared} cleared)"
 
 
 class ClearOldImages(Layer):
@@ -283,4 +283,4 @@ class ClearOldImages(Layer):
         new, stats = clear_images_history(messages, self.keep_images, counter=counter)
         if stats.changed:
             ctx.emit(ImagesCleared.of(stats, source="policy"))
-        return Relief(new, stats.tokens_freed, attrs.asdict(stats))
+        return Relief(new, stats.freed_tokens, attrs.asdict(stats))

@@ -26,7 +26,6 @@ from attrs import frozen
 
 from tinyctx import (
     AssistantMessage,
-    ConfigError,
     Event,
     FrozenDict,
     Layer,
@@ -80,7 +79,7 @@ class MicrocompactStats:
     turns_cleared: int = 0
     results_cleared: int = 0
     bytes_freed: int = 0
-    tokens_freed: int = 0
+    freed_tokens: int = 0
     images_cleared: int = 0
     """Images replaced by placeholders (``keep_images``), in any message."""
     inputs_cleared: int = 0
@@ -193,7 +192,7 @@ def microcompact_history(
     is one of the newest ``keep_recent``. A cleared result gets ``placeholder`` as content
     and ``metadata["tinyctx"]["cleared"]``; nothing is removed. A result is only cleared
     when that lowers its token estimate under ``counter`` (default: the shared heuristic
-    counter), which also measures ``tokens_freed``. Returns the input tuple itself when
+    counter), which also measures ``freed_tokens``. Returns the input tuple itself when
     nothing changed.
 
     ``memo`` is a dict the caller keeps between calls with the same settings: a result
@@ -227,7 +226,7 @@ def _clear_images(
         stats,
         images_cleared=images.images_cleared,
         bytes_freed=stats.bytes_freed + images.bytes_freed,
-        tokens_freed=stats.tokens_freed + images.tokens_freed,
+        freed_tokens=stats.freed_tokens + images.freed_tokens,
     )
     return out, merged
 
@@ -346,7 +345,7 @@ class MicrocompactApplied(Event):
     turns_cleared: int = 0
     results_cleared: int = 0
     bytes_freed: int = 0
-    tokens_freed: int = 0
+    freed_tokens: int = 0
     inputs_cleared: int = 0
     persisted: bool = False
     source: str = "layer"
@@ -360,7 +359,7 @@ class MicrocompactApplied(Event):
             turns_cleared=stats.turns_cleared,
             results_cleared=stats.results_cleared,
             bytes_freed=stats.bytes_freed,
-            tokens_freed=stats.tokens_freed,
+            freed_tokens=stats.freed_tokens,
             inputs_cleared=stats.inputs_cleared,
             persisted=persisted,
             source=source,
@@ -370,7 +369,7 @@ class MicrocompactApplied(Event):
     def describe(self) -> str | None:
         if self.source != "layer":
             return None  # as a guard policy, the guard's own event reports it
-        return f"microcompact -{self.tokens_freed} ({self.results_cleared} results)"
+        return f"microcompact -{self.freed_tokens} ({self.results_cleared} results)"
 
 
 class _Session:
@@ -427,8 +426,7 @@ class Microcompact(Layer):
       combinations: :mod:`tinyctx.middleware.triggers`) says when. The default fires only
       when the request would not fit the run's usable window (``RunConfig.usable_tokens``),
       so on a conversation that fits it never costs more than no management; with no window
-      known it clears on every call. ``min_tokens=N`` is the older spelling of
-      ``trigger=N``.
+      known it clears on every call.
     - ``clear_at_least`` (tokens, default 0) leaves the history alone when clearing would free
       less: a small saving is not worth a broken prefix.
     - ``clear_tool_inputs`` also clears the arguments of the calls whose results it clears
@@ -455,7 +453,6 @@ class Microcompact(Layer):
         keep_recent: int = 5,
         placeholder: str = DEFAULT_PLACEHOLDER,
         exclude_tools: Iterable[str] = (),
-        min_tokens: int | None = None,
         persist: bool = True,
         counter: TokenCounter | None = None,
         *,
@@ -472,17 +469,9 @@ class Microcompact(Layer):
         )
         self.placeholder = _check_placeholder(placeholder, owner)
         self.exclude_tools = check_tool_names(exclude_tools, "exclude_tools", owner)
-        if min_tokens is not None and trigger is not None:
-            raise ConfigError(
-                "min_tokens", min_tokens, "None when trigger is given (its older name)", owner=owner
-            )
-        self.min_tokens = 0 if min_tokens is None else check_int(min_tokens, "min_tokens", owner)
         self.trigger: Trigger | None = None
         if trigger is not None:
             self.trigger = as_trigger(trigger, owner=owner)
-        elif min_tokens is not None:
-            self.trigger = as_trigger(self.min_tokens, owner=owner) if self.min_tokens else None
-        self._always = min_tokens is not None and self.min_tokens == 0
         self.clear_at_least = check_int(clear_at_least, "clear_at_least", owner)
         self.clear_tool_inputs = check_bool(clear_tool_inputs, "clear_tool_inputs", owner)
         self.persist = check_bool(persist, "persist", owner)
@@ -492,8 +481,6 @@ class Microcompact(Layer):
 
     def fires(self, request: ModelRequest, ctx: RunContext[Any], counter: TokenCounter) -> bool:
         """Whether the trigger says to clear before this request (see the class doc)."""
-        if self._always:
-            return True
         return acts_on(
             self.trigger,
             counter.count_request(request),
@@ -560,7 +547,7 @@ class Microcompact(Layer):
         messages = request.messages
         session = ctx.state_for(self, _Session)
         new, stats = self._compact(messages, counter, session)
-        if new is not messages and stats.tokens_freed < self.clear_at_least:
+        if new is not messages and stats.freed_tokens < self.clear_at_least:
             new = messages  # not worth breaking the cached prefix
         if new is messages:
             session.remember(messages, self.keep_recent)
@@ -587,4 +574,4 @@ class Microcompact(Layer):
         new, stats = self._run(messages, counter, need=need if need > 0 else None)
         if stats.changed:
             ctx.emit(MicrocompactApplied.of(stats, source="policy"))
-        return Relief(new, stats.tokens_freed, attrs.asdict(stats))
+        return Relief(new, stats.freed_tokens, attrs.asdict(stats))

@@ -2,28 +2,13 @@
 
 Three pieces:
 
-- :class:`MemoryCounters`, one per session: how much the conversation grew since the last
-  extraction (tokens, tool calls, turns) and the extraction state machine. It is the only
-  mutable thing here and has a narrow API.
+- :class:`MemoryCounters`, one per session: the growth since the last extraction (tokens,
+  tool calls, turns) and the extraction state machine; the only mutable thing here.
 - an :class:`~tinyctx.middleware.extractors.Extractor` that turns conversation into note
   texts (:class:`~tinyctx.middleware.extractors.RuleExtractor` by default).
 - :class:`SessionMemory`, the layer: it feeds the counters, starts an extraction in the
-  session's task group when they say so, writes the notes to a
-  :class:`~tinyctx.stores.Store`, and offers stored notes to later model calls.
-
-**Counters.** ``tokens`` grows with the context the provider reports: each model response's
-``input_tokens + output_tokens`` is the conversation's size at that call, and the counter
-adds how much it grew since the previous report (a shrink, e.g. after compaction, adds
-nothing), so it never goes down and counts each new token of conversation once. ``tool_calls``
-counts finished tool calls, ``turns`` finished runs. ``should_extract()`` is true only when
-enabled, no extraction is in progress, and every growth since the last successful
-extraction reached its threshold (:class:`MemoryThresholds`, defaults 4000 / 8 / 4).
-
-``begin()`` returns a ticket holding the counters *at start* and marks the extraction in
-progress; ``complete(ticket)`` moves the marks to those start values (whatever arrived
-while it ran stays counted for the next one); ``fail(ticket)`` only clears in-progress (the
-deltas stay, so the next turn retries). Disabled counters do no bookkeeping at all and
-never extract; an extraction already running when they are disabled still finishes.
+  session's task group when they say so, writes the notes to a :class:`~tinyctx.stores.Store`
+  and offers stored notes to later model calls.
 
 **Extraction.** At the end of a run that produced a result, the layer ticks a turn and,
 when ``should_extract()``, starts the extraction with ``ctx.spawn``: the run returns
@@ -63,32 +48,23 @@ skipped, an older shorter one may still fit), the whole section at most
 conversation is never changed. Notes written during a run are offered from the next run
 on (a stable system prompt within a run keeps the provider's prompt cache warm), including
 in a new session of the same thread (or user).
-
-Every state change is an event: ``session_memory.started``, ``.completed`` (notes
-written), ``.failed`` (why, and whether it was a cancellation), ``.skipped`` (debug: which
-thresholds were not met, or why else), ``.loaded`` (notes offered), ``.load_failed`` and
-``.toggled``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import anyio
 import attrs
-from attrs import field, frozen
 
 from tinyctx import (
-    ConfigError,
     Conversation,
-    Event,
     Inside,
     Interrupted,
     Layer,
     Message,
-    MessageTap,
     ModelCall,
     ModelRequest,
     ModelResponse,
@@ -98,29 +74,53 @@ from tinyctx import (
     RunContext,
     RunResult,
     Store,
-    TinyCtxError,
     ToolCall,
     ToolCallHandler,
     ToolError,
     ToolResult,
     default_counter,
 )
+from tinyctx._public import publish
 from tinyctx.config import (
-    Check,
     flag,
-    function,
-    implements,
-    integer,
     one_of,
-    optional,
     owned_by,
     text,
 )
-from tinyctx.events import EventLevel
 from tinyctx.stores import Note, append_notes
 from tinyctx.tokens import TokenCounter
 
-from ._unread import Unread, fingerprint
+from . import _memory_counters, _memory_events, _memory_state
+from ._memory_counters import (
+    Counts,
+    ExtractionStateError,
+    ExtractionTicket,
+    MemoryCounters,
+    MemoryThresholds,
+)
+from ._memory_events import (
+    MemoryExtractionCompleted,
+    MemoryExtractionFailed,
+    MemoryExtractionQueued,
+    MemoryExtractionSkipped,
+    MemoryExtractionStarted,
+    MemoryLoaded,
+    MemoryLoadFailed,
+    MemoryToggled,
+)
+from ._memory_state import (
+    _COUNTER,
+    _EXTRACTOR,
+    _NAMESPACE,
+    _POSITIVE,
+    _STORE,
+    SECTION_HEADER,
+    MemorySection,
+    _error_text,
+    _MemoryState,
+    _Queued,
+    _Source,
+)
 from .context_view import VIEW_GLOBAL_KEY, VIEW_KEY, VIEW_STEP_KEY
 from .extractors import (
     ExtractionJob,
@@ -130,6 +130,8 @@ from .extractors import (
     dedupe_bullets,
 )
 from .inheritance import Inherit
+
+publish(__name__, _memory_counters, _memory_events, _memory_state)
 
 __all__ = [
     "SessionMemory",
@@ -160,557 +162,25 @@ EXTRACTION_TAG = "session_memory.extraction"
 Scope = Literal["thread", "user"]
 
 
-# ---------------------------------------------------------------------------------------
-# configuration and counters
-
-
-_count_at_least_zero = integer(minimum=0)
-
-
-@frozen
-class MemoryThresholds:
-    """How much the conversation must grow between extractions (each must be reached).
-
-    0 means "no requirement" for that counter.
-    """
-
-    min_tokens: int = field(default=4000, validator=_count_at_least_zero)
-    min_tool_calls: int = field(default=8, validator=_count_at_least_zero)
-    min_turns: int = field(default=4, validator=_count_at_least_zero)
-
-    def evolve(self, **changes: Any) -> MemoryThresholds:
-        return attrs.evolve(self, **changes)
-
-
-@frozen
-class Counts:
-    """Token growth, tool calls and turns: totals, marks or deltas."""
-
-    tokens: int = 0
-    tool_calls: int = 0
-    turns: int = 0
-
-    def __sub__(self, other: Counts) -> Counts:
-        return Counts(
-            self.tokens - other.tokens,
-            self.tool_calls - other.tool_calls,
-            self.turns - other.turns,
-        )
-
-
-@frozen
-class ExtractionTicket:
-    """One started extraction: its number and the counters when it started."""
-
-    number: int
-    at: Counts
-
-
-class ExtractionStateError(TinyCtxError):
-    """A transition the extraction state machine does not allow (a bug in the caller)."""
-
-
-def _non_negative_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"MemoryCounters: {name} must be an integer >= 0, got {value!r}")
-    return value
-
-
-class MemoryCounters:
-    """Per-session growth counters and the extraction state (see the module docstring).
-
-    Every method validates before it changes anything, so a bad call leaves the state as it
-    was; no method awaits, so no transition can be interleaved with another.
-    """
-
-    __slots__ = (
-        "_baseline",
-        "_enabled",
-        "_extractions",
-        "_failures",
-        "_marks",
-        "_started",
-        "_ticket",
-        "_tokens",
-        "_tool_calls",
-        "_turns",
-        "thresholds",
-    )
-
-    def __init__(self, thresholds: MemoryThresholds | None = None, *, enabled: bool = True) -> None:
-        if thresholds is not None and not isinstance(thresholds, MemoryThresholds):
-            raise ConfigError(
-                "thresholds", thresholds, "a MemoryThresholds or None", owner="MemoryCounters"
-            )
-        self.thresholds = thresholds if thresholds is not None else MemoryThresholds()
-        self._enabled = bool(enabled)
-        self._tokens = 0
-        self._tool_calls = 0
-        self._turns = 0
-        # the context size last reported; None after re-enabling: the next report is a
-        # new baseline, so growth while disabled is never counted
-        self._baseline: int | None = 0
-        self._marks = Counts()
-        self._ticket: ExtractionTicket | None = None
-        self._started = 0
-        self._extractions = 0
-        self._failures = 0
-
-    def __repr__(self) -> str:
-        state = "disabled" if not self._enabled else "in progress" if self._ticket else "idle"
-        return f"<MemoryCounters {state} totals={self.totals} marks={self._marks}>"
-
-    # -- reading -------------------------------------------------------------------------
-
-    @property
-    def enabled(self) -> bool:
-        return self._enabled
-
-    @property
-    def in_progress(self) -> bool:
-        return self._ticket is not None
-
-    @property
-    def ticket(self) -> ExtractionTicket | None:
-        """The extraction in progress, if any."""
-        return self._ticket
-
-    @property
-    def totals(self) -> Counts:
-        """Everything counted in this session (never decreases)."""
-        return Counts(self._tokens, self._tool_calls, self._turns)
-
-    @property
-    def marks(self) -> Counts:
-        """The totals when the last successful extraction started (zeros before one)."""
-        return self._marks
-
-    def deltas(self) -> Counts:
-        """Growth since the last successful extraction's start: ``totals - marks``."""
-        return self.totals - self._marks
-
-    @property
-    def extractions(self) -> int:
-        """Extractions that completed."""
-        return self._extractions
-
-    @property
-    def failures(self) -> int:
-        """Extractions that failed (or were cancelled)."""
-        return self._failures
-
-    @property
-    def started(self) -> int:
-        return self._started
-
-    def unmet(self) -> tuple[str, ...]:
-        """Names of the thresholds the deltas have not reached (``tokens``, ``tool_calls``,
-        ``turns``), in that order."""
-        deltas, t = self.deltas(), self.thresholds
-        missing: list[str] = []
-        if deltas.tokens < t.min_tokens:
-            missing.append("tokens")
-        if deltas.tool_calls < t.min_tool_calls:
-            missing.append("tool_calls")
-        if deltas.turns < t.min_turns:
-            missing.append("turns")
-        return tuple(missing)
-
-    def should_extract(self) -> bool:
-        """Enabled, nothing in progress, and every threshold reached."""
-        return self._enabled and self._ticket is None and not self.unmet()
-
-    def describe(self) -> str:
-        """``"tokens 120/4000, tool_calls 3/8, turns 1/4"``: deltas against thresholds."""
-        d, t = self.deltas(), self.thresholds
-        return (
-            f"tokens {d.tokens}/{t.min_tokens}, tool_calls {d.tool_calls}/{t.min_tool_calls}, "
-            f"turns {d.turns}/{t.min_turns}"
-        )
-
-    # -- bookkeeping (no-ops while disabled) ---------------------------------------------
-
-    def record_usage(self, context_tokens: int) -> None:
-        """A model call reported a context of ``context_tokens`` (input + output tokens)."""
-        size = _non_negative_count("context_tokens", context_tokens)
-        if not self._enabled:
-            return
-        baseline = self._baseline
-        if baseline is not None and size > baseline:
-            self._tokens += size - baseline
-        self._baseline = size
-
-    def record_tool_calls(self, count: int = 1) -> None:
-        """``count`` tool calls finished."""
-        count = _non_negative_count("count", count)
-        if self._enabled:
-            self._tool_calls += count
-
-    def tick_turn(self) -> None:
-        """A turn (a run) finished."""
-        if self._enabled:
-            self._turns += 1
-
-    # -- the extraction state machine ----------------------------------------------------
-
-    def begin(self) -> ExtractionTicket:
-        """Mark an extraction in progress; the ticket remembers the counters now."""
-        if not self._enabled:
-            raise ExtractionStateError("session memory is disabled: no extraction may start")
-        if self._ticket is not None:
-            raise ExtractionStateError(
-                f"extraction {self._ticket.number} is still in progress; finish it first"
-            )
-        self._started += 1
-        ticket = ExtractionTicket(self._started, self.totals)
-        self._ticket = ticket
-        return ticket
-
-    def _finish(self, ticket: ExtractionTicket, outcome: str) -> None:
-        if not isinstance(ticket, ExtractionTicket) or ticket is not self._ticket:
-            current = self._ticket.number if self._ticket is not None else "none"
-            raise ExtractionStateError(
-                f"cannot {outcome} {ticket!r}: it is not the extraction in progress "
-                f"(in progress: {current})"
-            )
-        self._ticket = None
-
-    def complete(self, ticket: ExtractionTicket) -> None:
-        """The extraction of ``ticket`` succeeded: marks move to the counters at its start."""
-        self._finish(ticket, "complete")
-        self._marks = ticket.at
-        self._extractions += 1
-
-    def fail(self, ticket: ExtractionTicket) -> None:
-        """The extraction of ``ticket`` failed: in-progress clears, the deltas stay."""
-        self._finish(ticket, "fail")
-        self._failures += 1
-
-    def disable(self) -> None:
-        """Stop all bookkeeping; nothing extracts until :meth:`enable`."""
-        self._enabled = False
-
-    def enable(self) -> None:
-        """Resume bookkeeping; growth while disabled is not counted."""
-        if not self._enabled:
-            self._enabled = True
-            self._baseline = None
-
-    # -- durable form ----------------------------------------------------------------------
-
-    def to_json(self) -> dict[str, Any]:
-        """Totals, marks, the baseline and the tallies as plain JSON. An extraction in
-        progress is not part of it: it did not complete, so its deltas are still counted
-        (the layer records it as pending work)."""
-        return {
-            "enabled": self._enabled,
-            "totals": [self._tokens, self._tool_calls, self._turns],
-            "marks": [self._marks.tokens, self._marks.tool_calls, self._marks.turns],
-            "baseline": self._baseline,
-            "started": self._started,
-            "extractions": self._extractions,
-            "failures": self._failures,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, thresholds: MemoryThresholds | None = None) -> MemoryCounters:
-        """Counters that continue from :meth:`to_json`'s document (ValueError names the key)."""
-        if not isinstance(data, dict):
-            raise TypeError(f"MemoryCounters state must be an object, got {data!r}")
-        enabled = data.get("enabled")
-        if not isinstance(enabled, bool):
-            raise TypeError(f"MemoryCounters state: enabled must be true or false, got {enabled!r}")
-        counters = cls(thresholds, enabled=enabled)
-        totals = _three_counts(data, "totals")
-        marks = _three_counts(data, "marks")
-        if any(m > t for m, t in zip(marks, totals, strict=True)):
-            raise ValueError(f"MemoryCounters state: marks {marks} exceed totals {totals}")
-        counters._tokens, counters._tool_calls, counters._turns = totals
-        counters._marks = Counts(*marks)
-        baseline = data.get("baseline")
-        counters._baseline = None if baseline is None else _non_negative_count("baseline", baseline)
-        counters._started = _non_negative_count("started", data.get("started"))
-        counters._extractions = _non_negative_count("extractions", data.get("extractions"))
-        counters._failures = _non_negative_count("failures", data.get("failures"))
-        return counters
-
-
-def _three_counts(data: dict[str, Any], key: str) -> tuple[int, int, int]:
-    value = data.get(key)
-    if not isinstance(value, list) or len(value) != 3:
-        raise ValueError(f"MemoryCounters state: {key} must be [tokens, tool_calls, turns]")
-    tokens, tool_calls, turns = (_non_negative_count(f"{key}[{i}]", v) for i, v in enumerate(value))
-    return tokens, tool_calls, turns
-
-
-# ---------------------------------------------------------------------------------------
-# events
-
-
-@frozen
-class MemoryExtractionStarted(Event):
-    """An extraction started in the background; the growth that triggered it."""
-
-    kind: ClassVar[str] = "session_memory.started"
-    level: ClassVar[EventLevel] = "info"
-    namespace: str = ""
-    extraction: int = 0
-    tokens: int = 0
-    tool_calls: int = 0
-    turns: int = 0
-    messages: int = 0
-
-
-@frozen
-class MemoryExtractionCompleted(Event):
-    """An extraction finished: ``notes_written`` new notes (``seqs``) in ``namespace``."""
-
-    kind: ClassVar[str] = "session_memory.completed"
-    level: ClassVar[EventLevel] = "info"
-    namespace: str = ""
-    extraction: int = 0
-    notes_written: int = 0
-    proposed: int = 0
-    duplicates: int = 0
-    seqs: tuple[int, ...] = ()
-    seconds: float = 0.0
-
-
-@frozen
-class MemoryExtractionFailed(Event):
-    """An extraction failed or was cancelled; nothing was written, the deltas stay."""
-
-    kind: ClassVar[str] = "session_memory.failed"
-    level: ClassVar[EventLevel] = "warning"
-    namespace: str = ""
-    extraction: int = 0
-    error: str = ""
-    cancelled: bool = False
-    seconds: float = 0.0
-
-
-@frozen
-class MemoryExtractionSkipped(Event):
-    """A run ended without starting an extraction, and why."""
-
-    kind: ClassVar[str] = "session_memory.skipped"
-    level: ClassVar[EventLevel] = "debug"
-    reason: Literal["thresholds", "run_failed", "no_namespace"] = "thresholds"
-    unmet: tuple[str, ...] = ()
-    detail: str = ""
-
-
-@frozen
-class MemoryExtractionQueued(Event):
-    """A run ended with the thresholds met while extraction ``behind`` was in progress: an
-    extraction is queued and runs right after it (several such runs queue one)."""
-
-    kind: ClassVar[str] = "session_memory.queued"
-    level: ClassVar[EventLevel] = "info"
-    namespace: str = ""
-    behind: int = 0
-    messages: int = 0
-
-
-@frozen
-class MemoryLoaded(Event):
-    """Stored notes were loaded at run start; ``injected`` of them fit the section."""
-
-    kind: ClassVar[str] = "session_memory.loaded"
-    level: ClassVar[EventLevel] = "debug"
-    namespace: str = ""
-    notes: int = 0
-    injected: int = 0
-    tokens: int = 0
-
-
-@frozen
-class MemoryLoadFailed(Event):
-    """Reading notes for injection failed; the run goes on without (new) notes."""
-
-    kind: ClassVar[str] = "session_memory.load_failed"
-    level: ClassVar[EventLevel] = "warning"
-    namespace: str = ""
-    error: str = ""
-
-
-@frozen
-class MemoryToggled(Event):
-    kind: ClassVar[str] = "session_memory.toggled"
-    level: ClassVar[EventLevel] = "info"
-    enabled: bool = True
-
-
-# ---------------------------------------------------------------------------------------
-# the layer
-
-
-@frozen
-class MemorySection:
-    """The system-prompt section offered to model calls: its text, notes and tokens."""
-
-    text: str
-    notes: tuple[Note, ...]
-    tokens: int
-
-
-SECTION_HEADER = (
-    "## Session memory\n"
-    "Notes saved from earlier conversations, newest first. Use them when relevant; "
-    "the current conversation takes precedence."
-)
-
-
-_Source = tuple[Conversation, "MessageTap | None"]
-"""Where an extraction reads: the session's conversation and the layer's tap on it."""
-
-
-@frozen
-class _Queued:
-    """An extraction triggered while another ran: what it extracts, and where to."""
-
-    ctx: RunContext[Any]
-    messages: tuple[Message, ...]
-    namespace: str
-    store: Store
-
-
-class _MemoryState:
-    """What one thread keeps for the layer (durable: ``ctx.thread_state``).
-
-    ``pending`` marks an extraction that was due but did not complete: it was in progress
-    or queued when the state was written (the process may stop), or was cancelled when its
-    session ended. A later session of the thread starts it at its next run end, thresholds
-    or not. ``queued`` is the extraction triggered while another ran (in this process).
-    """
-
-    __slots__ = (
-        "counters",
-        "pending",
-        "queued",
-        "section",
-        "seen_fingerprint",
-        "seen_last",
-        "seen_upto",
-        "unread",
-        "view",
-    )
-
-    def __init__(self, counters: MemoryCounters) -> None:
-        self.counters = counters
-        # (agent run id, the view carriers its model calls had here): extraction for that
-        # run runs under the same filtered view
-        self.view: tuple[str, dict[str, Any]] | None = None
-        self.section: MemorySection | None = None
-        # at most one extraction waits for the running one (the newest trigger's history)
-        self.queued: _Queued | None = None
-        # how far successful extractions of this thread read the conversation
-        self.seen_upto = 0
-        self.seen_last: Message | None = None
-        # a restored mark knows its last message by fingerprint until it is matched again
-        self.seen_fingerprint: str | None = None
-        self.pending = False
-        # every message committed since the last extraction, as committed (compaction
-        # rewrites the conversation, not this): what the next extraction reads
-        self.unread = Unread()
-
-    def since(self, messages: tuple[Message, ...]) -> int:
-        upto = self.seen_upto
-        if 0 < upto <= len(messages):
-            last = messages[upto - 1]
-            if last is self.seen_last:
-                return upto
-            if self.seen_fingerprint is not None and fingerprint(last) == self.seen_fingerprint:
-                self.seen_last, self.seen_fingerprint = last, None
-                return upto
-        return 0  # nothing read yet, or the history was rewritten since
-
-    def advance(self, messages: tuple[Message, ...], unread: int = 0) -> None:
-        """Extractions read ``messages`` up to its last ``unread`` (the mark a later
-        session continues from; a rewrite that shrank the tail only moves it earlier)."""
-        upto = max(0, len(messages) - unread)
-        self.seen_upto = upto
-        self.seen_last = messages[upto - 1] if upto else None
-        self.seen_fingerprint = None
-
-    def reading(self, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...], int]:
-        """What the next extraction reads: the history already read (as it is now, empty
-        when it was rewritten) followed by every message committed since, as committed;
-        and how many of those there are."""
-        since = self.since(messages)
-        if not self.unread.is_open:
-            return messages, len(messages) - since
-        fresh = self.unread.messages
-        return (*messages[:since], *fresh), len(fresh)
-
-    def to_json(self) -> dict[str, Any]:
-        last = self.seen_last
-        data = {
-            "counters": self.counters.to_json(),
-            "seen_upto": self.seen_upto,
-            "seen": fingerprint(last) if last is not None else self.seen_fingerprint,
-            "pending": self.pending or self.counters.in_progress or self.queued is not None,
-        }
-        unread = self.unread.to_json()
-        if unread is not None:
-            data["unread"] = unread
-        return data
-
-    @classmethod
-    def from_json(cls, data: Any, thresholds: MemoryThresholds) -> _MemoryState:
-        if not isinstance(data, dict):
-            raise TypeError(f"SessionMemory state must be an object, got {data!r}")
-        state = cls(MemoryCounters.from_json(data.get("counters"), thresholds))
-        state.unread = Unread.from_json(data.get("unread"))
-        state.seen_upto = _non_negative_count("seen_upto", data.get("seen_upto", 0))
-        seen = data.get("seen")
-        if seen is not None and not isinstance(seen, str):
-            raise TypeError(f"SessionMemory state: seen must be a string, got {seen!r}")
-        state.seen_fingerprint = seen
-        pending = data.get("pending", False)
-        if not isinstance(pending, bool):
-            raise TypeError(f"SessionMemory state: pending must be true or false, got {pending!r}")
-        state.pending = pending
-        return state
-
-
-def _error_text(exc: BaseException | None) -> str:
-    if exc is None:
-        return "unknown error"
-    if isinstance(exc, anyio.get_cancelled_exc_class()):
-        return "cancelled before it finished (the session ended or was cancelled)"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-_POSITIVE = integer(minimum=1)
-_EXTRACTOR: Check[Extractor] = Check(
-    lambda value: callable(getattr(value, "extract", None)),
-    "an object with async extract(job, ctx)",
-)
-_STORE: Check[Store | str] = Check(
-    lambda value: isinstance(value, Store) or (isinstance(value, str) and bool(value)),
-    "a tinyctx Store or the name of one in ctx.stores",
-)
-_NAMESPACE = optional(function(), allowed="None or a function (RunConfig) -> str | None")
-_COUNTER: Check[TokenCounter | None] = optional(
-    implements(TokenCounter), allowed="a TokenCounter or None"
-)
-
-
 class SessionMemory(Layer):
-    """Extract durable notes in the background and offer them to later calls.
+    """Extract durable notes in the background and offer them to later calls (see the
+    module docstring for counters, namespaces and injection).
 
-    ``SessionMemory(extractor=None, *, store="memory", min_tokens=4000, min_tool_calls=8,
-    min_turns=4, enabled=True, inject=True, inject_max_tokens=800, scan_notes=200,
-    scope="thread", namespace=None, prefix="session_memory", counter=None)``
-
-    ``extractor`` defaults to an offline :class:`RuleExtractor`; pass a
-    :class:`ModelExtractor` for model-written notes. ``store`` is a :class:`Store` or the
-    name of one in ``ctx.stores`` (an unknown name fails the run at its start, loudly).
-    ``enabled=False`` turns off counting and extraction (injection is ``inject``'s
-    business: an application can offer notes written elsewhere). See the module docstring
-    for counters, namespaces and injection.
+    Args:
+        extractor: Turns conversation into notes; default an offline :class:`RuleExtractor`.
+        store: A :class:`Store` or the name of one in ``ctx.stores`` (checked at run start).
+        min_tokens: Conversation growth in tokens that an extraction waits for.
+        min_tool_calls: Finished tool calls that an extraction waits for.
+        min_turns: Finished runs that an extraction waits for.
+        enabled: False turns off counting and extraction (not injection: see ``inject``).
+        inject: Offer the stored notes to every model call as a system-prompt section.
+        inject_max_tokens: The most the offered section takes, by ``counter``.
+        scan_notes: How many of the newest notes are offered and de-duplicated against.
+        scope: ``"thread"`` or ``"user"``: whose notes a run reads and writes.
+        namespace: A function (RunConfig) -> namespace, None for no memory in that run.
+        prefix: The first part of every namespace.
+        counter: Counts the offered section; default :func:`~tinyctx.tokens.default_counter`.
+        name: The key of the layer's state; default the class name.
     """
 
     constraints = (

@@ -16,54 +16,61 @@ summary raises :class:`SummarizationError` and changes nothing.
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from attrs import frozen
 
 from tinyctx import (
-    AssistantMessage,
     ConfigError,
-    Conversation,
     Event,
-    Interrupted,
     Layer,
     Message,
     ModelCall,
-    ModelCallFinished,
-    ModelHandler,
     ModelRequest,
     ModelResponse,
     PairingError,
-    RunCancelled,
     RunContext,
     SystemMessage,
-    TinyCtxError,
-    ToolResult,
-    UserMessage,
     check_pairing,
     default_counter,
-    snap_boundary,
-    thaw,
 )
+from tinyctx._public import publish
 from tinyctx.events import EventLevel
-from tinyctx.parts import TextPart, describe_part
 from tinyctx.tokens import TokenCounter
 
+from . import _summarizers, _summary_history
 from ._compaction import (
-    as_history,
     check_bool,
     check_counter,
     check_int,
     commit,
-    tinyctx_meta,
+)
+from ._summarizers import (
+    ExtractiveSummarizer,
+    ModelSummarizer,
+)
+from ._summary_history import (
+    DEFAULT_SUMMARY_PROMPT,
+    SUMMARY_PREFIX,
+    SummarizationError,
+    Summarizer,
+    SummaryStats,
+    _may_be_task,
+    _stack,
+    _system_lead,
+    digest_end,
+    is_summary,
+    render_transcript,
+    summarize_history,
+    summary_split,
 )
 from .policy import Relief
 from .triggers import Keep, Trigger
 from .triggers import keep as as_keep
 from .triggers import trigger as as_trigger
+
+publish(__name__, _summarizers, _summary_history)
 
 __all__ = [
     "SUMMARY_PREFIX",
@@ -82,562 +89,6 @@ __all__ = [
     "SummaryApplied",
     "SummaryFailed",
 ]
-
-SUMMARY_PREFIX = "[auto-compacted] Summary of {count} earlier messages:"
-
-DEFAULT_SUMMARY_PROMPT = """\
-You compact the earlier part of a conversation between a user and an AI agent that uses \
-tools, so the agent can continue the work without it. Write a dense summary that keeps:
-- the user's goals, requests and constraints, in their own words where it matters;
-- decisions made, and why;
-- facts found through tools: file paths, names, identifiers, numbers, commands, errors and \
-results, exactly as they appeared;
-- what has been done so far;
-- open work: what is unfinished, pending questions and the next steps.
-Use short headed sections or bullet points. Never invent anything, never address the user, \
-and write no preamble: output the summary only."""
-
-
-class SummarizationError(TinyCtxError):
-    """The summarizer failed or returned no text; the history was left as it was."""
-
-
-@runtime_checkable
-class Summarizer(Protocol):
-    """Writes the summary text of ``messages`` (the part of the history being replaced)."""
-
-    async def summarize(self, messages: Sequence[Message], ctx: RunContext[Any]) -> str: ...
-
-
-@frozen
-class SummaryStats:
-    """What one summarization did; ``summarized == 0`` when it did nothing."""
-
-    summarized: int = 0
-    """Messages replaced by the summary."""
-    kept: int = 0
-    """Messages kept verbatim (leading and inner system messages, and the tail)."""
-    lead: int = 0
-    """Index in the input where the summarized part starts (after leading system messages)."""
-    split: int = 0
-    """Index in the input where the verbatim tail starts; the summary is just before it."""
-    tokens_before: int = 0
-    tokens_after: int = 0
-
-    @property
-    def tokens_freed(self) -> int:
-        return self.tokens_before - self.tokens_after
-
-    @property
-    def changed(self) -> bool:
-        return self.summarized > 0
-
-
-def is_summary(message: Message) -> bool:
-    """Whether ``message`` is a summary written by :func:`summarize_history`."""
-    return "summary" in tinyctx_meta(message)
-
-
-def _stack(history: Sequence[Message], lead: int, keep_summaries: int) -> tuple[int, int]:
-    """``(lead, fold)`` for the summaries that follow ``history[:lead]``: when there are at
-    most ``keep_summaries`` of them they stay in front (``lead`` moves past them, ``fold``
-    is the new lead), else they are all folded into the next summary (``lead`` stays,
-    ``fold`` is where they end: the summarized part reaches at least there)."""
-    end = lead
-    while end < len(history) and is_summary(history[end]):
-        end += 1
-    return (end, end) if end - lead <= keep_summaries else (lead, end)
-
-
-def _system_lead(history: Sequence[Message]) -> int:
-    """How many system messages the history starts with."""
-    lead = 0
-    while lead < len(history) and isinstance(history[lead], SystemMessage):
-        lead += 1
-    return lead
-
-
-def _may_be_task(message: Message) -> bool:
-    """Whether ``message``, first after the system messages, is a task a summary can keep
-    in front of it: a user message that is not itself a summary."""
-    return isinstance(message, UserMessage) and not is_summary(message)
-
-
-def digest_end(history: Sequence[Message]) -> int:
-    """Where the digest a summarized history starts with ends: the leading system messages,
-    the task kept in front of the summaries (``keep_task``), the summaries (and system
-    messages among them); 0 when the history does not start with one. A trim keeps it
-    until the raw turns after it are gone (:func:`~tinyctx.middleware.trim.trim_oldest`)."""
-    index, n = _system_lead(history), len(history)
-    if index < n and _may_be_task(history[index]):
-        index += 1
-    end = 0
-    while index < n:
-        message = history[index]
-        if is_summary(message):
-            end = index + 1
-        elif not isinstance(message, SystemMessage):
-            break
-        index += 1
-    return end
-
-
-def summary_split(
-    history: Sequence[Message],
-    keep_recent: int = 10,
-    *,
-    keep_task: bool = False,
-    forward: bool = False,
-    keep_summaries: int = 0,
-) -> tuple[int, int] | None:
-    """``(lead, split)``: ``history[lead:split]`` is what a summary replaces, or None.
-
-    ``lead`` counts the leading system messages, and with ``keep_task`` the first user
-    message after them too (the task, kept verbatim in front of the summary, unless it is
-    itself a summary), and then the earlier summaries that follow when there are at most
-    ``keep_summaries`` of them (more: they are all summarized again, folded into the new
-    one, whatever ``keep_recent`` says); ``split`` is ``len - keep_recent`` moved back to
-    the nearest cut that separates no tool call from its results (a call waiting for its
-    results at the end included), or with ``forward`` on to the next such cut when one comes
-    before the end (the tail then holds at most ``keep_recent`` messages). None when the
-    history is not longer than ``keep_recent`` or nothing but system messages would go.
-
-    Only the last tool-call turn before the target can straddle it (results come before
-    the next assistant message), so the cut is snapped within the window from that turn's
-    assistant message on: the cost grows with ``keep_recent``, not with the history.
-    """
-    check_int(keep_recent, "keep_recent", "summary_split")
-    check_int(keep_summaries, "keep_summaries", "summary_split")
-    count = len(history)
-    if count <= keep_recent:
-        return None
-    lead = _system_lead(history)
-    if keep_task and lead < count and _may_be_task(history[lead]):
-        lead += 1
-    lead, fold = _stack(history, lead, keep_summaries)
-    target = max(count - keep_recent, fold)
-    if target <= lead:
-        return None
-    if forward:
-        ahead = snap_boundary(history, target, direction="forward")
-        if ahead < count:
-            target = ahead
-    window = target - 1
-    while window >= 0 and not isinstance(history[window], AssistantMessage):
-        window -= 1
-    split = target
-    if window >= 0:  # a cut before an assistant message separates nothing
-        split = window + snap_boundary(history[window:], target - window, direction="backward")
-    for index in range(lead, split):
-        if not isinstance(history[index], SystemMessage):
-            return lead, split
-    return None
-
-
-async def summarize_history(
-    history: Sequence[Message],
-    summarizer: Summarizer,
-    ctx: RunContext[Any],
-    keep_recent: int = 10,
-    *,
-    counter: TokenCounter | None = None,
-    keep_task: bool = False,
-    forward: bool = False,
-    keep_summaries: int = 0,
-) -> tuple[tuple[Message, ...], SummaryStats]:
-    """Replace the older part of ``history`` with one summary message.
-
-    ``keep_task``, ``forward`` and ``keep_summaries`` choose the split as
-    :func:`summary_split` does.
-
-    Returns the input tuple itself (and no summarizer call is made) when there is nothing
-    to summarize. Raises :class:`SummarizationError` when the summarizer fails or returns
-    only whitespace; cancellation and interrupts propagate as they are. Either way the
-    input is not changed.
-    """
-    history = as_history(history)
-    plan = summary_split(
-        history, keep_recent, keep_task=keep_task, forward=forward, keep_summaries=keep_summaries
-    )
-    if plan is None:
-        return history, SummaryStats(kept=len(history))
-    lead, split = plan
-    head = history[lead:split]
-    inner_system = tuple(m for m in head if isinstance(m, SystemMessage))
-    replaced = tuple(m for m in head if not isinstance(m, SystemMessage)) if inner_system else head
-    text = await _ask(summarizer, replaced, ctx)
-    summary = UserMessage(
-        f"{SUMMARY_PREFIX.format(count=len(replaced))}\n{text}",
-        metadata={
-            "tinyctx": {
-                "summary": {
-                    "messages": len(replaced),
-                    "summarizer": type(summarizer).__name__,
-                }
-            }
-        },
-    )
-    new = (*history[:lead], *inner_system, summary, *history[split:])
-    count_messages = (counter or default_counter()).count_messages
-    stats = SummaryStats(
-        summarized=len(replaced),
-        kept=len(new) - 1,
-        lead=lead,
-        split=split,
-        tokens_before=count_messages(history),
-        tokens_after=count_messages(new),
-    )
-    return new, stats
-
-
-async def _ask(summarizer: Summarizer, messages: tuple[Message, ...], ctx: RunContext[Any]) -> str:
-    """The summary text, raced against the run's cancellation; errors become one type."""
-    try:
-        text = await ctx.cancellation.race(lambda: summarizer.summarize(messages, ctx), "summarize")
-    except (RunCancelled, Interrupted):
-        raise
-    except SummarizationError:
-        raise
-    except Exception as exc:
-        raise SummarizationError(
-            f"{type(summarizer).__name__} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if not isinstance(text, str):
-        raise SummarizationError(
-            f"{type(summarizer).__name__} returned {type(text).__name__}, expected str"
-        )
-    text = text.strip()
-    if not text:
-        raise SummarizationError(f"{type(summarizer).__name__} returned an empty summary")
-    return text
-
-
-# ---------------------------------------------------------------------------------------
-# transcripts
-
-
-def _squash(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _middle_cut(text: str, limit: int) -> str:
-    """``text`` within ``limit`` characters, its middle replaced by a note."""
-    if len(text) <= limit:
-        return text
-    note = f" [... {len(text) - limit} characters omitted ...] "
-    keep = max(limit - len(note), 0)
-    head = keep * 2 // 5
-    return text[:head] + note + text[len(text) - (keep - head) :] if keep else text[:limit]
-
-
-def _described(message: Message, limit: int) -> str:
-    """A message's :meth:`~tinyctx.Message.describe` within about ``limit`` characters: its
-    text is cut in the middle, an image or a document is named whole (its URL too: a URL
-    cut short could not be fetched again)."""
-    content = getattr(message, "content", "")
-    if isinstance(content, str):
-        return _middle_cut(content, limit)
-    texts = sum(1 for part in content if isinstance(part, TextPart)) or 1
-    return "\n".join(
-        _middle_cut(part.text, limit // texts)
-        if isinstance(part, TextPart)
-        else describe_part(part)
-        for part in content
-    )
-
-
-def _arguments(arguments: Mapping[str, Any]) -> str:
-    return json.dumps(thaw(arguments), ensure_ascii=False, sort_keys=True, default=str)
-
-
-def _render(message: Message, limit: int) -> str:
-    """One message as a transcript block: role, tool calls with arguments, results."""
-    if isinstance(message, ToolResult):
-        label = f"tool result {message.name}".rstrip() + (" (error)" if message.is_error else "")
-        if "cleared" in tinyctx_meta(message):
-            return f"[{label}] (content cleared earlier)"
-        return f"[{label}] {_described(message, limit)}"
-    if isinstance(message, AssistantMessage):
-        lines = [f"[assistant] {_middle_cut(message.content, limit)}"] if message.content else []
-        for call in message.tool_calls:
-            args = _middle_cut(_arguments(call.arguments), limit)
-            lines.append(f"[assistant calls {call.name}] {args}")
-        return "\n".join(lines) or "[assistant] (no text)"
-    return f"[{message.role}] {_described(message, limit)}"
-
-
-def render_transcript(
-    messages: Sequence[Message],
-    *,
-    max_tokens: int,
-    counter: TokenCounter | None = None,
-    block_chars: int = 6000,
-    head_share: float = 0.3,
-) -> str:
-    """The messages as a plain-text transcript within about ``max_tokens``.
-
-    Each message is one block (role, text, tool calls with their arguments, results),
-    capped at ``block_chars`` by cutting its middle. When the whole does not fit, blocks are
-    dropped from the middle of the transcript, not its end: up to ``head_share`` of the
-    budget keeps the oldest blocks (where the goals are stated), the rest the newest, and a
-    note says how many messages were left out. The first and the last message always
-    appear, cut in their middle when they alone are too long.
-    """
-    count_text = (counter or default_counter()).count_text
-    blocks = [_render(m, block_chars) for m in messages]
-    sizes = [count_text(b) + 1 for b in blocks]
-    if sum(sizes) <= max_tokens:
-        return "\n".join(blocks)
-    note_tokens = 16
-
-    def squeeze(index: int, room: int) -> str | None:
-        chars = len(blocks[index]) * room // max(sizes[index], 1)
-        return _middle_cut(blocks[index], chars) if chars >= 64 else None
-
-    first: list[str] = []
-    start, used = 0, 0
-    head_budget = int(max_tokens * head_share)
-    while start < len(blocks) - 1 and used + sizes[start] <= head_budget:
-        first.append(blocks[start])
-        used += sizes[start]
-        start += 1
-    if not first and (cut := squeeze(0, head_budget)) is not None:
-        first.append(cut)
-        used = head_budget
-        start = 1
-    last: list[str] = []
-    end = len(blocks)
-    room = max_tokens - used - note_tokens
-    while end > start:
-        size = sizes[end - 1]
-        if size <= room:
-            last.append(blocks[end - 1])
-            room -= size
-            end -= 1
-            continue
-        if not last and (cut := squeeze(end - 1, room)) is not None:
-            last.append(cut)
-            end -= 1
-        break
-    omitted = end - start
-    middle = [f"[... {omitted} messages omitted from the middle ...]"] if omitted else []
-    return "\n".join([*first, *middle, *reversed(last)])
-
-
-# ---------------------------------------------------------------------------------------
-# summarizers
-
-
-class ModelSummarizer:
-    """Asks a model for a dense summary, through the ``call_model`` signature.
-
-    ``model`` is any model handler ``async (request, ctx) -> ModelResponse`` (a provider
-    adapter, an agent's model or a whole onion). It is called with a child context
-    (``ctx.derive``, tagged ``tinyctx:summarize``, with its own conversation), no tools, and
-    one user message holding the transcript; its usage is added to the run's trackers.
-    The transcript is capped at ``max_transcript_tokens`` (and at 3/4 of the run's usable
-    window when that is known), dropping messages from the middle.
-    """
-
-    def __init__(
-        self,
-        model: ModelHandler,
-        *,
-        model_name: str | None = None,
-        prompt: str = DEFAULT_SUMMARY_PROMPT,
-        max_transcript_tokens: int = 24_000,
-        settings: Mapping[str, Any] | None = None,
-        counter: TokenCounter | None = None,
-    ) -> None:
-        if not callable(model):
-            raise ConfigError("model", model, "an async model handler", owner="ModelSummarizer")
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ConfigError("prompt", prompt, "a non-empty string", owner="ModelSummarizer")
-        self.model = model
-        self.model_name = model_name
-        self.prompt = prompt
-        self.max_transcript_tokens = check_int(
-            max_transcript_tokens, "max_transcript_tokens", "ModelSummarizer", minimum=256
-        )
-        self.settings = dict(settings or {})
-        self.counter = check_counter(counter, "ModelSummarizer")
-
-    def request_for(self, messages: Sequence[Message], ctx: RunContext[Any]) -> ModelRequest:
-        """The request this summarizer sends for ``messages``."""
-        budget = self.max_transcript_tokens
-        usable = ctx.config.usable_tokens
-        if usable is not None:
-            budget = max(256, min(budget, usable * 3 // 4))
-        transcript = render_transcript(messages, max_tokens=budget, counter=self.counter)
-        text = (
-            f"Summarize these {len(messages)} earlier messages of the conversation.\n\n"
-            f"<transcript>\n{transcript}\n</transcript>"
-        )
-        return ModelRequest(
-            messages=(UserMessage(text),),
-            system_prompt=self.prompt,
-            model=self.model_name or ctx.config.model,
-            settings=self.settings,
-        )
-
-    async def summarize(self, messages: Sequence[Message], ctx: RunContext[Any]) -> str:
-        request = self.request_for(messages, ctx)
-        child = ctx.derive(tags=("tinyctx:summarize",), conversation=Conversation(request.messages))
-        started = time.perf_counter()
-        response = await self.model(request, child)
-        if not isinstance(response, ModelResponse):
-            raise TypeError(f"the summary model returned {type(response).__name__}")
-        usage = response.usage
-        model = response.model or request.model
-        if usage is not None:
-            ctx.usage.add(model, usage)
-        child.emit(
-            ModelCallFinished,
-            **ModelCallFinished.fields_of(request, response, time.perf_counter() - started),
-        )
-        return response.message.content
-
-
-class ExtractiveSummarizer:
-    """An offline, deterministic summary: no model, the same input gives the same text.
-
-    Keeps, within ``max_tokens``: the earlier summaries being rolled up (together at most
-    ``4 * line_chars`` characters, shared evenly, so folding a stack of them leaves room for
-    the rest), the user's goals, the last assistant statements, and each tool call with its
-    arguments and the first lines of its result. When not everything fits, the first and
-    latest goals and the latest statements go first, then tool calls from the newest back;
-    what did not fit is counted.
-    """
-
-    def __init__(
-        self,
-        max_tokens: int = 1000,
-        *,
-        line_chars: int = 240,
-        statements: int = 3,
-        counter: TokenCounter | None = None,
-    ) -> None:
-        owner = "ExtractiveSummarizer"
-        self.max_tokens = check_int(max_tokens, "max_tokens", owner, minimum=16)
-        self.line_chars = check_int(line_chars, "line_chars", owner, minimum=16)
-        self.statements = check_int(statements, "statements", owner)
-        self.counter = check_counter(counter, owner)
-
-    def _line(self, text: str, scale: int = 1) -> str:
-        return _middle_cut(_squash(text), self.line_chars * scale)
-
-    def _first_lines(self, text: str, count: int = 2) -> str:
-        lines = [line for line in (raw.strip() for raw in text.splitlines()[:20]) if line]
-        return self._line(" | ".join(lines[:count])) if lines else "(empty)"
-
-    def _message_line(self, message: Message, scale: int = 1, *, first: bool = False) -> str:
-        """A message as a summary line: its text cut (``first``: only its first lines), an
-        image or a document named whole, so a URL stays fetchable."""
-        content = getattr(message, "content", "")
-        if isinstance(content, str):
-            return self._first_lines(content) if first else self._line(content, scale)
-        texts = [
-            self._first_lines(part.text) if first else self._line(part.text, scale)
-            for part in content
-            if isinstance(part, TextPart)
-        ]
-        media = [describe_part(part) for part in content if not isinstance(part, TextPart)]
-        return " | ".join([*texts[:1], *media] if first else [*texts, *media])
-
-    def extract(self, messages: Sequence[Message]) -> str:
-        """The summary text of ``messages`` (never empty for a non-empty input)."""
-        earlier: list[str] = []
-        goals: list[str] = []
-        statements: list[str] = []
-        calls: list[str] = []
-        results: dict[str, str] = {}
-        rolled = sum(1 for m in messages if is_summary(m))
-        for message in messages:
-            if isinstance(message, ToolResult):
-                if "cleared" in tinyctx_meta(message):
-                    line = "(result cleared earlier)"
-                else:
-                    line = self._message_line(message, first=True)
-                results[message.tool_call_id] = ("error: " if message.is_error else "") + line
-        for message in messages:
-            if is_summary(message):
-                body = message.text.split("\n", 1)[1] if "\n" in message.text else ""
-                earlier.append(_middle_cut(_squash(body), self.line_chars * 4 // rolled))
-            elif (
-                isinstance(message, UserMessage)
-                and message.essential
-                and message.describe().strip()
-            ):
-                # the first request usually states the task: give it more room
-                goals.append(self._message_line(message, 1 if goals else 3))
-            elif isinstance(message, AssistantMessage):
-                if message.content.strip():
-                    statements.append(self._line(message.content))
-                for call in message.tool_calls:
-                    args = _middle_cut(_arguments(call.arguments), self.line_chars // 2)
-                    outcome = results.get(call.id, "(no result)")
-                    calls.append(f"{call.name}({args}) -> {outcome}")
-        sections = [
-            ("Earlier summary", earlier),
-            ("User goals", goals),
-            ("Tool calls", calls),
-            (
-                "Last assistant statements",
-                statements[-self.statements :] if self.statements else [],
-            ),
-        ]
-        if not any(items for _, items in sections):
-            return f"{len(messages)} earlier messages without text content."
-        return (
-            self._fit(sections)
-            or f"{len(messages)} earlier messages (none fit {self.max_tokens} tokens)."
-        )
-
-    def _fit(self, sections: list[tuple[str, list[str]]]) -> str:
-        """Render the sections, choosing items by priority while they fit ``max_tokens``."""
-        count_text = (self.counter or default_counter()).count_text
-        earlier, goals, calls, last = (items for _, items in sections)
-        # (section, item) in the order they earn a place: an earlier summary, the first and
-        # the latest goal, the latest statements, other goals, then tool calls newest first
-        order: list[tuple[int, int]] = [(0, i) for i in range(len(earlier))]
-        order += [(1, 0), (1, len(goals) - 1)] if goals else []
-        order += [(3, i) for i in range(len(last) - 1, -1, -1)]
-        order += [(1, i) for i in range(len(goals) - 2, 0, -1)]
-        order += [(2, i) for i in range(len(calls) - 1, -1, -1)]
-        order = list(dict.fromkeys(order))
-        headers = 12 * sum(1 for _, items in sections if items)  # room for section titles
-        chosen: list[tuple[int, int]] = []
-        used = 0
-        for section, index in order:
-            cost = count_text(sections[section][1][index]) + 2
-            if used + cost <= self.max_tokens - headers:
-                chosen.append((section, index))
-                used += cost
-        text = self._render(sections, set(chosen))
-        # estimates of parts need not add up to the estimate of the whole: make sure
-        while chosen and count_text(text) > self.max_tokens:
-            chosen.pop()
-            text = self._render(sections, set(chosen))
-        return text
-
-    @staticmethod
-    def _render(sections: list[tuple[str, list[str]]], chosen: set[tuple[int, int]]) -> str:
-        out: list[str] = []
-        for section, (title, items) in enumerate(sections):
-            picked = [item for i, item in enumerate(items) if (section, i) in chosen]
-            if not picked:
-                continue
-            missing = len(items) - len(picked)
-            out.append(f"{title} ({missing} more not shown):" if missing else f"{title}:")
-            out.extend(f"- {item}" for item in picked)
-        return "\n".join(out)
-
-    async def summarize(self, messages: Sequence[Message], ctx: RunContext[Any]) -> str:
-        return self.extract(messages)
-
-
-# ---------------------------------------------------------------------------------------
-# the layer
 
 
 @frozen
@@ -791,6 +242,25 @@ class Summarize(Layer):
     less. When there are more than ``N``, the next summary folds them all into one (a single
     bigger rewrite), so at most ``N + 1`` summaries ever stand in front. ``0`` (the default)
     folds every time: each summary replaces the previous one.
+
+    Args:
+        summarizer: Writes the summary (:class:`ModelSummarizer`,
+            :class:`ExtractiveSummarizer` or any :class:`Summarizer`).
+        trigger_tokens: The estimate that fires the layer; None: only a request that
+            would not fit the usable window.
+        keep_recent: Messages kept verbatim when ``keep`` is not given.
+        persist: Commit the summary to the conversation (True) or rewrite only this
+            call's request.
+        counter: The token counter; default :func:`~tinyctx.tokens.default_counter`.
+        trigger: When to fire, in any spelling of :mod:`tinyctx.middleware.triggers`
+            (instead of ``trigger_tokens``).
+        keep: How much of the newest history stays verbatim: ``("messages", n)``,
+            ``("tokens", n)`` or ``("fraction", f)``.
+        max_failures: Consecutive failures after which the layer stops trying for the
+            thread (0: never stops).
+        keep_task: Keep the first user message verbatim in front of the summary.
+        keep_summaries: Earlier summaries stacked verbatim before they are folded.
+        name: The key of the layer's state; default the class name.
     """
 
     role = "summarize"  # its place in a BudgetGuard's policy order
@@ -983,7 +453,7 @@ class Summarize(Layer):
                 keep_task=self._pins_task(messages, counter),
                 keep_summaries=self.keep_summaries,
             )
-            if stats.changed and stats.tokens_freed <= 0:
+            if stats.changed and stats.freed_tokens <= 0:
                 raise SummarizationError(
                     f"the summary of {stats.summarized} messages would not shrink the history "
                     f"({stats.tokens_before} tokens before, {stats.tokens_after} after); refused"
@@ -1043,7 +513,7 @@ class Summarize(Layer):
             "tokens_before": stats.tokens_before,
             "tokens_after": stats.tokens_after,
         }
-        if not stats.changed or stats.tokens_freed <= 0:
+        if not stats.changed or stats.freed_tokens <= 0:
             return Relief(messages, 0, {**detail, "applied": False})
         ctx.emit(SummaryApplied.of(stats, self.summarizer, source="policy"))
-        return Relief(new, stats.tokens_freed, {**detail, "applied": True})
+        return Relief(new, stats.freed_tokens, {**detail, "applied": True})

@@ -184,7 +184,7 @@ class HistoryBudgetStats:
     """What :func:`budget_history` did: one ``(tool_call_id, name, stats)`` per cut result."""
 
     truncated: tuple[tuple[str, str, TruncationStats], ...] = ()
-    tokens_freed: int = 0
+    freed_tokens: int = 0
 
     @property
     def results_truncated(self) -> int:
@@ -450,11 +450,11 @@ class ToolResultBudget(Layer):
             )
         return Relief(
             new,
-            stats.tokens_freed,
+            stats.freed_tokens,
             {
                 "results_truncated": stats.results_truncated,
                 "bytes_freed": stats.bytes_freed,
-                "tokens_freed": stats.tokens_freed,
+                "freed_tokens": stats.freed_tokens,
             },
         )
 
@@ -521,7 +521,7 @@ class ShrinkToolResults:
         while low <= high:
             budget = (low + high) // 2
             new, stats = budget_history(messages, budget, hint=self.hint, counter=counter)
-            if stats.tokens_freed >= need:
+            if stats.freed_tokens >= need:
                 best, low = (new, stats, budget), budget + 1
             else:
                 high = budget - 1
@@ -541,7 +541,7 @@ class ShrinkToolResults:
             )
         return Relief(
             new,
-            stats.tokens_freed,
+            stats.freed_tokens,
             {
                 "budget_bytes": budget,
                 "results_truncated": stats.results_truncated,

@@ -878,8 +878,8 @@ class TestValidation:
             ({"trigger": 0.95, "hard_limit": 0.9}, "trigger", "trigger <= hard_limit (0.9)"),
             ({"hard_limit": 1.2}, "hard_limit", "(0, 1]"),
             ({"hard_limit": float("nan")}, "hard_limit", "(0, 1]"),
-            ({"target": 0.95, "trigger": 0.9}, "target", "target <= trigger"),
-            ({"target": 0}, "target", "(0, 1]"),
+            ({"low_water": 0.95, "trigger": 0.9}, "low_water", "low_water <= trigger"),
+            ({"low_water": 0}, "low_water", "(0, 1]"),
             ({"policies": ["trim"]}, "policies[0]", "PressurePolicy"),
             ({"policies": [TrimOldest(), TrimOldest()]}, "policies[1].name", "unique"),
             ({"order": "lifo"}, "order", "default"),
@@ -907,7 +907,7 @@ class TestValidation:
     def test_defaults(self) -> None:
         guard = BudgetGuard()
         assert (guard.trigger, guard.hard_limit) == (1.0, 1.0)
-        assert guard.low_water == guard.target == 0.5
+        assert guard.low_water == 0.5
         assert guard.persist and guard.calibrate and guard.breaker_threshold == 3
         assert [p.name for p in guard.policies] == [
             "DropNonessential",
@@ -980,8 +980,8 @@ class TestFromEnv:
         assert info.value.field == "reserved_output_tokens"
 
     def test_custom_prefix_and_environ(self) -> None:
-        guard = BudgetGuard.from_env("APP_CTX_", environ={"APP_CTX_TARGET": "0.5", "OTHER": "x"})
-        assert guard.target == 0.5
+        guard = BudgetGuard.from_env("APP_CTX_", environ={"APP_CTX_LOW_WATER": "0.5", "OTHER": "x"})
+        assert guard.low_water == 0.5
         assert BudgetGuard.from_env(environ={}).trigger == 1.0
 
 
@@ -1040,7 +1040,7 @@ class TestProperties:
             )
         else:
             only_system = all(isinstance(m, SystemMessage) for m in after)
-            assert estimate <= math.floor(guard.target * usable) or (
+            assert estimate <= math.floor(guard.low_water * usable) or (
                 only_system and estimate <= usable
             )
         removed = [m for m in before if id(m) not in kept]

@@ -502,14 +502,17 @@ class TestRealTranscripts:
 class TestLowWater:
     """The guard relieves in one batch down to a validated low-water mark."""
 
-    def test_low_water_is_validated_and_target_is_its_older_name(self) -> None:
-        """low_water above the trigger, or a conflicting target, names the field."""
+    def test_low_water_is_validated_and_has_no_other_name(self) -> None:
+        """low_water above the trigger names the field; the pre-release ``target`` is gone."""
         with pytest.raises(ConfigError, match="low_water"):
             BudgetGuard(trigger=0.8, low_water=0.9)
-        with pytest.raises(ConfigError, match="target"):
-            BudgetGuard(target=0.5, low_water=0.4)
+        removed: dict[str, Any] = {"target": 0.5}
+        with pytest.raises(TypeError, match="target"):
+            BudgetGuard(**removed)
+        with pytest.raises(ConfigError, match="TINYCTX_CONTEXT_TARGET"):
+            BudgetGuard.from_env(environ={"TINYCTX_CONTEXT_TARGET": "0.5"})
         guard = BudgetGuard(low_water=0.4)
-        assert guard.low_water == guard.target == 0.4
+        assert guard.low_water == 0.4
         env = BudgetGuard.from_env(environ={"TINYCTX_CONTEXT_LOW_WATER": "35%"})
         assert env.low_water == pytest.approx(0.35)
 
@@ -597,8 +600,9 @@ class TestMicrocompactCacheAware:
             Microcompact(clear_at_least=-1)
         with pytest.raises(ConfigError, match="clear_tool_inputs"):
             Microcompact(clear_tool_inputs="yes")  # type: ignore[arg-type]
-        with pytest.raises(ConfigError, match="min_tokens"):
-            Microcompact(min_tokens=5, trigger=10)
+        removed: dict[str, Any] = {"min_tokens": 5}
+        with pytest.raises(TypeError, match="min_tokens"):
+            Microcompact(**removed)  # the pre-release spelling of trigger= is gone
 
 
 class TestNeverActsOnWhatFits:

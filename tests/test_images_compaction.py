@@ -71,7 +71,7 @@ class TestClearImagesHistory:
         assert _images(new) == _images(history)[-3:]
         assert new[2].content == "clicked 0\n[image cleared: screenshot 1280×800]"
         assert new[2].metadata["tinyctx"]["images_cleared"]["count"] == 1
-        assert stats.tokens_freed == COUNTER.count_messages(history) - COUNTER.count_messages(new)
+        assert stats.freed_tokens == COUNTER.count_messages(history) - COUNTER.count_messages(new)
 
     def test_user_images_count_too(self) -> None:
         """A pasted image in a user message is one of the newest N like any screenshot."""
@@ -109,7 +109,7 @@ class TestClearImagesHistory:
         assert _images(new)[-keep:] == _images(history)[-keep:] if keep else True
         again, more = clear_images_history(new, keep, counter=COUNTER)
         assert again is new and not more.changed
-        assert stats.tokens_freed >= 0
+        assert stats.freed_tokens >= 0
 
 
 class TestMicrocompactKeepImages:

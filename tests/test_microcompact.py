@@ -103,10 +103,10 @@ class TestMicrocompactFunction:
         history = build(4, results=2)
         new, stats = microcompact_history(history, keep_recent=1, counter=counter)
         assert stats == MicrocompactStats(
-            3, 6, 6 * (600 - len(DEFAULT_PLACEHOLDER)), stats.tokens_freed
+            3, 6, 6 * (600 - len(DEFAULT_PLACEHOLDER)), stats.freed_tokens
         )
-        assert stats.tokens_freed == counter.count_messages(history) - counter.count_messages(new)
-        assert stats.tokens_freed > 0 and stats.changed
+        assert stats.freed_tokens == counter.count_messages(history) - counter.count_messages(new)
+        assert stats.freed_tokens > 0 and stats.changed
 
     def test_idempotent_already_cleared_results_are_skipped_and_not_counted(self) -> None:
         once, first = microcompact_history(build(8), keep_recent=2)
@@ -252,7 +252,7 @@ class TestMicrocompactFunction:
     @pytest.mark.parametrize(
         ("kwargs", "field"),
         [
-            ({"min_tokens": -1}, "min_tokens"),
+            ({"keep_recent": -1}, "keep_recent"),
             ({"persist": "yes"}, "persist"),
             ({"counter": object()}, "counter"),
         ],
@@ -294,7 +294,7 @@ class TestMicrocompactProperties:
         assert after <= before
         assert (
             before - after
-            == microcompact_history(history, keep, "[x]", counter=counter)[1].tokens_freed
+            == microcompact_history(history, keep, "[x]", counter=counter)[1].freed_tokens
         )
         # with the default, longer placeholder too
         assert (
@@ -308,7 +308,7 @@ def context_with(history: Sequence[Message]) -> RunContext[None]:
 
 
 class TestMicrocompactLayer:
-    """On the model onion: persist by default, transient on request, gated by min_tokens."""
+    """On the model onion: persist by default, transient on request, gated by the trigger."""
 
     async def test_persists_to_the_conversation_without_new_message_events(self) -> None:
         ctx = context_with(build(6))
@@ -323,7 +323,7 @@ class TestMicrocompactLayer:
         (event,) = [e for e in events if isinstance(e, MicrocompactApplied)]
         assert event.kind == "compaction.microcompact"
         assert (event.results_cleared, event.turns_cleared, event.persisted) == (4, 4, True)
-        assert event.tokens_freed > 0 and event.bytes_freed > 0
+        assert event.freed_tokens > 0 and event.bytes_freed > 0
 
     async def test_the_next_call_is_warm_same_history_no_event(self) -> None:
         ctx = context_with(build(6))
@@ -350,20 +350,20 @@ class TestMicrocompactLayer:
         flags = [e.persisted for e in events if isinstance(e, MicrocompactApplied)]
         assert flags == [False, False]
 
-    async def test_min_tokens_leaves_a_small_history_untouched(self) -> None:
+    async def test_a_token_trigger_leaves_a_small_history_untouched(self) -> None:
         history = build(6)
         counter = HeuristicCounter()
         estimate = counter.count_request(ModelRequest(messages=history))
-        for min_tokens, touched in ((estimate + 1, False), (estimate, True)):
+        for threshold, touched in ((estimate + 1, False), (estimate, True)):
             ctx = context_with(history)
             model = ScriptedModel(["ok"], repeat_last=True)
             request = ModelRequest(messages=ctx.conversation.messages)
-            layer = Microcompact(keep_recent=2, min_tokens=min_tokens, counter=counter)
+            layer = Microcompact(keep_recent=2, trigger=threshold, counter=counter)
             await run_layer(layer, request, ctx, model)
             assert (model.requests[0] is not request) is touched
             assert (ctx.conversation.messages != history) is touched
 
-    async def test_under_min_tokens_nothing_but_the_estimate_is_computed(self) -> None:
+    async def test_under_the_trigger_nothing_but_the_estimate_is_computed(self) -> None:
         class Spy(HeuristicCounter):
             def __init__(self) -> None:
                 super().__init__()
@@ -383,7 +383,7 @@ class TestMicrocompactLayer:
 
         spy = Spy()
         ctx = context_with(build(6))
-        layer = Microcompact(keep_recent=1, min_tokens=11, counter=spy)
+        layer = Microcompact(keep_recent=1, trigger=11, counter=spy)
         request = ModelRequest(messages=ctx.conversation.messages)
         model = ScriptedModel(["ok"], repeat_last=True)
         await run_layer(layer, request, ctx, model)
@@ -411,7 +411,7 @@ class TestMicrocompactLayer:
         """As a policy it clears the oldest results until the need is met, no more."""
         history = build(6)
         counter = HeuristicCounter()
-        layer = Microcompact(keep_recent=2, min_tokens=10**9)
+        layer = Microcompact(keep_recent=2, trigger=10**9)
         one = await layer.relieve(history, context_with(history), counter, need=1)
         assert [cleared(m) for m in results_of(one.messages)] == [True] + [False] * 5
         per_result = one.freed_tokens
@@ -422,7 +422,7 @@ class TestMicrocompactLayer:
         history = build(6)
         ctx = context_with(history)
         counter = HeuristicCounter()
-        layer = Microcompact(keep_recent=2, min_tokens=10**9)
+        layer = Microcompact(keep_recent=2, trigger=10**9)
         assert isinstance(layer, PressurePolicy) and layer.name == "Microcompact"
         with capture_events() as events:
             relief = await layer.relieve(history, ctx, counter, need=10**9)
@@ -456,8 +456,8 @@ class TestMicrocompactLayer:
                 await run_layer(layer, ModelRequest(messages=given_), ctx, model)
             assert model.requests[-1].messages == expected
             applied = [e for e in events if isinstance(e, MicrocompactApplied)]
-            assert [(e.results_cleared, e.tokens_freed) for e in applied] == (
-                [(stats.results_cleared, stats.tokens_freed)] if stats.changed else []
+            assert [(e.results_cleared, e.freed_tokens) for e in applied] == (
+                [(stats.results_cleared, stats.freed_tokens)] if stats.changed else []
             )
             assert (ctx.conversation.messages == expected) is (persist or not stats.changed)
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tinyctx._token_counters as token_counters
 import tinyctx.tokens as tokens_module
 from tinyctx import (
     AssistantMessage,
@@ -646,7 +647,7 @@ class TestTokenizersCounter:
             asked.append((identifier, revision, token))
             return bpe
 
-        monkeypatch.setattr(tokens_module, "_load_pretrained", fake_hub)
+        monkeypatch.setattr(token_counters, "_load_pretrained", fake_hub)
         counter = TokenizersCounter.from_pretrained("org/model", revision="v1", message_overhead=2)
         assert asked == [("org/model", "v1", None)]
         assert counter.message_overhead == 2

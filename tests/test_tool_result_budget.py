@@ -365,7 +365,7 @@ class TestToolResultBudgetPolicy:
         # tokens than the characters it replaces
         history = (AssistantMessage("", (ToolCall("a", "t"),)), ToolResult("a", "中" * 40, "t"))
         new, stats = budget_history(history, 100, counter=MarkerHeavy())
-        assert new is history and stats.tokens_freed == 0
+        assert new is history and stats.freed_tokens == 0
         new, _ = budget_history(history, 100)  # without a counter: bytes are all that count
         assert size(new[1].text) <= 100
 
@@ -380,7 +380,7 @@ class TestToolResultBudgetPolicy:
                 assert after.tool_call_id == before.tool_call_id  # type: ignore[attr-defined]
                 # images and documents pass whole and in order: no byte cut of base64
                 assert media_parts(after.content) == media_parts(before.content)  # type: ignore[attr-defined]
-        assert stats.tokens_freed >= 0
+        assert stats.freed_tokens >= 0
 
 
 class TestBudgetWithParts:

@@ -118,13 +118,12 @@ class Event:
 
 
 def freed_tokens(event: Event) -> int | None:
-    """The tokens a context action freed, when its event says (``freed_tokens``,
-    ``tokens_freed``, or ``tokens_before - tokens_after``); None for any other event."""
+    """The tokens a context action freed, when its event says (``freed_tokens``, or
+    ``tokens_before - tokens_after``); None for any other event."""
     payload = event.payload()
-    for key in ("freed_tokens", "tokens_freed"):
-        value = payload.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    value = payload.get("freed_tokens")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
     before, after = payload.get("tokens_before"), payload.get("tokens_after")
     if isinstance(before, int) and isinstance(after, int):
         return before - after

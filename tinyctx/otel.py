@@ -99,7 +99,7 @@ REMOVALS: frozenset[str] = frozenset(
 """The events that say a layer removed something (listed in ``tinyctx.compaction.layers``)."""
 
 _NS = 1_000_000_000
-_FREED_KEYS = frozenset({"freed_tokens", "tokens_freed"})
+_FREED_KEYS = frozenset({"freed_tokens"})
 
 
 def _homogeneous(value: Any) -> bool:

@@ -25,6 +25,7 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
+from ..config import optional, text
 from ..errors import ConfigError, TinyCtxError
 from ..events import EventSink
 from ._events import MCPConnected, MCPDisconnected, MCPToolSkipped
@@ -123,10 +124,8 @@ class MCPConnection:
         events: EventSink | None = None,
     ) -> None:
         owner = type(self).__name__
-        if not isinstance(name, str) or not name:
-            raise ConfigError("name", name, "a non-empty string", owner=owner)
-        if prefix is not None and (not isinstance(prefix, str) or not prefix):
-            raise ConfigError("prefix", prefix, "a non-empty string or None", owner=owner)
+        text().check(name, "name", owner)
+        optional(text()).check(prefix, "prefix", owner)
         _positive(owner, "call_timeout", call_timeout, allow_none=True)
         _positive(owner, "connect_timeout", connect_timeout)
         _positive(owner, "reconnect_wait", reconnect_wait, allow_none=True)
