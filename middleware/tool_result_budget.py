@@ -300,6 +300,9 @@ class ToolResultTruncated(Event):
     final_bytes: int = 0
     budget_bytes: int = 0
     where: str = "tool"
+    # the heuristic tokens the cut saved, when cut as it arrived (a guard's cut reports its
+    # own total): a later relief may remove the result, so a replay cannot always recount it
+    freed_tokens: int | None = None
 
     def describe(self) -> str | None:
         if self.where != "tool":
@@ -414,6 +417,7 @@ class ToolResultBudget(Layer):
         budget = self.budget_for(result, ctx)
         new, stats = _budgeted(result, budget, self.hint, self.keep)
         if new is not result:
+            counter = default_counter()
             ctx.emit(
                 ToolResultTruncated(
                     tool=result.name or call.name,
@@ -421,6 +425,7 @@ class ToolResultBudget(Layer):
                     original_bytes=stats.original_bytes,
                     final_bytes=stats.final_bytes,
                     budget_bytes=budget,
+                    freed_tokens=counter.count_message(result) - counter.count_message(new),
                 )
             )
         return new
