@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar, cast, overload
 
 from ._gc import gc_paused
-from .agent import Checkpoint
+from .checkpoint import Checkpoint
 from .context import RunConfig
 from .documents import TEXT_HOLE, SplitDocuments, join_document
 from .errors import ConfigError, TinyCtxError, a_type
