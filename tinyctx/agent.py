@@ -15,10 +15,11 @@ import attrs
 from attrs import frozen
 
 from .agent_core import AgentCore
-from .checkpoint import Checkpoint, RunResult, RunStatus
+from .checkpoint import Checkpoint, Phase, RunResult, RunStatus
 from .messages import Message
 from .resume import ENGINE_STATE
 from .session import Session
+from .synthetic import SKIPPED_ON_ABANDON, SKIPPED_ON_CANCEL, SKIPPED_ON_CRASH, SKIPPED_ON_STOP
 from .tool_handler import (
     execute_tool,
     invoke_tool,
@@ -39,6 +40,12 @@ __all__ = [
     "run_tool_or_error_result",
     "run_tool_or_raise",
     "tool_error_result",
+    # the other module-level names of the one-file agent module, importable as before
+    "Phase",
+    "SKIPPED_ON_ABANDON",
+    "SKIPPED_ON_CANCEL",
+    "SKIPPED_ON_CRASH",
+    "SKIPPED_ON_STOP",
 ]
 
 
@@ -49,6 +56,20 @@ class Agent(AgentCore):
     Both onions are composed here, once. ``model`` is a model handler or a model by name,
     ``"<prefix>:<model>"`` (``"openai:gpt-4o"``, ``"anthropic:claude-sonnet-4-5"``; see
     :mod:`tinyctx.models_by_name`), which also sets ``model_name`` when it is not given.
+
+    Args:
+        model: The model handler (``async (request, ctx) -> ModelResponse``) or a model by
+            name.
+        tools: The local tools the model may call.
+        middleware: The layers, outermost first; both onions are built from them.
+        system_prompt: The system prompt of every request, or None.
+        model_name: The model named in requests (and priced); taken from ``model`` when
+            None.
+        settings: Provider settings sent with every request (temperature, ...).
+        server_tools: Tools the provider runs itself (web search, ...).
+        name: The agent's name in events and traces.
+        check_requests: Refuse a request the layers emptied or left ending in an
+            assistant message the model cannot continue; False sends what they make.
     """
 
     def evolve(self, **changes: Any) -> Agent:

@@ -26,7 +26,19 @@ Phase = Literal["before_model", "tools"]
 
 @frozen
 class RunResult:
-    """What one run produced: the final text, the messages it added, usage and events."""
+    """What one run produced: the final text, the messages it added, usage and events.
+
+    Args:
+        final_text: The answer's text (a StopWithFinal's text when stopped).
+        messages: The messages the run added to the conversation.
+        usage: The run's token usage (its part before a pause included).
+        status: ``"completed"`` or ``"stopped"``.
+        run_id: The run's id.
+        thread_id: The thread's id.
+        model_calls: How many model calls the run made.
+        tool_calls: How many tool calls it ran.
+        events: The run's events, in order.
+    """
 
     final_text: str
     messages: tuple[Message, ...]
@@ -45,6 +57,20 @@ class Checkpoint:
 
     Self-contained: it carries the conversation at the pause, so a new session of the
     same thread can resume it too.
+
+    Args:
+        run_config: The paused run's config (its run and thread ids).
+        phase: ``"before_model"`` or ``"tools"`` (calls wait to run).
+        pending: The calls that run on resume (the open calls of ``messages``).
+        node: The node the Interrupt named (who paused the run).
+        message: The Interrupt's message.
+        messages: The conversation at the pause.
+        added: The messages the run had added before the pause.
+        model_calls: The run's model calls so far.
+        tool_calls: The run's tool calls so far.
+        usage: The run's usage so far.
+        state: Per-run layer state, by layer name.
+        payload: The Interrupt's structured payload, or None.
     """
 
     run_config: RunConfig

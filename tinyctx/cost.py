@@ -38,6 +38,7 @@ stack over a range of one knob and returns the cost curve a user picks a setting
 from __future__ import annotations
 
 from .prices import (
+    CACHING,
     DEFAULT_PRICE,
     PRICES,
     Caching,
@@ -67,6 +68,7 @@ from .sweeps import (
 )
 
 __all__ = [
+    "CACHING",
     "Caching",
     "ModelPrice",
     "PRICES",

@@ -61,7 +61,15 @@ __all__ = [
 class PromptShape:
     """What pricing needs of one model call: the sent messages with their token counts,
     the tokens outside them (system prompt, tool schemas, overhead) and a key for that part,
-    and the output tokens of the reply."""
+    and the output tokens of the reply.
+
+    Args:
+        messages: The messages sent.
+        message_tokens: Each message's token count.
+        fixed_tokens: The tokens outside the messages (system prompt, tool schemas).
+        output_tokens: The reply's output tokens.
+        fixed_key: What the fixed part was made of; a change breaks the cached prefix.
+    """
 
     messages: tuple[Message, ...] = field(repr=False)
     message_tokens: tuple[int, ...] = field(repr=False)
@@ -76,7 +84,20 @@ class PromptShape:
 
 @frozen
 class CallCost:
-    """One call's prompt-cache accounting and cost (USD)."""
+    """One call's prompt-cache accounting and cost (USD).
+
+    Args:
+        index: The call's number in the replay.
+        prompt_tokens: The prompt's tokens.
+        output_tokens: The reply's tokens.
+        cache_read: Prompt tokens read from the cache.
+        cache_write: Prompt tokens written to it.
+        uncached: Prompt tokens neither read nor written.
+        shared_tokens: The prefix shared with the previous call, in tokens.
+        broke: Whether the previous prompt is not wholly a prefix of this one.
+        break_at: The index of the first message that differs, or None.
+        cost: The call's cost in USD.
+    """
 
     index: int
     prompt_tokens: int

@@ -36,6 +36,12 @@ def check_input(
     ``Conversation.replace`` keep it so), so only that tail is checked with the input, and
     the input's call ids against ``used``, the ids of the whole history: the cost grows
     with the input, not with the thread.
+
+    Args:
+        history: The conversation's messages now.
+        messages: The input to add.
+        used: Every call id of ``history``.
+        paused: Whether a pause's (or a dead worker's) pending calls are answered first.
     """
     start = len(history)
     while start > 0 and not isinstance(history[start - 1], AssistantMessage):

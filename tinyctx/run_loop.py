@@ -23,7 +23,7 @@ import anyio.abc
 from .agent_core import AgentCore
 from .checkpoint import Checkpoint, Phase, RunResult, RunStatus
 from .context import RunContext
-from .control import _RESUMING, Control, Interrupt, StopWithFinal, Suspend, stronger
+from .control import RESUMING, Control, Interrupt, StopWithFinal, Suspend, stronger
 from .conversation import Conversation
 from .durable import ThreadLink, ThreadWriteFailed
 from .errors import (
@@ -333,7 +333,7 @@ class RunLoop(Generic[Data]):
                 resumed, resuming = state.resumed_call, None
                 if resumed is not None and resumed[0] == call.id:
                     state.resumed_call, resuming = None, resumed[1]
-                token = _RESUMING.set(resuming)
+                token = RESUMING.set(resuming)
                 try:
                     result = await self.agent.tool_onion(call, ctx)
                 except ToolError as exc:
@@ -353,7 +353,7 @@ class RunLoop(Generic[Data]):
                     )
                     await self._suspend(state, suspend, call, calls[index:])
                 finally:
-                    _RESUMING.reset(token)
+                    RESUMING.reset(token)
                 running = None
                 state.tool_calls += 1
                 if not isinstance(result, ToolResult) or result.tool_call_id != call.id:

@@ -268,7 +268,14 @@ class _Compiler:
 
 @attrs.frozen
 class Param:
-    """One model-visible parameter: its name, type hint, default and description."""
+    """One model-visible parameter: its name, type hint, default and description.
+
+    Args:
+        name: The parameter's name, as the model sends it.
+        annotation: Its type hint (what the schema and the check come from).
+        default: Its default; none means the parameter is required.
+        description: The schema's description of it, or None.
+    """
 
     name: str
     annotation: Any

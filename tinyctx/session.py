@@ -60,6 +60,20 @@ class Session(ResumePath[Data]):
     stores its checkpoint with its messages in one write, and leaving writes the rest and
     releases the lease. A step a dead worker left with unanswered tool calls is reported
     by :attr:`abandoned`; :meth:`recover` continues or closes it.
+
+    Args:
+        agent: The agent to run.
+        ctx: A context to run in; else one is made from the arguments below (pass one or
+            the other).
+        thread_id: The thread's id (a fresh one when None).
+        user_id: The user's id, carried in the run config.
+        data: The app's data, injected into tools as ``Injected[YourData]``.
+        config: The run config the context starts from.
+        grace_period: Seconds leaving the session waits for background work.
+        store: A ThreadStore to make the thread durable, or None.
+        owner: The lease owner's name with a store (host and process by default).
+        lease_ttl: Seconds a lease lasts unless renewed.
+        **context_options: More ``RunContext.new`` options (stores, tools, events...).
     """
 
     agent: Agent

@@ -36,6 +36,17 @@ class SweepPoint:
     ``series`` names the other settings the point was replayed with when a sweep has more
     than one (``tinyctx replay --sweep`` replays a stack whose guard has a relief run with
     it and without it: ``"relief_run=20"``, ``"relief_run=0"``); None in a one-series sweep.
+
+    Args:
+        value: The knob's value.
+        average_prompt_tokens: The replay's mean prompt size, in tokens.
+        cost: What the replay cost, USD.
+        breaks: How many calls broke the cached prefix.
+        calls: How many model calls were replayed.
+        error: Why the replay stopped, or None.
+        series: The other settings the point was replayed with, or None.
+        uses: Uses of earlier context by the replayed replies, or None.
+        lost: Those the sent requests had lost, or None.
     """
 
     value: float
@@ -87,6 +98,16 @@ def sweep(
     stack could not keep in the window carries its ``error`` (and the cost of the calls
     made until then). Sweep again with another ``stack_for`` and ``series`` to put a second
     knob on the same curve (:func:`frontier` takes the points of both).
+
+    Args:
+        transcript: The conversation to replay.
+        stack_for: The stack for a knob's value (a fresh one each time).
+        values: The knob's values, in the order the points come back.
+        price: The model's price, or its name.
+        window: The context window, or None for the model's.
+        reserved: Tokens kept free for the reply.
+        counter: The token counter (the default one when None).
+        series: The label of these points, or None.
     """
     from .forgetting import UsesIndex
     from .replay import replay_sync

@@ -79,6 +79,12 @@ def tool_error_result(
 
     The content is the error's ``content`` (``Error (<error_type>): <text>`` unless a layer
     set it) or ``text`` when given.
+
+    Args:
+        ctx: The run's context (the event goes to its sink).
+        call: The call that failed.
+        error: Its failure.
+        text: The content to show instead of the error's, or None.
     """
     ctx.emit(
         ToolFailed,

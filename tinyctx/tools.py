@@ -32,6 +32,7 @@ from .injection import (
     Injected,
     Injection,
     InjectionError,
+    Source,
     injection_for,
     resolve_hint,
     type_name,
@@ -65,6 +66,7 @@ __all__ = [
     "ToolArgumentError",
     "SchemaError",
     "injection_for",
+    "Source",
 ]
 
 

@@ -111,7 +111,14 @@ def main(
     err: TextIO | None = None,
     stdin: IO[str] | None = None,
 ) -> int:
-    """Run the command; returns the exit code (see :data:`EXIT_CODES`)."""
+    """Run the command; returns the exit code (see :data:`EXIT_CODES`).
+
+    Args:
+        argv: The arguments after the program's name (``sys.argv[1:]`` when None).
+        out: Where output goes (stdout when None).
+        err: Where notes, progress and errors go (stderr when None).
+        stdin: Where ``-`` reads a transcript from (stdin when None).
+    """
     io = Streams(out or sys.stdout, err or sys.stderr, stdin or sys.stdin)
     try:
         return _run(list(sys.argv[1:] if argv is None else argv), io)

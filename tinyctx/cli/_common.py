@@ -91,7 +91,14 @@ def progress_bar(
     err: TextIO, total: int | None = None, what: str = "replaying", unit: str = "messages"
 ) -> Iterator[Callable[[int, int], None] | None]:
     """A progress bar on stderr (``what done/total unit``), only on a terminal, cleared
-    when the work ends. Given the total, it shows it from the start, never ``0/?``."""
+    when the work ends. Given the total, it shows it from the start, never ``0/?``.
+
+    Args:
+        err: The stream the bar draws on (nothing unless it is a terminal).
+        total: How much work there is, or None while unknown.
+        what: The bar's label.
+        unit: What the counts count.
+    """
     if not err.isatty():
         yield None
         return

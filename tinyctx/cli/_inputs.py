@@ -37,6 +37,14 @@ def bundled_transcript() -> Path:
 
 
 def load_transcript(source: str, io: Streams, fmt: str | None, record: int) -> tuple[Message, ...]:
+    """The messages of a transcript file (``-``: stdin); a failure is the command's.
+
+    Args:
+        source: The file's path, or ``-``.
+        io: The command's streams (stdin, and stderr for a note).
+        fmt: The format's name (``--format``), or None to detect it.
+        record: Which run of a file holding several to read.
+    """
     from ..formats import parse_transcript
 
     stdin = io.stdin
@@ -187,7 +195,14 @@ def swept_stacks(
     """The stacks a sweep replays, by series. A guard with a relief run (``default_stack``:
     20) goes deeper than the mark when the conversation grows fast, so above some mark
     every setting keeps the same context: the sweep then replays each mark without the run
-    too, and the curve reaches every context the stack can keep."""
+    too, and the curve reaches every context the stack can keep.
+
+    Args:
+        spec: The stack's name or file (``--stack``).
+        stack: That stack, built once (its guard's relief run is read from it).
+        values: The low-water marks to sweep.
+        counter: The token counter the layers count with.
+    """
     run = _relief_run(stack)
     own = [load_stack_at(spec, v, counter=counter) for v in values]
     if not values or not run:
@@ -208,7 +223,18 @@ def sweep_payload(
 ) -> dict[str, Any]:
     """``--sweep``'s points, each series in turn, each marked whether it is on the frontier
     (no other point keeps as much context for less: the settings worth picking). On a
-    terminal a bar counts its replays (one per value and series)."""
+    terminal a bar counts its replays (one per value and series).
+
+    Args:
+        transcript: The conversation to replay.
+        swept: The stacks by series (:func:`swept_stacks`).
+        values: The low-water marks, one per stack of a series.
+        price: The model's price.
+        window: The context window, or None for the model's.
+        reserve: Tokens kept free for the reply.
+        counter: The token counter.
+        err: Where the progress bar draws.
+    """
     from ..cost import frontier, lost_frontier, sweep
 
     points: list[SweepPoint] = []

@@ -110,7 +110,14 @@ def load_stack_at(
     """``spec`` with its budget guard's low-water mark set to ``low_water`` (for sweeps): a
     named stack whose factory takes ``low_water``, or a TOML file whose ``budget_guard``
     layers get ``low_water`` (replacing any ``target``/``low_water`` they set). A
-    ``relief_run`` other than None replaces the guard's relief run the same way."""
+    ``relief_run`` other than None replaces the guard's relief run the same way.
+
+    Args:
+        spec: A stack's name or the path of a stack file.
+        low_water: The budget guard's low-water mark, a fraction of the window.
+        counter: The token counter the layers count with (the default one when None).
+        relief_run: The guard's relief run, or None to keep the stack's.
+    """
     stacks = _entry_points("tinyctx.stacks")
     if spec in stacks:
         factory: StackFactory = stacks[spec].load()
