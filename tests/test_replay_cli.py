@@ -340,7 +340,7 @@ class TestProgress:
 
     def test_bar_on_a_tty_only_and_cleared_when_done(self) -> None:
         """The bar shows on a terminal only and erases itself before the table prints."""
-        from tinyctx.cli import _progress
+        from tinyctx.cli._common import progress_bar as _progress
 
         class Terminal(io.StringIO):
             def isatty(self) -> bool:

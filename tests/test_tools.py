@@ -34,11 +34,11 @@ from tinyctx import (
     ToolCall,
     ToolRegistry,
     ToolResult,
-    execute_tool,
     thaw,
     tool,
 )
 from tinyctx.testing import ScriptedModel, call, capture_events, reply
+from tinyctx.tool_handler import run_tool_or_error_result
 
 
 @attrs.frozen
@@ -160,7 +160,9 @@ class TestToolDecorator:
         async def check() -> ToolResult:
             return ToolResult("x", "not found", "check", is_error=True)
 
-        result = await execute_tool(ToolCall("c9", "check"), RunContext.new(tools=[check]))
+        result = await run_tool_or_error_result(
+            ToolCall("c9", "check"), RunContext.new(tools=[check])
+        )
         assert (result.tool_call_id, result.is_error, result.content) == ("c9", True, "not found")
 
     async def test_positional_only_methods_and_partials(self) -> None:
@@ -363,7 +365,7 @@ class TestInjection:
         with pytest.raises(InjectionError, match="cannot run in this context"):
             await whoami.invoke({}, child)
         with capture_events() as events:
-            result = await execute_tool(ToolCall("c1", "whoami"), child)
+            result = await run_tool_or_error_result(ToolCall("c1", "whoami"), child)
         assert result.is_error and "needs the app data as AppData" in result.content
         assert "private_data" not in result.content
         assert [e.kind for e in events] == ["tool.failed"]

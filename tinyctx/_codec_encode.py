@@ -16,7 +16,7 @@ from ._codec_base import (
     _kind,
     _raise_bad,
 )
-from .agent import Checkpoint
+from .checkpoint import Checkpoint
 from .context import RunConfig
 from .errors import a_type
 from .frozen import (

@@ -18,7 +18,7 @@ from .messages import ToolCall, ToolResult
 from .model import ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
-    from .agent import Checkpoint, RunResult
+    from .checkpoint import Checkpoint, RunResult
     from .context import RunContext
     from .decisions import Decision
     from .ordering import Constraint

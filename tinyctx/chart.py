@@ -29,7 +29,15 @@ __all__ = [
 
 @frozen
 class Series:
-    """A line of the chart: the call dict's ``key`` (tokens), its legend label and look."""
+    """A line of the chart: the call dict's ``key`` (tokens), its legend label and look.
+
+    Args:
+        key: The key of each call's dict the line draws (a token count).
+        label: The line's legend label.
+        color: Its SVG colour.
+        dash: Its SVG dash array ("" for a solid line).
+        width: Its stroke width.
+    """
 
     key: str
     label: str
@@ -111,19 +119,58 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
     x_ticks = [t for t in nice_ticks(max(len(calls), stopped_at or 1, 2), 8) if t >= 1]
     if x_ticks[0] != 1:
         x_ticks.insert(0, 1.0)
-    x_top, y_top = max(x_ticks[-1], 2.0), y_ticks[-1]
-
-    def x(index: float) -> float:
-        return _LEFT + (_RIGHT - _LEFT) * (index - 1) / (x_top - 1)
-
-    def y(tokens: float) -> float:
-        return _BOTTOM - (_BOTTOM - _TOP) * tokens / y_top
-
+    plot = _Plot(max(x_ticks[-1], 2.0), y_ticks[-1])
     sweep = payload.get("sweep")
     lost_panel = bool(sweep) and any(
         p.get("lost_rate") is not None for p in (sweep or {}).get("points", ())
     )
     height = _H + (_SWEEP_H if sweep else 0) + (_SWEEP_H if lost_panel else 0)
+    out = _heading(payload, name, stack, height)
+    out += _grid(plot, x_ticks, y_ticks)
+    legend: list[tuple[str, str]] = []  # (swatch svg at 0,0, label)
+    out += _limit_lines(plot, window, usable, legend)
+    out += _series_lines(plot, calls, series, legend)
+    out += _action_marks(plot, calls, legend)
+    losses = _loss_marks(calls, plot.x)
+    out += losses
+    if losses:
+        lost = sum(1 for c in calls if c.get("lost_uses"))
+        legend.append(
+            (
+                _loss_mark(11, 0),
+                f"lost references ({lost} call{'' if lost == 1 else 's'}, "
+                f"{percent_text(summary.get('lost_rate'))} of uses)",
+            )
+        )
+    error = summary.get("error")
+    if error and stopped_at is not None:
+        out += _stop_mark(plot, stopped_at, error, legend)
+    out += _legend(legend)
+    if sweep:
+        out += _sweep_panel(sweep["points"], sweep.get("knob", "low_water"), _H)
+    if sweep and lost_panel:
+        out += _lost_panel(sweep["points"], sweep.get("knob", "low_water"), _H + _SWEEP_H)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+class _Plot:
+    """The main plot's scales: a model call's number to x, a token count to y."""
+
+    def __init__(self, x_top: float, y_top: float) -> None:
+        self.x_top, self.y_top = x_top, y_top
+
+    def x(self, index: float) -> float:
+        return _LEFT + (_RIGHT - _LEFT) * (index - 1) / (self.x_top - 1)
+
+    def y(self, tokens: float) -> float:
+        return _BOTTOM - (_BOTTOM - _TOP) * tokens / self.y_top
+
+
+def _heading(payload: Mapping[str, Any], name: str, stack: str | None, height: int) -> list[str]:
+    """The SVG's opening, its background, the title and the line of facts under it."""
+    summary: Mapping[str, Any] = payload["summary"]
+    window = payload.get("window")
     out: list[str] = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" '
         f'viewBox="0 0 {_W} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" '
@@ -138,7 +185,13 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
     if window is not None:
         facts.append(f"window {window:,} tokens, {payload['reserved']:,} reserved")
     out.append(f'<text x="{_LEFT}" y="48" fill="#444">{escape(" · ".join(facts))}</text>')
-    # grid, ticks and tick labels
+    return out
+
+
+def _grid(plot: _Plot, x_ticks: Sequence[float], y_ticks: Sequence[float]) -> list[str]:
+    """Grid, ticks and tick labels, the axes and their titles."""
+    x, y = plot.x, plot.y
+    out: list[str] = []
     for tick in y_ticks:
         out.append(
             f'<line x1="{_LEFT}" y1="{y(tick):.1f}" x2="{_RIGHT}" y2="{y(tick):.1f}" '
@@ -167,7 +220,15 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
         f'<text x="22" y="{(_TOP + _BOTTOM) / 2}" text-anchor="middle" '
         f'transform="rotate(-90 22 {(_TOP + _BOTTOM) / 2})">prompt size (tokens)</text>',
     ]
-    legend: list[tuple[str, str]] = []  # (swatch svg at 0,0, label)
+    return out
+
+
+def _limit_lines(
+    plot: _Plot, window: int | None, usable: int | None, legend: list[tuple[str, str]]
+) -> list[str]:
+    """The window's line and, when a reserve makes it lower, the usable budget's."""
+    y = plot.y
+    out: list[str] = []
     if window is not None:
         out.append(
             f'<line x1="{_LEFT}" y1="{y(window):.1f}" x2="{_RIGHT}" y2="{y(window):.1f}" '
@@ -191,6 +252,18 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
                 f"usable ({usable:,} = window - reserve)",
             )
         )
+    return out
+
+
+def _series_lines(
+    plot: _Plot,
+    calls: Sequence[Mapping[str, Any]],
+    series: Sequence[Series],
+    legend: list[tuple[str, str]],
+) -> list[str]:
+    """One polyline per series the calls carry (prompt tokens and the like)."""
+    x, y = plot.x, plot.y
+    out: list[str] = []
     for s in series:
         points = " ".join(
             f"{x(i + 1):.1f},{y(float(c[s.key])):.1f}"
@@ -209,7 +282,15 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
                 s.label,
             )
         )
-    # a marker per layer action, one shape and colour per layer or policy name
+    return out
+
+
+def _action_marks(
+    plot: _Plot, calls: Sequence[Mapping[str, Any]], legend: list[tuple[str, str]]
+) -> list[str]:
+    """A marker per layer action, one shape and colour per layer or policy name."""
+    x, y = plot.x, plot.y
+    out: list[str] = []
     kinds: dict[str, tuple[str, str]] = {}
     counts: dict[str, int] = {}
     for i, call in enumerate(calls):
@@ -237,43 +318,35 @@ def svg_chart(payload: Mapping[str, Any], name: str, *, stack: str | None = None
     for key, (shape, color) in kinds.items():
         times = f"{counts[key]} call{'' if counts[key] == 1 else 's'}"
         legend.append((_marker(shape, 11, 0, color), f"{key} ({times})"))
-    losses = _loss_marks(calls, x)
-    out += losses
-    if losses:
-        lost = sum(1 for c in calls if c.get("lost_uses"))
-        legend.append(
-            (
-                _loss_mark(11, 0),
-                f"lost references ({lost} call{'' if lost == 1 else 's'}, "
-                f"{percent_text(summary.get('lost_rate'))} of uses)",
-            )
-        )
-    error = summary.get("error")
-    if error and stopped_at is not None:
-        sx = x(stopped_at)
-        left = sx < (_LEFT + _RIGHT) / 2
-        out += [
-            f'<line x1="{sx:.1f}" y1="{_TOP}" x2="{sx:.1f}" y2="{_BOTTOM}" stroke="#c92a2a" '
-            'stroke-width="2" stroke-dasharray="3 3"/>',
-            _marker("cross", sx, _TOP + 8, "#c92a2a", f"stopped: {error}"),
-            f'<text x="{sx + (8 if left else -8):.1f}" y="{_TOP + 12}" '
-            f'text-anchor="{"start" if left else "end"}" fill="#c92a2a" font-weight="bold">'
-            f"stopped: call {stopped_at} did not fit</text>",
-        ]
-        legend.append((_marker("cross", 11, 0, "#c92a2a"), "stopped: did not fit"))
-    # legend at the right of the plot
+    return out
+
+
+def _stop_mark(
+    plot: _Plot, stopped_at: int, error: str, legend: list[tuple[str, str]]
+) -> list[str]:
+    """Where the replay stopped: the call that did not fit, marked and labelled."""
+    sx = plot.x(stopped_at)
+    left = sx < (_LEFT + _RIGHT) / 2
+    legend.append((_marker("cross", 11, 0, "#c92a2a"), "stopped: did not fit"))
+    return [
+        f'<line x1="{sx:.1f}" y1="{_TOP}" x2="{sx:.1f}" y2="{_BOTTOM}" stroke="#c92a2a" '
+        'stroke-width="2" stroke-dasharray="3 3"/>',
+        _marker("cross", sx, _TOP + 8, "#c92a2a", f"stopped: {error}"),
+        f'<text x="{sx + (8 if left else -8):.1f}" y="{_TOP + 12}" '
+        f'text-anchor="{"start" if left else "end"}" fill="#c92a2a" font-weight="bold">'
+        f"stopped: call {stopped_at} did not fit</text>",
+    ]
+
+
+def _legend(legend: Sequence[tuple[str, str]]) -> list[str]:
+    """The legend at the right of the plot: a swatch and a label per row."""
     lx, ly = _RIGHT + 24, _TOP + 6
-    out.append(f'<text x="{lx}" y="{ly}" font-weight="bold">legend</text>')
+    out = [f'<text x="{lx}" y="{ly}" font-weight="bold">legend</text>']
     for n, (swatch, label) in enumerate(legend):
         row = ly + 22 + n * 20
         out.append(f'<g transform="translate({lx},{row - 4})">{swatch}</g>')
         out.append(f'<text x="{lx + 30}" y="{row}">{escape(label)}</text>')
-    if sweep:
-        out += _sweep_panel(sweep["points"], sweep.get("knob", "low_water"), _H)
-    if sweep and lost_panel:
-        out += _lost_panel(sweep["points"], sweep.get("knob", "low_water"), _H + _SWEEP_H)
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return out
 
 
 _SWEEP_H = 340
@@ -471,5 +544,12 @@ def lost_frontier_svg(points: Sequence[Mapping[str, Any]], title: str, knob: str
 def write_chart(
     payload: Mapping[str, Any], path: Path, name: str, *, stack: str | None = None
 ) -> None:
-    """Write :func:`svg_chart` to ``path`` (UTF-8)."""
+    """Write :func:`svg_chart` to ``path`` (UTF-8).
+
+    Args:
+        payload: The replay's JSON payload (``tinyctx replay --json``).
+        path: The SVG file to write.
+        name: The transcript's name, in the title.
+        stack: The stack's name, in the facts line, or None.
+    """
     path.write_text(svg_chart(payload, name, stack=stack), encoding="utf-8")

@@ -85,7 +85,7 @@ from ._codec_strict import (
 )
 from ._gc import gc_paused
 from ._public import publish
-from .agent import Checkpoint
+from .checkpoint import Checkpoint
 from .context import RunConfig
 from .documents import TEXT_HOLE, SplitDocuments, join_document
 from .errors import ConfigError, TinyCtxError

@@ -31,7 +31,7 @@ from .state import RunStates
 from .store_protocols import Store, StoreRegistry
 from .tasks import BackgroundTasks
 from .threads import Lease
-from .tools import Tool, ToolRegistry
+from .tool_types import Tool, ToolRegistry
 from .usage import CostTracker, Price, UsageTracker
 
 if TYPE_CHECKING:

@@ -226,14 +226,14 @@ class Resumption:
 
 
 class _OutsideToolCalls:
-    """The value of ``_RESUMING`` outside every tool call the loop runs."""
+    """The value of ``RESUMING`` outside every tool call the loop runs."""
 
 
 _OUTSIDE: Final = _OutsideToolCalls()
 
 # set by the loop around each tool call: the resumption of the call it runs, else None (a
 # nested run's calls set their own, so a sub-agent's tools never see their parent's)
-_RESUMING: ContextVar[Resumption | _OutsideToolCalls | None] = ContextVar(
+RESUMING: ContextVar[Resumption | _OutsideToolCalls | None] = ContextVar(
     "tinyctx_resuming", default=_OUTSIDE
 )
 
@@ -241,11 +241,11 @@ _RESUMING: ContextVar[Resumption | _OutsideToolCalls | None] = ContextVar(
 def resumption() -> Resumption | None:
     """Inside a tool call the run had suspended (:class:`Suspend`), its state and the
     resume's decisions; None in any other call, and outside tool calls."""
-    value = _RESUMING.get()
+    value = RESUMING.get()
     return None if isinstance(value, _OutsideToolCalls) else value
 
 
 def in_tool_call() -> bool:
     """Whether the caller runs inside a tool call of a run (where :class:`Suspend` may be
     raised: the loop catches it there, and nowhere else)."""
-    return _RESUMING.get() is not _OUTSIDE
+    return RESUMING.get() is not _OUTSIDE

@@ -52,7 +52,7 @@ from .threads import (
 )
 
 if TYPE_CHECKING:
-    from .agent import Checkpoint
+    from .checkpoint import Checkpoint
     from .context import RunContext
     from .conversation import Conversation
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .agent import Checkpoint
+    from .checkpoint import Checkpoint
     from .messages import ToolCall
 
 __all__ = [

@@ -12,7 +12,7 @@ from attrs.validators import instance_of, optional
 from .control import Interrupt, StopWithFinal
 from .frozen import EMPTY, FrozenDict, frozen_mapping
 from .messages import AssistantMessage, Message, check_messages
-from .tools import ServerTool, ToolSpec
+from .tool_types import ServerTool, ToolSpec
 
 if TYPE_CHECKING:
     from .context import RunContext

@@ -21,17 +21,23 @@ Each part has a canonical JSON form (:meth:`TextPart.to_json` etc. and
 from __future__ import annotations
 
 import base64
-import binascii
-import hashlib
 import re
-import struct
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
 from attrs import field, frozen
 
-from .config import integer, optional
 from .errors import ConfigError
+from .media_bytes import (
+    checked_url,
+    decode_base64,
+    digest_of,
+    image_size,
+    optional_positive_int,
+    optional_text,
+    pdf_pages,
+    preview_of,
+)
 
 __all__ = [
     "TextPart",
@@ -60,170 +66,6 @@ DOCUMENT_MEDIA_TYPES: tuple[str, ...] = ("application/pdf", "text/plain")
 IMAGE_DETAILS: tuple[str, ...] = ("auto", "low", "high")
 
 Detail = Literal["auto", "low", "high"]
-
-
-def _preview(value: str, limit: int = 40) -> str:
-    """A short stand-in for a possibly huge string in an error message."""
-    if len(value) <= limit:
-        return value
-    return f"{value[:limit]}... ({len(value)} chars)"
-
-
-def _decode_base64(owner: str, value: object) -> bytes:
-    if not isinstance(value, str):
-        raise ConfigError("data", type(value).__name__, "a base64 string", owner=owner)
-    if not value:
-        raise ConfigError("data", value, "a non-empty base64 string", owner=owner)
-    if value.startswith("data:"):
-        raise ConfigError(
-            "data",
-            _preview(value),
-            "plain base64 without a 'data:' prefix (use from_data_url for data URLs)",
-            owner=owner,
-        )
-    try:
-        return binascii.a2b_base64(value, strict_mode=True)
-    except (binascii.Error, ValueError) as exc:
-        raise ConfigError(
-            "data", _preview(value), f"valid base64 (RFC 4648, no whitespace): {exc}", owner=owner
-        ) from None
-
-
-def _digest(raw: bytes) -> str:
-    return hashlib.blake2b(raw, digest_size=16).hexdigest()
-
-
-def _optional_str(owner: str, name: str, value: object, *, nonempty: bool = True) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str) or (nonempty and not value):
-        raise ConfigError(name, value, "None or a non-empty string", owner=owner)
-
-
-def _url(owner: str, value: object) -> None:
-    """A part's URL: a non-empty string a provider can send (no lone surrogate, which no
-    UTF-8 encoder accepts)."""
-    _optional_str(owner, "url", value)
-    if isinstance(value, str) and not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ConfigError(
-                "url", _preview(value), "a URL without lone surrogates", owner=owner
-            ) from None
-
-
-def _optional_positive(owner: str, name: str, value: object) -> None:
-    _OPTIONAL_POSITIVE.check(value, name, owner)
-
-
-_OPTIONAL_POSITIVE = optional(integer(minimum=1), allowed="None or an integer > 0")
-
-
-# ---------------------------------------------------------------------------------------
-# image headers
-
-
-def _png_size(raw: bytes) -> tuple[int, int] | None:
-    if raw[:8] == b"\x89PNG\r\n\x1a\n" and raw[12:16] == b"IHDR" and len(raw) >= 24:
-        width, height = struct.unpack(">II", raw[16:24])
-        return int(width), int(height)
-    return None
-
-
-def _gif_size(raw: bytes) -> tuple[int, int] | None:
-    if raw[:6] in (b"GIF87a", b"GIF89a") and len(raw) >= 10:
-        width, height = struct.unpack("<HH", raw[6:10])
-        return int(width), int(height)
-    return None
-
-
-def _webp_size(raw: bytes) -> tuple[int, int] | None:
-    if raw[:4] != b"RIFF" or raw[8:12] != b"WEBP" or len(raw) < 30:
-        return None
-    chunk = raw[12:16]
-    if chunk == b"VP8 ":  # lossy: frame tag (3 bytes), start code, 14-bit sizes
-        if raw[23:26] != b"\x9d\x01\x2a":
-            return None
-        width, height = struct.unpack("<HH", raw[26:30])
-        return int(width & 0x3FFF), int(height & 0x3FFF)
-    if chunk == b"VP8L":  # lossless: signature 0x2f, then 14-bit width-1, height-1
-        if raw[20] != 0x2F:
-            return None
-        bits = int.from_bytes(raw[21:25], "little")
-        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-    if chunk == b"VP8X":  # extended: 24-bit canvas width-1, height-1
-        width = int.from_bytes(raw[24:27], "little") + 1
-        height = int.from_bytes(raw[27:30], "little") + 1
-        return width, height
-    return None
-
-
-# SOF markers carry the frame size; C4 (DHT), C8 (JPG) and CC (DAC) are not frames
-_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-
-
-def _jpeg_size(raw: bytes) -> tuple[int, int] | None:
-    if raw[:2] != b"\xff\xd8":
-        return None
-    at, n = 2, len(raw)
-    while at + 4 <= n:
-        if raw[at] != 0xFF:
-            return None
-        marker = raw[at + 1]
-        if marker == 0xFF:  # fill byte
-            at += 1
-            continue
-        if marker in (0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7):  # no length
-            at += 2
-            continue
-        (length,) = struct.unpack(">H", raw[at + 2 : at + 4])
-        if marker in _SOF:
-            if at + 9 > n:
-                return None
-            height, width = struct.unpack(">HH", raw[at + 5 : at + 9])
-            return int(width), int(height)
-        if marker == 0xDA or length < 2:  # start of scan before any frame: malformed
-            return None
-        at += 2 + length
-    return None
-
-
-_SNIFFERS = (
-    ("image/png", _png_size),
-    ("image/jpeg", _jpeg_size),
-    ("image/gif", _gif_size),
-    ("image/webp", _webp_size),
-)
-
-
-def image_size(raw: bytes) -> tuple[str, int, int] | None:
-    """``(media_type, width, height)`` read from an image's header, or None if the bytes
-    are not a PNG, JPEG, GIF or WebP image this parser understands. No pixel is decoded."""
-    for media_type, sniff in _SNIFFERS:
-        size = sniff(raw)
-        if size is not None:
-            return media_type, size[0], size[1]
-    return None
-
-
-# ---------------------------------------------------------------------------------------
-# PDF pages
-
-_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
-_PDF_COUNT = re.compile(
-    rb"/Type\s*/Pages\b[^>]*?/Count\s+(\d+)|/Count\s+(\d+)[^>]*?/Type\s*/Pages\b"
-)
-
-
-def _pdf_pages(raw: bytes) -> int | None:
-    """Pages of a PDF: the page tree's /Count when readable, else the /Type /Page objects
-    in the clear; None when both are hidden (compressed object streams)."""
-    counts = [int(a or b) for a, b in _PDF_COUNT.findall(raw)]
-    if counts:
-        return max(counts) or None
-    pages = len(_PDF_PAGE.findall(raw))
-    return pages or None
 
 
 # ---------------------------------------------------------------------------------------
@@ -303,6 +145,15 @@ class ImagePart(_Binary):
     the media type may be omitted (it is sniffed); a given media type must match the
     bytes. For a URL, ``width``/``height`` may be given when known (token estimates use
     them; unknown sizes are estimated at the provider's largest image).
+
+    Args:
+        data: The image's bytes, base64 (or None with a ``url``).
+        media_type: Its media type (sniffed from ``data`` when None).
+        url: Where the image is, instead of ``data``.
+        detail: OpenAI's ``"auto"``, ``"low"`` or ``"high"``, or None.
+        label: A short name used when the image is described or cleared.
+        width: The width in pixels (read from ``data``; may be given for a URL).
+        height: The height in pixels (likewise).
     """
 
     data: str | None = None
@@ -322,13 +173,13 @@ class ImagePart(_Binary):
             raise ConfigError(
                 "data/url", "both" if self.data else "neither", "exactly one of them", owner=owner
             )
-        _optional_str(owner, "media_type", self.media_type)
+        optional_text(owner, "media_type", self.media_type)
         if self.detail is not None and self.detail not in IMAGE_DETAILS:
             raise ConfigError("detail", self.detail, f"None or one of {IMAGE_DETAILS}", owner=owner)
         if not isinstance(self.label, str):
             raise ConfigError("label", self.label, "a string", owner=owner)
-        _optional_positive(owner, "width", self.width)
-        _optional_positive(owner, "height", self.height)
+        optional_positive_int(owner, "width", self.width)
+        optional_positive_int(owner, "height", self.height)
         if (self.width is None) != (self.height is None):
             raise ConfigError(
                 "width/height", (self.width, self.height), "both or neither", owner=owner
@@ -338,15 +189,15 @@ class ImagePart(_Binary):
                 "media_type", self.media_type, f"one of {IMAGE_MEDIA_TYPES}", owner=owner
             )
         if self.data is None:
-            _url(owner, self.url)
-            object.__setattr__(self, "digest", "url:" + _digest(str(self.url).encode()))
+            checked_url(owner, self.url)
+            object.__setattr__(self, "digest", "url:" + digest_of(str(self.url).encode()))
             return
-        raw = _decode_base64(owner, self.data)
+        raw = decode_base64(owner, self.data)
         sniffed = image_size(raw)
         if sniffed is None:
             raise ConfigError(
                 "data",
-                _preview(self.data),
+                preview_of(self.data),
                 f"a PNG, JPEG, GIF or WebP image with a readable header ({IMAGE_MEDIA_TYPES})",
                 owner=owner,
             )
@@ -368,7 +219,7 @@ class ImagePart(_Binary):
         object.__setattr__(self, "media_type", media_type)
         object.__setattr__(self, "width", width)
         object.__setattr__(self, "height", height)
-        object.__setattr__(self, "digest", _digest(raw))
+        object.__setattr__(self, "digest", digest_of(raw))
 
     # identity of content, not of megabytes
     def _key(self) -> tuple[object, ...]:
@@ -383,7 +234,14 @@ class ImagePart(_Binary):
         detail: Detail | None = None,
         label: str = "",
     ) -> ImagePart:
-        """An image from its file bytes (the media type is sniffed when not given)."""
+        """An image from its file bytes (the media type is sniffed when not given).
+
+        Args:
+            raw: The image file's bytes.
+            media_type: Its media type, or None to sniff it.
+            detail: OpenAI's ``"auto"``, ``"low"`` or ``"high"``, or None.
+            label: A short name used when the image is described or cleared.
+        """
         return cls(base64.b64encode(raw).decode("ascii"), media_type, detail=detail, label=label)
 
     @classmethod
@@ -420,6 +278,13 @@ class DocumentPart(_Binary):
 
     A PDF's page count is read from its page tree when it is in the clear; ``pages`` may
     be given for a URL or a PDF whose pages cannot be read.
+
+    Args:
+        data: The document's bytes, base64 (or None with a ``url``).
+        media_type: ``"application/pdf"`` or ``"text/plain"``.
+        url: Where the document is, instead of ``data``.
+        title: Its file name, or "".
+        pages: Its page count, when the bytes do not say it.
     """
 
     data: str | None = None
@@ -438,33 +303,33 @@ class DocumentPart(_Binary):
             )
         if not isinstance(self.title, str):
             raise ConfigError("title", self.title, "a string", owner=owner)
-        _optional_positive(owner, "pages", self.pages)
+        optional_positive_int(owner, "pages", self.pages)
         if self.media_type is not None and self.media_type not in DOCUMENT_MEDIA_TYPES:
             raise ConfigError(
                 "media_type", self.media_type, f"one of {DOCUMENT_MEDIA_TYPES}", owner=owner
             )
         if self.data is None:
-            _url(owner, self.url)
-            object.__setattr__(self, "digest", "url:" + _digest(str(self.url).encode()))
+            checked_url(owner, self.url)
+            object.__setattr__(self, "digest", "url:" + digest_of(str(self.url).encode()))
             return
         if self.media_type is None:
             raise ConfigError("media_type", None, f"one of {DOCUMENT_MEDIA_TYPES}", owner=owner)
-        raw = _decode_base64(owner, self.data)
+        raw = decode_base64(owner, self.data)
         if self.media_type == "application/pdf":
             if not raw.startswith(b"%PDF-"):
                 raise ConfigError(
-                    "data", _preview(self.data), "a PDF file (starting with %PDF-)", owner=owner
+                    "data", preview_of(self.data), "a PDF file (starting with %PDF-)", owner=owner
                 )
             if self.pages is None:
-                object.__setattr__(self, "pages", _pdf_pages(raw))
+                object.__setattr__(self, "pages", pdf_pages(raw))
         else:
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise ConfigError(
-                    "data", _preview(self.data), f"UTF-8 text for text/plain: {exc}", owner=owner
+                    "data", preview_of(self.data), f"UTF-8 text for text/plain: {exc}", owner=owner
                 ) from None
-        object.__setattr__(self, "digest", _digest(raw))
+        object.__setattr__(self, "digest", digest_of(raw))
 
     def _key(self) -> tuple[object, ...]:
         return ("document", self.digest, self.media_type, self.title, self.pages)
@@ -521,7 +386,10 @@ def _split_data_url(url: str, owner: str) -> tuple[str | None, str | None]:
     match = _DATA_URL.match(url)
     if match is None:
         raise ConfigError(
-            "url", _preview(url), "a base64 data URL 'data:<media type>;base64,<data>'", owner=owner
+            "url",
+            preview_of(url),
+            "a base64 data URL 'data:<media type>;base64,<data>'",
+            owner=owner,
         )
     return match.group(1), url[match.end() :]
 
@@ -623,7 +491,7 @@ def content_bytes(content: Content) -> int:
 def _source(url: str) -> str:
     """Where a part comes from, as a description names it: the URL whole (a signed URL cut
     short could not be fetched again), a ``data:`` URL only by its start (never base64)."""
-    return _preview(url, 80) if url.startswith("data:") else url
+    return preview_of(url, 80) if url.startswith("data:") else url
 
 
 def describe_part(part: Part) -> str:

@@ -25,18 +25,19 @@ from .agent import Agent, Session
 from .chain import Layer, LayerLike, ModelCall, ToolCallHandler
 from .context import RunConfig, RunContext
 from .control import Interrupt
-from .cost import PromptShape
 from .errors import ContextLimitExceeded, Interrupted
 from .events import Event, EventSink, freed_tokens
 from .forgetting import CallForgetting, Use, UsesIndex
 from .messages import AssistantMessage, Message, ToolCall, ToolResult, check_pairing
 from .model import ModelRequest, ModelResponse
 from .parts import ImagePart
+from .pricing import PromptShape
 from .tokens import TokenCounter, default_counter
 from .tools import Tool
 
 if TYPE_CHECKING:
-    from .cost import CostReport, ModelPrice
+    from .prices import ModelPrice
+    from .pricing import CostReport
 
 __all__ = ["CallRow", "ReplayReport", "replay", "replay_sync", "ReplayModel", "count_images"]
 
@@ -115,7 +116,8 @@ class ReplayReport:
     def cost(self, price: ModelPrice | str | None = None) -> CostReport:
         """What the calls of this replay cost at ``price`` (a model name or a
         :class:`~tinyctx.cost.ModelPrice`; default Claude Sonnet 4.5): see :mod:`tinyctx.cost`."""
-        from .cost import DEFAULT_PRICE, price_replay
+        from .prices import DEFAULT_PRICE
+        from .pricing import price_replay
 
         return price_replay(self, DEFAULT_PRICE if price is None else price)
 

@@ -54,7 +54,8 @@ from .events import (
 from .messages import AssistantMessage, ToolResult
 
 if TYPE_CHECKING:
-    from .agent import Checkpoint, RunResult, Session
+    from .checkpoint import Checkpoint, RunResult
+    from .session import Session
 
 __all__ = [
     "StreamEvent",

@@ -40,7 +40,8 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from .. import durable as _durable  # noqa: F401 - see the anyio import above
-from ..agent import Agent, Checkpoint, Session, invoke_tool
+from ..agent import Agent, Session
+from ..checkpoint import Checkpoint
 from ..codec import decode, decode_checkpoint, encode_checkpoint
 from ..context import RunConfig
 from ..decisions import Decision
@@ -60,6 +61,7 @@ from ..steps import (
     with_engine_steps,
 )
 from ..threads import Lease, ThreadStore
+from ..tool_handler import run_tool_or_raise
 from . import (
     STORE_LOAD_STEP,
     STORE_WRITE_STEP,
@@ -470,7 +472,7 @@ class TemporalEngine:
             call = decode(json.dumps(arg["call"]), ToolCall)
             async with self._session(arg) as session:
                 try:
-                    output = tool_output(await invoke_tool(call, session.ctx))
+                    output = tool_output(await run_tool_or_raise(call, session.ctx))
                 except ToolError as exc:
                     output = tool_failure(exc)
             return {"digest": arg["digest"], "output": output}

@@ -1,0 +1,569 @@
+"""The loop of one run and its named checkpoints.
+
+One run: checkpoint ``before_model`` → model onion → append the assistant message →
+checkpoint ``after_model`` → for each tool call: checkpoint ``before_tool`` → tool onion →
+append the result → checkpoint ``after_tools`` → loop until a final answer, a
+StopWithFinal, an Interrupt, a limit or cancellation.
+
+At every checkpoint the loop checks the cancellation token and drains the control slot.
+Whatever ends the run, the conversation keeps the pairing invariant: tool calls that will
+not run are answered with a clear synthetic result (an interrupted run keeps them pending
+so ``Session.resume`` can run them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Generic, TypeVar
+
+import anyio
+import anyio.abc
+
+from .agent_core import AgentCore
+from .checkpoint import Checkpoint, Phase, RunResult, RunStatus
+from .context import RunContext
+from .control import RESUMING, Control, Interrupt, StopWithFinal, Suspend, stronger
+from .conversation import Conversation
+from .durable import ThreadLink, ThreadWriteFailed
+from .errors import (
+    Interrupted,
+    LimitExceeded,
+    RunCancelled,
+    SessionBusy,
+    TinyCtxError,
+    ToolError,
+)
+from .events import (
+    Cancelled,
+    ControlApplied,
+    Event,
+    LimitHit,
+    ModelCallFinished,
+    PendingCallsAnswered,
+    RunFinished,
+    RunStarted,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolCallSuspended,
+)
+from .messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    answer_pending,
+    call_ids,
+    fresh_call_ids,
+    pending_tool_calls,
+    valid_message,
+)
+from .model import ModelRequest, ModelResponse, Usage
+from .run_input import input_messages
+from .run_state import RunState
+from .store_errors import WriteOutcomeUnknown
+from .suspension import SUSPENDED, SuspendedCall, sole_suspension
+from .synthetic import SKIPPED_ON_CANCEL, SKIPPED_ON_STOP
+from .thread_usage import record_run
+from .tool_handler import tool_error_result
+
+__all__ = ["RunLoop"]
+
+Data = TypeVar("Data")
+
+
+class _Finished(Exception):
+    """Internal: unwinds the loop with a result (never escapes the session)."""
+
+    def __init__(self, result: RunResult) -> None:
+        self.result = result
+
+
+class RunLoop(Generic[Data]):
+    """The loop of a session's runs: model steps, tool calls, checkpoints and control.
+
+    :class:`~tinyctx.session.Session` sets the state these methods share (in its
+    ``__init__``); the resume path (:mod:`tinyctx.resume`) builds on them."""
+
+    agent: AgentCore
+    _base: RunContext[Data]
+    _grace: float
+    _group: anyio.abc.TaskGroup | None
+    _busy: bool
+    _current: RunContext[Data] | None
+    _paused: Checkpoint | None
+    _closed: bool
+    _ids_seen: tuple[int, Message | None, set[str]]
+    _abandoned: tuple[ToolCall, ...]
+    _link: ThreadLink | None
+    _writing: anyio.Lock | None
+    _winding: anyio.Event | None
+
+    async def _sync(self, *, failing: bool = False) -> None:
+        """Make what the conversation committed durable (no-op without a store).
+
+        Shielded: a write is atomic in the store, so it is never abandoned half-way by a
+        cancellation (which would leave this session's version behind the store's); it is
+        bounded by ``max(grace_period, 5)`` seconds (every store call answers the bound at
+        once), then fails with :class:`~tinyctx.stores.WriteOutcomeUnknown` (the write may
+        have landed) and what it held stays pending for the next write, which finds out
+        whether it had. ``failing``: another error is already
+        leaving, so a failed write is reported as
+        :class:`~tinyctx.durable.ThreadWriteFailed` instead of raised over it.
+        """
+        link = self._link
+        if link is None:
+            return
+        limit = max(self._grace, 5.0)
+        try:
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(limit) as scope:
+                    # one write at a time: a layer's ctx.commit() may come from a task
+                    # beside the run (each write goes from the version the last one made)
+                    assert self._writing is not None
+                    async with self._writing:
+                        await link.sync(self._base.conversation)
+                if scope.cancelled_caught:
+                    raise WriteOutcomeUnknown(
+                        link.thread_id, expected_version=link.version, seconds=limit
+                    )
+        except Exception as exc:
+            if not failing:
+                raise
+            self._base.emit(ThreadWriteFailed, error=f"{type(exc).__name__}: {exc}")
+
+    async def _ready(self) -> None:
+        """Wait for the run of a stream closed early to wind down (it was cancelled)."""
+        winding = self._winding
+        if winding is not None:
+            await winding.wait()
+            if self._winding is winding:
+                self._winding = None
+
+    def _enter_run(self) -> None:
+        if self._group is None or self._closed:
+            raise RuntimeError("use the session inside `async with Session(...) as session:`")
+        if self._busy:
+            raise SessionBusy("this session is already running; runs of one session are sequential")
+        self._busy = True
+
+    async def _drive(
+        self,
+        state: RunState,
+        phase: Phase,
+        pending: tuple[ToolCall, ...],
+        *,
+        input: str | Message | Sequence[Message] | None,
+        resumed: bool,
+    ) -> RunResult:
+        ctx = state.ctx
+        self._current = ctx
+        root = ctx.root_run_id
+        collected = state.events
+
+        def collect(event: Event) -> None:
+            if event.root_run_id == root:
+                collected.append(event)
+
+        unsubscribe = ctx.events.subscribe(collect)
+        result: RunResult | None = None
+        error: BaseException | None = None
+        used_from, cost_from, calls_from = ctx.usage.total(), ctx.costs.total(), state.model_calls
+        try:
+            ctx.emit(RunStarted, resumed=resumed, agent=self.agent.name)
+            for message in input_messages(input):
+                await self._append(state, message)
+            for layer in self.agent.run_start_hooks:
+                await layer.on_run_start(ctx)
+            if state.resuming is not None:
+                # the resume goes on: from here a failure answers the pending calls instead
+                state.resuming = None
+                self._paused = None
+                if self._link is not None:
+                    self._link.unpause()  # cleared with the step's first write
+            self._abandoned = ()
+            if phase == "tools":
+                if resumed:
+                    pending = _as_in_history(state, pending)
+                await self._run_tools(state, pending)
+            while True:
+                await self._model_step(state)
+        except _Finished as finished:
+            result = finished.result
+            return result
+        except BaseException as exc:
+            error = exc
+            self._report_end(state, exc)
+            raise
+        finally:
+            self._current = None
+            try:
+                for layer in self.agent.run_end_hooks:
+                    await layer.on_run_end(ctx, result, error)
+                paused = None
+                if isinstance(error, Interrupted) and error.checkpoint is self._paused:
+                    # the run's durable layer state travels with its checkpoint
+                    paused = error.checkpoint
+                    states = ctx.run_states.pop(ctx.run_id)
+                    if states:
+                        paused = paused.evolve(state=states.dump())
+                        error.checkpoint = self._paused = paused
+                else:
+                    ctx.run_states.pop(ctx.run_id)
+                if result is not None:
+                    # a run that ended with an answer leaves no message event queued
+                    await ctx.conversation.flush()
+                if self._link is not None:
+                    # the thread's usage record, written with the run's last write
+                    record_run(
+                        ctx,
+                        ctx.usage.total() - used_from,
+                        state.model_calls - calls_from,
+                        ctx.costs.total() - cost_from,
+                    )
+                    if paused is not None:
+                        self._link.pause(paused)  # one write: the messages and the pause
+                    clean = error is None or paused is not None
+                    await self._sync(failing=not clean)
+            finally:
+                unsubscribe()
+
+    async def _append(
+        self, state: RunState, message: Message, usage: Usage | None = None
+    ) -> Message:
+        """Append ``message`` with its text made valid (lone surrogates from outside become
+        U+FFFD, so no store or encoder fails on it later); returns what was appended."""
+        message = valid_message(message)
+        await state.ctx.conversation.append(message, usage)
+        state.added.append(message)
+        return message
+
+    # -- one model step --------------------------------------------------------------------
+
+    async def _model_step(self, state: RunState) -> None:
+        ctx = state.ctx
+        agent = self.agent
+        await self._checkpoint(state, "before_model")
+        limit = ctx.config.max_model_calls
+        if limit is not None and state.model_calls >= limit:
+            ctx.emit(LimitHit, limit="max_model_calls", value=limit, scope="run")
+            raise LimitExceeded("max_model_calls", limit)
+        conversation = ctx.conversation
+        await conversation.flush()
+        request = ModelRequest(
+            messages=(),
+            tools=ctx.tools.specs(),
+            system_prompt=agent.system_prompt,
+            model=agent.model_name or ctx.config.model,
+            settings=agent.settings,
+            server_tools=ctx.tools.server_tools,
+        )
+        history = conversation.messages
+        if type(conversation) is Conversation:
+            # a Conversation checked each message as it came in: no O(history) re-check
+            object.__setattr__(request, "messages", history)
+        else:  # a subclass may answer anything
+            request = request.evolve(messages=history)
+        started = time.perf_counter()
+        undo = agent.request_rule.kernel_request(request)
+        try:
+            response = await agent.model_onion(request, ctx)
+        finally:
+            undo()
+        if not isinstance(response, ModelResponse):
+            raise TypeError(
+                f"the model onion returned {type(response).__name__}, expected ModelResponse"
+            )
+        if ctx.cancellation.is_cancelled():
+            # the answer arrived after the cancel: it is dropped, nothing half-added
+            await self._cancel(state, "after_model")
+        if response.control_only:
+            # a layer answered with an outcome instead of calling the model: nothing to add
+            control = stronger(response.control, ctx.take_control())
+            assert control is not None
+            await self._apply(state, control, "after_model", ())
+        state.model_calls += 1
+        usage = response.usage
+        if usage is not None:
+            ctx.usage.add(response.model or request.model, usage)
+        message = response.message
+        if message.tool_calls:
+            message = fresh_call_ids(message, self._call_ids())
+        ctx.emit(
+            ModelCallFinished,
+            **ModelCallFinished.fields_of(request, response, time.perf_counter() - started),
+        )
+        appended = await self._append(state, message, usage)
+        assert isinstance(appended, AssistantMessage)
+        message = appended
+        control = stronger(response.control, ctx.take_control())
+        if control is not None:
+            await self._apply(state, control, "after_model", message.tool_calls)
+        if not message.tool_calls:
+            self._finish(state, "completed", message.content)
+        await self._run_tools(state, message.tool_calls)
+
+    def _call_ids(self) -> set[str]:
+        """Every call id used in the thread's history, kept up to date as it grows (a
+        rewritten history is read again)."""
+        messages = self._base.conversation.messages
+        seen, last, ids = self._ids_seen
+        if not (0 < seen <= len(messages) and messages[seen - 1] is last):
+            seen, ids = 0, set()
+        if seen < len(messages):
+            ids |= call_ids(messages[seen:])
+        self._ids_seen = (len(messages), messages[-1] if messages else None, ids)
+        return ids
+
+    async def _run_tools(self, state: RunState, calls: tuple[ToolCall, ...]) -> None:
+        ctx = state.ctx
+        running: ToolCall | None = None
+        try:
+            for index, call in enumerate(calls):
+                await self._checkpoint(state, "before_tool", calls[index:])
+                limit = ctx.config.max_tool_calls
+                if limit is not None and state.tool_calls >= limit:
+                    ctx.emit(LimitHit, limit="max_tool_calls", value=limit, scope="run")
+                    raise LimitExceeded("max_tool_calls", limit)
+                ctx.emit(
+                    ToolCallStarted, tool=call.name, tool_call_id=call.id, arguments=call.arguments
+                )
+                started = time.perf_counter()
+                running = call
+                resumed, resuming = state.resumed_call, None
+                if resumed is not None and resumed[0] == call.id:
+                    state.resumed_call, resuming = None, resumed[1]
+                token = RESUMING.set(resuming)
+                try:
+                    result = await self.agent.tool_onion(call, ctx)
+                except ToolError as exc:
+                    # the onion's outer edge: a failure no layer answered reaches the model
+                    result = tool_error_result(ctx, call, exc)
+                except (Suspend, BaseExceptionGroup) as raised:
+                    # a tool that runs its work in a task group (a heartbeat beside a
+                    # sub-agent) gets its Suspend back wrapped in a group
+                    suspend = sole_suspension(raised, call)
+                    running = None  # no result: the call stays pending, and runs again
+                    ctx.emit(
+                        ToolCallSuspended,
+                        tool=call.name,
+                        tool_call_id=call.id,
+                        node=suspend.node,
+                        seconds=time.perf_counter() - started,
+                    )
+                    await self._suspend(state, suspend, call, calls[index:])
+                finally:
+                    RESUMING.reset(token)
+                running = None
+                state.tool_calls += 1
+                if not isinstance(result, ToolResult) or result.tool_call_id != call.id:
+                    raise TinyCtxError(
+                        f"the tool onion answered call {call.id!r} with {result!r}; a layer must "
+                        "return a ToolResult for the same tool_call_id"
+                    )
+                await self._append(state, result)
+                ctx.emit(
+                    ToolCallFinished,
+                    tool=call.name,
+                    tool_call_id=call.id,
+                    is_error=result.is_error,
+                    seconds=time.perf_counter() - started,
+                )
+        except (Interrupted, _Finished):
+            raise
+        except BaseException as exc:
+            # whatever failed, no call is left without a result (queued: no awaiting here);
+            # the one that had started may have had effects, so it is not said to have not run
+            why = f"the run ended with {type(exc).__name__}"
+            self._answer_pending_now(
+                state, f"[not run: {why}]", running, f"[interrupted while running: {why}]"
+            )
+            raise
+        if state.input_after_tools:
+            added, state.input_after_tools = state.input_after_tools, ()
+            for message in added:
+                await self._append(state, message)
+        await self._checkpoint(state, "after_tools")
+
+    async def _suspend(
+        self, state: RunState, suspend: Suspend, call: ToolCall, pending: tuple[ToolCall, ...]
+    ) -> None:
+        """Pause the run at ``call``, which a tool suspended: it and ``pending``'s later
+        calls stay open, and the run's state remembers the call and what it resumes with."""
+        ctx = state.ctx
+        record = ctx.run_state(SUSPENDED, SuspendedCall)
+        record.call_id, record.tool, record.state = call.id, call.name, suspend.state
+        ctx.take_control()  # a pause outranks whatever was requested meanwhile
+        await self._apply(state, suspend.interrupt, "in_tool", pending)
+
+    # -- checkpoints and control ----------------------------------------------------------
+
+    async def _checkpoint(
+        self, state: RunState, name: str, pending: tuple[ToolCall, ...] = ()
+    ) -> None:
+        ctx = state.ctx
+        if self._link is not None:
+            await self._sync()
+        if ctx.cancellation.is_cancelled():
+            await self._cancel(state, name)
+        control = ctx.take_control()
+        if control is not None:
+            await self._apply(state, control, name, pending)
+        await anyio.lowlevel.checkpoint()
+
+    async def _cancel(self, state: RunState, checkpoint: str) -> None:
+        ctx = state.ctx
+        token = ctx.cancellation
+        results = answer_pending(ctx.conversation.messages, SKIPPED_ON_CANCEL, reason="cancelled")
+        for result in results:
+            await self._append(state, result)
+        ctx.emit(Cancelled, checkpoint=checkpoint, reason=token.reason)
+        state.cancel_reported = True
+        raise RunCancelled(checkpoint, token.reason)
+
+    def _report_end(self, state: RunState, exc: BaseException) -> None:
+        """Every run's trace closes: a run.finished event however it ended, and a
+        run.cancelled one when a handler (a stream, a tool) raised the cancellation."""
+        if isinstance(exc, Interrupted):
+            return  # reported where the interrupt was applied
+        ctx = state.ctx
+        cancelled = isinstance(exc, (RunCancelled, anyio.get_cancelled_exc_class()))
+        if isinstance(exc, RunCancelled) and not state.cancel_reported:
+            ctx.emit(Cancelled, checkpoint=exc.checkpoint or "in_call", reason=exc.reason)
+        ctx.emit(
+            RunFinished,
+            status="cancelled" if cancelled else "failed",
+            model_calls=state.model_calls,
+            tool_calls=state.tool_calls,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+
+    async def _apply(
+        self,
+        state: RunState,
+        control: Control,
+        checkpoint: str,
+        pending: tuple[ToolCall, ...],
+    ) -> None:
+        ctx = state.ctx
+        if isinstance(control, Interrupt):
+            calls = pending or pending_tool_calls(ctx.conversation.messages)
+            ctx.emit(ControlApplied, control=control.kind, detail=control.detail)
+            paused = Checkpoint(
+                run_config=ctx.config,
+                phase="tools" if calls else "before_model",
+                pending=calls,
+                node=control.node,
+                message=control.message,
+                messages=ctx.conversation.messages,
+                added=tuple(state.added),
+                model_calls=state.model_calls,
+                tool_calls=state.tool_calls,
+                usage=state.usage(),
+                payload=control.payload,
+            )
+            for layer in self.agent.checkpoint_hooks:
+                redacted = layer.on_checkpoint(paused, ctx)
+                if not isinstance(redacted, Checkpoint):
+                    raise TypeError(
+                        f"{layer!r}.on_checkpoint returned {type(redacted).__name__}, "
+                        "expected a Checkpoint"
+                    )
+                paused = redacted
+            self._paused = paused
+            ctx.emit(
+                RunFinished,
+                status="interrupted",
+                model_calls=state.model_calls,
+                tool_calls=state.tool_calls,
+            )
+            raise Interrupted(control.node, control.message, paused)
+        assert isinstance(control, StopWithFinal)
+        results = answer_pending(ctx.conversation.messages, SKIPPED_ON_STOP, reason="stopped")
+        for result in results:
+            await self._append(state, result)
+        await self._append(
+            state,
+            AssistantMessage(control.text, metadata={"tinyctx": {"control": control.kind}}),
+        )
+        ctx.emit(ControlApplied, control=control.kind, detail=control.detail)
+        self._finish(state, "stopped", control.text)
+
+    def _answer_pending_now(
+        self,
+        state: RunState,
+        content: str,
+        running: ToolCall | None = None,
+        running_content: str = "",
+    ) -> None:
+        ctx = state.ctx
+        results = answer_pending(ctx.conversation.messages, content, reason="failed")
+        if running is not None:
+            meta = {"tinyctx": {"synthetic": "interrupted"}}
+            interrupted = ToolResult.for_call(
+                running, running_content, is_error=True, metadata=meta
+            )
+            results = tuple(interrupted if r.tool_call_id == running.id else r for r in results)
+        for result in results:
+            ctx.conversation.add(result)
+            state.added.append(result)
+        if results:
+            ctx.emit(
+                PendingCallsAnswered,
+                reason=content,
+                tool_call_ids=tuple(r.tool_call_id for r in results),
+            )
+
+    def _finish(self, state: RunState, status: RunStatus, text: str) -> None:
+        ctx = state.ctx
+        ctx.emit(
+            RunFinished, status=status, model_calls=state.model_calls, tool_calls=state.tool_calls
+        )
+        raise _Finished(
+            RunResult(
+                final_text=text,
+                messages=tuple(state.added),
+                usage=state.usage(),
+                status=status,
+                run_id=ctx.run_id,
+                thread_id=ctx.thread_id,
+                model_calls=state.model_calls,
+                tool_calls=state.tool_calls,
+                events=tuple(state.events),
+            )
+        )
+
+
+def _as_in_history(state: RunState, pending: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """The pending calls as the history shows them now.
+
+    A resume hook may rewrite the paused calls' arguments in history before they run (an
+    approval layer applying a reviewer's edit); the run then runs, and reports in
+    ``RunResult.messages``, exactly what the history shows.
+    """
+    if not pending:
+        return pending
+    first = pending[0].id
+    message = _holder(state.ctx.conversation.messages, first)
+    if message is None:
+        return pending
+    current = {c.id: c for c in message.tool_calls}
+    updated = tuple(current.get(c.id, c) for c in pending)
+    if updated != pending:
+        added = state.added
+        for at in range(len(added) - 1, -1, -1):
+            old = added[at]
+            if isinstance(old, AssistantMessage) and any(c.id == first for c in old.tool_calls):
+                added[at] = message
+                break
+    return updated
+
+
+def _holder(messages: Sequence[Message], call_id: str) -> AssistantMessage | None:
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AssistantMessage) and any(
+            c.id == call_id for c in message.tool_calls
+        ):
+            return message
+    return None

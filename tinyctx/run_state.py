@@ -1,0 +1,58 @@
+"""What one run carries through the loop: its context, counts, messages and usage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .checkpoint import Checkpoint
+from .context import RunContext
+from .control import Resumption
+from .events import Event
+from .messages import Message
+from .model import Usage
+
+__all__ = ["RunState"]
+
+
+_NO_USAGE = Usage()
+
+
+class RunState:
+    __slots__ = (
+        "added",
+        "cancel_reported",
+        "ctx",
+        "events",
+        "input_after_tools",
+        "model_calls",
+        "resumed_call",
+        "resuming",
+        "tool_calls",
+        "usage_before",
+        "usage_start",
+    )
+
+    def __init__(self, ctx: RunContext[Any], *, usage_before: Usage) -> None:
+        self.ctx = ctx
+        # the checkpoint a resume starts from, until the run goes past its start hooks
+        self.resuming: Checkpoint | None = None
+        # the suspended call a resume runs again (its id) and what it resumes with
+        self.resumed_call: tuple[str, Resumption] | None = None
+        self.cancel_reported = False
+        # a resume's new input, added after the resumed calls' results (same write)
+        self.input_after_tools: tuple[Message, ...] = ()
+        self.added: list[Message] = []
+        self.model_calls = 0
+        self.tool_calls = 0
+        # the run's usage: what the session's tracker adds from here, plus what the run
+        # used before its pause (a resumed run's checkpoint carries it, whichever session
+        # or process paused it: the tracker here may never have seen it)
+        self.usage_start = ctx.usage.total()
+        self.usage_before = usage_before
+        self.events: list[Event] = []
+
+    def usage(self) -> Usage:
+        """The run's usage so far, its part before a pause included."""
+        used = self.ctx.usage.total() - self.usage_start
+        before = self.usage_before
+        return used if before == _NO_USAGE else before + used
