@@ -10,7 +10,7 @@ same run on the same history:
   is transient, so every call is a cold start; tinyctx persists, so its steady state is
   "warm": older results already cleared. Target: 2000 messages <= 0.5 ms warm.
 * summarize split: ``SummarizationMiddleware._determine_cutoff_index`` (keep 10 messages)
-  next to :func:`tinyctx.middleware.summary_split`; the per-call check below the trigger
+  next to :func:`tinyctx.middleware.summarize.summary_split`; the per-call check below the trigger
   (``abefore_model`` counting every message) next to the ``Summarize`` layer's; and a whole
   summarization with an instant summarizer (no model), both sides.
 
@@ -37,7 +37,6 @@ from _harness import Row, abest_of, best_of, fmt_seconds, print_table
 from tinyctx import (
     AssistantMessage,
     EventSink,
-    HeuristicCounter,
     Message,
     ModelRequest,
     ModelResponse,
@@ -46,10 +45,13 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    pending_tool_calls,
 )
-from tinyctx.middleware import Microcompact, Summarize, microcompact_history, summarize_history
-from tinyctx.middleware import summary_split as tinyctx_split
+from tinyctx.messages import pending_tool_calls
+from tinyctx.middleware import Microcompact, Summarize
+from tinyctx.middleware.microcompact import microcompact_history
+from tinyctx.middleware.summarize import summarize_history
+from tinyctx.middleware.summarize import summary_split as tinyctx_split
+from tinyctx.tokens import HeuristicCounter
 
 SIZES = (100, 1000, 2000, 5000)
 KEEP_TURNS = 5

@@ -49,7 +49,6 @@ from _harness import Row  # noqa: E402
 from tinyctx import (  # noqa: E402
     AssistantMessage,
     Layer,
-    LayerLike,
     Message,
     ModelCall,
     ModelRequest,
@@ -59,8 +58,8 @@ from tinyctx import (  # noqa: E402
     ToolCall,
     ToolResult,
     UserMessage,
-    thaw,
 )
+from tinyctx.chain import LayerLike  # noqa: E402
 from tinyctx.cost import (  # noqa: E402
     DEFAULT_PRICE,
     ModelPrice,
@@ -71,6 +70,7 @@ from tinyctx.cost import (  # noqa: E402
     price_replay,
 )
 from tinyctx.formats import load_transcript  # noqa: E402
+from tinyctx.frozen import thaw  # noqa: E402
 from tinyctx.middleware import (  # noqa: E402
     BudgetGuard,
     ClearOldImages,

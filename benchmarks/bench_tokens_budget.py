@@ -29,24 +29,21 @@ from _harness import Row, best_of, best_of_fresh, fmt_seconds, print_table
 
 from tinyctx import (
     AssistantMessage,
-    Calibration,
     EventSink,
-    HeuristicCounter,
     Message,
     ModelRequest,
     ModelResponse,
     RunContext,
     SystemMessage,
-    TokenizersCounter,
     ToolCall,
     ToolResult,
     UserMessage,
-    decode_messages,
-    encode_messages,
-    thaw,
 )
+from tinyctx.codec import decode_messages, encode_messages
+from tinyctx.frozen import thaw
 from tinyctx.middleware import BudgetGuard
 from tinyctx.testing.transcripts import load_openai_jsonl
+from tinyctx.tokens import Calibration, HeuristicCounter, TokenizersCounter
 
 SIZES = (100, 1000, 2000, 5000)
 HIDDEN_PROMPT_TOKENS = 1200

@@ -43,25 +43,23 @@ from tinyctx import (
     ConfigError,
     ContextLimitExceeded,
     Event,
-    FrozenDict,
     Interrupted,
     Layer,
     Message,
     ModelCall,
     ModelRequest,
     ModelResponse,
-    Once,
-    Outside,
     PairingError,
     RunCancelled,
     RunContext,
     SystemMessage,
     TinyCtxError,
-    check_pairing,
-    pending_tool_calls,
 )
 from tinyctx.config import Check, flag, fraction, implements, integer, number, optional, text
 from tinyctx.events import EventLevel
+from tinyctx.frozen import FrozenDict
+from tinyctx.messages import check_pairing, pending_tool_calls
+from tinyctx.ordering import Once, Outside
 from tinyctx.tokens import (
     Calibration,
     TokenCounter,

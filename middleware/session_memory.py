@@ -82,29 +82,23 @@ from attrs import field, frozen
 
 from tinyctx import (
     ConfigError,
-    Conversation,
     Event,
-    Inside,
     Interrupted,
     Layer,
     Message,
-    MessageTap,
     ModelCall,
     ModelRequest,
     ModelResponse,
-    Once,
     RunCancelled,
     RunConfig,
     RunContext,
     RunResult,
-    Store,
     TinyCtxError,
     ToolCall,
-    ToolCallHandler,
     ToolError,
     ToolResult,
-    default_counter,
 )
+from tinyctx.chain import ToolCallHandler
 from tinyctx.config import (
     Check,
     flag,
@@ -116,9 +110,11 @@ from tinyctx.config import (
     owned_by,
     text,
 )
+from tinyctx.conversation import Conversation, MessageTap
 from tinyctx.events import EventLevel
-from tinyctx.stores import Note, append_notes
-from tinyctx.tokens import TokenCounter
+from tinyctx.ordering import Inside, Once
+from tinyctx.stores import Note, Store, append_notes
+from tinyctx.tokens import TokenCounter, default_counter
 
 from ._unread import Unread, fingerprint
 from .context_view import VIEW_GLOBAL_KEY, VIEW_KEY, VIEW_STEP_KEY

@@ -26,14 +26,11 @@ from attrs import frozen
 from tinyctx import (
     AssistantMessage,
     ConfigError,
-    Conversation,
     Event,
     Interrupted,
     Layer,
     Message,
     ModelCall,
-    ModelCallFinished,
-    ModelHandler,
     ModelRequest,
     ModelResponse,
     PairingError,
@@ -43,14 +40,14 @@ from tinyctx import (
     TinyCtxError,
     ToolResult,
     UserMessage,
-    check_pairing,
-    default_counter,
-    snap_boundary,
-    thaw,
 )
-from tinyctx.events import EventLevel
+from tinyctx.conversation import Conversation
+from tinyctx.events import EventLevel, ModelCallFinished
+from tinyctx.frozen import thaw
+from tinyctx.messages import check_pairing, snap_boundary
+from tinyctx.model import ModelHandler
 from tinyctx.parts import TextPart, describe_part
-from tinyctx.tokens import TokenCounter
+from tinyctx.tokens import TokenCounter, default_counter
 
 from ._compaction import (
     as_history,

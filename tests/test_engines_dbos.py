@@ -24,12 +24,12 @@ from tinyctx import (
     SqliteStore,
     ToolCall,
     UserMessage,
-    check_pairing,
 )
 from tinyctx.agent import ENGINE_STATE
 from tinyctx.codec import decode_messages, decode_state, encode_messages, encode_state
 from tinyctx.engines import EngineError, WorkflowFailed, lease_owner, workflow_id_for
 from tinyctx.engines.dbos import DBOSEngine, postgres_config, sqlite_config
+from tinyctx.messages import check_pairing
 from tinyctx.steps import MODEL_STEP, TOOL_STEP_PREFIX
 from tinyctx.threads import ThreadWrite
 

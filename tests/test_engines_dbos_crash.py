@@ -16,8 +16,9 @@ import anyio
 import pytest
 
 from tests.engine_app import TOOL_CALLS, executions, kill_mid_work
-from tinyctx import SqliteStore, ToolResult, UserMessage, check_pairing
+from tinyctx import SqliteStore, ToolResult, UserMessage
 from tinyctx.codec import decode_messages
+from tinyctx.messages import check_pairing
 
 WORKER = Path(__file__).with_name("engine_worker.py")
 ROOT = WORKER.parent.parent

@@ -27,10 +27,11 @@ from tests.engine_app import (
     review_agent,
     work_agent,
 )
-from tinyctx import Edit, Reject, SqliteStore, check_pairing
+from tinyctx import Edit, Reject, SqliteStore
 from tinyctx.codec import decode_messages
 from tinyctx.engines import EngineError
 from tinyctx.engines.temporal import TemporalEngine, TinyctxWorkflow, sandbox_runner
+from tinyctx.messages import check_pairing
 
 
 def _dev_server() -> str:

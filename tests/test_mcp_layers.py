@@ -22,13 +22,13 @@ from tinyctx import (
     ImagePart,
     Interrupted,
     LimitExceeded,
-    OrderingError,
     Session,
     ToolResult,
-    check_pairing,
 )
 from tinyctx.mcp import MCPServerStdio, MCPTools
+from tinyctx.messages import check_pairing
 from tinyctx.middleware import Approvals, CallLimits, ClearOldImages, ToolResultBudget, ToolRetry
+from tinyctx.ordering import OrderingError
 from tinyctx.otel import OtelExporter
 from tinyctx.testing import ScriptedModel, call, reply
 

@@ -23,19 +23,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from tinyctx import (
-    ConfigError,
-    EventSink,
-    Layer,
-    LayerLike,
-    MemoryStore,
-    RunContext,
-    RunResult,
-    SqliteStore,
-    Store,
-    check_pairing,
-    pending_tool_calls,
-)
+from tinyctx import ConfigError, EventSink, Layer, MemoryStore, RunContext, RunResult, SqliteStore
+from tinyctx.chain import LayerLike
+from tinyctx.messages import check_pairing, pending_tool_calls
 from tinyctx.middleware import SessionMemory
 from tinyctx.middleware.session_memory import (
     Counts,
@@ -44,6 +34,7 @@ from tinyctx.middleware.session_memory import (
     MemoryCounters,
     MemoryThresholds,
 )
+from tinyctx.stores import Store
 from tinyctx.testing import reply
 from tinyctx.testing.stateful import SessionMachine
 

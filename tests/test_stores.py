@@ -15,25 +15,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinyctx import (
-    AssistantMessage,
-    Compaction,
-    ConfigError,
-    MemoryStore,
+from tinyctx import AssistantMessage, ConfigError, MemoryStore, SqliteStore, UserMessage
+from tinyctx.codec import decode_messages, encode_messages
+from tinyctx.stores import (
+    _MIGRATIONS,
+    SCHEMA_VERSION,
     Note,
     NoteBatchStore,
-    SqliteStore,
     Store,
     StoreClosed,
     StoreSchemaError,
-    ThreadWrite,
-    UserMessage,
     append_notes,
-    decode_messages,
-    encode_messages,
 )
-from tinyctx.stores import _MIGRATIONS, SCHEMA_VERSION
 from tinyctx.testing.store_conformance import StoreConformance, StoreFactory
+from tinyctx.threads import Compaction, ThreadWrite
 
 
 async def _memory(*, archive_retention: float | None = None) -> MemoryStore:

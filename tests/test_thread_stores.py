@@ -17,18 +17,11 @@ import anyio
 import pytest
 
 import tinyctx.stores as stores
-from tinyctx import (
-    Compaction,
-    ConfigError,
-    MemoryStore,
-    SqliteStore,
-    ThreadWrite,
-    UserMessage,
-    decode_messages,
-    encode_messages,
-)
+from tinyctx import ConfigError, MemoryStore, SqliteStore, UserMessage
+from tinyctx.codec import decode_messages, encode_messages
 from tinyctx.documents import join_document
 from tinyctx.testing.store_conformance import StoreFactory, ThreadStoreConformance
+from tinyctx.threads import Compaction, ThreadWrite
 
 
 async def _memory(*, archive_retention: float | None = None) -> MemoryStore:
@@ -83,7 +76,9 @@ class TestSqliteThreadStoreWithoutRoom(TestSqliteThreadStore):
 
 _WRITER = """
 import sys, anyio
-from tinyctx import SqliteStore, StaleThreadVersion, ThreadWrite, UserMessage, encode_messages
+from tinyctx import SqliteStore, UserMessage
+from tinyctx.codec import encode_messages
+from tinyctx.threads import StaleThreadVersion, ThreadWrite
 
 async def main(path, name, count):
     store = SqliteStore(path, timeout=60)
@@ -103,7 +98,9 @@ anyio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
 
 _LOOPER = """
 import sys, anyio
-from tinyctx import Compaction, SqliteStore, ThreadWrite, UserMessage, encode_messages
+from tinyctx import SqliteStore, UserMessage
+from tinyctx.codec import encode_messages
+from tinyctx.threads import Compaction, ThreadWrite
 
 async def main(path):
     store = SqliteStore(path)
