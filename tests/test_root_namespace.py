@@ -84,3 +84,11 @@ class TestImportCost:
             " 'rich', 'asyncio'))))"
         )
         assert loaded == "['tinyctx']"
+
+    def test_an_agent_does_not_load_structlog(self) -> None:
+        # structlog (asyncio, rich) is looked up when events are logged, never imported
+        loaded = _fresh(
+            "import sys\nfrom tinyctx import Agent, Session, tool\n"
+            "print(sorted(m for m in ('structlog', 'rich', 'asyncio') if m in sys.modules))"
+        )
+        assert loaded == "[]"
