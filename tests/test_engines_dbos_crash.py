@@ -20,6 +20,9 @@ from tinyctx import SqliteStore, ToolResult, UserMessage
 from tinyctx.codec import decode_messages
 from tinyctx.messages import check_pairing
 
+# workers killed at random points: deselected by default, run with `pytest -m slow`
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name("engine_worker.py")
 ROOT = WORKER.parent.parent
 KILLS = 20

@@ -202,6 +202,7 @@ class TestTracing:
 WORKER = Path(__file__).with_name("mcp_worker.py")
 
 
+@pytest.mark.slow  # two processes and a server per run
 class TestDurableApprovals:
     """A resumed run in another process reconnects to the server and runs the approved
     MCP call once."""

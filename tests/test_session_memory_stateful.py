@@ -434,11 +434,12 @@ class AsyncioSqliteMemorySessionMachine(SqliteMemorySessionMachine):
 
 # the profile's examples on trio with both stores; the asyncio run is a smaller second look
 _MACHINE_SETTINGS = settings(stateful_step_count=25, deadline=None)
-TestMemorySessionOnMemoryStore = MemorySessionMachine.TestCase
+# stateful soaks: deselected by default, run with `pytest -m slow`
+TestMemorySessionOnMemoryStore = pytest.mark.slow(MemorySessionMachine.TestCase)
 TestMemorySessionOnMemoryStore.settings = _MACHINE_SETTINGS
-TestMemorySessionOnSqliteStore = SqliteMemorySessionMachine.TestCase
+TestMemorySessionOnSqliteStore = pytest.mark.slow(SqliteMemorySessionMachine.TestCase)
 TestMemorySessionOnSqliteStore.settings = _MACHINE_SETTINGS
-TestMemorySessionOnSqliteAsyncio = AsyncioSqliteMemorySessionMachine.TestCase
+TestMemorySessionOnSqliteAsyncio = pytest.mark.slow(AsyncioSqliteMemorySessionMachine.TestCase)
 TestMemorySessionOnSqliteAsyncio.settings = settings(
     _MACHINE_SETTINGS, max_examples=min(_MACHINE_SETTINGS.max_examples, 50)
 )

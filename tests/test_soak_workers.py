@@ -39,6 +39,9 @@ from tinyctx import AssistantMessage, ToolResult, UserMessage
 from tinyctx.codec import decode_messages
 from tinyctx.messages import check_pairing, pending_tool_calls
 
+# a soak of real processes: deselected by default, run with `pytest -m slow`
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name("soak_worker.py")
 THREADS = 200
 WORKERS = 4

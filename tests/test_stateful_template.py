@@ -170,6 +170,7 @@ class TestKernelStackOnTrio(KernelStackOnTrio.TestCase):
     """A kernel-only stack keeps every invariant under random sessions on trio."""
 
 
+@pytest.mark.slow  # the asyncio twin of the trio soak above
 class TestKernelStackOnAsyncio(KernelStackOnAsyncio.TestCase):
     """The same stack keeps every invariant on asyncio."""
 

@@ -318,6 +318,7 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.mark.slow  # a new interpreter per value and store
 class TestWriteReadSymmetry:
     """What a thread accepts, a new process loads back unchanged; the rest is refused."""
 

@@ -128,6 +128,7 @@ def last_message_pairs(history: tuple[Message, ...], message: Message) -> None:
 # strategies
 
 
+@pytest.mark.slow  # thousands of examples per strategy
 class TestStrategiesKeepPairing:
     """Every strategy that yields messages yields valid pairing, over thousands of examples."""
 
