@@ -92,3 +92,23 @@ class TestImportCost:
             "print(sorted(m for m in ('structlog', 'rich', 'asyncio') if m in sys.modules))"
         )
         assert loaded == "[]"
+
+
+class TestCommandExtra:
+    """Without rich (the `cli` extra) the command says what to install."""
+
+    def test_missing_rich_names_the_extra(self) -> None:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys\nsys.modules['rich'] = None  # as if the extra were not installed\n"
+                "from tinyctx.cli import main\nmain(['stats'])",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode != 0
+        assert "pip install 'tinyctx[cli]'" in done.stderr
