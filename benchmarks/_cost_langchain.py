@@ -11,7 +11,6 @@ from typing import Any
 from tinyctx import (
     AssistantMessage,
     Layer,
-    LayerLike,
     Message,
     ModelCall,
     ModelRequest,
@@ -21,8 +20,9 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    thaw,
 )
+from tinyctx.chain import LayerLike
+from tinyctx.frozen import thaw
 from tinyctx.middleware import ExtractiveSummarizer
 from tinyctx.tokens import TokenCounter
 

@@ -44,10 +44,9 @@ from tinyctx import (
     Session,
     ToolResult,
     UserMessage,
-    decode_messages,
-    encode_messages,
 )
 from tinyctx.cli import bundled_transcript
+from tinyctx.codec import decode_messages, encode_messages
 from tinyctx.formats import load_transcript
 from tinyctx.middleware import (
     BudgetGuard,

@@ -50,7 +50,6 @@ from _harness import (
 from tinyctx import (
     AssistantMessage,
     EventSink,
-    HeuristicCounter,
     Message,
     ModelRequest,
     ModelResponse,
@@ -59,10 +58,13 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    pending_tool_calls,
 )
-from tinyctx.middleware import Microcompact, Summarize, microcompact_history, summarize_history
-from tinyctx.middleware import summary_split as tinyctx_split
+from tinyctx.messages import pending_tool_calls
+from tinyctx.middleware import Microcompact, Summarize
+from tinyctx.middleware.microcompact import microcompact_history
+from tinyctx.middleware.summarize import summarize_history
+from tinyctx.middleware.summarize import summary_split as tinyctx_split
+from tinyctx.tokens import HeuristicCounter
 
 SIZES = (100, 2000, 20_000)
 KEEP_TURNS = 5

@@ -33,18 +33,11 @@ from tinyctx import (
     RunConfig,
     RunContext,
     UserMessage,
-    compose,
 )
-from tinyctx.middleware import (
-    VIEW_GLOBAL_KEY,
-    CallLimits,
-    ContextPolicy,
-    ControlOutcomes,
-    Fallback,
-    Inherit,
-    Retry,
-    RetryAttempt,
-)
+from tinyctx.chain import compose
+from tinyctx.middleware import CallLimits, ContextPolicy, ControlOutcomes, Fallback, Inherit, Retry
+from tinyctx.middleware.context_view import VIEW_GLOBAL_KEY
+from tinyctx.middleware.retry import RetryAttempt
 
 RESPONSE = ModelResponse(AssistantMessage("ok"))
 REQUEST = ModelRequest(messages=(UserMessage("hi"),), system_prompt="You are helpful.")

@@ -47,10 +47,8 @@ import attrs  # noqa: E402
 from _cost_langchain import RESERVE, TRIGGER, langchain_available, langchain_stack  # noqa: E402
 from _harness import Row, shared_data  # noqa: E402
 
-from tinyctx import (  # noqa: E402
-    LayerLike,
-    Message,
-)
+from tinyctx import Message  # noqa: E402
+from tinyctx.chain import LayerLike  # noqa: E402
 from tinyctx.cost import (  # noqa: E402
     DEFAULT_PRICE,
     ModelPrice,

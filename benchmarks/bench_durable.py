@@ -44,23 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import anyio.lowlevel
 from _harness import Row, fmt_seconds, print_table
 
-from tinyctx import (
-    AssistantMessage,
-    LeaseHeld,
-    Message,
-    SqliteStore,
-    StaleThreadVersion,
-    ThreadWrite,
-    ToolCall,
-    ToolResult,
-    UserMessage,
-    decode_messages,
-    encode_messages,
-    pending_tool_calls,
-)
-from tinyctx.codec import C_READER
+from tinyctx import AssistantMessage, Message, SqliteStore, ToolCall, ToolResult, UserMessage
+from tinyctx.codec import C_READER, decode_messages, encode_messages
 from tinyctx.documents import SplitDocuments
 from tinyctx.formats import read_transcript, to_openai
+from tinyctx.messages import pending_tool_calls
+from tinyctx.threads import LeaseHeld, StaleThreadVersion, ThreadWrite
 
 try:
     from agents import SQLiteSession

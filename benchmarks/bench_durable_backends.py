@@ -45,9 +45,11 @@ from bench_durable import (  # noqa: E402
     split_steps,
 )
 
-from tinyctx import Message, SqliteStore, ThreadWrite, encode_messages  # noqa: E402
+from tinyctx import Message, SqliteStore  # noqa: E402
 from tinyctx.backends.postgres import PostgresStore  # noqa: E402
 from tinyctx.backends.redis import RedisStore  # noqa: E402
+from tinyctx.codec import encode_messages  # noqa: E402
+from tinyctx.threads import ThreadWrite  # noqa: E402
 
 try:
     from langchain_core.messages import convert_to_messages

@@ -24,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, print_table
 
-from tinyctx import MemoryStore, SqliteStore, ThreadWrite, UserMessage, codec, decode_messages
-from tinyctx.threads import Compaction
+from tinyctx import MemoryStore, SqliteStore, UserMessage, codec
+from tinyctx.codec import decode_messages
+from tinyctx.threads import Compaction, ThreadWrite
 from tinyctx.versions import load_as_of
 
 TARGET = 1.5

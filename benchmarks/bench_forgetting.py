@@ -38,16 +38,8 @@ sys.path.insert(0, str(HERE))
 from _harness import Row  # noqa: E402
 from bench_cost import langchain_available, langchain_stack, load_all, shared_data  # noqa: E402
 
-from tinyctx import (  # noqa: E402
-    Layer,
-    LayerLike,
-    Message,
-    ModelCall,
-    ModelRequest,
-    ModelResponse,
-    RunContext,
-    ToolResult,
-)
+from tinyctx import Layer, Message, ModelCall, ModelRequest, ModelResponse, RunContext, ToolResult  # noqa: E402
+from tinyctx.chain import LayerLike  # noqa: E402
 from tinyctx.chart import lost_frontier_svg  # noqa: E402
 from tinyctx.cost import (  # noqa: E402
     DEFAULT_PRICE,

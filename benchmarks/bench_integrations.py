@@ -38,8 +38,9 @@ sys.path.insert(0, str(HERE))
 
 from _harness import Row, print_table  # noqa: E402
 
-from tinyctx import Message, ToolResult, pending_tool_calls, safe_boundaries  # noqa: E402
+from tinyctx import Message, ToolResult  # noqa: E402
 from tinyctx.cost import DEFAULT_PRICE, PromptShape, price_calls, price_for  # noqa: E402
+from tinyctx.messages import pending_tool_calls, safe_boundaries  # noqa: E402
 from tinyctx.middleware.stacks import default_stack  # noqa: E402
 from tinyctx.testing.transcripts import load_openai_jsonl  # noqa: E402
 from tinyctx.tokens import default_counter  # noqa: E402

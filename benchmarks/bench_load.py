@@ -50,14 +50,12 @@ from _rss_soak import rss_soak
 from tinyctx import (
     Agent,
     AssistantMessage,
-    Injected,
     MemoryStore,
     ModelRequest,
     ModelResponse,
     RunContext,
     Session,
     SqliteStore,
-    Store,
     ToolCall,
     ToolResult,
     Usage,
@@ -66,13 +64,15 @@ from tinyctx import (
 from tinyctx.middleware import (
     BudgetGuard,
     ControlOutcomes,
-    ExtractionJob,
     Inherit,
     RuleExtractor,
     SessionMemory,
     ToolResultBudget,
     default_policies,
 )
+from tinyctx.middleware.extractors import ExtractionJob
+from tinyctx.stores import Store
+from tinyctx.tools import Injected
 
 RUNS_PER_SESSION = 2
 BATCH = 10  # notes per atomic batch in the process and kill tests

@@ -32,9 +32,9 @@ from tinyctx import (
     RunContext,
     Session,
     UserMessage,
-    default_counter,
 )
 from tinyctx.middleware import BudgetGuard
+from tinyctx.tokens import default_counter
 
 OK = ModelResponse(AssistantMessage("ok"))
 

@@ -31,7 +31,6 @@ from _harness import Row, best_of, print_table
 from tinyctx import (
     AssistantMessage,
     EventSink,
-    HeuristicCounter,
     ImagePart,
     Message,
     ModelRequest,
@@ -44,6 +43,7 @@ from tinyctx import (
 )
 from tinyctx.middleware import BudgetGuard, Microcompact
 from tinyctx.testing.images import image_part
+from tinyctx.tokens import HeuristicCounter
 
 MESSAGES = 500
 SCREENSHOTS = 100

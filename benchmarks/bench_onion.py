@@ -25,8 +25,8 @@ from tinyctx import (
     ModelResponse,
     RunContext,
     UserMessage,
-    compose,
 )
+from tinyctx.chain import compose
 
 RESPONSE = ModelResponse(AssistantMessage("ok"))
 REQUEST = ModelRequest(messages=(UserMessage("hi"),))

@@ -29,8 +29,8 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    compose,
 )
+from tinyctx.chain import compose
 from tinyctx.middleware import Approvals, Review, ToolRetry
 
 CALLS = (

@@ -31,12 +31,11 @@ from tinyctx import (
     RunContext,
     SqliteStore,
     ToolCall,
-    ToolCallHandler,
     ToolResult,
     Usage,
     UserMessage,
-    compose,
 )
+from tinyctx.chain import ToolCallHandler, compose
 from tinyctx.middleware import SessionMemory
 
 RESPONSE = ModelResponse(AssistantMessage("ok"), usage=Usage(1200, 40))

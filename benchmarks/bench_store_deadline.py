@@ -42,9 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, print_table
 
-from tinyctx import Agent, Session, SqliteStore, WriteOutcomeUnknown
+from tinyctx import Agent, Session, SqliteStore
 from tinyctx.backends.postgres import PostgresStore
 from tinyctx.backends.redis import RedisStore
+from tinyctx.stores import WriteOutcomeUnknown
 from tinyctx.testing import ScriptedModel
 
 HERE = Path(__file__).resolve().parent

@@ -40,21 +40,19 @@ from _harness import (
 from tinyctx import (
     AssistantMessage,
     EventSink,
-    HeuristicCounter,
     Message,
     ModelRequest,
     ModelResponse,
     RunContext,
     SystemMessage,
-    TokenizersCounter,
     ToolCall,
     ToolResult,
     UserMessage,
-    thaw,
 )
+from tinyctx.frozen import thaw
 from tinyctx.middleware import BudgetGuard
 from tinyctx.testing.transcripts import load_openai_jsonl
-from tinyctx.tokens import message_payload
+from tinyctx.tokens import HeuristicCounter, TokenizersCounter, message_payload
 
 SIZES = (100, 2000, 20_000)
 WARM_TARGET = 0.3e-3

@@ -19,7 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, abest_of, best_of, print_table
 
-from tinyctx import EventSink, Injected, MemoryStore, RunContext, Store, Tool, tool
+from tinyctx import EventSink, MemoryStore, RunContext, Tool, tool
+from tinyctx.stores import Store
+from tinyctx.tools import Injected
 
 
 @attrs.frozen

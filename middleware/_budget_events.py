@@ -6,11 +6,9 @@ from typing import Any, ClassVar
 
 from attrs import field, frozen
 
-from tinyctx import (
-    Event,
-    FrozenDict,
-)
+from tinyctx import Event
 from tinyctx.events import EventLevel
+from tinyctx.frozen import FrozenDict
 
 
 @frozen

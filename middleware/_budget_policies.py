@@ -6,10 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, NoReturn
 
-from tinyctx import (
-    ConfigError,
-    FrozenDict,
-)
+from tinyctx import ConfigError
 from tinyctx.context import RunContext
 from tinyctx.errors import (
     ContextLimitExceeded,
@@ -18,6 +15,7 @@ from tinyctx.errors import (
     RunCancelled,
     TinyCtxError,
 )
+from tinyctx.frozen import FrozenDict
 from tinyctx.messages import Message, SystemMessage, check_pairing, pending_tool_calls
 from tinyctx.tokens import TokenCounter
 

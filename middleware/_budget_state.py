@@ -8,10 +8,8 @@ from typing import Any
 
 from attrs import frozen
 
-from tinyctx import (
-    FrozenDict,
-)
 from tinyctx.context import RunContext
+from tinyctx.frozen import FrozenDict
 from tinyctx.tokens import (
     Calibration,
 )

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from tinyctx import AssistantMessage, ConfigError, FrozenDict, Message, RunContext, freeze
+from tinyctx import AssistantMessage, ConfigError, Message, RunContext
 from tinyctx.config import Check, flag, implements, integer, optional, text
+from tinyctx.frozen import FrozenDict, freeze
 from tinyctx.tokens import TokenCounter
 
 __all__ = [

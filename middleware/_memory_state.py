@@ -10,13 +10,7 @@ from typing import Any
 import anyio
 from attrs import frozen
 
-from tinyctx import (
-    Conversation,
-    Message,
-    MessageTap,
-    RunContext,
-    Store,
-)
+from tinyctx import Message, RunContext
 from tinyctx.config import (
     Check,
     function,
@@ -24,7 +18,8 @@ from tinyctx.config import (
     integer,
     optional,
 )
-from tinyctx.stores import Note
+from tinyctx.conversation import Conversation, MessageTap
+from tinyctx.stores import Note, Store
 from tinyctx.tokens import TokenCounter
 
 from ._memory_counters import (

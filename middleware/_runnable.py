@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinyctx import RunContext, Tool, ToolArgumentError, ToolCall, ToolError
+from tinyctx import RunContext, Tool, ToolCall, ToolError
+from tinyctx.tools import ToolArgumentError
 
 __all__ = ["unrunnable"]
 

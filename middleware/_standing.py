@@ -13,7 +13,8 @@ from typing import Any
 
 from attrs import frozen
 
-from tinyctx import Approve, ConfigError, Reject, ToolCall, thaw
+from tinyctx import Approve, ConfigError, Reject, ToolCall
+from tinyctx.frozen import thaw
 
 __all__ = ["StandingDecision", "Standing", "standing_key"]
 

@@ -8,20 +8,19 @@ from typing import Any
 
 from tinyctx import (
     AssistantMessage,
-    Conversation,
     Message,
-    ModelCallFinished,
-    ModelHandler,
     ModelRequest,
     ModelResponse,
     RunContext,
     ToolResult,
     UserMessage,
-    default_counter,
 )
 from tinyctx.config import Check, function
+from tinyctx.conversation import Conversation
+from tinyctx.events import ModelCallFinished
+from tinyctx.model import ModelHandler
 from tinyctx.parts import TextPart, describe_part
-from tinyctx.tokens import TokenCounter
+from tinyctx.tokens import TokenCounter, default_counter
 
 from ._compaction import (
     check_counter,

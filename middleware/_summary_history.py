@@ -21,12 +21,11 @@ from tinyctx import (
     TinyCtxError,
     ToolResult,
     UserMessage,
-    default_counter,
-    snap_boundary,
-    thaw,
 )
+from tinyctx.frozen import thaw
+from tinyctx.messages import snap_boundary
 from tinyctx.parts import TextPart, describe_part
-from tinyctx.tokens import TokenCounter
+from tinyctx.tokens import TokenCounter, default_counter
 
 from ._compaction import (
     as_history,

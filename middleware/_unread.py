@@ -1,12 +1,12 @@
 """What session memory's next extraction reads: every message committed since the last
 extraction, as committed, in this session and across sessions of the thread.
 
-In a session the messages come from a :class:`~tinyctx.MessageTap` on the conversation. The
-thread state keeps them too, so that a later session (another request, another process)
-reads the same originals: a message still in the stored history as it was committed is
-kept by its fingerprint (it is found in the loaded history again), and one a rewrite took
-out of the conversation (a cleared tool result, a summarized or trimmed head) is kept as
-its codec document, because the stored history no longer holds it as it was.
+In a session the messages come from a :class:`~tinyctx.conversation.MessageTap` on the
+conversation. The thread state keeps them too, so that a later session (another request,
+another process) reads the same originals: a message still in the stored history as it was
+committed is kept by its fingerprint (it is found in the loaded history again), and one a
+rewrite took out of the conversation (a cleared tool result, a summarized or trimmed head)
+is kept as its codec document, because the stored history no longer holds it as it was.
 
 The durable record is a snapshot taken when a run ends and when an extraction
 completes, not at every step: the layer state is written with the thread at every step,
@@ -25,8 +25,9 @@ import hashlib
 from collections import Counter
 from typing import Any
 
-from tinyctx import Conversation, Message, MessageTap
+from tinyctx import Message
 from tinyctx.codec import CodecError, decode_message, encode_message
+from tinyctx.conversation import Conversation, MessageTap
 
 __all__ = ["Unread", "fingerprint", "KEEP_MESSAGES", "KEEP_BYTES"]
 

@@ -68,13 +68,9 @@ import attrs
 from attrs import field, frozen
 
 from tinyctx import (
-    DECISION_KINDS,
     Approve,
     AssistantMessage,
-    Checkpoint,
     ConfigError,
-    Decision,
-    DecisionKind,
     Edit,
     Event,
     Interrupt,
@@ -83,21 +79,22 @@ from tinyctx import (
     ModelCall,
     ModelRequest,
     ModelResponse,
-    Once,
     Reject,
     Respond,
     ResumeError,
     RunContext,
-    ToolArgumentError,
     ToolCall,
-    ToolCallHandler,
     ToolResult,
-    decisions_from_json,
-    pending_tool_calls,
-    thaw,
 )
+from tinyctx.agent import Checkpoint
+from tinyctx.chain import ToolCallHandler
 from tinyctx.config import Check, function, optional
+from tinyctx.decisions import DECISION_KINDS, Decision, DecisionKind, decisions_from_json
 from tinyctx.events import EventLevel
+from tinyctx.frozen import thaw
+from tinyctx.messages import pending_tool_calls
+from tinyctx.ordering import Once
+from tinyctx.tools import ToolArgumentError
 
 from ._runnable import unrunnable as _unrunnable
 from ._standing import Standing, StandingDecision, check_standing, standing_key

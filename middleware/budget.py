@@ -38,17 +38,16 @@ from typing import Any
 from tinyctx import (
     ConfigError,
     ContextLimitExceeded,
-    FrozenDict,
     Layer,
     ModelCall,
     ModelRequest,
     ModelResponse,
-    Once,
-    Outside,
     RunContext,
 )
 from tinyctx._public import publish
 from tinyctx.config import flag, fraction, integer, text
+from tinyctx.frozen import FrozenDict
+from tinyctx.ordering import Once, Outside
 from tinyctx.providers.clearing import provider_cleared
 from tinyctx.tokens import (
     TokenCounter,

@@ -44,17 +44,10 @@ from typing import Any, ClassVar
 import attrs
 from attrs import field, frozen
 
-from tinyctx import (
-    ConfigError,
-    Event,
-    FrozenDict,
-    ModelRequest,
-    RunContext,
-    freeze,
-    thaw,
-)
+from tinyctx import ConfigError, Event, ModelRequest, RunContext
 from tinyctx.config import Check, flag, optional, owner_of, text
 from tinyctx.events import EventLevel
+from tinyctx.frozen import FrozenDict, freeze, thaw
 
 __all__ = [
     "VIEW_KEY",

@@ -38,23 +38,22 @@ from attrs import frozen
 
 from tinyctx import (
     ConfigError,
-    Control,
     Event,
     Interrupt,
     Layer,
     ModelCall,
     ModelRequest,
     ModelResponse,
-    Once,
     RunContext,
     StopWithFinal,
     ToolCall,
-    ToolCallHandler,
     ToolResult,
-    stronger,
 )
+from tinyctx.chain import ToolCallHandler
 from tinyctx.config import Check, one_of
+from tinyctx.control import Control, stronger
 from tinyctx.events import EventLevel
+from tinyctx.ordering import Once
 
 __all__ = [
     "ControlOutcomes",

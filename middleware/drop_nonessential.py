@@ -12,13 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tinyctx import (
-    Message,
-    RunContext,
-    SystemMessage,
-    pending_tool_calls,
-    tool_turns,
-)
+from tinyctx import Message, RunContext, SystemMessage
+from tinyctx.messages import pending_tool_calls, tool_turns
 from tinyctx.tokens import TokenCounter, default_counter
 
 from .policy import Relief

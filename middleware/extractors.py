@@ -31,15 +31,15 @@ from tinyctx import (
     AssistantMessage,
     ConfigError,
     Message,
-    ModelHandler,
     ModelRequest,
     ModelResponse,
     RunContext,
     ToolResult,
     UserMessage,
-    thaw,
 )
 from tinyctx.config import function, integer
+from tinyctx.frozen import thaw
+from tinyctx.model import ModelHandler
 from tinyctx.stores import Note
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 :class:`Fallback` first calls the rest of the onion (the primary: inner layers and the
 agent's model). When that raises an error ``on`` accepts, it calls the alternative model
-handlers in order, directly (they are plain :class:`~tinyctx.ModelHandler` callables, so
+handlers in order, directly (they are plain :class:`~tinyctx.model.ModelHandler` callables, so
 place Fallback innermost when every layer should apply to whichever model answers).
 
 The chain shares the guarantees of :class:`~tinyctx.middleware.retry.Retry`: before every
@@ -26,15 +26,15 @@ from tinyctx import (
     Event,
     Layer,
     ModelCall,
-    ModelHandler,
     ModelRequest,
     ModelResponse,
-    Outside,
     ProviderError,
     RunContext,
 )
 from tinyctx.config import function
 from tinyctx.events import EventLevel
+from tinyctx.model import ModelHandler
+from tinyctx.ordering import Outside
 
 from .retry import NEVER_RETRIED, Retry, RetryOn, check_attempt, error_matcher, error_text, refusal
 

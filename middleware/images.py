@@ -32,16 +32,14 @@ from tinyctx import (
     ModelCall,
     ModelRequest,
     ModelResponse,
-    Part,
     RunContext,
     TextPart,
     ToolResult,
     UserMessage,
-    default_counter,
 )
 from tinyctx.events import EventLevel
-from tinyctx.parts import Content, content_text
-from tinyctx.tokens import TokenCounter
+from tinyctx.parts import Content, Part, content_text
+from tinyctx.tokens import TokenCounter, default_counter
 
 from ._compaction import (
     as_history,

@@ -42,13 +42,8 @@ from attrs import field, frozen
 
 from tinyctx import (
     Agent,
-    Checkpoint,
-    CodecError,
     ConfigError,
-    Conversation,
-    Decision,
     Event,
-    FrozenDict,
     Interrupt,
     Interrupted,
     InvalidCheckpoint,
@@ -65,18 +60,18 @@ from tinyctx import (
     Suspend,
     Tool,
     ToolCall,
-    ToolCallHandler,
-    ToolRegistry,
     ToolResult,
-    decode_checkpoint,
-    encode_checkpoint,
-    freeze,
-    resumption,
-    thaw,
 )
+from tinyctx.agent import Checkpoint
+from tinyctx.chain import ToolCallHandler
+from tinyctx.codec import CodecError, decode_checkpoint, encode_checkpoint
 from tinyctx.config import text
-from tinyctx.control import in_tool_call
+from tinyctx.control import in_tool_call, resumption
+from tinyctx.conversation import Conversation
+from tinyctx.decisions import Decision
 from tinyctx.events import EventLevel
+from tinyctx.frozen import FrozenDict, freeze, thaw
+from tinyctx.tools import ToolRegistry
 
 from .context_view import ContextPolicy, ContextViewBuilt, ViewSpec
 
@@ -394,7 +389,7 @@ def _suspended_subagent(
     label: str, decisions: Mapping[str, Decision] | None, child: RunContext[Any]
 ) -> tuple[Checkpoint | None, Mapping[str, Decision] | None]:
     """The sub-agent pause this call resumes, with the parent's resume's decisions, if the
-    run is resuming the call (see :func:`tinyctx.resumption`)."""
+    run is resuming the call (see :func:`tinyctx.control.resumption`)."""
     resumed = resumption()
     if resumed is None:
         return None, decisions

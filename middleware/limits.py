@@ -9,9 +9,9 @@ durable layer state: a run's counts travel with its checkpoint (``ctx.run_state`
 resume in a new Session or another process continues them; a thread's counts are kept with
 the thread (``ctx.thread_state``) and written by a Session with a store.
 When one call reaches a run and a thread limit together, the one error and the one
-:class:`~tinyctx.LimitHit` event name both (``hits``).
+:class:`~tinyctx.events.LimitHit` event name both (``hits``).
 
-When a limit is reached a :class:`~tinyctx.LimitHit` event is emitted, then:
+When a limit is reached a :class:`~tinyctx.events.LimitHit` event is emitted, then:
 
 * ``exit="error"``: :class:`~tinyctx.LimitExceeded` is raised, naming the limit, the value
   and the scope. On the tool onion the loop answers the refused call and any remaining
@@ -34,18 +34,18 @@ from tinyctx import (
     ConfigError,
     Layer,
     LimitExceeded,
-    LimitHit,
     ModelCall,
     ModelRequest,
     ModelResponse,
     RunContext,
     StopWithFinal,
     ToolCall,
-    ToolCallHandler,
     ToolResult,
-    resumption,
 )
+from tinyctx.chain import ToolCallHandler
 from tinyctx.config import integer, one_of, optional, text
+from tinyctx.control import resumption
+from tinyctx.events import LimitHit
 
 __all__ = ["CallLimits", "LimitExit", "LimitScope"]
 

@@ -27,7 +27,6 @@ from attrs import frozen
 from tinyctx import (
     AssistantMessage,
     Event,
-    FrozenDict,
     Layer,
     Message,
     ModelCall,
@@ -36,12 +35,12 @@ from tinyctx import (
     RunContext,
     ToolCall,
     ToolResult,
-    default_counter,
 )
 from tinyctx.config import text
 from tinyctx.events import EventLevel
+from tinyctx.frozen import FrozenDict
 from tinyctx.parts import content_bytes
-from tinyctx.tokens import TokenCounter
+from tinyctx.tokens import TokenCounter, default_counter
 
 from ._compaction import (
     as_history,

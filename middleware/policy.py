@@ -12,7 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from attrs import field, frozen
 
-from tinyctx import FrozenDict, Message, RunContext
+from tinyctx import Message, RunContext
+from tinyctx.frozen import FrozenDict
 from tinyctx.tokens import TokenCounter
 
 __all__ = ["Relief", "PressurePolicy"]

@@ -37,7 +37,6 @@ from attrs import field, frozen
 
 from tinyctx import (
     ConfigError,
-    Control,
     Event,
     Interrupted,
     Layer,
@@ -51,6 +50,7 @@ from tinyctx import (
     StopWithFinal,
 )
 from tinyctx.config import fraction, integer, number, owner_of
+from tinyctx.control import Control
 from tinyctx.events import EventLevel
 
 from .control import take_as_response

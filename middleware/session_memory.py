@@ -60,35 +60,32 @@ import anyio
 import attrs
 
 from tinyctx import (
-    Conversation,
-    Inside,
     Interrupted,
     Layer,
     Message,
     ModelCall,
     ModelRequest,
     ModelResponse,
-    Once,
     RunCancelled,
     RunConfig,
     RunContext,
     RunResult,
-    Store,
     ToolCall,
-    ToolCallHandler,
     ToolError,
     ToolResult,
-    default_counter,
 )
 from tinyctx._public import publish
+from tinyctx.chain import ToolCallHandler
 from tinyctx.config import (
     flag,
     one_of,
     owned_by,
     text,
 )
-from tinyctx.stores import Note, append_notes
-from tinyctx.tokens import TokenCounter
+from tinyctx.conversation import Conversation
+from tinyctx.ordering import Inside, Once
+from tinyctx.stores import Note, Store, append_notes
+from tinyctx.tokens import TokenCounter, default_counter
 
 from . import _memory_counters, _memory_events, _memory_state
 from ._memory_counters import (

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinyctx import LayerLike
+from tinyctx.chain import LayerLike
 from tinyctx.config import one_of
 from tinyctx.tokens import TokenCounter
 

@@ -32,12 +32,11 @@ from tinyctx import (
     PairingError,
     RunContext,
     SystemMessage,
-    check_pairing,
-    default_counter,
 )
 from tinyctx._public import publish
 from tinyctx.events import EventLevel
-from tinyctx.tokens import TokenCounter
+from tinyctx.messages import check_pairing
+from tinyctx.tokens import TokenCounter, default_counter
 
 from . import _summarizers, _summary_history
 from ._compaction import (

@@ -21,23 +21,12 @@ from typing import Any, ClassVar
 import attrs
 from attrs import frozen
 
-from tinyctx import (
-    Content,
-    Event,
-    Layer,
-    Message,
-    Part,
-    RunContext,
-    TextPart,
-    ToolCall,
-    ToolCallHandler,
-    ToolError,
-    ToolResult,
-    default_counter,
-)
+from tinyctx import Event, Layer, Message, RunContext, TextPart, ToolCall, ToolError, ToolResult
+from tinyctx.chain import ToolCallHandler
 from tinyctx.config import fraction, one_of, optional, text
 from tinyctx.events import EventLevel
-from tinyctx.tokens import TokenCounter
+from tinyctx.parts import Content, Part
+from tinyctx.tokens import TokenCounter, default_counter
 
 from ._compaction import as_history, check_int, mark, protected_from, utf8_len
 from .policy import Relief

@@ -41,19 +41,19 @@ from attrs import frozen
 from tinyctx import (
     ConfigError,
     Event,
-    Inside,
     Layer,
     RunCancelled,
     RunContext,
-    ToolArgumentError,
     ToolCall,
-    ToolCallHandler,
     ToolError,
     ToolResult,
-    tool_error_result,
 )
+from tinyctx.agent import tool_error_result
+from tinyctx.chain import ToolCallHandler
 from tinyctx.config import integer, text
 from tinyctx.events import EventLevel
+from tinyctx.ordering import Inside
+from tinyctx.tools import ToolArgumentError
 
 from .retry import (
     NEVER_RETRIED,

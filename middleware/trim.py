@@ -2,7 +2,7 @@
 
 Removes messages from the start of the history, keeping every system message (wherever
 it stands) and at least the newest ``keep_recent`` messages. Cuts only where no tool call
-is separated from its results (:func:`tinyctx.safe_boundaries`), so a tool turn goes as a
+is separated from its results (:func:`tinyctx.messages.safe_boundaries`), so a tool turn goes as a
 whole or stays as a whole.
 
 A summarized history starts with a digest: the summaries :class:`Summarize` wrote, and the
@@ -16,15 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tinyctx import (
-    Message,
-    RunContext,
-    SystemMessage,
-    UserMessage,
-    safe_boundaries,
-    snap_boundary,
-)
+from tinyctx import Message, RunContext, SystemMessage, UserMessage
 from tinyctx.config import flag, integer, text
+from tinyctx.messages import safe_boundaries, snap_boundary
 from tinyctx.tokens import TokenCounter, default_counter
 
 from .policy import Relief

@@ -37,7 +37,6 @@ import anyio
 from tinyctx import (
     Agent,
     AssistantMessage,
-    Injected,
     Interrupt,
     Interrupted,
     Layer,
@@ -53,16 +52,16 @@ from tinyctx import (
     ToolResult,
     Usage,
     UserMessage,
-    check_pairing,
-    decisions_from_json,
-    pending_tool_calls,
-    thaw,
     tool,
 )
 from tinyctx.codec import decode_checkpoint, decode_messages
+from tinyctx.decisions import decisions_from_json
+from tinyctx.frozen import thaw
+from tinyctx.messages import check_pairing, pending_tool_calls
 from tinyctx.middleware import Approvals, CallLimits, SessionMemory, subagent_tool
 from tinyctx.middleware.stacks import default_stack
 from tinyctx.threads import LeaseHeld
+from tinyctx.tools import Injected
 
 TTL = 0.6
 THREADS_PER_LANE = 3

@@ -26,7 +26,8 @@ from typing import Any
 import anyio
 import attrs
 
-from tinyctx import Agent, Session, decode_state
+from tinyctx import Agent, Session
+from tinyctx.codec import decode_state
 from tinyctx.testing import ScriptedModel
 from tinyctx.threads import ThreadWrite
 

@@ -13,8 +13,6 @@ from tinyctx import (
     Agent,
     AssistantMessage,
     ConfigError,
-    ControlApplied,
-    Conversation,
     Interrupt,
     Interrupted,
     Layer,
@@ -32,12 +30,14 @@ from tinyctx import (
     StopWithFinal,
     Tool,
     ToolCall,
-    ToolCallHandler,
     ToolResult,
     Usage,
     UserMessage,
-    check_pairing,
 )
+from tinyctx.chain import ToolCallHandler
+from tinyctx.conversation import Conversation
+from tinyctx.events import ControlApplied
+from tinyctx.messages import check_pairing
 from tinyctx.testing import (
     HANG,
     FakeTool,

@@ -33,25 +33,23 @@ from tinyctx import (
     ModelCall,
     ModelRequest,
     ModelResponse,
-    ModelStreamDelta,
     ProviderError,
     RetryableProviderError,
     RunCancelled,
     RunContext,
-    ServerTool,
     Session,
     SystemMessage,
     ToolCall,
     ToolResult,
-    ToolSpec,
     Usage,
     UserMessage,
-    check_pairing,
-    tool_turns,
 )
+from tinyctx.events import ModelStreamDelta
+from tinyctx.messages import check_pairing, tool_turns
 from tinyctx.providers import AnthropicModel
 from tinyctx.providers.anthropic import DEFAULT_MAX_TOKENS
 from tinyctx.testing import FakeTool, capture_events
+from tinyctx.tools import ServerTool, ToolSpec
 
 # see tests/test_openai_adapter.py: trio reports the SDK generators a cancelled stream leaves
 pytestmark = pytest.mark.filterwarnings(TRIO_ASYNCGEN_WARNING)

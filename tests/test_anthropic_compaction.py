@@ -23,8 +23,9 @@ from tests.loopback import (
     openai_completion,
     sse_reply,
 )
-from tinyctx import Agent, AssistantMessage, ConfigError, Session, UserMessage, check_pairing
+from tinyctx import Agent, AssistantMessage, ConfigError, Session, UserMessage
 from tinyctx.codec import decode_messages
+from tinyctx.messages import check_pairing
 from tinyctx.middleware.fallback import Fallback
 from tinyctx.providers.anthropic import AnthropicModel
 from tinyctx.providers.anthropic_compaction import (

@@ -24,15 +24,14 @@ from tinyctx import (
     ResumeError,
     Session,
     StopWithFinal,
-    ToolArgumentError,
     ToolResult,
-    check_pairing,
-    decision_from_json,
-    decisions_from_json,
-    thaw,
     tool,
 )
-from tinyctx.middleware import Approvals, Review, ReviewDecided, ReviewRequested, review_calls
+from tinyctx.decisions import decision_from_json, decisions_from_json
+from tinyctx.frozen import thaw
+from tinyctx.messages import check_pairing
+from tinyctx.middleware import Approvals, Review
+from tinyctx.middleware.approvals import ReviewDecided, ReviewRequested, review_calls
 from tinyctx.testing import (
     FakeTool,
     ScriptedModel,
@@ -42,6 +41,7 @@ from tinyctx.testing import (
     reply,
     run_tool_layer,
 )
+from tinyctx.tools import ToolArgumentError
 
 INT_SCHEMA = {
     "type": "object",

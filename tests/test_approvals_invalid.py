@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from tinyctx import Agent, Approve, Interrupted, Session, ToolCall, ToolResult, tool
-from tinyctx.middleware import Approvals, ReviewRequested, review_calls
+from tinyctx.middleware import Approvals
+from tinyctx.middleware.approvals import ReviewRequested, review_calls
 from tinyctx.testing import ScriptedModel, call, capture_events, reply
 
 

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from tinyctx import Agent, Approve, ConfigError, Interrupted, Reject, Session, ToolResult, tool
-from tinyctx.middleware import Approvals, ReviewDecided
+from tinyctx.middleware import Approvals
+from tinyctx.middleware.approvals import ReviewDecided
 from tinyctx.stores import MemoryStore
 from tinyctx.testing import ScriptedModel, call, capture_events, reply
 

@@ -26,17 +26,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.servers import make_backend, start_services, stop_services, unique_name
-from tinyctx import (
-    ConfigError,
-    MemoryStore,
-    StoreClosed,
-    StoreSchemaError,
-    StoreUnavailable,
-    append_notes,
-)
+from tinyctx import ConfigError, MemoryStore
 from tinyctx.backends.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from tinyctx.backends.postgres import PostgresStore
 from tinyctx.backends.redis import RedisStore
+from tinyctx.stores import StoreClosed, StoreSchemaError, StoreUnavailable, append_notes
 from tinyctx.threads import (
     Compaction,
     FencedOut,

@@ -15,10 +15,8 @@ from tinyctx import (
     AssistantMessage,
     ConfigError,
     ContextLimitExceeded,
-    Conversation,
     Event,
     EventSink,
-    HeuristicCounter,
     Message,
     ModelRequest,
     ModelResponse,
@@ -26,30 +24,26 @@ from tinyctx import (
     RunContext,
     Session,
     SystemMessage,
-    TokenizersCounter,
     ToolCall,
     ToolResult,
     Usage,
     UserMessage,
 )
-from tinyctx.middleware import (
+from tinyctx.conversation import Conversation
+from tinyctx.middleware import BudgetGuard, DropNonessential, Relief, TrimOldest, default_policies
+from tinyctx.middleware.budget import (
     ORDERS,
     BreakerChanged,
-    BudgetGuard,
     ContextExhausted,
     ContextPolicyApplied,
     ContextPolicyFailed,
     ContextPolicySkipped,
     ContextPressure,
-    DropNonessential,
     ProviderContextLimit,
-    Relief,
-    TrimOldest,
-    default_policies,
+    breaker_group,
     order_policies,
     policy_role,
 )
-from tinyctx.middleware.budget import breaker_group
 from tinyctx.middleware.drop_nonessential import droppable_groups
 from tinyctx.middleware.stacks import DEFAULT_RELIEF_RUN, default_stack, seed_order_stack
 from tinyctx.replay import CallRow, replay_sync
@@ -62,6 +56,7 @@ from tinyctx.testing import (
     strategies,
 )
 from tinyctx.testing.bpe import train_bpe
+from tinyctx.tokens import HeuristicCounter, TokenizersCounter
 
 COUNTER = HeuristicCounter()
 

@@ -7,15 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyctx import (
-    CancellationToken,
-    ControlSlot,
-    Interrupt,
-    RunCancelled,
-    RunContext,
-    StopWithFinal,
-    stronger,
-)
+from tinyctx import CancellationToken, Interrupt, RunCancelled, RunContext, StopWithFinal
+from tinyctx.control import ControlSlot, stronger
 
 
 class TestCancellationToken:

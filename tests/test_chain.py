@@ -19,14 +19,13 @@ from tinyctx import (
     ModelResponse,
     RunContext,
     ToolCall,
-    ToolCallHandler,
     ToolResult,
     UserMessage,
     after_model,
     before_model,
-    compose,
     tool_layer,
 )
+from tinyctx.chain import ToolCallHandler, compose
 from tinyctx.testing import ScriptedModel, run_layer, run_tool_layer
 
 REQUEST = ModelRequest(messages=(UserMessage("hi"),))
@@ -264,7 +263,7 @@ class TestPublish:
         assert log == []
 
     async def test_ambiguous_target_delivers_nothing(self) -> None:
-        from tinyctx import LayerBus
+        from tinyctx.chain import LayerBus
 
         log: list[tuple[str, object]] = []
         bus = LayerBus([self.Listener("same", log), self.Listener("same", log)])
@@ -284,7 +283,7 @@ class TestRequestEvolve:
     """evolve() converts and validates the fields that change, and only those."""
 
     def test_evolve_converts_changed_fields_and_keeps_the_rest(self) -> None:
-        from tinyctx import ToolSpec
+        from tinyctx.tools import ToolSpec
 
         request = ModelRequest(messages=(UserMessage("a"),), metadata={"k": [1]})
         same = request.evolve()

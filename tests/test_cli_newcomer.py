@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tinyctx import check_pairing
 from tinyctx.cli import main
 from tinyctx.formats import read_transcript
+from tinyctx.messages import check_pairing
 
 SNAPSHOT = "gui-agent-basic-doubao-1.5-vision.loop-8.llm-request.jsonl"
 

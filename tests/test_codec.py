@@ -14,11 +14,7 @@ from hypothesis import strategies as st
 
 import tinyctx
 from tinyctx import (
-    CODEC_VERSION,
     AssistantMessage,
-    Checkpoint,
-    CodecError,
-    FrozenDict,
     Message,
     RunConfig,
     SystemMessage,
@@ -26,6 +22,11 @@ from tinyctx import (
     ToolResult,
     Usage,
     UserMessage,
+)
+from tinyctx.agent import Checkpoint
+from tinyctx.codec import (
+    CODEC_VERSION,
+    CodecError,
     decode,
     decode_checkpoint,
     decode_message,
@@ -38,6 +39,7 @@ from tinyctx import (
     encode_state,
 )
 from tinyctx.documents import TEXT_HOLE, SplitDocuments, join_document, split_document
+from tinyctx.frozen import FrozenDict, freeze, thaw
 from tinyctx.parts import DocumentPart, ImagePart, Part, TextPart
 from tinyctx.testing.images import image_part, pdf_part
 from tinyctx.testing.strategies import (
@@ -195,7 +197,7 @@ class TestRoundTrip:
 
     def test_an_interrupt_payload_round_trips(self) -> None:
         """A checkpoint's payload (an approval request) comes back deep-frozen and equal."""
-        payload = tinyctx.freeze(
+        payload = freeze(
             {"type": "tool_review", "calls": [{"id": "c1", "allowed": ["approve", "reject"]}]}
         )
         checkpoint = _checkpoint(payload=payload)
@@ -211,7 +213,7 @@ class TestRoundTrip:
         """Layer state (JSON values, finite floats included) decodes deep-frozen and equal."""
         doc = encode_state(state)
         back = decode_state(doc)
-        assert back == tinyctx.freeze(state)
+        assert back == freeze(state)
         assert isinstance(back, FrozenDict)
         assert encode_state(back) == doc
         assert decode(doc, FrozenDict) == back
@@ -230,13 +232,13 @@ class TestCanonical:
     @given(message=_rich_messages())
     def test_key_order_does_not_change_the_bytes(self, message: Message) -> None:
         """The same message built with its mappings in another order encodes identically."""
-        rebuilt = message.evolve(metadata=_reordered(tinyctx.thaw(message.metadata)))
+        rebuilt = message.evolve(metadata=_reordered(thaw(message.metadata)))
         if isinstance(message, AssistantMessage):
             calls = tuple(
                 ToolCall(
                     c.id,
                     c.name,
-                    _reordered(tinyctx.thaw(c.arguments)),
+                    _reordered(thaw(c.arguments)),
                     invalid_arguments=c.invalid_arguments,
                 )
                 for c in message.tool_calls
@@ -545,8 +547,8 @@ class TestFastReader:
         assert decoded == message
         want = json.dumps(value, sort_keys=True)  # the type of each number shows in the text
         arguments = decoded.tool_calls[0].arguments
-        assert json.dumps(tinyctx.thaw(arguments["value"]), sort_keys=True) == want
-        assert json.dumps(tinyctx.thaw(decoded.metadata["m"]), sort_keys=True) == want
+        assert json.dumps(thaw(arguments["value"]), sort_keys=True) == want
+        assert json.dumps(thaw(decoded.metadata["m"]), sort_keys=True) == want
 
     @given(value=_wide_numbers)
     def test_numbers_beside_content_parts_keep_their_type(self, value: Any) -> None:
@@ -555,7 +557,7 @@ class TestFastReader:
         decoded = decode_message(encode_message(message))
         assert decoded == message
         want = json.dumps(value, sort_keys=True)
-        assert json.dumps(tinyctx.thaw(decoded.metadata["m"]), sort_keys=True) == want
+        assert json.dumps(thaw(decoded.metadata["m"]), sort_keys=True) == want
 
     @given(history=histories(pending=True))
     def test_a_history_decodes_as_the_stdlib_parser_reads_it(

@@ -8,32 +8,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyctx import (
-    Agent,
-    Conversation,
-    HeuristicCounter,
-    Layer,
-    Message,
-    ModelRequest,
-    RunContext,
-    Session,
-    ToolResult,
-    check_pairing,
-    compose,
-)
-from tinyctx.middleware import (
-    ExtractiveSummarizer,
-    Microcompact,
-    Summarize,
-    ToolResultBudget,
-    budget_history,
-    is_summary,
-    microcompact_history,
-    summarize_history,
-)
+from tinyctx import Agent, Layer, Message, ModelRequest, RunContext, Session, ToolResult
+from tinyctx.chain import compose
+from tinyctx.conversation import Conversation
+from tinyctx.messages import check_pairing
+from tinyctx.middleware import ExtractiveSummarizer, Microcompact, Summarize, ToolResultBudget
+from tinyctx.middleware.microcompact import microcompact_history
 from tinyctx.middleware.policy import PressurePolicy
+from tinyctx.middleware.summarize import is_summary, summarize_history
+from tinyctx.middleware.tool_result_budget import budget_history
 from tinyctx.testing import FakeTool, ScriptedModel, assert_pairing_intact, call, reply
 from tinyctx.testing.strategies import histories
+from tinyctx.tokens import HeuristicCounter
 
 TRIO_ONLY = pytest.mark.parametrize("anyio_backend", ["trio"])
 
@@ -235,7 +221,7 @@ class TestDefaultStackRelief:
         """In a small window, the relief cuts an old large result to its head (its first
         line survives); without the shrink, microcompaction clears it to the placeholder."""
         from tinyctx import RunConfig
-        from tinyctx.middleware import DEFAULT_PLACEHOLDER
+        from tinyctx.middleware.microcompact import DEFAULT_PLACEHOLDER
         from tinyctx.middleware.stacks import default_stack
 
         old = "FIRST_LINE_of_the_old_result\n" + "word " * 1200  # ~2,000 tokens: enters whole

@@ -15,7 +15,6 @@ from tinyctx import (
     Layer,
     ModelRequest,
     ModelResponse,
-    Outside,
     RunConfig,
     RunContext,
     Suspend,
@@ -37,6 +36,7 @@ from tinyctx.middleware import (
     ToolResultBudget,
     ToolRetry,
 )
+from tinyctx.ordering import Outside
 from tinyctx.otel import OtelExporter
 from tinyctx.testing.conformance import RULES, LayerContractError, check_layer
 
@@ -158,13 +158,14 @@ class TestBrokenLayersAreCaught:
     def test_the_shrunk_example_pastes_into_a_test(self) -> None:
         """The example is root-API Python: it evaluates to paired messages, no defaults."""
         import tinyctx
+        from tinyctx.messages import check_pairing
 
         with pytest.raises(LayerContractError) as info:
             check_layer(DropsSecondToolTurn(), max_examples=60)
         names = {name: getattr(tinyctx, name) for name in tinyctx.__all__}
         values = eval(f"dict({info.value.example})", names)  # noqa: S307 - our own text
         assert values["history"] and all(isinstance(m, tinyctx.Message) for m in values["history"])
-        tinyctx.check_pairing(values["history"])
+        check_pairing(values["history"])
         assert all(isinstance(c, tinyctx.ToolCall) for c in values["tool_calls"])
         assert "FrozenDict(" not in info.value.example
         assert "invalid_arguments=None" not in info.value.example

@@ -9,18 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyctx import (
-    ConfigError,
-    DepthLimitExceeded,
-    MemoryStore,
-    Price,
-    RunConfig,
-    RunContext,
-    Usage,
-)
+from tinyctx import ConfigError, DepthLimitExceeded, MemoryStore, RunConfig, RunContext, Usage
 from tinyctx.testing import assert_parent_unchanged
 from tinyctx.testing.invariants import context_snapshot
 from tinyctx.testing.strategies import contexts, json_values
+from tinyctx.usage import Price
 
 derive_overrides = st.fixed_dictionaries(
     {},

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from tinyctx import (
     Agent,
     ConfigError,
-    FrozenDict,
     Layer,
     ModelRequest,
     RunConfig,
@@ -23,23 +22,25 @@ from tinyctx import (
     Session,
     Tool,
     ToolCall,
-    ToolCallHandler,
     ToolResult,
     UserMessage,
     before_model,
-    compose,
 )
+from tinyctx.chain import ToolCallHandler, compose
+from tinyctx.frozen import FrozenDict
 from tinyctx.middleware import (
-    VIEW_GLOBAL_KEY,
-    VIEW_KEY,
-    VIEW_STEP_KEY,
     ContextPolicy,
     ContextView,
-    ContextViewBuilt,
     Inherit,
     ViewSpec,
     run_subagent,
     subagent_tool,
+)
+from tinyctx.middleware.context_view import (
+    VIEW_GLOBAL_KEY,
+    VIEW_KEY,
+    VIEW_STEP_KEY,
+    ContextViewBuilt,
     view_mapping,
     with_step_values,
 )

@@ -13,7 +13,6 @@ from tinyctx import (
     Agent,
     AssistantMessage,
     ConfigError,
-    ControlApplied,
     Interrupt,
     Interrupted,
     Layer,
@@ -25,18 +24,17 @@ from tinyctx import (
     StopWithFinal,
     Tool,
     ToolCall,
-    ToolCallHandler,
     ToolResult,
     UserMessage,
-    check_pairing,
-    compose,
 )
-from tinyctx.middleware import (
+from tinyctx.chain import ToolCallHandler, compose
+from tinyctx.events import ControlApplied
+from tinyctx.messages import check_pairing
+from tinyctx.middleware import ControlOutcomes, Retry
+from tinyctx.middleware.control import (
     ControlIgnored,
-    ControlOutcomes,
     ControlSurfaced,
     PendingCallsDropped,
-    Retry,
     pending_control,
     take_as_response,
 )

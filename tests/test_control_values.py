@@ -11,8 +11,6 @@ import pytest
 
 from tinyctx import (
     Agent,
-    ControlSlot,
-    Injected,
     Interrupt,
     Interrupted,
     RunContext,
@@ -22,8 +20,10 @@ from tinyctx import (
     ToolResult,
     tool,
 )
+from tinyctx.control import ControlSlot
 from tinyctx.stores import SqliteStore
 from tinyctx.testing import ScriptedModel, call, reply
+from tinyctx.tools import Injected
 
 NOT_TEXT: list[Any] = [5, 1.5, None, b"bytes", ["a"], {"a": 1}]
 

@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyctx import AssistantMessage, Conversation, Message, UserMessage
-from tinyctx.conversation import ConversationChange
+from tinyctx import AssistantMessage, Message, UserMessage
+from tinyctx.conversation import Conversation, ConversationChange
 
 
 def apply(stored: list[Message], change: ConversationChange) -> list[Message]:

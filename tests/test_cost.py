@@ -16,8 +16,6 @@ from hypothesis import strategies as st
 from tinyctx import (
     AssistantMessage,
     ConfigError,
-    Conversation,
-    LayerLike,
     Message,
     ModelRequest,
     RunConfig,
@@ -25,10 +23,10 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    check_pairing,
-    default_counter,
 )
+from tinyctx.chain import LayerLike
 from tinyctx.cli import main
+from tinyctx.conversation import Conversation
 from tinyctx.cost import (
     PRICES,
     ModelPrice,
@@ -45,6 +43,7 @@ from tinyctx.cost import (
     sweep,
 )
 from tinyctx.formats import load_transcript
+from tinyctx.messages import check_pairing
 from tinyctx.middleware import (
     BudgetGuard,
     ClearOldImages,
@@ -59,7 +58,7 @@ from tinyctx.middleware.triggers import keep, trigger
 from tinyctx.replay import replay_sync
 from tinyctx.testing import ScriptedModel, run_layer
 from tinyctx.testing.strategies import histories, requests
-from tinyctx.tokens import TokenCounter
+from tinyctx.tokens import TokenCounter, default_counter
 
 SONNET = PRICES["claude-sonnet-4-5"]
 

@@ -41,6 +41,7 @@ class TestTestingYourLayerPage:
         assert lines[2].startswith("async def test_keep_recent_never_orphans_a_tool_call")
         assert len(lines) <= 10
 
+    @pytest.mark.slow  # the page's property and stateful examples at full size
     def test_every_example_on_the_page_passes(self, pytester: pytest.Pytester) -> None:
         code = page_code()
         assert code.count("def test_") >= 5

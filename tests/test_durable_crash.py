@@ -12,6 +12,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+# crash trials across real processes: deselected by default, run with `pytest -m slow`
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name("durable_worker.py")
 TRIALS = 50
 BUDGET = 45.0  # seconds of killing; the final check comes after

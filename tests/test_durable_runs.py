@@ -17,7 +17,6 @@ import pytest
 from tests.servers import make_backend
 from tinyctx import (
     Agent,
-    Checkpoint,
     Interrupt,
     Interrupted,
     Layer,
@@ -32,6 +31,7 @@ from tinyctx import (
     SqliteStore,
     Usage,
 )
+from tinyctx.agent import Checkpoint
 from tinyctx.codec import decode_checkpoint, decode_messages, encode_checkpoint
 from tinyctx.errors import InvalidCheckpoint
 from tinyctx.middleware import (

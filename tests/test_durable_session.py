@@ -33,7 +33,6 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    check_pairing,
 )
 from tinyctx.codec import (
     CodecError,
@@ -42,6 +41,7 @@ from tinyctx.codec import (
     decode_state,
     encode_messages,
 )
+from tinyctx.messages import check_pairing
 from tinyctx.middleware import CallLimits, Microcompact
 from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply
 from tinyctx.testing.strategies import histories
@@ -725,7 +725,8 @@ class TestConfigViewNotStored:
 
     async def test_excluded_field_not_in_the_stored_checkpoint(self) -> None:
         """The encoded checkpoint has no trace of the excluded secret."""
-        from tinyctx.middleware import VIEW_GLOBAL_KEY, ContextPolicy, Inherit
+        from tinyctx.middleware import ContextPolicy, Inherit
+        from tinyctx.middleware.context_view import VIEW_GLOBAL_KEY
 
         store = MemoryStore()
         config = RunConfig(

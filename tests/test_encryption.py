@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from cryptography.fernet import Fernet
 
-from tinyctx import ConfigError, MemoryStore, SqliteStore, ThreadWrite, UserMessage, codec
+from tinyctx import ConfigError, MemoryStore, SqliteStore, UserMessage, codec
 from tinyctx.backends.postgres import PostgresStore
 from tinyctx.backends.redis import RedisStore
 from tinyctx.encryption import MARK, DecryptionFailed, EncryptedStore
@@ -17,6 +17,7 @@ from tinyctx.testing.store_conformance import (
     StoreFactory,
     ThreadStoreConformance,
 )
+from tinyctx.threads import ThreadWrite
 
 KEY = Fernet.generate_key()
 

@@ -32,13 +32,13 @@ from tinyctx import (
     SqliteStore,
     ToolCall,
     UserMessage,
-    check_pairing,
 )
 from tinyctx.agent import ENGINE_STATE
 from tinyctx.codec import decode_messages, decode_state, encode_messages, encode_state
 from tinyctx.decisions import Decision
 from tinyctx.engines import EngineError, WorkflowFailed, lease_owner, workflow_id_for
 from tinyctx.engines.dbos import DBOSEngine, postgres_config, sqlite_config
+from tinyctx.messages import check_pairing
 from tinyctx.steps import MODEL_STEP, TOOL_STEP_PREFIX
 from tinyctx.stores import MemoryStore
 from tinyctx.threads import ThreadWrite

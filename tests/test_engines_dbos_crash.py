@@ -19,12 +19,16 @@ from dbos import DBOS, DBOSConfig
 
 from tests.engine_app import TOOL_CALLS, executions, kill_mid_work, line_count, work_agent
 from tests.engine_worker import TOOL_PAUSE, VERSION
-from tinyctx import SqliteStore, ToolResult, UserMessage, check_pairing
+from tinyctx import SqliteStore, ToolResult, UserMessage
 from tinyctx.codec import decode_messages
 from tinyctx.engines import workflow_id_for
 from tinyctx.engines.dbos import DBOSEngine, sqlite_config
 from tinyctx.events import ToolCallFinished
+from tinyctx.messages import check_pairing
 from tinyctx.testing import capture_events
+
+# workers killed at random points: deselected by default, run with `pytest -m slow`
+pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).with_name("engine_worker.py")
 ROOT = WORKER.parent.parent

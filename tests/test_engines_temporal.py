@@ -30,11 +30,12 @@ from tests.engine_app import (
     review_agent,
     work_agent,
 )
-from tinyctx import ConfigError, Edit, Reject, SqliteStore, check_pairing
+from tinyctx import ConfigError, Edit, Reject, SqliteStore
 from tinyctx.codec import decode_messages
 from tinyctx.engines import EngineError
 from tinyctx.engines.temporal import TemporalEngine, TinyctxWorkflow, sandbox_runner
 from tinyctx.events import ToolCallFinished
+from tinyctx.messages import check_pairing
 from tinyctx.testing import capture_events
 
 

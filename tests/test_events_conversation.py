@@ -11,21 +11,20 @@ from structlog.testing import capture_logs
 from tinyctx import (
     Agent,
     AssistantMessage,
-    ControlApplied,
-    Conversation,
     Event,
     EventSink,
     Message,
     PairingError,
     RunContext,
     Session,
-    SubscriberFailed,
     SystemMessage,
     ToolCall,
     ToolResult,
     Usage,
     UserMessage,
 )
+from tinyctx.conversation import Conversation
+from tinyctx.events import ControlApplied, SubscriberFailed
 from tinyctx.testing import ScriptedModel, assert_events_form_tree, capture_events
 
 
@@ -292,7 +291,7 @@ def test_structlog_is_not_configured_by_the_library() -> None:
 
 @pytest.mark.usefixtures("all_log_levels")
 def test_trace_events_reach_subscribers_but_are_never_logged() -> None:
-    from tinyctx import ModelStreamDelta
+    from tinyctx.events import ModelStreamDelta
 
     ctx = RunContext.new()
     seen: list[Event] = []

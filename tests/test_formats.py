@@ -19,7 +19,6 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    check_pairing,
 )
 from tinyctx.formats import (
     EXTENSION_KEY,
@@ -41,6 +40,7 @@ from tinyctx.formats import (
     to_swe_agent,
     write_transcript,
 )
+from tinyctx.messages import check_pairing
 from tinyctx.parts import ImagePart, media_parts
 from tinyctx.testing import assert_pairing_intact
 from tinyctx.testing.strategies import histories

@@ -24,15 +24,12 @@ from tinyctx import (
     ConfigError,
     ContextLimitExceeded,
     Event,
-    HeuristicCounter,
     ImagePart,
     ModelRequest,
-    ModelStreamDelta,
     ProviderError,
     RetryableProviderError,
     RunCancelled,
     RunContext,
-    ServerTool,
     Session,
     SystemMessage,
     TextPart,
@@ -40,10 +37,13 @@ from tinyctx import (
     ToolResult,
     Usage,
     UserMessage,
-    check_pairing,
 )
+from tinyctx.events import ModelStreamDelta
+from tinyctx.messages import check_pairing
 from tinyctx.providers.gemini import GeminiModel
 from tinyctx.testing import FakeTool, capture_events
+from tinyctx.tokens import HeuristicCounter
+from tinyctx.tools import ServerTool
 
 # under trio, a cancelled stream leaves the SDK's chain of async generators for trio to
 # finalize (the HTTP response itself is closed: the cancel test checks the server sees it)

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from tinyctx import (
     AssistantMessage,
-    HeuristicCounter,
     ImagePart,
     Message,
     ModelRequest,
@@ -18,23 +17,18 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    check_pairing,
 )
-from tinyctx.middleware import (
-    BudgetGuard,
-    ClearOldImages,
-    ContextPolicyApplied,
-    ExtractiveSummarizer,
-    ImagesCleared,
-    Microcompact,
-    clear_images_history,
-    microcompact_history,
-)
+from tinyctx.messages import check_pairing
+from tinyctx.middleware import BudgetGuard, ClearOldImages, ExtractiveSummarizer, Microcompact
+from tinyctx.middleware.budget import ContextPolicyApplied
 from tinyctx.middleware.extractors import render_transcript
+from tinyctx.middleware.images import ImagesCleared, clear_images_history
+from tinyctx.middleware.microcompact import microcompact_history
 from tinyctx.parts import media_parts
 from tinyctx.testing import ScriptedModel, capture_events, quiet_context, reply, run_layer
 from tinyctx.testing.images import image_part
 from tinyctx.testing.strategies import histories
+from tinyctx.tokens import HeuristicCounter
 
 COUNTER = HeuristicCounter()
 

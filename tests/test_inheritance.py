@@ -13,8 +13,6 @@ from hypothesis import strategies as st
 from tinyctx import (
     Agent,
     ConfigError,
-    ControlApplied,
-    Conversation,
     Event,
     Interrupt,
     Interrupted,
@@ -27,19 +25,16 @@ from tinyctx import (
     Session,
     StopWithFinal,
     Tool,
-    ToolRegistry,
     ToolResult,
     Usage,
     UserMessage,
-    check_pairing,
-    compose,
 )
-from tinyctx.middleware import (
-    Inherit,
-    SubagentFinished,
-    run_subagent,
-    subagent_tool,
-)
+from tinyctx.chain import compose
+from tinyctx.conversation import Conversation
+from tinyctx.events import ControlApplied
+from tinyctx.messages import check_pairing
+from tinyctx.middleware import Inherit, run_subagent, subagent_tool
+from tinyctx.middleware.inheritance import SubagentFinished
 from tinyctx.testing import (
     FakeTool,
     ScriptedModel,
@@ -52,6 +47,7 @@ from tinyctx.testing import (
     run_tool_layer,
 )
 from tinyctx.testing.strategies import contexts, json_values
+from tinyctx.tools import ToolRegistry
 
 
 @frozen
@@ -568,7 +564,8 @@ class TestCheckpointKeepsNoExcludedField:
 
     async def test_excluded_global_field_is_not_in_the_checkpoint(self) -> None:
         """The paused run's config lacks the excluded entry; the resumed view is unchanged."""
-        from tinyctx.middleware import VIEW_GLOBAL_KEY, ContextPolicy
+        from tinyctx.middleware import ContextPolicy
+        from tinyctx.middleware.context_view import VIEW_GLOBAL_KEY
 
         seen: list[str | None] = []
 
@@ -605,7 +602,8 @@ class TestCheckpointKeepsNoExcludedField:
 
     async def test_a_nested_runs_materialized_view_becomes_a_filtered_tier(self) -> None:
         """A sub-agent's checkpoint keeps its inherited view as plain, filtered data."""
-        from tinyctx.middleware import VIEW_GLOBAL_KEY, VIEW_KEY, ContextPolicy, ContextView
+        from tinyctx.middleware import ContextPolicy, ContextView
+        from tinyctx.middleware.context_view import VIEW_GLOBAL_KEY, VIEW_KEY
 
         policy = ContextPolicy(exclude=("extra.token",))
         view = ContextView(project_root="/p", extra={"token": "t0k", "team": "ops"})

@@ -28,7 +28,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from tinyctx import StopWithFinal, check_pairing
+from tinyctx import StopWithFinal
 from tinyctx.formats import FormatError
 from tinyctx.integrations.langchain import TinyctxMiddleware
 from tinyctx.integrations.langchain_messages import (
@@ -36,6 +36,7 @@ from tinyctx.integrations.langchain_messages import (
     to_langchain,
     usage_from_langchain,
 )
+from tinyctx.messages import check_pairing
 from tinyctx.middleware.stacks import default_stack
 from tinyctx.testing.strategies import histories
 from tinyctx.testing.transcripts import load_openai_jsonl

@@ -17,14 +17,7 @@ from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from tests.servers import BACKENDS, make_backend
-from tinyctx import (
-    Interrupt,
-    MemoryStore,
-    SqliteStore,
-    StopWithFinal,
-    ToolResult,
-    check_pairing,
-)
+from tinyctx import Interrupt, MemoryStore, SqliteStore, StopWithFinal, ToolResult
 from tinyctx.codec import encode_message
 from tinyctx.formats import FormatError
 from tinyctx.formats._common import core
@@ -35,6 +28,7 @@ from tinyctx.integrations.openai_agents import (
     TinyctxSession,
 )
 from tinyctx.integrations.openai_agents_items import from_agents_items, to_agents_items
+from tinyctx.messages import check_pairing
 from tinyctx.middleware.stacks import default_stack
 from tinyctx.testing.strategies import histories
 from tinyctx.testing.transcripts import load_openai_jsonl

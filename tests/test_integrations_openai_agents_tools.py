@@ -15,20 +15,16 @@ from agents import Agent, RunConfig, Runner, RunState, function_tool
 from agents.items import ToolApprovalItem
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from tinyctx import Layer, ToolResult, check_pairing
+from tinyctx import Layer, ToolResult
 from tinyctx.decisions import Approve, Reject
 from tinyctx.events import EventSink
 from tinyctx.integrations import Stack, StackInterrupted
 from tinyctx.integrations.openai_agents import TinyctxInputFilter, TinyctxModel
 from tinyctx.integrations.openai_agents_items import from_agents_items
 from tinyctx.integrations.openai_agents_tools import REVIEW_PAYLOAD, wrap_tools
-from tinyctx.middleware import (
-    REVIEW_PAYLOAD_TYPE,
-    Approvals,
-    CallLimits,
-    ToolResultBudget,
-    ToolRetry,
-)
+from tinyctx.messages import check_pairing
+from tinyctx.middleware import Approvals, CallLimits, ToolResultBudget, ToolRetry
+from tinyctx.middleware.approvals import REVIEW_PAYLOAD_TYPE
 
 CONFIG = RunConfig(tracing_disabled=True)
 

@@ -34,7 +34,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
-from tinyctx import Message, StopWithFinal, check_pairing
+from tinyctx import Message, StopWithFinal
 from tinyctx.formats import FormatError
 from tinyctx.integrations import StackInterrupted
 from tinyctx.integrations.pydantic_ai import TinyctxCapability, history_processor
@@ -43,6 +43,7 @@ from tinyctx.integrations.pydantic_ai_messages import (
     from_pydantic_ai,
     to_pydantic_ai,
 )
+from tinyctx.messages import check_pairing
 from tinyctx.middleware.budget import BudgetGuard
 from tinyctx.middleware.stacks import default_stack
 from tinyctx.testing.strategies import histories

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from tinyctx import (
     Agent,
-    Checkpoint,
     Interrupt,
     Interrupted,
     Layer,
@@ -20,8 +19,9 @@ from tinyctx import (
     ModelResponse,
     RunContext,
     Session,
-    check_pairing,
 )
+from tinyctx.agent import Checkpoint
+from tinyctx.messages import check_pairing
 from tinyctx.middleware import BudgetGuard, CallLimits, SessionMemory, Summarize
 from tinyctx.middleware.extractors import ExtractionJob
 from tinyctx.middleware.summarize import SummaryFailed
@@ -174,7 +174,7 @@ class TestRunAndThreadState:
 
     async def test_thread_state_lives_with_the_conversation(self) -> None:
         """A sub-context with its own conversation has its own thread state."""
-        from tinyctx import Conversation
+        from tinyctx.conversation import Conversation
 
         ctx = RunContext.new()
         layer = Counting()

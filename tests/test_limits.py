@@ -11,19 +11,18 @@ from hypothesis import strategies as st
 from tinyctx import (
     Agent,
     ConfigError,
-    ControlApplied,
     Interrupt,
     Interrupted,
     LimitExceeded,
-    LimitHit,
     ModelRequest,
     RunConfig,
     RunContext,
     Session,
     ToolResult,
     UserMessage,
-    check_pairing,
 )
+from tinyctx.events import ControlApplied, LimitHit
+from tinyctx.messages import check_pairing
 from tinyctx.middleware import CallLimits, ControlOutcomes, Inherit, subagent_tool
 from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply, run_layer
 

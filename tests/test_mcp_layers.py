@@ -22,13 +22,13 @@ from tinyctx import (
     ImagePart,
     Interrupted,
     LimitExceeded,
-    OrderingError,
     Session,
     ToolResult,
-    check_pairing,
 )
 from tinyctx.mcp import MCPServerStdio, MCPTools
+from tinyctx.messages import check_pairing
 from tinyctx.middleware import Approvals, CallLimits, ClearOldImages, ToolResultBudget, ToolRetry
+from tinyctx.ordering import OrderingError
 from tinyctx.otel import OtelExporter
 from tinyctx.testing import ScriptedModel, call, reply
 
@@ -202,6 +202,7 @@ class TestTracing:
 WORKER = Path(__file__).with_name("mcp_worker.py")
 
 
+@pytest.mark.slow  # two processes and a server per run
 class TestDurableApprovals:
     """A resumed run in another process reconnects to the server and runs the approved
     MCP call once."""

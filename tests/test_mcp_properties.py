@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from tinyctx import RunContext, TextPart, ToolArgumentError, tool
+from tinyctx import RunContext, TextPart, tool
 from tinyctx.frozen import freeze
 from tinyctx.mcp import MCPServerStdio, MCPTool, MCPToolConflict, MCPTools, content_to_parts
 from tinyctx.mcp._content import parts_or_text
@@ -19,6 +19,7 @@ from tinyctx.mcp._schema import fast_check
 from tinyctx.mcp._tool import build_tool
 from tinyctx.parts import PART_TYPES
 from tinyctx.testing.images import png
+from tinyctx.tools import ToolArgumentError
 
 SCALAR_TYPES = ["string", "integer", "number", "boolean", "null"]
 scalars = st.one_of(

@@ -6,15 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyctx import (
-    ConfigError,
-    DocumentPart,
-    HeuristicCounter,
-    ImagePart,
-    TextPart,
-    ToolResult,
-    UserMessage,
-)
+from tinyctx import ConfigError, DocumentPart, ImagePart, TextPart, ToolResult, UserMessage
 from tinyctx.media_tokens import (
     PDF_PAGE_TOKENS,
     anthropic_image_size,
@@ -24,6 +16,7 @@ from tinyctx.media_tokens import (
     openai_image_tokens,
 )
 from tinyctx.testing.images import image_part, pdf_part
+from tinyctx.tokens import HeuristicCounter
 
 # Anthropic vision docs: "Here are examples of approximate tokenization and costs for
 # different image sizes": 200×200 ~54 tokens, 1000×1000 ~1334, 1092×1092 ~1590.

@@ -11,8 +11,6 @@ from hypothesis import strategies as st
 
 from tinyctx import (
     AssistantMessage,
-    Conversation,
-    FrozenDict,
     Message,
     ModelRequest,
     PairingError,
@@ -20,6 +18,10 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
+)
+from tinyctx.conversation import Conversation
+from tinyctx.frozen import FrozenDict
+from tinyctx.messages import (
     check_pairing,
     pending_tool_calls,
     safe_boundaries,

@@ -14,8 +14,6 @@ from tinyctx import (
     Agent,
     AssistantMessage,
     ConfigError,
-    Conversation,
-    HeuristicCounter,
     Message,
     ModelCall,
     ModelRequest,
@@ -26,14 +24,13 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    check_pairing,
-    compose,
-    safe_boundaries,
-    tool_turns,
 )
-from tinyctx.middleware import (
+from tinyctx.chain import compose
+from tinyctx.conversation import Conversation
+from tinyctx.messages import check_pairing, safe_boundaries, tool_turns
+from tinyctx.middleware import Microcompact
+from tinyctx.middleware.microcompact import (
     DEFAULT_PLACEHOLDER,
-    Microcompact,
     MicrocompactApplied,
     MicrocompactStats,
     microcompact_history,
@@ -50,6 +47,7 @@ from tinyctx.testing import (
     run_layer,
 )
 from tinyctx.testing.strategies import histories
+from tinyctx.tokens import HeuristicCounter
 
 BIG = "result line\n" * 50  # 600 bytes
 

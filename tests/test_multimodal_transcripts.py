@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tinyctx import HeuristicCounter, ImagePart, Message, check_pairing
+from tinyctx import ImagePart, Message
 from tinyctx.cli import main
 from tinyctx.formats import FormatError, from_agent_tars, load_transcript, read_transcript
+from tinyctx.messages import check_pairing
 from tinyctx.middleware.stacks import default_stack
 from tinyctx.parts import media_parts
 from tinyctx.replay import replay_sync
+from tinyctx.tokens import HeuristicCounter
 
 PREFIX = "bytedance__UI-TARS-desktop__"
 RUNS = {

@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyctx import Agent, Session, SqliteStore, ThreadWrite, UserMessage, codec
+from tinyctx import Agent, Session, SqliteStore, UserMessage, codec
 from tinyctx.cli import main
 from tinyctx.codec import CodecError
 from tinyctx.cost import PRICES
 from tinyctx.testing import ScriptedModel
+from tinyctx.threads import ThreadWrite
 
 _LIMIT = 4300
 

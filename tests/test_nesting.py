@@ -23,8 +23,6 @@ from tests.loopback import (
 from tinyctx import (
     Agent,
     AssistantMessage,
-    CodecError,
-    FrozenDict,
     Interrupt,
     RunConfig,
     Session,
@@ -33,15 +31,18 @@ from tinyctx import (
     ToolResult,
     UserMessage,
     codec,
+)
+from tinyctx.codec import (
+    MAX_NESTING,
+    CodecError,
     decode_checkpoint,
     decode_messages,
     decode_state,
     encode_message,
     encode_state,
 )
-from tinyctx.codec import MAX_NESTING
 from tinyctx.formats._common import parse_arguments
-from tinyctx.frozen import NestingError
+from tinyctx.frozen import FrozenDict, NestingError
 from tinyctx.providers import AnthropicModel, OpenAIChatModel
 from tinyctx.state import StateError, check_json
 from tinyctx.stores import SqliteStore

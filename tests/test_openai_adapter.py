@@ -35,23 +35,22 @@ from tinyctx import (
     ModelCall,
     ModelRequest,
     ModelResponse,
-    ModelStreamDelta,
     ProviderError,
     RetryableProviderError,
     RunCancelled,
     RunContext,
-    ServerTool,
     Session,
     SystemMessage,
     ToolCall,
     ToolResult,
-    ToolSpec,
     Usage,
     UserMessage,
-    check_pairing,
 )
+from tinyctx.events import ModelStreamDelta
+from tinyctx.messages import check_pairing
 from tinyctx.providers import OpenAIChatModel
 from tinyctx.testing import FakeTool, capture_events
+from tinyctx.tools import ServerTool, ToolSpec
 
 # Under trio, the SDK's and httpx's async generators that a stream leaves unexhausted (the
 # OpenAI SDK stops reading at [DONE]; a cancel stops mid-stream) are finalized by trio with a

@@ -11,20 +11,13 @@ import pytest
 
 from tests.loopback import TRIO_ASYNCGEN_WARNING, LoopbackServer, json_reply, openai_client
 from tests.loopback_wire import message_item, responses_body
-from tinyctx import (
-    Agent,
-    AssistantMessage,
-    ConfigError,
-    HeuristicCounter,
-    MemoryStore,
-    Session,
-    UserMessage,
-    check_pairing,
-)
+from tinyctx import Agent, AssistantMessage, ConfigError, MemoryStore, Session, UserMessage
 from tinyctx.codec import decode_messages
+from tinyctx.messages import check_pairing
 from tinyctx.providers.openai_compact import ProviderCompacted, ResponsesCompact
 from tinyctx.providers.openai_responses import OpenAIResponsesModel
 from tinyctx.testing import capture_events
+from tinyctx.tokens import HeuristicCounter
 
 pytestmark = pytest.mark.filterwarnings(TRIO_ASYNCGEN_WARNING)
 

@@ -33,26 +33,26 @@ from tinyctx import (
     ConfigError,
     ContextLimitExceeded,
     Event,
-    HeuristicCounter,
     ImagePart,
     ModelRequest,
-    ModelStreamDelta,
     ProviderError,
     RetryableProviderError,
     RunCancelled,
     RunContext,
-    ServerTool,
     Session,
     TextPart,
     ToolCall,
     ToolResult,
     Usage,
     UserMessage,
-    check_pairing,
 )
 from tinyctx.codec import CodecError, decode, encode
+from tinyctx.events import ModelStreamDelta
+from tinyctx.messages import check_pairing
 from tinyctx.providers.openai_responses import OpenAIResponsesModel
 from tinyctx.testing import FakeTool, capture_events
+from tinyctx.tokens import HeuristicCounter
+from tinyctx.tools import ServerTool
 
 pytestmark = pytest.mark.filterwarnings(TRIO_ASYNCGEN_WARNING)
 

@@ -14,19 +14,12 @@ from tinyctx import (
     Agent,
     AssistantMessage,
     ConfigError,
-    Innermost,
-    Inside,
     Layer,
     ModelRequest,
     ModelResponse,
-    Once,
-    OrderingError,
-    Outermost,
-    Outside,
     RunContext,
-    layer_name,
 )
-from tinyctx.chain import has_hook
+from tinyctx.chain import has_hook, layer_name
 from tinyctx.cli import StackError, load_stack
 from tinyctx.middleware import (
     BudgetGuard,
@@ -40,6 +33,12 @@ from tinyctx.middleware import (
     ToolResultBudget,
 )
 from tinyctx.ordering import (
+    Innermost,
+    Inside,
+    Once,
+    OrderingError,
+    Outermost,
+    Outside,
     check_constraints_consistent,
     constraints_of,
     find_violations,

@@ -17,10 +17,10 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    describe_content,
 )
 from tinyctx.parts import (
     content_parts,
+    describe_content,
     has_media,
     image_size,
     media_parts,

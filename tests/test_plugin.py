@@ -6,13 +6,8 @@ from typing import Any
 
 import pytest
 
-from tinyctx import (
-    Agent,
-    ModelStreamDelta,
-    RunContext,
-    Session,
-    UserMessage,
-)
+from tinyctx import Agent, RunContext, Session, UserMessage
+from tinyctx.events import ModelStreamDelta
 from tinyctx.testing import ScriptedModel, reply, run_layer, stream
 
 pytest_plugins = ["pytester"]

@@ -12,26 +12,19 @@ from hypothesis import strategies as st
 from tinyctx import (
     AssistantMessage,
     ConfigError,
-    HeuristicCounter,
     Message,
     RunContext,
     SystemMessage,
     ToolCall,
     ToolResult,
     UserMessage,
-    safe_boundaries,
 )
-from tinyctx.middleware import (
-    DropNonessential,
-    PressurePolicy,
-    Relief,
-    TrimOldest,
-    drop_nonessential_messages,
-    trim_oldest,
-)
-from tinyctx.middleware.drop_nonessential import droppable_groups
-from tinyctx.middleware.trim import digest_end
+from tinyctx.messages import safe_boundaries
+from tinyctx.middleware import DropNonessential, PressurePolicy, Relief, TrimOldest
+from tinyctx.middleware.drop_nonessential import drop_nonessential_messages, droppable_groups
+from tinyctx.middleware.trim import digest_end, trim_oldest
 from tinyctx.testing import assert_pairing_intact, strategies
+from tinyctx.tokens import HeuristicCounter
 
 COUNTER = HeuristicCounter()
 needs = st.none() | st.integers(-5, 400)

@@ -17,15 +17,9 @@ from tests.loopback import (
     anthropic_message,
     json_reply,
 )
-from tinyctx import (
-    AssistantMessage,
-    Message,
-    ToolCall,
-    ToolResult,
-    UserMessage,
-    check_pairing,
-)
+from tinyctx import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 from tinyctx.agent import Agent, Session
+from tinyctx.messages import check_pairing
 from tinyctx.middleware.budget import BudgetGuard, ContextPressure
 from tinyctx.model import ModelRequest
 from tinyctx.ordering import OrderingError

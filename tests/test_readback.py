@@ -10,21 +10,18 @@ from typing import Any
 import pytest
 
 from tinyctx import (
-    CodecError,
     ConfigError,
     DocumentPart,
-    FrozenDict,
     ImagePart,
     Interrupt,
     StopWithFinal,
     Suspend,
     ToolCall,
     UserMessage,
-    decode_message,
-    encode_message,
-    encode_state,
 )
+from tinyctx.codec import CodecError, decode_message, encode_message, encode_state
 from tinyctx.formats._common import parse_arguments
+from tinyctx.frozen import FrozenDict
 from tinyctx.state import StateError, check_json
 
 SPLIT = "smile \ud83d\ude00"  # two code points: JSON reads "\ud83d\ude00" back as one

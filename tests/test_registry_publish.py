@@ -13,26 +13,24 @@ from hypothesis import strategies as st
 from tinyctx import (
     Agent,
     AssistantMessage,
-    Conversation,
-    Injected,
     Layer,
-    LayerBus,
     Message,
     ModelCall,
     ModelRequest,
     ModelResponse,
     RunContext,
-    ServerTool,
     Session,
     SystemMessage,
-    ToolRegistry,
     ToolResult,
     Usage,
     UserMessage,
-    snap_boundary,
     tool,
 )
+from tinyctx.chain import LayerBus
+from tinyctx.conversation import Conversation
+from tinyctx.messages import snap_boundary
 from tinyctx.testing import FakeTool, ScriptedModel, call, reply
+from tinyctx.tools import Injected, ServerTool, ToolRegistry
 
 
 def tool_names(request: ModelRequest) -> list[str]:

@@ -21,14 +21,14 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    check_pairing,
-    default_counter,
 )
 from tinyctx.cli import StackError, bundled_transcript, load_stack, main
 from tinyctx.formats import load_transcript
+from tinyctx.messages import check_pairing
 from tinyctx.middleware.stacks import default_stack
 from tinyctx.replay import replay
 from tinyctx.testing import capture_events
+from tinyctx.tokens import default_counter
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from tinyctx import ConfigError, ToolResult, UserMessage, check_pairing
+from tinyctx import ConfigError, ToolResult, UserMessage
 from tinyctx.cli import bundled_transcript, main
 from tinyctx.formats import load_transcript
+from tinyctx.messages import check_pairing
 from tinyctx.providers.clearing import CLEARED_PLACEHOLDER
 from tinyctx.providers.estimates import (
     AnthropicCompactionEstimate,

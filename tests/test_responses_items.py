@@ -20,11 +20,10 @@ from tinyctx import (
     ModelRequest,
     ToolResult,
     before_model,
-    check_pairing,
-    safe_boundaries,
 )
 from tinyctx.formats import load_transcript
 from tinyctx.formats._common import core
+from tinyctx.messages import check_pairing, safe_boundaries
 from tinyctx.middleware.stacks import default_stack
 from tinyctx.parts import Part
 from tinyctx.providers._responses_items import (

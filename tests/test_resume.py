@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from tinyctx import (
     Agent,
-    Checkpoint,
     Interrupt,
     Interrupted,
     Layer,
@@ -27,10 +26,11 @@ from tinyctx import (
     ToolResult,
     Usage,
     UserMessage,
-    check_pairing,
 )
+from tinyctx.agent import Checkpoint
 from tinyctx.codec import decode_messages
 from tinyctx.errors import InvalidCheckpoint
+from tinyctx.messages import check_pairing
 from tinyctx.testing import FakeTool, ScriptedModel, call, reply
 
 
@@ -392,7 +392,7 @@ class TestExceptionPath:
 
     async def test_a_failing_subscriber_does_not_replace_the_error(self) -> None:
         """The run's own exception leaves the session even when a subscriber fails."""
-        from tinyctx import SubscriberFailed
+        from tinyctx.events import SubscriberFailed
         from tinyctx.testing import capture_events
 
         async def give_up(arguments: Any) -> str:

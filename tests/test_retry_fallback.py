@@ -11,9 +11,7 @@ from hypothesis import strategies as st
 
 from tinyctx import (
     Agent,
-    Checkpoint,
     ConfigError,
-    ControlApplied,
     Event,
     Interrupt,
     Interrupted,
@@ -28,17 +26,13 @@ from tinyctx import (
     Session,
     StopWithFinal,
     UserMessage,
-    compose,
 )
-from tinyctx.middleware import (
-    Alternative,
-    Backoff,
-    ControlOutcomes,
-    Fallback,
-    FallbackAttempt,
-    Retry,
-    RetryAttempt,
-)
+from tinyctx.agent import Checkpoint
+from tinyctx.chain import compose
+from tinyctx.events import ControlApplied
+from tinyctx.middleware import Alternative, Backoff, ControlOutcomes, Fallback, Retry
+from tinyctx.middleware.fallback import FallbackAttempt
+from tinyctx.middleware.retry import RetryAttempt
 from tinyctx.testing import ScriptedModel, capture_events, reply
 
 REQUEST = ModelRequest(messages=(UserMessage("hi"),), model="primary-model")

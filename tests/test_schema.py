@@ -24,23 +24,12 @@ import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
-from tinyctx import (
-    CancellationToken,
-    EventSink,
-    FunctionTool,
-    Inject,
-    Injected,
-    MemoryStore,
-    RunContext,
-    SchemaError,
-    Store,
-    ToolArgumentError,
-    freeze,
-    thaw,
-    tool,
-)
+from tinyctx import CancellationToken, EventSink, MemoryStore, RunContext, tool
 from tinyctx.docstrings import parse_docstring
+from tinyctx.frozen import freeze, thaw
+from tinyctx.stores import Store
 from tinyctx.testing import strategies as tst
+from tinyctx.tools import FunctionTool, Inject, Injected, SchemaError, ToolArgumentError
 
 
 def schema_of(t: FunctionTool) -> dict[str, Any]:

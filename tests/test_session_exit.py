@@ -29,12 +29,12 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    check_pairing,
-    pending_tool_calls,
     tool,
 )
 from tinyctx.codec import decode_messages
-from tinyctx.middleware import ExtractionJob, RuleExtractor, SessionMemory
+from tinyctx.messages import check_pairing, pending_tool_calls
+from tinyctx.middleware import RuleExtractor, SessionMemory
+from tinyctx.middleware.extractors import ExtractionJob
 from tinyctx.threads import (
     ArchivedRange,
     Lease,

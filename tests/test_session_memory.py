@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from tinyctx import (
     Agent,
     AssistantMessage,
-    BackgroundTasks,
     ConfigError,
     Event,
     EventSink,
@@ -26,26 +25,19 @@ from tinyctx import (
     Message,
     ModelRequest,
     ModelResponse,
-    Note,
     RunCancelled,
     RunConfig,
     RunContext,
     Session,
     SqliteStore,
-    Store,
     ToolResult,
     Usage,
     UserMessage,
-    has_hook,
 )
-from tinyctx.middleware import (
-    ExtractionJob,
-    MemoryCounters,
-    ModelExtractor,
-    RuleExtractor,
-    SessionMemory,
-)
+from tinyctx.chain import has_hook
+from tinyctx.middleware import ModelExtractor, RuleExtractor, SessionMemory
 from tinyctx.middleware.extractors import (
+    ExtractionJob,
     bullet_key,
     dedupe_bullets,
     parse_bullets,
@@ -55,11 +47,14 @@ from tinyctx.middleware.session_memory import (
     EXTRACTION_TAG,
     SECTION_HEADER,
     Counts,
+    MemoryCounters,
     MemoryExtractionCompleted,
     MemoryExtractionFailed,
     MemoryExtractionSkipped,
     MemoryExtractionStarted,
 )
+from tinyctx.stores import Note, Store
+from tinyctx.tasks import BackgroundTasks
 from tinyctx.testing import (
     HANG,
     FakeTool,
@@ -1101,9 +1096,8 @@ class TestRuleExtractor:
 
     async def test_cleared_truncated_summaries_and_synthetic_are_never_notes(self) -> None:
         """Placeholders, cut results, summaries and synthetic answers are no source of facts."""
-        from tinyctx.middleware import summarize_history
         from tinyctx.middleware.microcompact import microcompact_history
-        from tinyctx.middleware.summarize import ExtractiveSummarizer
+        from tinyctx.middleware.summarize import ExtractiveSummarizer, summarize_history
         from tinyctx.middleware.tool_result_budget import budget_history
 
         turns: list[Message] = [UserMessage("Look things up.")]

@@ -17,8 +17,6 @@ from tests.servers import make_backend
 from tinyctx import (
     Agent,
     AssistantMessage,
-    Conversation,
-    LayerLike,
     MemoryStore,
     ModelRequest,
     ModelResponse,
@@ -29,6 +27,8 @@ from tinyctx import (
     UserMessage,
     tool,
 )
+from tinyctx.chain import LayerLike
+from tinyctx.conversation import Conversation
 from tinyctx.middleware import (
     BudgetGuard,
     ExtractiveSummarizer,

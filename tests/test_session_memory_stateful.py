@@ -23,19 +23,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from tinyctx import (
-    ConfigError,
-    EventSink,
-    Layer,
-    LayerLike,
-    MemoryStore,
-    RunContext,
-    RunResult,
-    SqliteStore,
-    Store,
-    check_pairing,
-    pending_tool_calls,
-)
+from tinyctx import ConfigError, EventSink, Layer, MemoryStore, RunContext, RunResult, SqliteStore
+from tinyctx.chain import LayerLike
+from tinyctx.messages import check_pairing, pending_tool_calls
 from tinyctx.middleware import SessionMemory
 from tinyctx.middleware.session_memory import (
     Counts,
@@ -44,6 +34,7 @@ from tinyctx.middleware.session_memory import (
     MemoryCounters,
     MemoryThresholds,
 )
+from tinyctx.stores import Store
 from tinyctx.testing import reply
 from tinyctx.testing.stateful import SessionMachine
 
@@ -443,11 +434,12 @@ class AsyncioSqliteMemorySessionMachine(SqliteMemorySessionMachine):
 
 # the profile's examples on trio with both stores; the asyncio run is a smaller second look
 _MACHINE_SETTINGS = settings(stateful_step_count=25, deadline=None)
-TestMemorySessionOnMemoryStore = MemorySessionMachine.TestCase
+# stateful soaks: deselected by default, run with `pytest -m slow`
+TestMemorySessionOnMemoryStore = pytest.mark.slow(MemorySessionMachine.TestCase)
 TestMemorySessionOnMemoryStore.settings = _MACHINE_SETTINGS
-TestMemorySessionOnSqliteStore = SqliteMemorySessionMachine.TestCase
+TestMemorySessionOnSqliteStore = pytest.mark.slow(SqliteMemorySessionMachine.TestCase)
 TestMemorySessionOnSqliteStore.settings = _MACHINE_SETTINGS
-TestMemorySessionOnSqliteAsyncio = AsyncioSqliteMemorySessionMachine.TestCase
+TestMemorySessionOnSqliteAsyncio = pytest.mark.slow(AsyncioSqliteMemorySessionMachine.TestCase)
 TestMemorySessionOnSqliteAsyncio.settings = settings(
     _MACHINE_SETTINGS, max_examples=min(_MACHINE_SETTINGS.max_examples, 50)
 )

@@ -35,8 +35,12 @@ import anyio
 import pytest
 
 from tests.soak_worker import RUNS, digest, open_store, thread_ids
-from tinyctx import AssistantMessage, ToolResult, UserMessage, check_pairing, pending_tool_calls
+from tinyctx import AssistantMessage, ToolResult, UserMessage
 from tinyctx.codec import decode_messages
+from tinyctx.messages import check_pairing, pending_tool_calls
+
+# a soak of real processes: deselected by default, run with `pytest -m slow`
+pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).with_name("soak_worker.py")
 THREADS = 200

@@ -14,16 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyctx import (
-    AssistantMessage,
-    CodecError,
-    Message,
-    ToolCall,
-    codec,
-    decode_messages,
-    encode_message,
-)
-from tinyctx import encode_messages as encode_all
+from tinyctx import AssistantMessage, Message, ToolCall, codec
+from tinyctx.codec import CodecError, decode_messages, encode_message
+from tinyctx.codec import encode_messages as encode_all
 from tinyctx.documents import SplitDocuments, split_document
 from tinyctx.testing.strategies import histories, messages
 
@@ -424,7 +417,8 @@ class TestBuilt:
     def test_turned_off_by_the_environment(self) -> None:
         """TINYCTX_NO_EXTENSIONS=1: the Python reader alone, with the same messages."""
         script = (
-            "from tinyctx import codec, UserMessage, encode_messages, decode_messages\n"
+            "from tinyctx import codec, UserMessage\n"
+            "from tinyctx.codec import encode_messages, decode_messages\n"
             "docs = encode_messages([UserMessage('hi')])\n"
             "assert decode_messages(docs) == (UserMessage('hi'),)\n"
             "print(codec.C_READER)\n"

@@ -13,7 +13,6 @@ from hypothesis.stateful import invariant, run_state_machine_as_test
 from tinyctx import (
     AssistantMessage,
     Layer,
-    LayerLike,
     Message,
     ModelCall,
     ModelRequest,
@@ -21,14 +20,13 @@ from tinyctx import (
     PairingError,
     RunContext,
     ToolCall,
-    ToolCallHandler,
     ToolResult,
     after_model,
     before_model,
-    snap_boundary,
     tool_layer,
-    tool_turns,
 )
+from tinyctx.chain import LayerLike, ToolCallHandler
+from tinyctx.messages import snap_boundary, tool_turns
 from tinyctx.testing.stateful import SessionMachine
 
 PLACEHOLDER = "[old tool result cleared]"
@@ -172,6 +170,7 @@ class TestKernelStackOnTrio(KernelStackOnTrio.TestCase):
     """A kernel-only stack keeps every invariant under random sessions on trio."""
 
 
+@pytest.mark.slow  # the asyncio twin of the trio soak above
 class TestKernelStackOnAsyncio(KernelStackOnAsyncio.TestCase):
     """The same stack keeps every invariant on asyncio."""
 

@@ -9,14 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tinyctx import (
-    Agent,
-    Session,
-    SqliteStore,
-    StoreSchemaError,
-    ThreadWrite,
-)
+from tinyctx import Agent, Session, SqliteStore
+from tinyctx.stores import StoreSchemaError
 from tinyctx.testing import ScriptedModel
+from tinyctx.threads import ThreadWrite
 
 
 def _edit(path: Path, statement: str) -> None:

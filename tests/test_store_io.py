@@ -27,17 +27,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.servers import start_services, stop_services, unique_name
-from tinyctx import (
-    Agent,
-    Session,
-    SqliteStore,
-    StoreError,
-    StoreUnavailable,
-    WriteOutcomeUnknown,
-)
+from tinyctx import Agent, Session, SqliteStore, StoreError
 from tinyctx.backends.postgres import PostgresStore
 from tinyctx.backends.redis import RedisStore
 from tinyctx.messages import AssistantMessage, UserMessage
+from tinyctx.stores import StoreUnavailable, WriteOutcomeUnknown
 from tinyctx.testing import ScriptedModel
 from tinyctx.threads import Lease, LeaseHeld, StaleThreadVersion, ThreadWrite
 

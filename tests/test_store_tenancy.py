@@ -17,21 +17,15 @@ import redis
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from tinyctx import (
-    Agent,
-    ConfigError,
-    Session,
-    StoreAuthenticationFailed,
-    StoreClosed,
-    StoreSchemaError,
-    ThreadWrite,
-)
+from tinyctx import Agent, ConfigError, Session
 from tinyctx.backends._common import redact_url
 from tinyctx.backends._postgres_schema import MIGRATIONS, Statements
 from tinyctx.backends.postgres import PostgresStore, check_schema
 from tinyctx.backends.redis import SCHEMA_VERSION as REDIS_LAYOUT
 from tinyctx.backends.redis import RedisStore
+from tinyctx.stores import StoreAuthenticationFailed, StoreClosed, StoreSchemaError
 from tinyctx.testing import ScriptedModel, capture_events
+from tinyctx.threads import ThreadWrite
 
 _FIXTURES = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 # a prefix is any text without "{"; a name (thread id, namespace) any text at all

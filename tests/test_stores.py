@@ -15,25 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinyctx import (
-    AssistantMessage,
-    Compaction,
-    ConfigError,
-    MemoryStore,
-    Note,
-    NoteBatchStore,
-    SqliteStore,
-    Store,
-    StoreClosed,
-    StoreSchemaError,
-    ThreadWrite,
-    UserMessage,
-    append_notes,
-    decode_messages,
-    encode_messages,
-)
+from tinyctx import AssistantMessage, ConfigError, MemoryStore, SqliteStore, UserMessage
 from tinyctx.backends.sqlite import MIGRATIONS, SCHEMA_VERSION
+from tinyctx.codec import decode_messages, encode_messages
+from tinyctx.stores import Note, NoteBatchStore, Store, StoreClosed, StoreSchemaError, append_notes
 from tinyctx.testing.store_conformance import StoreConformance, StoreFactory
+from tinyctx.threads import Compaction, ThreadWrite
 
 
 async def _memory(*, archive_retention: float | None = None) -> MemoryStore:

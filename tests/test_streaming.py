@@ -15,14 +15,14 @@ from tinyctx import (
     ModelCall,
     ModelRequest,
     ModelResponse,
-    ModelStreamDelta,
     RunCancelled,
     RunContext,
     Session,
     SessionBusy,
     ToolResult,
-    check_pairing,
 )
+from tinyctx.events import ModelStreamDelta
+from tinyctx.messages import check_pairing
 from tinyctx.middleware import Microcompact, subagent_tool
 from tinyctx.streaming import (
     FinalResult,

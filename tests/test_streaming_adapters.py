@@ -16,7 +16,8 @@ from tests.loopback import (
     sse_reply,
 )
 from tests.loopback_wire import close_gemini, gemini_client, gemini_stream
-from tinyctx import Agent, Session, check_pairing
+from tinyctx import Agent, Session
+from tinyctx.messages import check_pairing
 from tinyctx.providers import AnthropicModel, GeminiModel, OpenAIChatModel
 from tinyctx.streaming import (
     FinalResult,

@@ -23,10 +23,9 @@ from tinyctx import (
     RunResult,
     Session,
     SqliteStore,
-    check_pairing,
 )
 from tinyctx.codec import decode_messages
-from tinyctx.messages import ToolCall
+from tinyctx.messages import ToolCall, check_pairing
 from tinyctx.streaming import FinalResult, StreamEvent, TextDelta
 from tinyctx.testing import FakeTool, ScriptedModel, reply, stream
 from tinyctx.testing._fakes import ScriptItem

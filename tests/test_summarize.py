@@ -14,13 +14,10 @@ from tinyctx import (
     Agent,
     AssistantMessage,
     ConfigError,
-    Conversation,
     DocumentPart,
-    HeuristicCounter,
     ImagePart,
     Message,
     ModelCall,
-    ModelCallFinished,
     ModelRequest,
     ModelResponse,
     RunCancelled,
@@ -33,17 +30,20 @@ from tinyctx import (
     ToolResult,
     Usage,
     UserMessage,
-    check_pairing,
-    compose,
-    default_counter,
-    safe_boundaries,
 )
+from tinyctx.chain import compose
+from tinyctx.conversation import Conversation
+from tinyctx.events import ModelCallFinished
+from tinyctx.messages import check_pairing, safe_boundaries
 from tinyctx.middleware import (
     ExtractiveSummarizer,
     ModelSummarizer,
     SummarizationError,
     Summarize,
     Summarizer,
+)
+from tinyctx.middleware.policy import PressurePolicy
+from tinyctx.middleware.summarize import (
     SummaryApplied,
     SummaryFailed,
     is_summary,
@@ -51,7 +51,6 @@ from tinyctx.middleware import (
     summarize_history,
     summary_split,
 )
-from tinyctx.middleware.policy import PressurePolicy
 from tinyctx.parts import describe_part
 from tinyctx.testing import (
     FakeTool,
@@ -63,6 +62,7 @@ from tinyctx.testing import (
     run_layer,
 )
 from tinyctx.testing.strategies import histories
+from tinyctx.tokens import HeuristicCounter, default_counter
 
 # a property needs no second backend: the trio run proves it, other tests cover asyncio
 TRIO_ONLY = pytest.mark.parametrize("anyio_backend", ["trio"])

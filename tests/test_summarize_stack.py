@@ -14,7 +14,6 @@ from tinyctx import (
     Agent,
     AssistantMessage,
     ConfigError,
-    Conversation,
     Message,
     RunConfig,
     RunContext,
@@ -23,21 +22,16 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    check_pairing,
-    default_counter,
-    safe_boundaries,
 )
-from tinyctx.middleware import (
-    ExtractiveSummarizer,
-    Summarize,
-    is_summary,
-    summarize_history,
-    summary_split,
-)
+from tinyctx.conversation import Conversation
+from tinyctx.messages import check_pairing, safe_boundaries
+from tinyctx.middleware import ExtractiveSummarizer, Summarize
 from tinyctx.middleware.budget import policy_role
 from tinyctx.middleware.stacks import DEFAULT_KEEP_SUMMARIES, default_stack, seed_order_stack
+from tinyctx.middleware.summarize import is_summary, summarize_history, summary_split
 from tinyctx.testing import FakeTool, ScriptedModel, assert_pairing_intact, call, reply
 from tinyctx.testing.strategies import histories
+from tinyctx.tokens import default_counter
 
 # a property needs no second backend: the trio run proves it, other tests cover asyncio
 TRIO_ONLY = pytest.mark.parametrize("anyio_backend", ["trio"])

@@ -16,35 +16,31 @@ from hypothesis import strategies as st
 from tinyctx import (
     Agent,
     Approve,
-    Checkpoint,
     Edit,
     Interrupted,
     InvalidCheckpoint,
     Layer,
     Reject,
     ResumeError,
-    Resumption,
     RunCancelled,
     RunConfig,
     Session,
     SqliteStore,
-    StateError,
     Suspend,
     TinyCtxError,
     Tool,
     ToolCall,
-    ToolCallHandler,
-    ToolCallSuspended,
     ToolResult,
-    check_pairing,
-    decode_checkpoint,
-    encode_checkpoint,
-    resumption,
-    thaw,
 )
+from tinyctx.agent import Checkpoint
+from tinyctx.chain import ToolCallHandler
+from tinyctx.codec import decode_checkpoint, encode_checkpoint
 from tinyctx.context import RunContext
+from tinyctx.control import Resumption, resumption
+from tinyctx.events import ToolCallSuspended
+from tinyctx.frozen import thaw
+from tinyctx.messages import check_pairing
 from tinyctx.middleware import (
-    VIEW_GLOBAL_KEY,
     Approvals,
     CallLimits,
     ContextPolicy,
@@ -53,7 +49,9 @@ from tinyctx.middleware import (
     run_subagent,
     subagent_tool,
 )
+from tinyctx.middleware.context_view import VIEW_GLOBAL_KEY
 from tinyctx.middleware.stacks import default_stack
+from tinyctx.state import StateError
 from tinyctx.testing import HANG, FakeTool, ScriptedModel, call, capture_events, reply
 
 

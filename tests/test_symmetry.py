@@ -30,9 +30,7 @@ from tests.symmetry_worker import KEEPER, canonical, open_store, thread_view
 from tinyctx import (
     Agent,
     AssistantMessage,
-    CodecError,
     ImagePart,
-    Injected,
     Interrupt,
     Interrupted,
     Layer,
@@ -41,16 +39,17 @@ from tinyctx import (
     ModelResponse,
     RunContext,
     Session,
-    StateError,
     TextPart,
     ToolCall,
     UserMessage,
-    decode_state,
     tool,
 )
+from tinyctx.codec import CodecError, decode_state
 from tinyctx.formats._common import parse_arguments
 from tinyctx.messages import valid_message
+from tinyctx.state import StateError
 from tinyctx.testing import ScriptedModel, reply
+from tinyctx.tools import Injected
 
 WORKER = Path(__file__).with_name("symmetry_worker.py")
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,6 +318,7 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.mark.slow  # a new interpreter per value and store
 class TestWriteReadSymmetry:
     """What a thread accepts, a new process loads back unchanged; the rest is refused."""
 

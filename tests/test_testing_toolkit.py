@@ -17,32 +17,28 @@ from tinyctx import (
     Agent,
     AssistantMessage,
     ConfigError,
-    Conversation,
     EventSink,
-    HeuristicCounter,
     Interrupt,
     Layer,
     Message,
     ModelCall,
     ModelRequest,
     ModelResponse,
-    ModelStreamDelta,
     RunCancelled,
     RunConfig,
     RunContext,
-    RunStarted,
     Session,
     StopWithFinal,
     SystemMessage,
     ToolCall,
     ToolResult,
-    ToolSpec,
     Usage,
     UserMessage,
-    check_pairing,
-    pending_tool_calls,
-    thaw,
 )
+from tinyctx.conversation import Conversation
+from tinyctx.events import ModelStreamDelta, RunStarted
+from tinyctx.frozen import thaw
+from tinyctx.messages import check_pairing, pending_tool_calls
 from tinyctx.testing import (
     HANG,
     MODEL_CALL_CHECKPOINT,
@@ -79,6 +75,8 @@ from tinyctx.testing.strategies import (
     tool_specs,
     usages,
 )
+from tinyctx.tokens import HeuristicCounter
+from tinyctx.tools import ToolSpec
 
 # ---------------------------------------------------------------------------------------
 # helpers
@@ -130,6 +128,7 @@ def last_message_pairs(history: tuple[Message, ...], message: Message) -> None:
 # strategies
 
 
+@pytest.mark.slow  # thousands of examples per strategy
 class TestStrategiesKeepPairing:
     """Every strategy that yields messages yields valid pairing, over thousands of examples."""
 

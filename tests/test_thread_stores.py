@@ -17,18 +17,11 @@ import anyio
 import pytest
 
 import tinyctx.backends._sqlite_threads as sqlite_rows
-from tinyctx import (
-    Compaction,
-    ConfigError,
-    MemoryStore,
-    SqliteStore,
-    ThreadWrite,
-    UserMessage,
-    decode_messages,
-    encode_messages,
-)
+from tinyctx import ConfigError, MemoryStore, SqliteStore, UserMessage
+from tinyctx.codec import decode_messages, encode_messages
 from tinyctx.documents import join_document
 from tinyctx.testing.store_conformance import StoreFactory, ThreadStoreConformance
+from tinyctx.threads import Compaction, ThreadWrite
 
 
 async def _memory(*, archive_retention: float | None = None) -> MemoryStore:

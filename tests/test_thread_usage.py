@@ -14,7 +14,6 @@ from tinyctx import (
     AssistantMessage,
     Interrupted,
     ModelResponse,
-    Price,
     Session,
     Usage,
     tool,
@@ -25,6 +24,7 @@ from tinyctx.stores import MemoryStore, SqliteStore
 from tinyctx.testing import ScriptedModel, call
 from tinyctx.thread_usage import RUNS_KEPT, ThreadUsage, thread_usage
 from tinyctx.threads import ThreadRecord, ThreadWrite
+from tinyctx.usage import Price
 
 
 def _answer(text: str, used: Usage, *calls: Any) -> ModelResponse:

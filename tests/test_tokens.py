@@ -18,28 +18,33 @@ import tinyctx._token_counters as token_counters
 import tinyctx.tokens as tokens_module
 from tinyctx import (
     AssistantMessage,
-    Calibration,
     ConfigError,
-    HeuristicCounter,
     ImagePart,
     Message,
     ModelRequest,
     SystemMessage,
     TextPart,
-    TokenCounter,
-    TokenizersCounter,
     ToolCall,
     ToolResult,
-    ToolSpec,
     UserMessage,
-    context_window,
-    default_counter,
 )
 from tinyctx.testing import strategies
 from tinyctx.testing.bpe import train_bpe
 from tinyctx.testing.images import image_part
 from tinyctx.testing.transcripts import load_openai_jsonl, messages_from_openai
-from tinyctx.tokens import MODEL_WINDOWS, message_payload, normalize_model_name, window_table
+from tinyctx.tokens import (
+    MODEL_WINDOWS,
+    Calibration,
+    HeuristicCounter,
+    TokenCounter,
+    TokenizersCounter,
+    context_window,
+    default_counter,
+    message_payload,
+    normalize_model_name,
+    window_table,
+)
+from tinyctx.tools import ToolSpec
 
 
 class SpyCounter(HeuristicCounter):

@@ -13,7 +13,6 @@ from tinyctx import (
     Agent,
     AssistantMessage,
     ConfigError,
-    HeuristicCounter,
     Message,
     RunConfig,
     RunContext,
@@ -22,21 +21,22 @@ from tinyctx import (
     ToolCall,
     ToolResult,
     UserMessage,
-    check_pairing,
 )
-from tinyctx.middleware import (
-    ToolResultBudget,
+from tinyctx.messages import check_pairing
+from tinyctx.middleware import ToolResultBudget
+from tinyctx.middleware.policy import PressurePolicy
+from tinyctx.middleware.tool_result_budget import (
     ToolResultTruncated,
     TruncationStats,
+    _budgeted,
     budget_history,
     budget_tool_result,
 )
-from tinyctx.middleware.policy import PressurePolicy
-from tinyctx.middleware.tool_result_budget import _budgeted
 from tinyctx.parts import media_parts
 from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply, run_tool_layer
 from tinyctx.testing.images import image_part
 from tinyctx.testing.strategies import histories
+from tinyctx.tokens import HeuristicCounter
 
 # text that is mostly multi-byte: 2-, 3- and 4-byte characters next to ASCII
 CHARS = st.sampled_from(list("aZ \né€中文한😀🎉"))

@@ -11,28 +11,22 @@ from hypothesis import strategies as st
 from tinyctx import (
     Agent,
     ConfigError,
-    ControlApplied,
     Interrupt,
     Interrupted,
-    OrderingError,
     RunCancelled,
     Session,
     ToolCall,
     ToolError,
-    ToolFailed,
     ToolResult,
-    check_pairing,
     tool,
     tool_layer,
 )
-from tinyctx.middleware import (
-    Retry,
-    RetryFailed,
-    ToolResultBudget,
-    ToolRetry,
-    ToolRetryAttempt,
-    ToolRetryFailed,
-)
+from tinyctx.events import ControlApplied, ToolFailed
+from tinyctx.messages import check_pairing
+from tinyctx.middleware import Retry, ToolResultBudget, ToolRetry
+from tinyctx.middleware.retry import RetryFailed
+from tinyctx.middleware.tool_retry import ToolRetryAttempt, ToolRetryFailed
+from tinyctx.ordering import OrderingError
 from tinyctx.testing import FakeTool, ScriptedModel, call, capture_events, reply
 
 

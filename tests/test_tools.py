@@ -16,29 +16,30 @@ import pytest
 from tinyctx import (
     Agent,
     CancellationToken,
-    Conversation,
     EventSink,
-    FunctionTool,
-    Inject,
-    Injected,
-    InjectionError,
     Layer,
     MemoryStore,
     RunConfig,
     RunContext,
-    SchemaError,
     Session,
-    Store,
-    StoreRegistry,
-    ToolArgumentError,
     ToolCall,
-    ToolRegistry,
     ToolResult,
-    thaw,
     tool,
 )
+from tinyctx.conversation import Conversation
+from tinyctx.frozen import thaw
+from tinyctx.stores import Store, StoreRegistry
 from tinyctx.testing import ScriptedModel, call, capture_events, reply
 from tinyctx.tool_handler import run_tool_or_error_result
+from tinyctx.tools import (
+    FunctionTool,
+    Inject,
+    Injected,
+    InjectionError,
+    SchemaError,
+    ToolArgumentError,
+    ToolRegistry,
+)
 
 
 @attrs.frozen

@@ -14,9 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinyctx import SqliteStore, ThreadWrite, encode_messages
+from tinyctx import SqliteStore
 from tinyctx._gc import gc_paused
+from tinyctx.codec import encode_messages
 from tinyctx.messages import UserMessage
+from tinyctx.threads import ThreadWrite
 from tinyctx.worker import WorkerThread
 
 

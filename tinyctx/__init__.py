@@ -1,368 +1,153 @@
 """tinyctx: manage what an LLM agent knows at run time.
 
 An onion of middleware layers around one core ``call_model`` handler. The kernel (this
-package) knows no concrete layer; the layer library is ``tinyctx.middleware``."""
+package) knows no concrete layer; the layer library is ``tinyctx.middleware``.
+
+The root holds what a user of the README needs: the agent and its session, tools, the
+``Layer`` base with its request and response, the messages, the control outcomes and
+review decisions, the everyday stores, events and the errors a caller catches. Everything
+else is imported from the module that defines it: ``tinyctx.events`` (every event class),
+``tinyctx.stores`` and ``tinyctx.threads`` (store protocols and durable threads),
+``tinyctx.codec``, ``tinyctx.chain``/``tinyctx.ordering``/``tinyctx.state`` (for layer
+authors), ``tinyctx.messages`` (pairing helpers), ``tinyctx.tokens`` and ``tinyctx.testing``.
+
+The root names load on first use (PEP 562): ``import tinyctx`` alone, as a pytest plugin or
+a hypothesis hook does, costs a process almost nothing; ``from tinyctx import Agent`` loads
+what an agent needs."""
 
 from __future__ import annotations
 
-from .agent import (
-    Agent,
-    Checkpoint,
-    RunResult,
-    RunStatus,
-    Session,
-    execute_tool,
-    invoke_tool,
-    tool_error_result,
-)
-from .cache import (
-    CacheRegistry,
-)
-from .cancel import (
-    CancellationToken,
-)
-from .chain import (
-    Layer,
-    LayerBus,
-    LayerLike,
-    ModelCall,
-    ToolCallHandler,
-    after_model,
-    before_model,
-    check_layer_names,
-    compose,
-    has_hook,
-    layer_name,
-    tool_layer,
-)
-from .codec import (
-    CODEC_VERSION,
-    CodecError,
-    decode,
-    decode_checkpoint,
-    decode_message,
-    decode_messages,
-    decode_state,
-    encode,
-    encode_checkpoint,
-    encode_message,
-    encode_messages,
-    encode_state,
-)
-from .context import (
-    RunConfig,
-    RunContext,
-    new_run_id,
-)
-from .control import (
-    Control,
-    ControlSlot,
-    Interrupt,
-    Resumption,
-    StopWithFinal,
-    Suspend,
-    resumption,
-    stronger,
-)
-from .conversation import (
-    Conversation,
-    ConversationChange,
-    MessageTap,
-)
-from .decisions import (
-    DECISION_KINDS,
-    Approve,
-    Decision,
-    DecisionKind,
-    Edit,
-    Reject,
-    Respond,
-    decision_from_json,
-    decisions_from_json,
-)
-from .durable import (
-    AbandonedStepClosed,
-    LeaseRenewFailed,
-    ThreadLoaded,
-    ThreadWriteFailed,
-)
-from .errors import (
-    ConfigError,
-    ContextLimitExceeded,
-    DepthLimitExceeded,
-    Interrupted,
-    InvalidCheckpoint,
-    LimitExceeded,
-    PairingError,
-    ProviderError,
-    ResumeError,
-    RetryableProviderError,
-    RunCancelled,
-    SessionBusy,
-    TinyCtxError,
-    ToolError,
-)
-from .events import (
-    BackgroundTaskFailed,
-    Cancelled,
-    ControlApplied,
-    Event,
-    EventSink,
-    LimitHit,
-    ModelCallFinished,
-    ModelStreamDelta,
-    PendingCallsAnswered,
-    RunFinished,
-    RunStarted,
-    SubscriberFailed,
-    ToolCallFinished,
-    ToolCallStarted,
-    ToolCallSuspended,
-    ToolFailed,
-)
-from .frozen import (
-    FrozenDict,
-    freeze,
-    thaw,
-)
-from .messages import (
-    AssistantMessage,
-    Message,
-    SystemMessage,
-    ToolCall,
-    ToolResult,
-    ToolTurn,
-    UserMessage,
-    answer_pending,
-    check_pairing,
-    pending_tool_calls,
-    safe_boundaries,
-    snap_boundary,
-    tool_turns,
-)
-from .model import (
-    CallInfo,
-    ModelHandler,
-    ModelRequest,
-    ModelResponse,
-    Usage,
-)
-from .ordering import (
-    Innermost,
-    Inside,
-    Once,
-    OrderingError,
-    Outermost,
-    Outside,
-    check_ordering,
-)
-from .parts import (
-    Content,
-    DocumentPart,
-    ImagePart,
-    Part,
-    TextPart,
-    describe_content,
-)
-from .state import (
-    DurableState,
-    LayerStates,
-    RunStates,
-    StateError,
-)
-from .stores import (
-    MemoryStore,
-    Note,
-    NoteBatchStore,
-    NoteDeleteStore,
-    SqliteStore,
-    Store,
-    StoreAuthenticationFailed,
-    StoreClosed,
-    StoreError,
-    StoreRegistry,
-    StoreSchemaError,
-    StoreUnavailable,
-    WriteOutcomeUnknown,
-    append_notes,
-)
-from .tasks import (
-    BackgroundTasks,
-)
-from .threads import (
-    UNCHANGED,
-    ArchivedRange,
-    Compaction,
-    FencedOut,
-    InvalidThreadId,
-    Lease,
-    LeaseHeld,
-    StaleThreadVersion,
-    ThreadRecord,
-    ThreadStore,
-    ThreadWrite,
-)
-from .tokens import (
-    Calibration,
-    HeuristicCounter,
-    MemoCounter,
-    TokenCounter,
-    TokenizersCounter,
-    context_window,
-    default_counter,
-)
-from .tools import (
-    FunctionTool,
-    Inject,
-    Injected,
-    Injection,
-    InjectionError,
-    SchemaError,
-    ServerTool,
-    Tool,
-    ToolArgumentError,
-    ToolRegistry,
-    ToolSpec,
-    tool,
-)
-from .usage import (
-    CostTracker,
-    Price,
-    UsageTracker,
-)
+import importlib
+import sys as _sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .agent import (
+        Agent,
+        RunResult,
+        RunStatus,
+        Session,
+    )
+    from .cancel import (
+        CancellationToken,
+    )
+    from .chain import (
+        Layer,
+        ModelCall,
+        after_model,
+        before_model,
+        tool_layer,
+    )
+    from .context import (
+        RunConfig,
+        RunContext,
+    )
+    from .control import (
+        Interrupt,
+        StopWithFinal,
+        Suspend,
+    )
+    from .decisions import (
+        Approve,
+        Edit,
+        Reject,
+        Respond,
+    )
+    from .errors import (
+        ConfigError,
+        ContextLimitExceeded,
+        DepthLimitExceeded,
+        Interrupted,
+        InvalidCheckpoint,
+        LimitExceeded,
+        PairingError,
+        ProviderError,
+        ResumeError,
+        RetryableProviderError,
+        RunCancelled,
+        SessionBusy,
+        TinyCtxError,
+        ToolError,
+    )
+    from .events import (
+        Event,
+        EventSink,
+    )
+    from .messages import (
+        AssistantMessage,
+        Message,
+        SystemMessage,
+        ToolCall,
+        ToolResult,
+        UserMessage,
+    )
+    from .model import (
+        ModelRequest,
+        ModelResponse,
+        Usage,
+    )
+    from .parts import (
+        DocumentPart,
+        ImagePart,
+        TextPart,
+    )
+    from .stores import (
+        MemoryStore,
+        SqliteStore,
+        StoreError,
+    )
+    from .tools import (
+        Tool,
+        tool,
+    )
 
 __version__ = "0.1.0.dev0"
 __all__ = [
-    "Content",
-    "DocumentPart",
-    "ImagePart",
-    "Part",
-    "TextPart",
-    "describe_content",
+    # running an agent
+    "Agent",
+    "Session",
+    "RunResult",
+    "RunStatus",
     "RunConfig",
-    "RunContext",
-    "new_run_id",
     "CancellationToken",
-    "CacheRegistry",
-    "BackgroundTasks",
-    "UsageTracker",
-    "CostTracker",
-    "Price",
-    "Control",
-    "ControlSlot",
-    "StopWithFinal",
-    "Interrupt",
-    "Resumption",
-    "Suspend",
-    "resumption",
-    "stronger",
+    # tools
+    "tool",
+    "Tool",
+    # writing a layer
+    "Layer",
+    "RunContext",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelCall",
+    "Usage",
+    "before_model",
+    "after_model",
+    "tool_layer",
+    # messages and their parts
     "Message",
     "SystemMessage",
     "UserMessage",
     "AssistantMessage",
     "ToolCall",
     "ToolResult",
-    "ToolTurn",
-    "check_pairing",
-    "pending_tool_calls",
-    "answer_pending",
-    "safe_boundaries",
-    "snap_boundary",
-    "tool_turns",
-    "Conversation",
-    "ConversationChange",
-    "MessageTap",
-    "DurableState",
-    "LayerStates",
-    "RunStates",
-    "StateError",
-    "InvalidCheckpoint",
-    "FrozenDict",
-    "freeze",
-    "thaw",
-    "ModelRequest",
-    "ModelResponse",
-    "ModelHandler",
-    "Usage",
-    "CallInfo",
-    "Layer",
-    "LayerLike",
-    "LayerBus",
-    "ModelCall",
-    "ToolCallHandler",
-    "compose",
-    "before_model",
-    "after_model",
-    "tool_layer",
-    "layer_name",
-    "has_hook",
-    "check_layer_names",
-    "Outside",
-    "Inside",
-    "Outermost",
-    "Innermost",
-    "Once",
-    "OrderingError",
-    "check_ordering",
-    "TokenCounter",
-    "HeuristicCounter",
-    "default_counter",
-    "Tool",
-    "ToolSpec",
-    "ServerTool",
-    "ToolRegistry",
-    "execute_tool",
-    "invoke_tool",
-    "tool_error_result",
-    "tool",
-    "FunctionTool",
-    "Inject",
-    "Injected",
-    "Injection",
-    "Agent",
-    "Session",
-    "RunResult",
-    "RunStatus",
-    "Checkpoint",
-    "Decision",
-    "DecisionKind",
-    "DECISION_KINDS",
+    "TextPart",
+    "ImagePart",
+    "DocumentPart",
+    # control outcomes and review decisions
+    "Interrupt",
+    "StopWithFinal",
+    "Suspend",
     "Approve",
     "Edit",
     "Reject",
     "Respond",
-    "decision_from_json",
-    "decisions_from_json",
-    "Store",
-    "StoreRegistry",
+    # stores for everyday use
     "MemoryStore",
     "SqliteStore",
-    "NoteBatchStore",
-    "NoteDeleteStore",
-    "append_notes",
-    "Note",
-    "StoreSchemaError",
-    "StoreAuthenticationFailed",
-    "StoreClosed",
-    "StoreError",
-    "StoreUnavailable",
-    "WriteOutcomeUnknown",
+    # events
     "Event",
     "EventSink",
-    "RunStarted",
-    "RunFinished",
-    "ModelCallFinished",
-    "ModelStreamDelta",
-    "ToolCallFinished",
-    "ToolCallStarted",
-    "ToolCallSuspended",
-    "ToolFailed",
-    "ControlApplied",
-    "Cancelled",
-    "LimitHit",
-    "PendingCallsAnswered",
-    "BackgroundTaskFailed",
-    "SubscriberFailed",
+    # the errors a caller catches
     "TinyCtxError",
     "ConfigError",
     "PairingError",
@@ -376,47 +161,83 @@ __all__ = [
     "ToolError",
     "ProviderError",
     "RetryableProviderError",
-    "InjectionError",
-    "ToolArgumentError",
-    "SchemaError",
-    "MemoCounter",
-    "TokenizersCounter",
-    "Calibration",
-    "context_window",
-    # durable threads: the codec and the ThreadStore contract
-    "CODEC_VERSION",
-    "CodecError",
-    "encode",
-    "decode",
-    "encode_message",
-    "decode_message",
-    "encode_messages",
-    "decode_messages",
-    "encode_checkpoint",
-    "decode_checkpoint",
-    "encode_state",
-    "decode_state",
-    "ThreadStore",
-    "ThreadWrite",
-    "ThreadRecord",
-    "Compaction",
-    "Lease",
-    "ArchivedRange",
-    "UNCHANGED",
-    "StaleThreadVersion",
-    "LeaseHeld",
-    "FencedOut",
-    "InvalidThreadId",
-    "ThreadLoaded",
-    "ThreadWriteFailed",
-    "LeaseRenewFailed",
-    "AbandonedStepClosed",
+    "InvalidCheckpoint",
+    "StoreError",
 ]
+
+# each root name and the module that defines it
+_HOME: dict[str, str] = {
+    "Agent": "agent",
+    "Session": "agent",
+    "RunResult": "agent",
+    "RunStatus": "agent",
+    "RunConfig": "context",
+    "CancellationToken": "cancel",
+    "tool": "tools",
+    "Tool": "tools",
+    "Layer": "chain",
+    "RunContext": "context",
+    "ModelRequest": "model",
+    "ModelResponse": "model",
+    "ModelCall": "chain",
+    "Usage": "model",
+    "before_model": "chain",
+    "after_model": "chain",
+    "tool_layer": "chain",
+    "Message": "messages",
+    "SystemMessage": "messages",
+    "UserMessage": "messages",
+    "AssistantMessage": "messages",
+    "ToolCall": "messages",
+    "ToolResult": "messages",
+    "TextPart": "parts",
+    "ImagePart": "parts",
+    "DocumentPart": "parts",
+    "Interrupt": "control",
+    "StopWithFinal": "control",
+    "Suspend": "control",
+    "Approve": "decisions",
+    "Edit": "decisions",
+    "Reject": "decisions",
+    "Respond": "decisions",
+    "MemoryStore": "stores",
+    "SqliteStore": "stores",
+    "Event": "events",
+    "EventSink": "events",
+    "TinyCtxError": "errors",
+    "ConfigError": "errors",
+    "PairingError": "errors",
+    "RunCancelled": "errors",
+    "Interrupted": "errors",
+    "ContextLimitExceeded": "errors",
+    "LimitExceeded": "errors",
+    "DepthLimitExceeded": "errors",
+    "SessionBusy": "errors",
+    "ResumeError": "errors",
+    "ToolError": "errors",
+    "ProviderError": "errors",
+    "RetryableProviderError": "errors",
+    "InvalidCheckpoint": "errors",
+    "StoreError": "stores",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import a root name's module when the name is first used."""
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 # hypothesis imported first: its entry point (_tinyctx_hypothesis) left registering
 # tinyctx's st.from_type strategies to the end of this import.
-import sys as _sys
-
 if _sys.modules.get("hypothesis") is not None:
     from .testing._hypothesis_hook import register_if_hypothesis_loaded as _register
 

@@ -145,7 +145,7 @@ class Suspend(BaseException):
     Unlike an :class:`Interrupt` requested on the control slot, which pauses after the call
     has its result, a suspended call gets no result: the run pauses with it and the calls
     after it pending (``Interrupted`` carries ``node``, ``message`` and ``payload``), and a
-    resume runs it again. That run of the call sees :func:`tinyctx.resumption`: the
+    resume runs it again. That run of the call sees :func:`tinyctx.control.resumption`: the
     ``state`` given here (JSON data, kept in the checkpoint through any store) and the
     decisions the resume was given, which the tool's ``check_resume`` accepted first. A
     sub-agent whose own run paused suspends the call that runs it this way.

@@ -14,12 +14,12 @@ stderr, through Python's last-resort handler), as from any library.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
-import structlog
 from attrs import field, frozen
 
 from .frozen import clone_with
@@ -150,7 +150,7 @@ class _Default:
 
 
 _DEFAULT_LOGGER: Any = _Default()
-_STRUCTLOG = structlog.get_logger("tinyctx")
+_STRUCTLOG: Any = None
 _STDLIB = logging.getLogger("tinyctx")
 _LEVELS: dict[str, int] = {
     "debug": logging.DEBUG,
@@ -172,14 +172,29 @@ def _fields(event: Event) -> dict[str, Any]:
     }
 
 
+def _configured_structlog() -> Any:
+    """structlog's ``"tinyctx"`` logger if the application configured structlog, else None.
+
+    An application that configured structlog has imported it, so it is looked up, never
+    imported: ``import tinyctx`` does not pay for structlog (which loads asyncio and rich)."""
+    global _STRUCTLOG
+    structlog = sys.modules.get("structlog")
+    if structlog is None or not structlog.is_configured():
+        return None
+    if _STRUCTLOG is None:
+        _STRUCTLOG = structlog.get_logger("tinyctx")
+    return _STRUCTLOG
+
+
 def log_event(event: Event) -> None:
     """Log ``event`` where the application listens (see the module docstring): structlog
     when it is configured, else the stdlib ``"tinyctx"`` logger; never configures either."""
     level = event.level
     if level == "trace":
         return
-    if structlog.is_configured():
-        getattr(_STRUCTLOG, level)(event.kind, **_fields(event))
+    structlog_logger = _configured_structlog()
+    if structlog_logger is not None:
+        getattr(structlog_logger, level)(event.kind, **_fields(event))
         return
     number = _LEVELS[level]
     if not _STDLIB.isEnabledFor(number):

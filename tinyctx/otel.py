@@ -4,7 +4,7 @@ Install with ``pip install 'tinyctx[otel]'``. :class:`OtelExporter` is an event 
 
 - a span per run, ``invoke_agent {agent}`` (sub-agents nest under the run that started them);
 - a span per model call, ``chat {requested model}`` (``generate_content`` for Gemini), with
-  what the adapter reported (:class:`tinyctx.CallInfo`): ``gen_ai.provider.name``,
+  what the adapter reported (:class:`tinyctx.model.CallInfo`): ``gen_ai.provider.name``,
   ``gen_ai.request.model`` (the model asked for; left out when unknown) and
   ``gen_ai.response.model`` (the one that answered), ``gen_ai.response.id`` and
   ``finish_reasons``, ``gen_ai.request.temperature`` / ``max_tokens``, ``server.address``
@@ -150,7 +150,7 @@ class OtelExporter:
     ``session.ctx.events.subscribe(exporter)``). With ``capture_content=True``, put
     :meth:`content_layer` in the agent's middleware to record message content.
     ``provider_name`` is the ``gen_ai.provider.name`` of calls whose model handler reports
-    none (the built-in adapters report theirs in :class:`tinyctx.CallInfo`).
+    none (the built-in adapters report theirs in :class:`tinyctx.model.CallInfo`).
     """
 
     def __init__(

@@ -15,9 +15,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TextIO
 
 from attrs import frozen
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+
+try:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised without the extra
+    raise ModuleNotFoundError(
+        "the tinyctx command needs rich: pip install 'tinyctx[cli]'", name=exc.name
+    ) from exc
 
 __all__ = [
     "Column",

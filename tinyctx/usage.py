@@ -86,7 +86,7 @@ class CostTracker:
         for model, price in (prices or {}).items():
             if not isinstance(price, Price):
                 raise ConfigError(
-                    f"prices[{model!r}]", price, "a tinyctx.Price", owner="CostTracker"
+                    f"prices[{model!r}]", price, "a tinyctx.usage.Price", owner="CostTracker"
                 )
             self._prices[model] = price
 

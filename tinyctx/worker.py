@@ -20,7 +20,6 @@ started again on the next call, so an unclosed store does not keep a thread fore
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import queue
@@ -174,6 +173,8 @@ class WorkerThread:
         return value
 
     async def _run_asyncio(self, fn: Callable[[], T], interrupt: Callable[[], None] | None) -> T:
+        import asyncio  # loaded already on this backend; ``import tinyctx`` does not pay for it
+
         loop = asyncio.get_running_loop()
         future: asyncio.Future[outcome.Outcome[Any]] = loop.create_future()
 

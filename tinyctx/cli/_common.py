@@ -102,9 +102,10 @@ def progress_bar(
     if not err.isatty():
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from ..render import console  # first: it names the extra when rich is missing
 
-    from ..render import console
+    # isort: split
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     bar = Progress(
         TextColumn(what),

@@ -54,7 +54,7 @@ class MCPTool(Tool):
 
     ``invoke`` checks the arguments against that schema (JSON Schema, the draft the
     schema names or 2020-12), then calls the tool on the server. A bad argument raises
-    :class:`~tinyctx.ToolArgumentError`, exactly as for an ``@tool`` function.
+    :class:`~tinyctx.tools.ToolArgumentError`, exactly as for an ``@tool`` function.
     """
 
     handler: ToolHandler | None = field(init=False, default=None, eq=False, repr=False)
@@ -74,7 +74,7 @@ class MCPTool(Tool):
         return f"<MCP tool {self.name!r} of server {self.server.name!r}>"
 
     def check_arguments(self, arguments: Mapping[str, Any]) -> None:
-        """Raise :class:`~tinyctx.ToolArgumentError` unless ``arguments`` fit the schema."""
+        """Raise :class:`~tinyctx.tools.ToolArgumentError` unless ``arguments`` fit the schema."""
         self._checked(plain_arguments(arguments))
 
     def _checked(self, plain: dict[str, Any]) -> dict[str, Any]:

@@ -221,7 +221,7 @@ class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
     mode), the tools as function schemas and the server tools as given
     (``{"type": tool.type, **configuration}``; ``web_search`` becomes
     ``web_search_options``). With ``stream=True`` text and tool-call deltas are emitted as
-    :class:`tinyctx.ModelStreamDelta` events while the response is assembled; a cancel of
+    :class:`tinyctx.events.ModelStreamDelta` events while the response is assembled; a cancel of
     the run's token stops the read, closes the HTTP response and raises RunCancelled.
     Two tool calls of one response under one id: the same call repeated (name and argument
     text equal) runs once; different calls both run, the later under a fresh ``call_...`` id.

@@ -103,7 +103,7 @@ StreamPart: TypeAlias = (
 class Stream:
     """A script item that delivers a response as chunks (build it with :func:`stream`).
 
-    Each chunk is a :class:`tinyctx.ModelStreamDelta` emitted on the run's event sink,
+    Each chunk is a :class:`tinyctx.events.ModelStreamDelta` emitted on the run's event sink,
     :data:`HANG` (wait until cancelled) or an exception (the stream breaks there).
     ``message`` is what the deltas assemble to: the response once the stream completes.
     """
