@@ -38,14 +38,7 @@ LONG_FUNCTIONS_ALLOWED: frozenset[str] = frozenset(
 CYCLE_EDGES_ALLOWED: frozenset[str] = frozenset()
 
 # Private names imported across a module boundary ("importer -> module.name").
-PRIVATE_IMPORTS_ALLOWED: frozenset[str] = frozenset(
-    {
-        "tinyctx._token_memo -> tinyctx.frozen._SET_JSON_CHARS",
-        "tinyctx.steps -> tinyctx.context._CLOCK_SOURCE",
-        "tinyctx.steps -> tinyctx.context._RUN_ID_SOURCE",
-        "tinyctx.tasks -> tinyctx.streaming._STREAMED",
-    }
-)
+PRIVATE_IMPORTS_ALLOWED: frozenset[str] = frozenset()
 
 
 @attrs.frozen
