@@ -26,7 +26,6 @@ LONG_FILES_ALLOWED: frozenset[str] = frozenset()
 # Functions ("path::qualified.name") still over MAX_FUNCTION_LINES.
 LONG_FUNCTIONS_ALLOWED: frozenset[str] = frozenset(
     {
-        "tinyctx/formats/anthropic.py::to_anthropic",
         "tinyctx/replay.py::replay",
     }
 )
