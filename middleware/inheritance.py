@@ -288,43 +288,59 @@ async def run_subagent(
             else:
                 result = await session.run(input)
     except Interrupted as paused:
-        pause = paused.checkpoint
-        ctx.emit(
-            SubagentFinished(
-                agent=label,
-                child_run_id=pause.run_id,
-                status="interrupted",
-                model_calls=pause.model_calls,
-                tool_calls=pause.tool_calls,
-            )
-        )
-        if suspend:
-            # the call running the sub-agent stays open; the parent's resume runs it again.
-            # The sub-agent's configurable is what it inherits from the parent's call, so
-            # the pause keeps none: the resume inherits it again (values a store could not
-            # keep, or a view's hidden fields, are never written)
-            pause = pause.evolve(run_config=pause.run_config.evolve(configurable=FrozenDict()))
-            raise Suspend(
-                f"{label}/{paused.node}",
-                paused.message,
-                payload=pause.payload,
-                state={"subagent": label, "checkpoint": encode_checkpoint(pause)},
-            ) from None
-        # the parent pauses at its next safe point; the child's checkpoint stays resumable
-        ctx.request_control(Interrupt(paused.node, paused.message, pause.payload))
-        detail = f"{paused.node}: {paused.message}" if paused.message else paused.node
-        return SubagentResult(
-            "interrupted",
-            f"[sub-agent {label!r} paused at {detail}]",
-            run_id=pause.run_id,
-            checkpoint=pause,
-        )
+        return _paused_result(paused, ctx, label, suspend)
     except RunCancelled as cancelled:
         if ctx.cancellation.is_cancelled():
             raise
         ctx.emit(SubagentFinished(agent=label, status="cancelled"))
         reason = f": {cancelled.reason}" if cancelled.reason else ""
         return SubagentResult("cancelled", f"[sub-agent {label!r} was cancelled{reason}]")
+    return _finished_result(result, ctx, label, propagate_stop)
+
+
+def _paused_result(
+    paused: Interrupted, ctx: RunContext[Any], label: str, suspend: bool
+) -> SubagentResult:
+    """What an Interrupt inside the sub-agent does to the parent: with ``suspend`` the
+    call running it is suspended (raises :class:`~tinyctx.Suspend`), else the parent is
+    asked to pause at its next safe point and the child's checkpoint is on the result."""
+    pause = paused.checkpoint
+    ctx.emit(
+        SubagentFinished(
+            agent=label,
+            child_run_id=pause.run_id,
+            status="interrupted",
+            model_calls=pause.model_calls,
+            tool_calls=pause.tool_calls,
+        )
+    )
+    if suspend:
+        # the call running the sub-agent stays open; the parent's resume runs it again.
+        # The sub-agent's configurable is what it inherits from the parent's call, so
+        # the pause keeps none: the resume inherits it again (values a store could not
+        # keep, or a view's hidden fields, are never written)
+        pause = pause.evolve(run_config=pause.run_config.evolve(configurable=FrozenDict()))
+        raise Suspend(
+            f"{label}/{paused.node}",
+            paused.message,
+            payload=pause.payload,
+            state={"subagent": label, "checkpoint": encode_checkpoint(pause)},
+        ) from None
+    # the parent pauses at its next safe point; the child's checkpoint stays resumable
+    ctx.request_control(Interrupt(paused.node, paused.message, pause.payload))
+    detail = f"{paused.node}: {paused.message}" if paused.message else paused.node
+    return SubagentResult(
+        "interrupted",
+        f"[sub-agent {label!r} paused at {detail}]",
+        run_id=pause.run_id,
+        checkpoint=pause,
+    )
+
+
+def _finished_result(
+    result: RunResult, ctx: RunContext[Any], label: str, propagate_stop: bool
+) -> SubagentResult:
+    """A sub-agent run that ended (completed or stopped), reported to the parent."""
     if result.status == "stopped" and propagate_stop:
         ctx.request_control(StopWithFinal(result.final_text))
     ctx.emit(

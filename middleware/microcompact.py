@@ -255,7 +255,8 @@ def _clear_results(
     candidates = _candidates(prefix, placeholder, excluded, counter)
     if not candidates:
         return history, _NOTHING
-    count = (counter or default_counter()).count_message
+    counting = counter or default_counter()
+    count = counting.count_message
     placeholder_bytes = utf8_len(placeholder)
     out = list(history)
     turns: set[int] = set()
@@ -274,14 +275,7 @@ def _clear_results(
         result, target = target, next(targets, None)
         if excluded and _tool_name(history[owner] if owner >= 0 else None, result) in excluded:
             continue
-        known = memo.get(id(result)) if memo is not None else None
-        if known is not None and known[0] is result:
-            _, new, original_bytes = known
-        else:
-            original_bytes = content_bytes(result.content)
-            new = _cleared(result, placeholder, original_bytes)
-            if memo is not None:
-                memo[id(result)] = (result, new, original_bytes)
+        new, original_bytes = _remembered_clear(result, placeholder, memo)
         saved = count(result) - count(new)
         if saved > 0:
             out[index] = new
@@ -293,26 +287,55 @@ def _clear_results(
                 break
     inputs = 0
     if clear_inputs and cleared:
-        done = {
-            m.tool_call_id
-            for m, n in zip(history, out, strict=True)
-            if m is not n and isinstance(m, ToolResult)
-        }
-        for index in sorted(t for t in turns if t >= 0):
-            message = out[index]
-            if not isinstance(message, AssistantMessage):
-                continue
-            new_message, count_cleared = _cleared_inputs(message, done)
-            if count_cleared:
-                saved = count(message) - count(new_message)
-                out[index] = new_message
-                inputs += count_cleared
-                freed_tokens += max(saved, 0)
+        inputs, inputs_tokens = _clear_turn_inputs(history, out, turns, counting)
+        freed_tokens += inputs_tokens
     if not cleared:
         return history, _NOTHING
     return tuple(out), MicrocompactStats(
         len(turns), cleared, freed_bytes, freed_tokens, inputs_cleared=inputs
     )
+
+
+def _remembered_clear(
+    result: ToolResult,
+    placeholder: str,
+    memo: MutableMapping[int, tuple[ToolResult, ToolResult, int]] | None,
+) -> tuple[ToolResult, int]:
+    """``result`` cleared and its original size in bytes, reused from ``memo`` if there."""
+    known = memo.get(id(result)) if memo is not None else None
+    if known is not None and known[0] is result:
+        _, new, original_bytes = known
+        return new, original_bytes
+    original_bytes = content_bytes(result.content)
+    new = _cleared(result, placeholder, original_bytes)
+    if memo is not None:
+        memo[id(result)] = (result, new, original_bytes)
+    return new, original_bytes
+
+
+def _clear_turn_inputs(
+    history: tuple[Message, ...], out: list[Message], turns: set[int], counter: TokenCounter
+) -> tuple[int, int]:
+    """Clear, in ``out``, the arguments of the calls of ``turns`` whose results were
+    cleared (``out`` differs from ``history`` there); how many and the tokens it freed."""
+    done = {
+        m.tool_call_id
+        for m, n in zip(history, out, strict=True)
+        if m is not n and isinstance(m, ToolResult)
+    }
+    count = counter.count_message
+    inputs = freed_tokens = 0
+    for index in sorted(t for t in turns if t >= 0):
+        message = out[index]
+        if not isinstance(message, AssistantMessage):
+            continue
+        new_message, count_cleared = _cleared_inputs(message, done)
+        if count_cleared:
+            saved = count(message) - count(new_message)
+            out[index] = new_message
+            inputs += count_cleared
+            freed_tokens += max(saved, 0)
+    return inputs, freed_tokens
 
 
 CLEARED_ARGUMENTS: FrozenDict[str, Any] = FrozenDict()

@@ -11,7 +11,7 @@ from operator import call as _call
 from typing import TYPE_CHECKING, Any, Final
 
 from .config import integer, one_of
-from .frozen import _SET_JSON_CHARS, FrozenDict
+from .frozen import SET_JSON_CHARS, FrozenDict
 from .media_tokens import IMAGE_FORMULAS, ImageFormula, media_tokens
 from .messages import AssistantMessage, Message, ToolCall, ToolResult
 from .model import ModelRequest
@@ -69,7 +69,7 @@ def _json_chars(arguments: FrozenDict[str, Any]) -> int:
     if chars is None:  # nested values: measure the encoded text
         text = _arguments_json(arguments)
         chars = len(text) - 2 * text.count(_FOUR_SPACES) if text.isascii() else -1
-    _SET_JSON_CHARS(arguments, chars)
+    SET_JSON_CHARS(arguments, chars)
     return chars
 
 

@@ -43,7 +43,7 @@ Data = TypeVar("Data")
 T = TypeVar("T")
 
 
-_RUN_ID_SOURCE: ContextVar[Callable[[], str] | None] = ContextVar(
+RUN_ID_SOURCE: ContextVar[Callable[[], str] | None] = ContextVar(
     "tinyctx.run_id_source", default=None
 )
 """Where run ids come from in this context (None: random). A durable engine sets it while
@@ -51,7 +51,7 @@ a workflow runs so the ids a replay makes are the ids the first execution made
 (:func:`tinyctx.steps.run_ids_from`)."""
 
 
-_CLOCK_SOURCE: ContextVar[Callable[[], float] | None] = ContextVar(
+CLOCK_SOURCE: ContextVar[Callable[[], float] | None] = ContextVar(
     "tinyctx.clock_source", default=None
 )
 """Where the times a thread keeps come from in this context (None: the wall clock). A
@@ -70,14 +70,14 @@ sets it while a workflow runs; events emitted while it says True are stamped
 def wall_clock() -> float:
     """Seconds since the epoch, for times a thread keeps (usage records); inside a durable
     workflow, the engine's deterministic clock."""
-    source = _CLOCK_SOURCE.get()
+    source = CLOCK_SOURCE.get()
     return source() if source is not None else time.time()
 
 
 def new_run_id() -> str:
     """128 random bits as 32 hex characters (uuid4's entropy at a seventh of its cost);
     inside a durable workflow, the workflow's next deterministic id."""
-    source = _RUN_ID_SOURCE.get()
+    source = RUN_ID_SOURCE.get()
     if source is not None:
         return source()
     return os.urandom(16).hex()

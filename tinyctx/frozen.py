@@ -101,7 +101,7 @@ class FrozenDict(Mapping[K, V]):
         new: FrozenDict[K, V] = object.__new__(cls)
         _SET_DATA(new, data)
         _SET_HASH(new, None)
-        _SET_JSON_CHARS(new, None)
+        SET_JSON_CHARS(new, None)
         return new
 
     def __getitem__(self, key: K) -> V:
@@ -169,7 +169,7 @@ _SET_DATA: Callable[[FrozenDict[Any, Any], dict[Any, Any]], None] = FrozenDict._
     "_data"
 ].__set__
 _SET_HASH: Callable[[FrozenDict[Any, Any], int | None], None] = FrozenDict.__dict__["_hash"].__set__
-_SET_JSON_CHARS: Callable[[FrozenDict[Any, Any], int | None], None] = FrozenDict.__dict__[
+SET_JSON_CHARS: Callable[[FrozenDict[Any, Any], int | None], None] = FrozenDict.__dict__[
     "_json_chars"
 ].__set__
 

@@ -426,6 +426,100 @@ _QUIET = frozenset(
 )
 
 
+def _call_row(
+    number: int,
+    request: ModelRequest,
+    events: tuple[Event, ...],
+    raw: tuple[int, int],
+    recorded_results: dict[str, Message],
+    counter: TokenCounter,
+    window: int | None,
+    reserved: int,
+) -> CallRow:
+    """Model call ``number``'s row: what the stack sent (tokens, shape, images, what the
+    layers did) beside ``raw``, the uncompacted recording's tokens and images."""
+    tokens = counter.count_request(request)
+    message_tokens = tuple(map(counter.count_message, request.messages))
+    shape = PromptShape(
+        request.messages,
+        message_tokens,
+        tokens - sum(message_tokens),
+        0,
+        (request.system_prompt, request.tools),
+    )
+    raw_tokens, raw_images = raw
+    return CallRow(
+        index=number,
+        messages=len(request.messages),
+        tokens=tokens,
+        raw_tokens=raw_tokens,
+        usable=window - reserved if window is not None else None,
+        window=window,
+        actions=tuple(d for e in events if (d := e.describe())),
+        events=events,
+        freed=tuple(
+            _freed(e, recorded_results, _results(request.messages), counter) for e in events
+        ),
+        images=count_images(request.messages),
+        raw_images=raw_images,
+        shape=shape,
+    )
+
+
+async def _drive(
+    session: Session[None], transcript: tuple[Message, ...], model: ReplayModel
+) -> str | None:
+    """Play ``transcript`` through ``session``: one run per stretch of non-model turns, the
+    model answering from the recording. The error text when a run hit the context limit."""
+    position = 0
+    while position < len(transcript):
+        inputs: list[Message] = []
+        while position < len(transcript) and not isinstance(
+            transcript[position], (AssistantMessage, ToolResult)
+        ):
+            inputs.append(transcript[position])
+            position += 1
+        if position >= len(transcript):
+            if inputs:
+                for message in inputs:
+                    await session.ctx.conversation.append(message)
+            break
+        model.position = position
+        try:
+            await session.run(inputs or None)
+        except Interrupted as paused:
+            if paused.node != _END:
+                raise
+        except ContextLimitExceeded as exc:
+            return str(exc)
+        position = max(model.position, position + 1)
+    return None
+
+
+def _replay_session(
+    model: ReplayModel,
+    stack: Sequence[LayerLike],
+    tools: Sequence[Tool],
+    measure_raw: _Recorder,
+    measure_sent: _Recorder,
+    window: int | None,
+    reserved: int,
+    sink: EventSink,
+) -> Session[None]:
+    """The session a replay runs: ``stack`` between the two measuring layers, the recording
+    answering its model and tool calls, under the replay's window."""
+    agent = Agent(
+        model=model,
+        tools=list(tools),
+        middleware=[measure_raw, *stack, measure_sent, _ReplayTools(model)],
+        check_requests=False,  # measure what the stack sends, even what a model refuses
+    )
+    config = RunConfig(
+        max_tokens=window, reserved_output_tokens=reserved, max_model_calls=None, model="replay"
+    )
+    return Session(agent, config=config, events=sink)
+
+
 async def replay(
     transcript: Sequence[Message],
     stack: Sequence[LayerLike],
@@ -465,33 +559,10 @@ async def replay(
     def inner(request: ModelRequest, ctx: RunContext[Any]) -> None:
         events = tuple(e for e in seen if e.kind not in _QUIET)
         seen.clear()
-        usable = window - reserved if window is not None else None
-        tokens = counter.count_request(request)
-        message_tokens = tuple(map(counter.count_message, request.messages))
-        shape = PromptShape(
-            request.messages,
-            message_tokens,
-            tokens - sum(message_tokens),
-            0,
-            (request.system_prompt, request.tools),
-        )
-        raw_tokens, raw_images = pending_raw.pop() if pending_raw else (0, 0)
+        raw = pending_raw.pop() if pending_raw else (0, 0)
         rows.append(
-            CallRow(
-                index=len(rows) + 1,
-                messages=len(request.messages),
-                tokens=tokens,
-                raw_tokens=raw_tokens,
-                usable=usable,
-                window=window,
-                actions=tuple(d for e in events if (d := e.describe())),
-                events=events,
-                freed=tuple(
-                    _freed(e, recorded_results, _results(request.messages), counter) for e in events
-                ),
-                images=count_images(request.messages),
-                raw_images=raw_images,
-                shape=shape,
+            _call_row(
+                len(rows) + 1, request, events, raw, recorded_results, counter, window, reserved
             )
         )
         sent[:] = [request]
@@ -511,50 +582,12 @@ async def replay(
         if changes:
             rows[-1] = attrs.evolve(row, **changes)
 
-    agent = Agent(
-        model=model,
-        tools=list(tools),
-        middleware=[
-            _Recorder("replay-measure-raw", outer),
-            *stack,
-            _Recorder("replay-measure-sent", inner, answered),
-            _ReplayTools(model),
-        ],
-        check_requests=False,  # measure what the stack sends, even what a model refuses
-    )
-    config = RunConfig(
-        max_tokens=window,
-        reserved_output_tokens=reserved,
-        max_model_calls=None,
-        model="replay",
-    )
+    measure_raw = _Recorder("replay-measure-raw", outer)
+    measure_sent = _Recorder("replay-measure-sent", inner, answered)
     sink = EventSink(logger=None, subscribers=[seen.append])
-    error: str | None = None
-    owner: Session[None] = Session(agent, config=config, events=sink)
+    owner = _replay_session(model, stack, tools, measure_raw, measure_sent, window, reserved, sink)
     async with owner as session:
-        position = 0
-        while position < len(transcript):
-            inputs: list[Message] = []
-            while position < len(transcript) and not isinstance(
-                transcript[position], (AssistantMessage, ToolResult)
-            ):
-                inputs.append(transcript[position])
-                position += 1
-            if position >= len(transcript):
-                if inputs:
-                    for message in inputs:
-                        await session.ctx.conversation.append(message)
-                break
-            model.position = position
-            try:
-                await session.run(inputs or None)
-            except Interrupted as paused:
-                if paused.node != _END:
-                    raise
-            except ContextLimitExceeded as exc:
-                error = str(exc)
-                break
-            position = max(model.position, position + 1)
+        error = await _drive(session, transcript, model)
         final = session.conversation_messages
     recorded = sum(1 for m in transcript if isinstance(m, AssistantMessage))
     return ReplayReport(tuple(rows), window, reserved, final, error, recorded)

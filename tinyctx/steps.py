@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from .chain import Layer, ModelCall, ToolCallHandler
 from .codec import decode_message, encode, encode_message, encode_messages
-from .context import _CLOCK_SOURCE, _RUN_ID_SOURCE, REPLAY_SOURCE, RunContext
+from .context import CLOCK_SOURCE, REPLAY_SOURCE, RUN_ID_SOURCE, RunContext
 from .control import Interrupt, StopWithFinal
 from .errors import TinyCtxError, ToolError
 from .frozen import thaw
@@ -149,11 +149,11 @@ def run_ids_from(seed: str) -> Iterator[None]:
     def source() -> str:
         return hashlib.sha256(f"{seed}:{next(counter)}".encode()).hexdigest()[:32]
 
-    token = _RUN_ID_SOURCE.set(source)
+    token = RUN_ID_SOURCE.set(source)
     try:
         yield
     finally:
-        _RUN_ID_SOURCE.reset(token)
+        RUN_ID_SOURCE.reset(token)
 
 
 @contextmanager
@@ -161,11 +161,11 @@ def clock_from(now: Callable[[], float]) -> Iterator[None]:
     """Times a thread keeps (``tinyctx.context.wall_clock``) come from ``now`` in this
     context: a durable engine's deterministic clock, so a replayed write is the write the
     first execution made."""
-    token = _CLOCK_SOURCE.set(now)
+    token = CLOCK_SOURCE.set(now)
     try:
         yield
     finally:
-        _CLOCK_SOURCE.reset(token)
+        CLOCK_SOURCE.reset(token)
 
 
 @contextmanager

@@ -74,7 +74,9 @@ __all__ = [
     "stream_requested",
 ]
 
-_STREAMED: ContextVar[bool] = ContextVar("tinyctx.streamed", default=False)
+STREAMED: ContextVar[bool] = ContextVar("tinyctx.streamed", default=False)
+"""Whether the code running now is part of a streamed run; background tasks
+(:mod:`tinyctx.tasks`) clear it so their work neither streams nor joins that stream."""
 
 LAYER_ACTIONS: tuple[str, ...] = (
     "context.",
@@ -96,7 +98,7 @@ LAYER_ACTIONS: tuple[str, ...] = (
 def stream_requested() -> bool:
     """Whether the code running now is part of a streamed run (:meth:`Session.stream`);
     the model adapters stream their responses then."""
-    return _STREAMED.get()
+    return STREAMED.get()
 
 
 # ---------------------------------------------------------------------------------------
@@ -300,7 +302,7 @@ class _Feed:
         self.shared = shared
 
     def __call__(self, event: Event) -> None:
-        if not _STREAMED.get():
+        if not STREAMED.get():
             return  # emitted by another task: background work, another session's run
         own = self.run_id
         if own is None:
@@ -342,7 +344,7 @@ async def _run_streamed(
     (but a cancellation of the group itself)."""
     feed = _Feed(session, send, run_id, shared)
     unsubscribe = session.ctx.events.subscribe(feed)
-    token = _STREAMED.set(True)
+    token = STREAMED.set(True)
     try:
         with send, anyio.CancelScope() as scope:
             shared.scope = scope
@@ -361,7 +363,7 @@ async def _run_streamed(
                 feed.put(FinalResult(result, run_id=result.run_id))
     finally:
         unsubscribe()
-        _STREAMED.reset(token)
+        STREAMED.reset(token)
         shared.done.set()
 
 

@@ -14,7 +14,7 @@ from anyio.abc import TaskGroup
 
 from .errors import TinyCtxError
 from .events import BackgroundTaskFailed, Event
-from .streaming import _STREAMED
+from .streaming import STREAMED
 
 if TYPE_CHECKING:
     from .events import EventSink
@@ -69,7 +69,7 @@ class BackgroundTasks:
     ) -> None:
         # background work is no part of the streamed run that started it: its model calls
         # do not stream for it, and its events stay out of that run's stream
-        _STREAMED.set(False)
+        STREAMED.set(False)
         try:
             await fn(*args)
         except Exception as exc:

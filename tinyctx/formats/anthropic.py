@@ -145,6 +145,57 @@ def _api_user_blocks(unit: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in content if not (b.get("type") == "text" and b.get("text") == "")]
 
 
+def _system_blocks(messages: Sequence[Message], *, for_api: bool) -> list[dict[str, Any]]:
+    """The leading system messages as text blocks, one per message."""
+    system: list[dict[str, Any]] = []
+    position = 0
+    while position < len(messages) and isinstance(messages[position], SystemMessage):
+        message = messages[position]
+        assert isinstance(message, SystemMessage)
+        block = {"type": "text", "text": message.content}
+        system.append(_emit(message, block, _BLOCK_MODELED, position, for_api=for_api))
+        position += 1
+    return system
+
+
+def _assistant_unit(message: AssistantMessage, index: int, *, for_api: bool) -> dict[str, Any]:
+    invalid = {c.id: c.invalid_arguments for c in message.tool_calls if c.invalid_arguments}
+    unit = {"role": "assistant", "content": _assistant_blocks(message)}
+    return _emit(
+        message,
+        unit,
+        _MESSAGE_MODELED,
+        index,
+        for_api=for_api,
+        invalid_arguments=invalid or None,
+    )
+
+
+def _result_unit(
+    message: ToolResult, index: int, call_names: CallNames, *, for_api: bool
+) -> dict[str, Any]:
+    """A ``tool_result`` block; its name rides along only when its call does not give it."""
+    derived = call_names.get(message.tool_call_id)
+    return _emit(
+        message,
+        _result_block(message, for_api=for_api),
+        _RESULT_MODELED,
+        index,
+        for_api=for_api,
+        name=None if derived == message.name else message.name,
+    )
+
+
+def _user_unit(message: UserMessage, index: int, *, for_api: bool) -> dict[str, Any]:
+    return _emit(
+        message,
+        {"role": "user", "content": anthropic_content(message.content, for_api=for_api)},
+        _MESSAGE_MODELED,
+        index,
+        for_api=for_api,
+    )
+
+
 def to_anthropic(messages: Sequence[Message], *, for_api: bool = False) -> dict[str, Any]:
     """tinyctx messages as an Anthropic ``{"system": ..., "messages": [...]}``.
 
@@ -160,14 +211,8 @@ def to_anthropic(messages: Sequence[Message], *, for_api: bool = False) -> dict[
     """
     if not for_api:
         messages = restore_call_ids(messages)
-    system: list[dict[str, Any]] = []
-    position = 0
-    while position < len(messages) and isinstance(messages[position], SystemMessage):
-        message = messages[position]
-        assert isinstance(message, SystemMessage)
-        block = {"type": "text", "text": message.content}
-        system.append(_emit(message, block, _BLOCK_MODELED, position, for_api=for_api))
-        position += 1
+    system = _system_blocks(messages, for_api=for_api)
+    position = len(system)
     out: list[dict[str, Any]] = []
     results_open = False  # the last written message is a user message of tool results
     api_run: list[dict[str, Any]] | None = None  # for_api: blocks of the current user run
@@ -184,16 +229,7 @@ def to_anthropic(messages: Sequence[Message], *, for_api: bool = False) -> dict[
                 index=index,
             )
         if isinstance(message, AssistantMessage):
-            invalid = {c.id: c.invalid_arguments for c in message.tool_calls if c.invalid_arguments}
-            unit = {"role": "assistant", "content": _assistant_blocks(message)}
-            written = _emit(
-                message,
-                unit,
-                _MESSAGE_MODELED,
-                index,
-                for_api=for_api,
-                invalid_arguments=invalid or None,
-            )
+            written = _assistant_unit(message, index, for_api=for_api)
             if for_api and not written["content"]:
                 continue  # an empty turn says nothing, and the API rejects empty content
             if api_run is not None:
@@ -204,15 +240,7 @@ def to_anthropic(messages: Sequence[Message], *, for_api: bool = False) -> dict[
             results_open = False
             continue
         if isinstance(message, ToolResult):
-            derived = call_names.get(message.tool_call_id)
-            block = _emit(
-                message,
-                _result_block(message, for_api=for_api),
-                _RESULT_MODELED,
-                index,
-                for_api=for_api,
-                name=None if derived == message.name else message.name,
-            )
+            block = _result_unit(message, index, call_names, for_api=for_api)
             if for_api:
                 api_run = [*(api_run or []), block]
             elif results_open:
@@ -222,13 +250,7 @@ def to_anthropic(messages: Sequence[Message], *, for_api: bool = False) -> dict[
                 results_open = True
             continue
         if isinstance(message, UserMessage):
-            unit = _emit(
-                message,
-                {"role": "user", "content": anthropic_content(message.content, for_api=for_api)},
-                _MESSAGE_MODELED,
-                index,
-                for_api=for_api,
-            )
+            unit = _user_unit(message, index, for_api=for_api)
             if for_api:
                 api_run = api_run if api_run is not None else []
                 api_texts.extend(_api_user_blocks(unit))
