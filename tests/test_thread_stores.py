@@ -103,7 +103,9 @@ class TestSqliteThreadStoreWithoutRoom(TestSqliteThreadStore):
 
 _WRITER = """
 import sys, anyio
-from tinyctx import SqliteStore, StaleThreadVersion, ThreadWrite, UserMessage, encode_messages
+from tinyctx import SqliteStore, UserMessage
+from tinyctx.codec import encode_messages
+from tinyctx.threads import StaleThreadVersion, ThreadWrite
 
 async def main(path, name, count):
     store = SqliteStore(path, timeout=60)
@@ -123,7 +125,9 @@ anyio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
 
 _LOOPER = """
 import sys, anyio
-from tinyctx import Compaction, SqliteStore, ThreadWrite, UserMessage, encode_messages
+from tinyctx import SqliteStore, UserMessage
+from tinyctx.codec import encode_messages
+from tinyctx.threads import Compaction, ThreadWrite
 
 async def main(path):
     store = SqliteStore(path)
