@@ -34,8 +34,10 @@ async def main(address: str, directory: Path, runs: int) -> None:
         name="crash",
         task_queue="crash",
         lease_ttl=5.0,
-        activity_timeout=2.0,
-        attempts=5,
+        # a loaded CI machine can stall an activity past a second or two: a timeout that
+        # short would fail live attempts (and run their tools twice) without any kill
+        activity_timeout=5.0,
+        attempts=10,
     )
     worker = engine.worker(
         client,

@@ -292,6 +292,7 @@ def _ready(process: subprocess.Popen[str]) -> None:
     raise AssertionError(f"worker exited ({process.wait()}) before it was ready")
 
 
+@pytest.mark.slow  # a crash trial of real worker processes: CI's slow group runs it
 class TestKilledWorkers:
     """Temporal workers killed at random points: the runs finish on a later worker, each
     completed tool ran once and the one in flight at a kill at most twice."""
@@ -308,6 +309,9 @@ class TestKilledWorkers:
             assert worker.stdout is not None
             worker.stdout.close()
             if not killed:
+                # it ended by itself: that is only right once every run is done
+                errors = (tmp_path / "worker.err").read_text()[-3000:]
+                assert worker.returncode == 0, errors
                 break
             kills += 1
         assert kills == TEMPORAL_KILLS, f"the work finished after {kills} kills"
