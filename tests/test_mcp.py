@@ -235,6 +235,25 @@ class TestNames:
         with pytest.raises(ConfigError, match=r"servers\[1\].name"):
             MCPTools(one, MCPServerStdio("python", name="x"))
 
+    @pytest.mark.parametrize(
+        "field", ["call_timeout", "connect_timeout", "reconnect_wait", "backoff", "max_backoff"]
+    )
+    @pytest.mark.parametrize("value", [0, -1.5, True, float("nan"), float("inf"), "5"])
+    def test_every_duration_is_a_finite_positive_number(self, field: str, value: object) -> None:
+        """Each duration names its field, the class and 'seconds > 0' for any other value."""
+        with pytest.raises(ConfigError, match=rf"MCPServerStdio\.{field}.*seconds > 0"):
+            MCPServerStdio("python", **{field: value})
+
+    def test_durations_that_may_be_none_say_so(self) -> None:
+        """None switches call_timeout and reconnect_wait off; max_backoff >= backoff."""
+        MCPServerStdio("python", call_timeout=None, reconnect_wait=None)
+        with pytest.raises(ConfigError, match="or None"):
+            MCPServerStdio("python", call_timeout=-1)
+        with pytest.raises(ConfigError, match=r"max_backoff.*>= backoff"):
+            MCPServerStdio("python", backoff=2.0, max_backoff=1.0)
+        with pytest.raises(ConfigError, match="events.*EventSink or None"):
+            MCPServerStdio("python", events=print)
+
 
 class TestMalformedServers:
     """A server that lists malformed tools keeps its good ones."""

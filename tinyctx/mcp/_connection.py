@@ -12,7 +12,6 @@ the SDK) and cancels the supervisor: nothing outlives the block.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
@@ -25,7 +24,7 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
-from ..config import optional, text
+from ..config import implements, number, optional, text
 from ..errors import ConfigError, TinyCtxError
 from ..events import EventSink
 from ._events import MCPConnected, MCPDisconnected, MCPToolSkipped
@@ -65,12 +64,9 @@ class _WatchedDispatcher(JSONRPCDispatcher):
             self._on_end()
 
 
-def _positive(owner: str, name: str, value: object, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        allowed = "a finite number of seconds > 0" + (" or None" if allow_none else "")
-        raise ConfigError(name, value, allowed, owner=owner)
+_SECONDS = number(above=0, allowed="a finite number of seconds > 0")
+_SECONDS_OR_NONE = optional(_SECONDS, allowed="a finite number of seconds > 0 or None")
+_EVENTS = optional(implements(EventSink), allowed="an EventSink or None")
 
 
 def _names(owner: str, field: str, value: Iterable[str] | None) -> frozenset[str] | None:
@@ -126,15 +122,14 @@ class MCPConnection:
         owner = type(self).__name__
         text().check(name, "name", owner)
         optional(text()).check(prefix, "prefix", owner)
-        _positive(owner, "call_timeout", call_timeout, allow_none=True)
-        _positive(owner, "connect_timeout", connect_timeout)
-        _positive(owner, "reconnect_wait", reconnect_wait, allow_none=True)
-        _positive(owner, "backoff", backoff)
-        _positive(owner, "max_backoff", max_backoff)
-        if max_backoff < backoff:
+        _SECONDS_OR_NONE.check(call_timeout, "call_timeout", owner)
+        _SECONDS.check(connect_timeout, "connect_timeout", owner)
+        _SECONDS_OR_NONE.check(reconnect_wait, "reconnect_wait", owner)
+        _SECONDS.check(backoff, "backoff", owner)
+        _SECONDS.check(max_backoff, "max_backoff", owner)
+        if max_backoff < backoff:  # the one rule across fields
             raise ConfigError("max_backoff", max_backoff, f">= backoff ({backoff})", owner=owner)
-        if events is not None and not isinstance(events, EventSink):
-            raise ConfigError("events", events, "an EventSink or None", owner=owner)
+        _EVENTS.check(events, "events", owner)
         self.name = name
         self.prefix = prefix
         self.include = _names(owner, "include", include)
