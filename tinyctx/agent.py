@@ -21,8 +21,6 @@ from .resume import ENGINE_STATE
 from .session import Session
 from .synthetic import SKIPPED_ON_ABANDON, SKIPPED_ON_CANCEL, SKIPPED_ON_CRASH, SKIPPED_ON_STOP
 from .tool_handler import (
-    execute_tool,
-    invoke_tool,
     run_tool_or_error_result,
     run_tool_or_raise,
     tool_error_result,
@@ -35,8 +33,6 @@ __all__ = [
     "Checkpoint",
     "RunStatus",
     "ENGINE_STATE",
-    "execute_tool",
-    "invoke_tool",
     "run_tool_or_error_result",
     "run_tool_or_raise",
     "tool_error_result",

@@ -22,8 +22,6 @@ from .parts import PART_TYPES
 from .tools import ToolArgumentError
 
 __all__ = [
-    "execute_tool",
-    "invoke_tool",
     "run_tool_or_error_result",
     "run_tool_or_raise",
     "tool_error_result",
@@ -107,8 +105,3 @@ async def run_tool_or_error_result(call: ToolCall, ctx: RunContext[Any]) -> Tool
     except ToolError as exc:
         return tool_error_result(ctx, call, exc)
 
-
-invoke_tool = run_tool_or_raise
-"""The earlier name of :func:`run_tool_or_raise` (public API, kept)."""
-execute_tool = run_tool_or_error_result
-"""The earlier name of :func:`run_tool_or_error_result` (public API, kept)."""
