@@ -44,11 +44,11 @@ from tinyctx import (
     ModelResponse,
     RunContext,
 )
-from tinyctx._public import publish
 from tinyctx.config import flag, fraction, integer, text
 from tinyctx.frozen import FrozenDict
 from tinyctx.ordering import Once, Outside
 from tinyctx.providers.clearing import provider_cleared
+from tinyctx.reexport import publish
 from tinyctx.tokens import (
     TokenCounter,
     context_window,

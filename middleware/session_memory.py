@@ -74,7 +74,6 @@ from tinyctx import (
     ToolError,
     ToolResult,
 )
-from tinyctx._public import publish
 from tinyctx.chain import ToolCallHandler
 from tinyctx.config import (
     flag,
@@ -84,6 +83,7 @@ from tinyctx.config import (
 )
 from tinyctx.conversation import Conversation
 from tinyctx.ordering import Inside, Once
+from tinyctx.reexport import publish
 from tinyctx.stores import Note, Store, append_notes
 from tinyctx.tokens import TokenCounter, default_counter
 

@@ -33,9 +33,9 @@ from tinyctx import (
     RunContext,
     SystemMessage,
 )
-from tinyctx._public import publish
 from tinyctx.events import EventLevel
 from tinyctx.messages import check_pairing
+from tinyctx.reexport import publish
 from tinyctx.tokens import TokenCounter, default_counter
 
 from . import _summarizers, _summary_history

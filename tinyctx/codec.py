@@ -84,7 +84,6 @@ from ._codec_strict import (
     _unexpected,
 )
 from ._gc import gc_paused
-from ._public import publish
 from .checkpoint import Checkpoint
 from .context import RunConfig
 from .documents import TEXT_HOLE, SplitDocuments, join_document
@@ -95,6 +94,7 @@ from .frozen import (
 )
 from .messages import Message, ToolCall
 from .model import Usage
+from .reexport import publish
 
 publish(__name__, _codec_base)
 

@@ -25,7 +25,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from . import _token_counters, _token_memo
-from ._public import publish
 from ._token_counters import (
     HeuristicCounter,
     TokenizersCounter,
@@ -43,6 +42,7 @@ from .config import fraction, integer, number, text
 from .frozen import FrozenDict
 from .messages import Message
 from .model import ModelRequest
+from .reexport import publish
 from .tools import ToolSpec
 
 publish(__name__, _token_counters, _token_memo)

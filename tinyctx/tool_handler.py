@@ -104,4 +104,3 @@ async def run_tool_or_error_result(call: ToolCall, ctx: RunContext[Any]) -> Tool
         return await run_tool_or_raise(call, ctx)
     except ToolError as exc:
         return tool_error_result(ctx, call, exc)
-

@@ -1,9 +1,16 @@
-"""Classes defined in a private module keep the public module they are imported from."""
+"""Classes defined in a private module keep the public module they are imported from.
+
+For a package split into private modules behind one public module (as tinyctx's own
+codec, tokens and budget are): call ``publish(__name__, _part, ...)`` at the end of the
+public module, after its imports.
+"""
 
 from __future__ import annotations
 
 import sys
 from types import ModuleType
+
+__all__ = ["publish"]
 
 
 def publish(module: str, *sources: ModuleType) -> None:
