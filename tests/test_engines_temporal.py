@@ -77,6 +77,8 @@ class TestRuns:
             second = await engine.start(env.client, "th", "go", request_id="r")
             assert first == second
             result = await engine.result(env.client, first)
+            # submitted again once it finished (a worker restarting): the same run, not rerun
+            assert await engine.start(env.client, "th", "go", request_id="r") == first
         assert result.tool_calls == TOOL_CALLS
         assert set(executions(effects).values()) == {1}
         record = await store.load_thread("th")

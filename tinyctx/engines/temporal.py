@@ -24,6 +24,7 @@ Temporal's async API runs on asyncio, so an engine refuses trio.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
@@ -299,6 +300,7 @@ class TemporalEngine:
         workflow_id: str | None,
     ) -> str:
         from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+        from temporalio.exceptions import WorkflowAlreadyStartedError
 
         if workflow_id is None:
             if request_id is None:
@@ -306,14 +308,17 @@ class TemporalEngine:
                     "request_id", None, "a request id or a workflow_id", owner="TemporalEngine"
                 )
             workflow_id = workflow_id_for(thread_id, request_id)
-        await client.start_workflow(
-            "tinyctx.run",
-            request,
-            id=workflow_id,
-            task_queue=self.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-        )
+        # an id that already ran to its end (a worker restarted after it finished) stays
+        # that run: the start is idempotent, as for a running one
+        with contextlib.suppress(WorkflowAlreadyStartedError):
+            await client.start_workflow(
+                "tinyctx.run",
+                request,
+                id=workflow_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
         return workflow_id
 
     async def start_resume(
