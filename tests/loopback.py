@@ -251,9 +251,16 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in reply.headers.items():
             self.send_header(name, value)
         self.end_headers()
-        for frame in reply.events:
-            self.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
-            self.wfile.flush()
+        try:
+            for frame in reply.events:
+                self.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            # the client hung up before the last frame went out (a cancel on an early delta
+            # while this thread, slow under load, was still writing): that is the close too
+            self.owner.client_closed.set()
+            self.close_connection = True
+            return
         if reply.hold:
             self._wait_for_hangup()
             self.close_connection = True
