@@ -22,6 +22,7 @@ from tinyctx import (
     ToolResult,
     UserMessage,
 )
+from tinyctx.forgetting import find_spans, searchable_text
 from tinyctx.frozen import thaw
 from tinyctx.messages import snap_boundary
 from tinyctx.parts import TextPart, describe_part
@@ -34,6 +35,12 @@ from ._compaction import (
 )
 
 SUMMARY_PREFIX = "[auto-compacted] Summary of {count} earlier messages:"
+
+REFERENCES_HEADING = "References kept verbatim (newest first):"
+"""The line the references section of a span-carrying summary starts with."""
+
+REFERENCE_KINDS = ("path", "identifier", "number", "hex")
+"""The span rules of :mod:`tinyctx.forgetting` whose spans a summary's references carry."""
 
 DEFAULT_SUMMARY_PROMPT = """\
 You compact the earlier part of a conversation between a user and an AI agent that uses \
@@ -201,11 +208,15 @@ async def summarize_history(
     keep_task: bool = False,
     forward: bool = False,
     keep_summaries: int = 0,
+    references: int = 0,
 ) -> tuple[tuple[Message, ...], SummaryStats]:
     """Replace the older part of ``history`` with one summary message.
 
     ``keep_task``, ``forward`` and ``keep_summaries`` choose the split as
-    :func:`summary_split` does.
+    :func:`summary_split` does. ``references`` (tokens; 0: none) ends the summary with the
+    spans of the summarized messages that neither the summary text nor the kept messages
+    hold, verbatim (:func:`summary_references`), so a later use of a path or an
+    identifier still finds it.
 
     Returns the input tuple itself (and no summarizer call is made) when there is nothing
     to summarize. Raises :class:`SummarizationError` when the summarizer fails or returns
@@ -221,7 +232,9 @@ async def summarize_history(
         keep_task: Keep the first user message verbatim (see :func:`summary_split`).
         forward: Snap the cut forward rather than back (see :func:`summary_split`).
         keep_summaries: Earlier summaries kept verbatim (see :func:`summary_split`).
+        references: The most tokens the references section takes (0: no section).
     """
+    check_int(references, "references", "summarize_history")
     history = as_history(history)
     plan = summary_split(
         history, keep_recent, keep_task=keep_task, forward=forward, keep_summaries=keep_summaries
@@ -233,19 +246,20 @@ async def summarize_history(
     inner_system = tuple(m for m in head if isinstance(m, SystemMessage))
     replaced = tuple(m for m in head if not isinstance(m, SystemMessage)) if inner_system else head
     text = await _ask(summarizer, replaced, ctx)
+    counter = counter or default_counter()
+    kept = (*history[:lead], *inner_system, *history[split:])
+    present = "\x00".join((text, *map(searchable_text, kept)))
+    carried = summary_references(replaced, present, references, counter)
+    record: dict[str, Any] = {"messages": len(replaced), "summarizer": type(summarizer).__name__}
+    if carried:
+        record["references"] = len(carried)
+        text = f"{text}\n{REFERENCES_HEADING}\n{' '.join(carried)}"
     summary = UserMessage(
         f"{SUMMARY_PREFIX.format(count=len(replaced))}\n{text}",
-        metadata={
-            "tinyctx": {
-                "summary": {
-                    "messages": len(replaced),
-                    "summarizer": type(summarizer).__name__,
-                }
-            }
-        },
+        metadata={"tinyctx": {"summary": record}},
     )
     new = (*history[:lead], *inner_system, summary, *history[split:])
-    count_messages = (counter or default_counter()).count_messages
+    count_messages = counter.count_messages
     stats = SummaryStats(
         summarized=len(replaced),
         kept=len(new) - 1,
@@ -255,6 +269,37 @@ async def summarize_history(
         tokens_after=count_messages(new),
     )
     return new, stats
+
+
+def summary_references(
+    messages: Sequence[Message], present: str, budget: int, counter: TokenCounter
+) -> tuple[str, ...]:
+    """The spans (:data:`REFERENCE_KINDS` of :func:`tinyctx.forgetting.find_spans`) of
+    ``messages`` that ``present`` (the summary text and the kept messages) does not hold:
+    newest message first, within one in the order ``find_spans`` finds them, each once
+    (none inside one chosen before), while the section (with :data:`REFERENCES_HEADING`)
+    stays within ``budget`` tokens. Deterministic: the same messages give the same
+    references."""
+    if budget <= 0:
+        return ()
+    count_text = counter.count_text
+    room = budget - count_text(REFERENCES_HEADING) - 1
+    chosen: list[str] = []
+    joined = ""
+    for message in reversed(messages):
+        for span in find_spans(searchable_text(message)):
+            if span.kind not in REFERENCE_KINDS or span.text in joined:
+                continue
+            cost = count_text(span.text) + 1
+            if cost > room or span.text in present:
+                continue
+            chosen.append(span.text)
+            joined = f"{joined}\x00{span.text}"
+            room -= cost
+    # estimates of parts need not add up to the estimate of the whole: make sure
+    while chosen and count_text(f"{REFERENCES_HEADING}\n{' '.join(chosen)}") > budget:
+        chosen.pop()
+    return tuple(chosen)
 
 
 async def _ask(summarizer: Summarizer, messages: tuple[Message, ...], ctx: RunContext[Any]) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_RESULT_ROOM",
     "DEFAULT_RESULT_ROOM_SHARE",
     "DEFAULT_SHRINK_KEEP_RECENT",
+    "DEFAULT_SUMMARY_REFERENCES",
 ]
 
 SUMMARIZERS = ("extractive",)
@@ -101,17 +102,27 @@ below 0.2 of the usable window), so it breaks the cached prefix about once per 2
 DEFAULT_RESULT_SHARE = 0.1
 """default_stack's cap on one tool result: 10% of the usable window (and 16 KiB)."""
 
+DEFAULT_SUMMARY_REFERENCES: float | None = None
+"""default_stack's summaries carry no references section (``Summarize(references=None)``)."""
+
 DEFAULT_KEEP_SUMMARIES = 3
 """default_stack's summaries stack: up to 3 earlier summaries stay verbatim in front of a new
 one (``Summarize(keep_summaries=3)``), the 5th folds them all into one."""
 
 
-def _keeping_the_task(policies: list[PressurePolicy], keep_summaries: int) -> list[PressurePolicy]:
+def _keeping_the_task(
+    policies: list[PressurePolicy], keep_summaries: int, references: float | None = None
+) -> list[PressurePolicy]:
     """``policies`` with the built-in summary keeping the task and the earlier summaries in
     front of it (``Summarize(keep_task=True, keep_summaries=...)``: the prefix up to the
     last summary stays cached across reliefs)."""
     return [
-        Summarize(ExtractiveSummarizer(), keep_task=True, keep_summaries=keep_summaries)
+        Summarize(
+            ExtractiveSummarizer(),
+            keep_task=True,
+            keep_summaries=keep_summaries,
+            references=references,
+        )
         if policy_role(p) == "summarize"
         else p
         for p in policies
@@ -131,6 +142,7 @@ def default_stack(
     result_room_share: float | None = DEFAULT_RESULT_ROOM_SHARE,
     shrink_first: bool = True,
     keep_task: bool = True,
+    summary_references: float | None = DEFAULT_SUMMARY_REFERENCES,
 ) -> list[LayerLike]:
     """Budget every tool result, then guard the window with the policies in ``order``.
 
@@ -161,6 +173,8 @@ def default_stack(
         shrink_first: shrink the older results to excerpts before microcompaction clears
             any whole (True).
         keep_task: the trim removes the first user message, the task, last (True).
+        summary_references: the share of a summary's budget its references section (the
+            summarized spans it lacks, verbatim) may take (``Summarize(references=...)``).
 
     The defaults were chosen by what the stack forgets (:mod:`tinyctx.forgetting`) beside
     what it costs (issue #38); the stack before issue #38 is ``default_stack(low_water=0.4,
@@ -183,7 +197,9 @@ def default_stack(
             )
         keep = keep_task and policy_role(policy) == "trim"
         policies.append(TrimOldest(keep_task=True) if keep else policy)
-    return _guarded(policies, counter, low_water, keep_summaries, relief_run, budget)
+    return _guarded(
+        policies, counter, low_water, keep_summaries, relief_run, budget, summary_references
+    )
 
 
 def seed_order_stack(
@@ -206,6 +222,7 @@ def _guarded(
     keep_summaries: int,
     relief_run: int,
     budget: ToolResultBudget | None = None,
+    references: float | None = None,
 ) -> list[LayerLike]:
     """The named stacks' shape for one policy order: every tool result budgeted, then the
     guard (acting only on a request that would not fit) with ``policies``, their summary
@@ -213,7 +230,10 @@ def _guarded(
     return [
         budget or ToolResultBudget(window_fraction=DEFAULT_RESULT_SHARE),
         BudgetGuard(
-            policies=[*_keeping_the_task(policies, keep_summaries), ShrinkToolResults()],
+            policies=[
+                *_keeping_the_task(policies, keep_summaries, references),
+                ShrinkToolResults(),
+            ],
             counter=counter,
             trigger=DEFAULT_TRIGGER,
             low_water=low_water,

@@ -33,6 +33,7 @@ from tinyctx import (
     RunContext,
     SystemMessage,
 )
+from tinyctx.config import fraction, optional
 from tinyctx.events import EventLevel
 from tinyctx.messages import check_pairing
 from tinyctx.reexport import publish
@@ -51,6 +52,8 @@ from ._summarizers import (
 )
 from ._summary_history import (
     DEFAULT_SUMMARY_PROMPT,
+    REFERENCE_KINDS,
+    REFERENCES_HEADING,
     SUMMARY_PREFIX,
     SummarizationError,
     Summarizer,
@@ -62,6 +65,7 @@ from ._summary_history import (
     is_summary,
     render_transcript,
     summarize_history,
+    summary_references,
     summary_split,
 )
 from .policy import Relief
@@ -73,12 +77,15 @@ publish(__name__, _summarizers, _summary_history)
 
 __all__ = [
     "SUMMARY_PREFIX",
+    "REFERENCES_HEADING",
+    "REFERENCE_KINDS",
     "DEFAULT_SUMMARY_PROMPT",
     "Summarizer",
     "SummarizationError",
     "SummaryStats",
     "summary_split",
     "summarize_history",
+    "summary_references",
     "is_summary",
     "digest_end",
     "render_transcript",
@@ -194,6 +201,9 @@ def _remap(
     return remap
 
 
+_REFERENCES = optional(fraction(), allowed="None or a number in (0, 1]")
+
+
 def _tail_within(messages: tuple[Message, ...], budget: int, counter: TokenCounter) -> int:
     """How many of the newest messages fit in ``budget`` tokens (at least one)."""
     count = counter.count_message
@@ -259,6 +269,10 @@ class Summarize(Layer):
             thread (0: never stops).
         keep_task: Keep the first user message verbatim in front of the summary.
         keep_summaries: Earlier summaries stacked verbatim before they are folded.
+        references: The share of the summary's budget (the summarizer's ``max_tokens``,
+            else 1024) a references section may take: the paths, identifiers, numbers and
+            hex strings of the summarized messages that the summary and the kept messages
+            lack, verbatim, newest first (None: no section).
         name: The key of the layer's state; default the class name.
     """
 
@@ -278,6 +292,7 @@ class Summarize(Layer):
         max_failures: int = 3,
         keep_task: bool = False,
         keep_summaries: int = 0,
+        references: float | None = None,
         name: str | None = None,
     ) -> None:
         owner = type(self).__name__
@@ -315,6 +330,7 @@ class Summarize(Layer):
         self.max_failures = check_int(max_failures, "max_failures", owner)
         self.keep_task = check_bool(keep_task, "keep_task", owner)
         self.keep_summaries = check_int(keep_summaries, "keep_summaries", owner)
+        self.references = _REFERENCES.check(references, "references", owner)
         if name is not None:
             self.name = name
 
@@ -354,13 +370,22 @@ class Summarize(Layer):
         ``need <= 0``: the layer's own ``keep``."""
         if need <= 0:
             return self.keep_for(messages, ctx, counter)
-        allowance = getattr(self.summarizer, "max_tokens", None)
-        if not isinstance(allowance, int) or isinstance(allowance, bool) or allowance <= 0:
-            allowance = 1024
+        allowance = self._allowance() + self.reference_tokens()
         allowance += counter.count_text(SUMMARY_PREFIX) + 8  # the heading and its count
         head = counter.count_messages(messages[:kept_head])
         room = counter.count_messages(messages) - need - allowance - head
         return _tail_within(messages, room, counter)
+
+    def _allowance(self) -> int:
+        """The summary's budget: the summarizer's ``max_tokens``, else 1024."""
+        allowance = getattr(self.summarizer, "max_tokens", None)
+        if not isinstance(allowance, int) or isinstance(allowance, bool) or allowance <= 0:
+            return 1024
+        return allowance
+
+    def reference_tokens(self) -> int:
+        """The most tokens the references section of a summary takes (0: none)."""
+        return 0 if self.references is None else int(self.references * self._allowance())
 
     def _pins_task(
         self, messages: tuple[Message, ...], counter: TokenCounter, room: int | None = None
@@ -451,6 +476,7 @@ class Summarize(Layer):
                 counter=counter,
                 keep_task=self._pins_task(messages, counter),
                 keep_summaries=self.keep_summaries,
+                references=self.reference_tokens(),
             )
             if stats.changed and stats.freed_tokens <= 0:
                 raise SummarizationError(
@@ -501,6 +527,7 @@ class Summarize(Layer):
                 keep_task=self._pins_task(messages, counter, ctx.config.usable_tokens),
                 forward=need > 0,
                 keep_summaries=keep_summaries,
+                references=self.reference_tokens(),
             )
         except SummarizationError as exc:
             ctx.emit(SummaryFailed(error=str(exc), source="policy"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,9 @@ from tinyctx import (
     ToolResult,
     UserMessage,
 )
-from tinyctx.forgetting import UsesIndex, find_spans, lost_uses, reply_spans
+from tinyctx.forgetting import FATES, UsesIndex, find_spans, lost_uses, reply_spans
 from tinyctx.formats import load_transcript
-from tinyctx.middleware import Microcompact, ToolResultBudget
+from tinyctx.middleware import Microcompact, Summarize, ToolResultBudget
 from tinyctx.replay import replay
 
 # span-shaped words (one of each rule), and plain words that are no span
@@ -167,6 +168,13 @@ def recordings(draw: st.DrawFn) -> tuple[Message, ...]:
         ]
     out.append(AssistantMessage(" ".join(draw(pick))))
     return tuple(out)
+
+
+class Fixed:
+    """A summarizer that always answers the same text."""
+
+    async def summarize(self, messages: Sequence[Message], ctx: RunContext[Any]) -> str:
+        return "the gist"
 
 
 class ClearAll(Layer):
@@ -346,3 +354,72 @@ class TestLostFrontier:
         assert svg.count("<polyline") == 2
         assert ">ours</text>" in svg and ">theirs</text>" in svg
         assert svg.count('fill="white" stroke=') == 1  # the one point off its frontier
+
+
+def reading(*contents: str, reply: str) -> tuple[Message, ...]:
+    """A task, one read per content, and a reply that uses them."""
+    turns = [m for n, content in enumerate(contents, 1) for m in turn(n, content)]
+    return (UserMessage("start the work"), *turns, AssistantMessage(reply))
+
+
+class TestLossBlame:
+    """Each lost use names what removed its span: its source's fate and the layer that acted."""
+
+    async def test_a_cut_as_the_result_arrived_names_the_budget(self) -> None:
+        """A result cut by ToolResultBudget loses the spans of its cut part to it."""
+        recording = reading(
+            "head_of_file\n" + "padding line\n" * 40 + "tail_identifier_z",
+            reply="tail_identifier_z",
+        )
+        report = await replay(recording, [ToolResultBudget(64, hint="")])
+        (row,) = [r for r in report.rows if r.lost]
+        assert [(b.fate, b.by) for b in row.forgetting.blame] == [
+            ("cut on arrival", "ToolResultBudget")
+        ]
+        assert report.to_json()["summary"]["lost_by_layer"] == {
+            "ToolResultBudget: cut on arrival": 1
+        }
+
+    async def test_a_cleared_result_names_microcompact(self) -> None:
+        """A result microcompaction cleared loses its spans to Microcompact."""
+        long = "first_result_span\n" + "more of the file\n" * 30
+        recording = reading(long, "second_result", reply="first_result_span")
+        report = await replay(recording, [Microcompact(keep_recent=1, trigger=("messages", 1))])
+        lost = report.to_json()["calls"][-1]["lost"]
+        assert [(u["span"], u["fate"], u["by"]) for u in lost] == [
+            ("first_result_span", "cleared", "Microcompact")
+        ]
+
+    async def test_a_summarized_source_names_summarize(self) -> None:
+        """A task folded into a summary loses its spans to Summarize, as a layer."""
+        recording = (
+            UserMessage("fix parse_config_value now"),
+            *turn(1, "nothing here"),
+            *turn(2, "nothing there"),
+            AssistantMessage("parse_config_value"),
+        )
+        summarize = Summarize(Fixed(), trigger_tokens=1, keep_recent=2)
+        report = await replay(recording, [summarize])
+        blamed = [b for r in report.rows for b in r.forgetting.blame]
+        assert [(b.fate, b.by) for b in blamed] == [("summarized", "Summarize")]
+
+    async def test_an_unmarked_rewrite_names_no_layer(self) -> None:
+        """A layer that rewrites content without marks or events: rewritten, by ``?``."""
+        recording = reading("only_here_span", reply="only_here_span")
+        report = await replay(recording, [ClearAll()])
+        blamed = [b for r in report.rows for b in r.forgetting.blame]
+        assert [(b.fate, b.by, b.call) for b in blamed] == [("rewritten", "?", 2)]
+
+    @given(recording=recordings(), budget=st.integers(1, 64))
+    async def test_every_lost_use_is_blamed_once_with_a_known_fate(
+        self, recording: tuple[Message, ...], budget: int
+    ) -> None:
+        """Blame is parallel to the lost uses, and each fate is one of FATES."""
+        for stack in ([ToolResultBudget(budget, hint="")], [ClearAll()], []):
+            report = await replay(recording, stack)
+            for row in report.rows:
+                assert len(row.forgetting.blame) == len(row.forgetting.lost)
+                assert all(
+                    b.fate in FATES and 1 <= b.call <= row.index for b in row.forgetting.blame
+                )
+            assert sum(report.to_json()["summary"]["lost_by_layer"].values()) == report.lost

@@ -44,11 +44,13 @@ from tinyctx.middleware import (
 )
 from tinyctx.middleware.policy import PressurePolicy
 from tinyctx.middleware.summarize import (
+    REFERENCES_HEADING,
     SummaryApplied,
     SummaryFailed,
     is_summary,
     render_transcript,
     summarize_history,
+    summary_references,
     summary_split,
 )
 from tinyctx.parts import describe_part
@@ -260,10 +262,16 @@ class TestSummarizeHistory:
         assert ctx.conversation.messages is snapshot
 
     @TRIO_ONLY
-    @given(history=histories(), keep=st.integers(0, 6))
-    async def test_pairing_holds_and_the_tail_is_verbatim(self, history: Any, keep: int) -> None:
+    @given(history=histories(), keep=st.integers(0, 6), references=st.integers(0, 80))
+    async def test_pairing_holds_and_the_tail_is_verbatim(
+        self, history: Any, keep: int, references: int
+    ) -> None:
         new, stats = await summarize_history(
-            history, ExtractiveSummarizer(200), RunContext.new(), keep_recent=keep
+            history,
+            ExtractiveSummarizer(200),
+            RunContext.new(),
+            keep_recent=keep,
+            references=references,
         )
         assert_pairing_intact(new, history)
         check_pairing(new, allow_pending=False)
@@ -275,6 +283,80 @@ class TestSummarizeHistory:
             assert [m for m in new[: len(new) - len(tail)] if isinstance(m, SystemMessage)] == (
                 system
             )
+
+
+def reads(*results: str) -> list[Message]:
+    """A task, then one read per result."""
+    out: list[Message] = [UserMessage("fix the loader")]
+    for index, text in enumerate(results):
+        call = ToolCall(f"r{index}", "read", {"n": index})
+        out += [AssistantMessage("", (call,)), ToolResult(call.id, text, "read")]
+    return out
+
+
+class TestSummaryReferences:
+    """A span-carrying summary ends with the summarized spans it lacks, verbatim and bounded."""
+
+    async def test_spans_the_summary_and_the_tail_lack_are_kept_newest_first(self) -> None:
+        """Newest message first (by rule within one); spans the summary or the tail hold are out."""
+        history = [
+            *reads(
+                "see src/app/config.py and 48213",
+                "load_settings_v2 in src/app/loader.py",
+                "tail_only_name",
+            ),
+            AssistantMessage("tail_only_name is it"),
+        ]
+        new, stats = await summarize_history(
+            history, Fixed("about 48213"), RunContext.new(), keep_recent=1, references=60
+        )
+        summary = new[0]
+        assert stats.changed and is_summary(summary)
+        body = summary.text.split(f"{REFERENCES_HEADING}\n")[1]
+        assert body.split(" ") == ["src/app/loader.py", "load_settings_v2", "src/app/config.py"]
+        assert summary.metadata["tinyctx"]["summary"]["references"] == 3
+
+    async def test_no_budget_no_section(self) -> None:
+        """references=0 (the default) writes the summary as before."""
+        history = [*reads("load_settings_v2"), AssistantMessage("done")]
+        new, _ = await summarize_history(history, Fixed(), RunContext.new(), keep_recent=1)
+        assert REFERENCES_HEADING not in new[0].text
+        assert "references" not in new[0].metadata["tinyctx"]["summary"]
+
+    @given(history=histories(), budget=st.integers(0, 120))
+    def test_deterministic_and_within_the_budget(self, history: Any, budget: int) -> None:
+        """The same messages give the same references, within ``budget`` tokens, each once."""
+        counter = default_counter()
+        first = summary_references(history, "", budget, counter)
+        assert first == summary_references(tuple(history), "", budget, counter)
+        assert len(set(first)) == len(first)
+        if first:
+            assert counter.count_text(f"{REFERENCES_HEADING}\n{' '.join(first)}") <= budget
+
+    @TRIO_ONLY
+    @given(history=histories(min_turns=1), keep=st.integers(0, 6))
+    async def test_a_failed_summary_changes_nothing(self, history: Any, keep: int) -> None:
+        """With references on, a failing summarizer still leaves the history as it was."""
+        ctx = RunContext.new(conversation=Conversation(history))
+        snapshot = ctx.conversation.messages
+        try:
+            new, _ = await summarize_history(
+                history, Failing(), ctx, keep_recent=keep, references=100
+            )
+        except SummarizationError:
+            pass
+        else:
+            assert new is history
+        assert ctx.conversation.messages is snapshot
+
+    def test_the_layer_option_is_a_share_of_the_summary_budget(self) -> None:
+        """Summarize(references=f) gives f of the summarizer's max_tokens; bad values refused."""
+        assert Summarize(ExtractiveSummarizer(1000), references=0.1).reference_tokens() == 100
+        assert Summarize(Fixed(), references=0.1).reference_tokens() == 102
+        assert Summarize(Fixed()).reference_tokens() == 0
+        for bad in (0, 1.5, "a"):
+            with pytest.raises(ConfigError, match="Summarize.references"):
+                Summarize(Fixed(), references=bad)
 
 
 def transcript_history() -> tuple[Message, ...]:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from attrs import field, frozen
@@ -64,6 +64,12 @@ __all__ = [
     "searchable_text",
     "request_text",
     "lost_uses",
+    "FATES",
+    "Blame",
+    "LossBlame",
+    "use_json",
+    "breakdown",
+    "blame_breakdown",
 ]
 
 SPAN_KINDS = ("path", "identifier", "number", "hex", "quoted", "line")
@@ -213,6 +219,9 @@ class CallForgetting:
 
     uses: tuple[Use, ...] = ()
     lost: tuple[Use, ...] = ()
+    blame: tuple[Blame, ...] = ()
+    """Per lost use (in the order of ``lost``), what removed its span (:class:`LossBlame`);
+    empty when nobody attributed the losses."""
 
     @property
     def lost_rate(self) -> float | None:
@@ -330,3 +339,197 @@ def _call_name(transcript: Sequence[Message], index: int, call_id: str) -> str:
                     return call.name
             break
     return "?"
+
+
+# ---------------------------------------------------------------------------------------
+# which layer removed a lost span
+
+FATES = ("cut on arrival", "cut", "cleared", "rewritten", "summarized", "trimmed", "removed")
+"""What became of a lost use's source message (:class:`LossBlame`): cut as it entered the
+history, cut later, cleared to a placeholder, otherwise rewritten, or gone from the request
+into a summary, by a trim, or else removed."""
+
+_FATE_ROLES = {"cut": "shrink", "cleared": "compact", "summarized": "summarize", "trimmed": "trim"}
+
+
+@frozen
+class Blame:
+    """What removed a lost use's span: ``fate`` (one of :data:`FATES`), the layers or
+    policies ``by`` (``+``-joined; ``"?"`` when none reported acting) and the model ``call``
+    (from 1) before which it happened."""
+
+    fate: str
+    by: str
+    call: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.by}: {self.fate}"
+
+
+@frozen
+class _State:
+    call: int
+    fate: str
+    by: str
+    message: Message = field(repr=False)
+    text: str = field(repr=False)
+
+
+def _marks(message: Message) -> Mapping[str, Any]:
+    value = message.metadata.get("tinyctx")
+    return value if isinstance(value, Mapping) else {}
+
+
+class LossBlame:
+    """Follows, call by call of a replay, each tool result and user message of the sent
+    requests, so that a lost use can be blamed on what removed its span: the first state of
+    its source message (the latest recorded one that held the span) that no longer holds
+    it, or the call where that message left the request (:meth:`blame`).
+
+    A state's ``by`` is the layer or policy whose role fits the fate (``roles``: a name's
+    role, as a guard's policy order names them) among those that acted before that call,
+    else the one whose event named the tool result, else all that acted. When one relief
+    cuts a result and then summarizes it, the fate is the last one the replay saw (the
+    request shows only the end of the relief)."""
+
+    def __init__(self, transcript: Sequence[Message], roles: Mapping[str, str]) -> None:
+        self.transcript = tuple(transcript)
+        self.roles = dict(roles)
+        self._results: dict[str, list[_State]] = {}
+        self._users: dict[str, Blame | None] = {}  # a user text: None while it is there
+        self._gone: dict[str, Blame] = {}
+        self._summaries: set[int] = set()
+
+    @classmethod
+    def for_stack(cls, transcript: Sequence[Message], stack: Iterable[object]) -> LossBlame:
+        """A blame whose roles are those of ``stack``'s layers and guard policies (their
+        ``role`` attributes, by ``name``)."""
+        roles: dict[str, str] = {}
+        for layer in stack:
+            for item in (layer, *getattr(layer, "policies", ())):
+                role, name = getattr(item, "role", None), getattr(item, "name", None)
+                if isinstance(role, str) and isinstance(name, str):
+                    roles[name] = role
+        return cls(transcript, roles)
+
+    def _by(self, fate: str, acting: Sequence[str], named: str | None) -> str:
+        role = _FATE_ROLES.get(fate)
+        fitting = [n for n in dict.fromkeys(acting) if role and self.roles.get(n) == role]
+        if fitting:
+            return "+".join(fitting)
+        return named or "+".join(dict.fromkeys(acting)) or "?"
+
+    def observe(
+        self,
+        call: int,
+        messages: Sequence[Message],
+        acting: Sequence[str] = (),
+        touched: Mapping[str, str] | None = None,
+    ) -> None:
+        """Take model call ``call``'s sent ``messages``; ``acting`` names the layers and
+        policies that acted since the call before, ``touched`` the one whose event named a
+        tool result (by its call id)."""
+        touched = touched or {}
+        summaries = {id(m) for m in messages if "summary" in _marks(m)}
+        new_summary = bool(summaries - self._summaries)
+        self._summaries = summaries
+        present: set[str] = set()
+        texts: set[str] = set()
+        for message in messages:
+            if isinstance(message, ToolResult):
+                present.add(message.tool_call_id)
+                self._result(call, message, acting, touched.get(message.tool_call_id))
+            elif isinstance(message, UserMessage):
+                texts.add(message.text)
+        gone = "summarized" if new_summary else "removed"
+        if not new_summary and any(self.roles.get(n) == "trim" for n in acting):
+            gone = "trimmed"
+        for call_id in self._results:
+            if call_id not in present and call_id not in self._gone:
+                self._gone[call_id] = Blame(gone, self._by(gone, acting, None), call)
+            elif call_id in present:
+                self._gone.pop(call_id, None)
+        for text, blame in list(self._users.items()):
+            if text not in texts and blame is None:
+                self._users[text] = Blame(gone, self._by(gone, acting, None), call)
+            elif text in texts:
+                self._users[text] = None
+        for text in texts:
+            self._users.setdefault(text, None)
+
+    def _result(
+        self, call: int, message: ToolResult, acting: Sequence[str], named: str | None
+    ) -> None:
+        states = self._results.get(message.tool_call_id)
+        if states and states[-1].message is message:
+            return
+        text = searchable_text(message)
+        if states and states[-1].text == text:
+            return
+        marks = _marks(message)
+        if "cleared" in marks:
+            fate = "cleared"
+        elif "truncated" in marks:
+            fate = "cut" if states else "cut on arrival"
+        else:
+            fate = "rewritten"
+        by = named if fate == "cut on arrival" and named else self._by(fate, acting, named)
+        self._results.setdefault(message.tool_call_id, []).append(
+            _State(call, fate, by, message, text)
+        )
+
+    def blame(self, use: Use) -> Blame:
+        """What removed ``use``'s span from the requests the replay sent."""
+        source = self.transcript[use.source]
+        span = use.span.text
+        if isinstance(source, ToolResult):
+            for state in self._results.get(source.tool_call_id, ()):
+                if span not in state.text:
+                    return Blame(state.fate, state.by, state.call)
+            gone = self._gone.get(source.tool_call_id)
+        else:
+            gone = self._users.get(source.text)
+        return gone or Blame("removed", "?", use.call)
+
+
+_SPAN_SHOWN = 80
+"""Characters of a lost span the JSON shows (the rest is cut, with an ellipsis)."""
+
+
+def use_json(use: Use, blame: Blame | None = None) -> dict[str, Any]:
+    """A lost use as a replay's JSON shows it (with what removed it, when known)."""
+    text = use.span.text
+    shown = text if len(text) <= _SPAN_SHOWN else text[: _SPAN_SHOWN - 1] + "\u2026"
+    out: dict[str, Any] = {
+        "kind": use.span.kind,
+        "span": shown,
+        "source": use.source,
+        "tool": use.source_name,
+    }
+    if blame is not None:
+        out.update(fate=blame.fate, by=blame.by, removed_before_call=blame.call)
+    return out
+
+
+def breakdown(
+    calls: Iterable[CallForgetting], key: Callable[[Use], str]
+) -> dict[str, dict[str, int]]:
+    """Uses and lost uses by ``key`` (a span's kind, or the tool its source came from),
+    the most used first."""
+    counts: dict[str, dict[str, int]] = {}
+    for call in calls:
+        for use in call.uses:
+            counts.setdefault(key(use), {"uses": 0, "lost": 0})["uses"] += 1
+        for use in call.lost:
+            counts[key(use)]["lost"] += 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1]["uses"], item[0])))
+
+
+def blame_breakdown(calls: Iterable[CallForgetting]) -> dict[str, int]:
+    """Lost uses by what removed them (``"by: fate"``, :class:`Blame`), the most first."""
+    counts: dict[str, int] = {}
+    for call in calls:
+        for blame in call.blame:
+            counts[blame.key] = counts.get(blame.key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))

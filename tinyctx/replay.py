@@ -27,7 +27,7 @@ from .context import RunConfig, RunContext
 from .control import Interrupt
 from .errors import ContextLimitExceeded, Interrupted
 from .events import Event, EventSink, freed_tokens
-from .forgetting import CallForgetting, Use, UsesIndex
+from .forgetting import CallForgetting, LossBlame, UsesIndex, blame_breakdown, breakdown, use_json
 from .messages import AssistantMessage, Message, ToolCall, ToolResult, check_pairing
 from .model import ModelRequest, ModelResponse
 from .parts import ImagePart
@@ -176,6 +176,7 @@ class ReplayReport:
         return row.usable is not None and row.tokens > row.usable
 
     def to_json(self) -> dict[str, Any]:
+        forgetting = [r.forgetting for r in self.rows]
         return {
             "window": self.window,
             "reserved": self.reserved,
@@ -202,7 +203,14 @@ class ReplayReport:
                     "uses": r.uses,
                     "lost_uses": r.lost,
                     "lost_rate": r.forgetting.lost_rate,
-                    "lost": [_use_json(u) for u in r.forgetting.lost],
+                    "lost": [
+                        use_json(u, b)
+                        for u, b in zip(
+                            r.forgetting.lost,
+                            r.forgetting.blame or _nones(r.forgetting.lost),
+                            strict=True,
+                        )
+                    ],
                 }
                 for r in self.rows
             ],
@@ -221,33 +229,12 @@ class ReplayReport:
                 "uses": self.uses,
                 "lost_uses": self.lost,
                 "lost_rate": self.lost_rate,
-                "lost_by_kind": _breakdown(self.rows, lambda u: u.span.kind),
-                "lost_by_source": _breakdown(self.rows, lambda u: u.source_name),
+                "lost_by_kind": breakdown(forgetting, lambda u: u.span.kind),
+                "lost_by_source": breakdown(forgetting, lambda u: u.source_name),
+                "lost_by_layer": blame_breakdown(forgetting),
                 "estimated_by": _estimated_by(self.rows),
             },
         }
-
-
-_SPAN_SHOWN = 80
-"""Characters of a lost span the JSON shows (the rest is cut, with an ellipsis)."""
-
-
-def _use_json(use: Use) -> dict[str, Any]:
-    text = use.span.text
-    shown = text if len(text) <= _SPAN_SHOWN else text[: _SPAN_SHOWN - 1] + "\u2026"
-    return {"kind": use.span.kind, "span": shown, "source": use.source, "tool": use.source_name}
-
-
-def _breakdown(rows: Sequence[CallRow], key: Callable[[Use], str]) -> dict[str, dict[str, int]]:
-    """Uses and lost uses by ``key`` (a span's kind, or the tool its source came from),
-    the most used first."""
-    counts: dict[str, dict[str, int]] = {}
-    for row in rows:
-        for use in row.forgetting.uses:
-            counts.setdefault(key(use), {"uses": 0, "lost": 0})["uses"] += 1
-        for use in row.forgetting.lost:
-            counts[key(use)]["lost"] += 1
-    return dict(sorted(counts.items(), key=lambda item: (-item[1]["uses"], item[0])))
 
 
 def _estimated_by(rows: Sequence[CallRow]) -> list[str]:
@@ -272,7 +259,7 @@ def count_images(messages: Sequence[Message]) -> int:
     return total
 
 
-def _nones(events: Sequence[Event]) -> tuple[None, ...]:
+def _nones(events: Sequence[object]) -> tuple[None, ...]:
     return (None,) * len(events)
 
 
@@ -295,6 +282,15 @@ def _acting(event: Event) -> str:
         else set()
     )
     return layers.pop() if len(layers) == 1 else event.kind
+
+
+def _observe(blame: LossBlame, call: int, request: ModelRequest, events: Sequence[Event]) -> None:
+    """Show ``blame`` a sent request and who acted before it (policies and layers)."""
+    acting = [_acting(e) for e in events if e.describe() or e.kind == "context.policy_applied"]
+    touched = {
+        str(call_id): _acting(e) for e in events if (call_id := e.payload().get("tool_call_id"))
+    }
+    blame.observe(call, request.messages, acting, touched)
 
 
 def _freed(
@@ -550,6 +546,7 @@ async def replay(
     sent: list[ModelRequest] = []
     texts: dict[int, tuple[Message, str]] = {}
     recorded_results = _results(transcript)
+    blame = LossBlame.for_stack(transcript, stack)
 
     def outer(request: ModelRequest, ctx: RunContext[Any]) -> None:
         # what the uncompacted recording up to here would cost
@@ -566,6 +563,7 @@ async def replay(
             )
         )
         sent[:] = [request]
+        _observe(blame, len(rows), request, events)
         if progress is not None:
             progress(model.position, len(transcript))
 
@@ -578,7 +576,9 @@ async def replay(
             output = counter.count_message(response.message)
             changes["shape"] = attrs.evolve(row.shape, output_tokens=output)
         if sent:
-            changes["forgetting"] = index.score(model.position - 1, sent.pop().messages, texts)
+            scored = index.score(model.position - 1, sent.pop().messages, texts)
+            blamed = tuple(map(blame.blame, scored.lost))
+            changes["forgetting"] = attrs.evolve(scored, blame=blamed)
         if changes:
             rows[-1] = attrs.evolve(row, **changes)
 
