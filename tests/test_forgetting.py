@@ -279,6 +279,7 @@ def previous_default() -> list[Any]:
         result_room_share=None,
         shrink_first=False,
         keep_task=False,
+        summary_references=None,
     )
 
 
