@@ -64,7 +64,7 @@ from ..steps import (
     with_engine_steps,
 )
 from ..store_protocols import Store
-from ..threads import Lease, ThreadStore
+from ..threads import FencedOut, Lease, ThreadStore, ThreadWrite
 from ..tool_handler import run_tool_or_raise
 from . import (
     STORE_LOAD_STEP,
@@ -116,6 +116,8 @@ class _ActivityRunner:
         self.engine = engine
         self.layers = layers
         self._count = 0
+        self.last: Envelope = {}
+        """The envelope of the last step (a write's tells the lease it took over with)."""
         self.failed: NondeterminismError | None = None
         """Set at the first replayed step whose request differs: from then on no step or
         lease call schedules anything, so the session's cleanup adds no command that the
@@ -141,6 +143,7 @@ class _ActivityRunner:
         activity_id = f"{self._count}:{name}"
         self.check()
         envelope: Envelope = await self.engine.activity(name, arg, activity_id=activity_id)
+        self.last = envelope
         if envelope.get("digest") != digest:
             self.failed = NondeterminismError(
                 name,
@@ -163,18 +166,49 @@ class _ActivityStore(StepStore):
     def __init__(self, engine: TemporalEngine, runner: _ActivityRunner) -> None:
         super().__init__(engine.store, runner)
         self.engine = engine
+        self.activity_runner = runner
         self.runner_check = runner.check
+        self.taken: Lease | None = None
+        """The lease a retried write took the thread over with (a newer token of the
+        workflow's own owner): later writes and lease calls use it."""
+
+    def _newest(self, lease: Lease | None) -> Lease | None:
+        taken = self.taken
+        if lease is None or taken is None or taken.token <= lease.token:
+            return lease
+        if (taken.thread_id, taken.owner) != (lease.thread_id, lease.owner):
+            return lease
+        return taken
+
+    async def write(
+        self,
+        thread_id: str,
+        change: ThreadWrite,
+        *,
+        expected_version: int,
+        lease: Lease | None = None,
+    ) -> int:
+        version = await super().write(
+            thread_id, change, expected_version=expected_version, lease=self._newest(lease)
+        )
+        taken = self.activity_runner.last["output"].get("lease")
+        if taken is not None:
+            self.taken = lease_from_json(taken)
+        return version
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         args = {"thread_id": thread_id, "owner": owner, "ttl": ttl}
         return self._lease(await self._call("tinyctx.lease.acquire", args))
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        args = {"lease": lease_json(lease), "ttl": ttl}
-        return self._lease(await self._call("tinyctx.lease.renew", args))
+        args = {"lease": lease_json(self._newest(lease)), "ttl": ttl}
+        renewed = self._lease(await self._call("tinyctx.lease.renew", args))
+        if renewed.token != lease.token:
+            self.taken = renewed
+        return renewed
 
     async def release_lease(self, lease: Lease) -> None:
-        await self._call("tinyctx.lease.release", {"lease": lease_json(lease)})
+        await self._call("tinyctx.lease.release", {"lease": lease_json(self._newest(lease))})
 
     async def _call(self, name: str, args: dict[str, Any]) -> Any:
         self.runner_check()
@@ -455,7 +489,7 @@ class TemporalEngine:
 
         @activity.defn(name=STORE_WRITE_STEP)
         async def write(arg: dict[str, Any]) -> Envelope:
-            return await run_write(store, arg)
+            return await self._write(arg)
 
         @activity.defn(name="tinyctx.lease.acquire")
         async def acquire(arg: dict[str, Any]) -> Any:
@@ -465,7 +499,15 @@ class TemporalEngine:
         async def renew(arg: dict[str, Any]) -> Any:
             lease = lease_from_json(arg["lease"])
             assert lease is not None
-            return lease_json(await store.renew_lease(lease, arg["ttl"]))
+            try:
+                return lease_json(await store.renew_lease(lease, arg["ttl"]))
+            except FencedOut:
+                # a retried write of this workflow took the thread over with a newer
+                # token of the same owner while this renewal was on its way: renew that
+                current = (await store.load_thread(lease.thread_id)).lease
+                if current is None or current.owner != lease.owner:
+                    raise
+                return lease_json(await store.renew_lease(current, arg["ttl"]))
 
         @activity.defn(name="tinyctx.lease.release")
         async def release(arg: dict[str, Any]) -> None:
@@ -480,6 +522,21 @@ class TemporalEngine:
 
         tools = [self._tool_activity(TOOL_STEP_PREFIX + t.name) for t in self.raw_agent.tools]
         return [model, load, write, acquire, renew, release, named_at_run_time, *tools]
+
+    async def _write(self, arg: dict[str, Any]) -> Envelope:
+        """A thread write. A retry (attempt 2 or later: Temporal gave up on an earlier
+        attempt, whose worker may only be stalled) takes the thread over first with a
+        new lease token of the workflow's owner, so the store fences the earlier
+        attempt's write out if it ever arrives; the envelope tells the workflow the new
+        lease."""
+        old = lease_from_json(arg["lease"])
+        if old is None or activity.info().attempt == 1:
+            return await run_write(self.store, arg)
+        taken = await self.store.acquire_lease(old.thread_id, old.owner, self.lease_ttl)
+        envelope = await run_write(self.store, {**arg, "lease": lease_json(taken)})
+        if "version" in envelope["output"]:
+            envelope["output"]["lease"] = lease_json(taken)
+        return envelope
 
     def _tool_activity(self, name: str) -> Callable[..., Any]:
         @activity.defn(name=name)
