@@ -23,9 +23,11 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from tests.engine_app import (
+    LOOKUPS,
     TOOL_CALLS,
     ClockInPrompt,
     PassThrough,
+    delegation_counts,
     executions,
     kill_mid_work,
     pause_outside_an_engine,
@@ -423,3 +425,32 @@ class TestFencingAStalledWorker:
         assert executions(tmp_path / "effects") == {f"fence:{k}": 1 for k in range(TOOL_CALLS)}
         assert record.lease is None or record.lease.expires_at <= time.time()
         await store.aclose()
+
+
+@pytest.mark.slow  # real worker processes, one killed: CI's slow group runs it
+class TestKilledInsideASubagent:
+    """A worker killed inside a sub-agent's run: the next worker replays the parent's
+    workflow and takes the sub-agent's finished calls from its history."""
+
+    async def test_finished_subagent_calls_run_once(
+        self, tmp_path: Path, env: WorkflowEnvironment
+    ) -> None:
+        """SIGKILL in the workflow before the sub-agent's second tool call (its first tool
+        call and two model calls done), a new worker: every call ran exactly once."""
+        address = env.client.service_client.config.target_host
+        first = _spawn_fence("subagent", address, tmp_path)
+        assert first.wait(timeout=120) == -signal.SIGKILL
+        assert first.stdout is not None
+        first.stdout.close()
+        assert executions(tmp_path / "effects") == {
+            "parent:model:0": 1,
+            "sub:model:0": 1,
+            "lookup:k0": 1,
+            "sub:model:1": 1,
+        }
+        second = _spawn_fence("subagent", address, tmp_path)
+        assert _line(second, "result", tmp_path) == f"result answer: found {LOOKUPS} facts"
+        assert second.wait(timeout=120) == 0
+        assert second.stdout is not None
+        second.stdout.close()
+        assert executions(tmp_path / "effects") == delegation_counts()
