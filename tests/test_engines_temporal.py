@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import trio
 from temporalio.client import WorkflowHistory
@@ -21,16 +23,18 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from tests.engine_app import (
+    LOOKUPS,
     TOOL_CALLS,
     ClockInPrompt,
     PassThrough,
+    delegation_counts,
     executions,
     kill_mid_work,
     pause_outside_an_engine,
     review_agent,
     work_agent,
 )
-from tinyctx import ConfigError, Edit, Reject, SqliteStore
+from tinyctx import ConfigError, Edit, Reject, SqliteStore, ToolResult
 from tinyctx.codec import decode_messages
 from tinyctx.engines import EngineError
 from tinyctx.engines.temporal import TemporalEngine, TinyctxWorkflow, sandbox_runner
@@ -352,3 +356,101 @@ class TestTrio:
 
         with pytest.raises(EngineError, match="asyncio"):
             trio.run(build)
+
+
+def _spawn_fence(mode: str, address: str, directory: Path) -> subprocess.Popen[str]:
+    with (directory / f"{mode}.err").open("a") as errors:  # read when a worker fails
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), mode, address, str(directory)],
+            cwd=WORKER.parent.parent,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
+
+
+def _line(process: subprocess.Popen[str], prefix: str, directory: Path) -> str:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(prefix):
+            return line.strip()
+    errors = "".join(p.read_text()[-2000:] for p in directory.glob("*.err"))
+    raise AssertionError(f"worker exited ({process.wait()}) before {prefix!r}: {errors}")
+
+
+@pytest.mark.slow  # real worker processes stopped and continued: CI's slow group runs it
+class TestFencingAStalledWorker:
+    """A worker frozen inside a thread write: Temporal retries the write on a second
+    worker, which takes the thread over with a new lease token and finishes the run; the
+    first, continued, is refused by the store (FencedOut); nothing is written twice."""
+
+    async def test_stalled_write_is_fenced_out(
+        self, tmp_path: Path, env: WorkflowEnvironment
+    ) -> None:
+        """SIGSTOP inside a write, takeover by a second worker process, SIGCONT: the old
+        write is refused with its token, the thread holds the takeover's run."""
+        address = env.client.service_client.config.target_host
+        stalled = _spawn_fence("stall", address, tmp_path)
+        stalled_token = int(_line(stalled, "stalled", tmp_path).split()[1])
+        store = SqliteStore(tmp_path / "threads.db")
+        try:
+            takeover = _spawn_fence("takeover", address, tmp_path)
+            # Temporal times the stalled attempt out and retries the write on the second
+            # worker, which takes the thread over with a newer token of the same owner
+            for _ in range(6000):  # another process writes the store: poll it
+                lease = (await store.load_thread("fence")).lease
+                if lease is not None and lease.token > stalled_token:
+                    break
+                await anyio.sleep(0.01)
+            else:
+                raise AssertionError("no worker took the stalled thread over")
+        finally:
+            stalled.send_signal(signal.SIGCONT)  # while the takeover still holds the thread
+        fenced = _line(stalled, "fenced write", tmp_path).split()
+        assert int(fenced[2]) == stalled_token
+        assert fenced[3] != "None" and int(fenced[3]) > stalled_token, fenced
+        assert _line(takeover, "result", tmp_path) == f"result did {TOOL_CALLS} steps"
+        _line(stalled, "ended", tmp_path)
+        for process in (takeover, stalled):
+            assert process.wait(timeout=120) == 0
+            assert process.stdout is not None
+            process.stdout.close()
+        record = await store.load_thread("fence")
+        messages = decode_messages(record.messages)  # the refused write added nothing
+        check_pairing(messages, allow_pending=False)
+        assert [m.tool_call_id for m in messages if isinstance(m, ToolResult)] == [
+            f"w{k}" for k in range(TOOL_CALLS)
+        ]
+        assert messages[-1].content == f"did {TOOL_CALLS} steps"
+        assert executions(tmp_path / "effects") == {f"fence:{k}": 1 for k in range(TOOL_CALLS)}
+        assert record.lease is None or record.lease.expires_at <= time.time()
+        await store.aclose()
+
+
+@pytest.mark.slow  # real worker processes, one killed: CI's slow group runs it
+class TestKilledInsideASubagent:
+    """A worker killed inside a sub-agent's run: the next worker replays the parent's
+    workflow and takes the sub-agent's finished calls from its history."""
+
+    async def test_finished_subagent_calls_run_once(
+        self, tmp_path: Path, env: WorkflowEnvironment
+    ) -> None:
+        """SIGKILL in the workflow before the sub-agent's second tool call (its first tool
+        call and two model calls done), a new worker: every call ran exactly once."""
+        address = env.client.service_client.config.target_host
+        first = _spawn_fence("subagent", address, tmp_path)
+        assert first.wait(timeout=120) == -signal.SIGKILL
+        assert first.stdout is not None
+        first.stdout.close()
+        assert executions(tmp_path / "effects") == {
+            "parent:model:0": 1,
+            "sub:model:0": 1,
+            "lookup:k0": 1,
+            "sub:model:1": 1,
+        }
+        second = _spawn_fence("subagent", address, tmp_path)
+        assert _line(second, "result", tmp_path) == f"result answer: found {LOOKUPS} facts"
+        assert second.wait(timeout=120) == 0
+        assert second.stdout is not None
+        second.stdout.close()
+        assert executions(tmp_path / "effects") == delegation_counts()

@@ -10,6 +10,14 @@ step, both at the innermost point of the onions, through :class:`EngineSteps`:
 - ``tinyctx.tool:<name>``: one call of the tool ``<name>`` (a failure is recorded as data
   and raised again as a :class:`~tinyctx.ToolError` on replay, so tool layers see it).
 
+A sub-agent a tool runs (``subagent_tool``, or any tool whose class says
+``nested_steps = True``) is not one step: the tool runs in the workflow and the
+sub-agent's own calls are the steps, named under it, ``tinyctx.subagent:<name>/`` before
+the step's name (``tinyctx.subagent:research/tinyctx.model``,
+``tinyctx.subagent:research/tinyctx.tool:search``; a sub-agent inside one nests the
+prefixes), so a crash inside the sub-agent replays its finished calls instead of running
+the whole sub-agent again.
+
 These names are compatibility data: a workflow recorded by one tinyctx version replays on
 the next only if the names stay the same, so they never change. Each recorded output is
 an envelope ``{"digest": ..., "output": ...}`` of plain JSON (messages as codec
@@ -47,6 +55,7 @@ from .ordering import Innermost
 
 __all__ = [
     "MODEL_STEP",
+    "SUBAGENT_STEP_PREFIX",
     "TOOL_STEP_PREFIX",
     "EngineSteps",
     "NondeterminismError",
@@ -63,7 +72,10 @@ __all__ = [
     "run_ids_from",
     "clock_from",
     "replay_from",
+    "runs_nested_steps",
+    "step_name",
     "steps_through",
+    "subagent_steps",
     "tool_digest",
     "with_engine_steps",
 ]
@@ -72,6 +84,9 @@ MODEL_STEP = "tinyctx.model"
 """The step name of a model call (stable compatibility data)."""
 TOOL_STEP_PREFIX = "tinyctx.tool:"
 """The step name of a tool call is this prefix and the tool's name (stable)."""
+SUBAGENT_STEP_PREFIX = "tinyctx.subagent:"
+"""A sub-agent's steps are named ``tinyctx.subagent:<name>/`` and the step's own name
+(stable; nested sub-agents nest the prefixes)."""
 
 Envelope = dict[str, Any]
 """What a step records: ``{"digest": str, "output": JSON}``."""
@@ -123,6 +138,7 @@ class StepRunner(Protocol):
 
 
 _RUNNER: ContextVar[StepRunner | None] = ContextVar("tinyctx.step_runner", default=None)
+_SCOPE: ContextVar[str] = ContextVar("tinyctx.step_scope", default="")
 
 
 def current_runner() -> StepRunner | None:
@@ -138,6 +154,33 @@ def steps_through(runner: StepRunner) -> Iterator[None]:
         yield
     finally:
         _RUNNER.reset(token)
+
+
+def step_name(base: str) -> str:
+    """``base`` named for the (sub-)agent whose calls run in this context: unchanged for
+    the workflow's own agent, ``tinyctx.subagent:<name>/<base>`` inside a sub-agent."""
+    return _SCOPE.get() + base
+
+
+@contextmanager
+def subagent_steps(agent: Any, label: str) -> Iterator[Any]:
+    """Run the sub-agent ``label`` in this context: inside a workflow its model and tool
+    calls are steps of the workflow (``agent`` with :class:`EngineSteps`, names under
+    ``tinyctx.subagent:<label>/``); outside one ``agent`` as it is."""
+    if _RUNNER.get() is None:
+        yield agent
+        return
+    token = _SCOPE.set(f"{_SCOPE.get()}{SUBAGENT_STEP_PREFIX}{label}/")
+    try:
+        yield with_engine_steps(agent)
+    finally:
+        _SCOPE.reset(token)
+
+
+def runs_nested_steps(tool: object) -> bool:
+    """Whether ``tool``'s calls run in the workflow, their sub-agent's calls the steps (a
+    tool class that says ``nested_steps = True``, as ``subagent_tool``'s does)."""
+    return getattr(tool, "nested_steps", False) is True
 
 
 @contextmanager
@@ -327,8 +370,9 @@ class EngineSteps(Layer):
             response = await call_next(request, ctx)
             return {"digest": digest, "output": encode_response(response)}
 
-        envelope = await runner.step(MODEL_STEP, digest, run, lambda: model_payload(request, ctx))
-        _check_digest(runner, MODEL_STEP, index, digest, envelope)
+        name = step_name(MODEL_STEP)
+        envelope = await runner.step(name, digest, run, lambda: model_payload(request, ctx))
+        _check_digest(runner, name, index, digest, envelope)
         return decode_response(envelope["output"])
 
     async def wrap_tool(
@@ -337,15 +381,20 @@ class EngineSteps(Layer):
         runner = _RUNNER.get()
         if runner is None:
             return await call_next(call, ctx)
-        name = TOOL_STEP_PREFIX + call.name
+        if runs_nested_steps(ctx.tools.get(call.name)):
+            return await _nested(runner, call, ctx, call_next)
+        name = step_name(TOOL_STEP_PREFIX + call.name)
         index = runner.next_index()
         digest = tool_digest(call)
 
         async def run() -> Envelope:
+            token = _RUNNER.set(None)  # the step is one opaque call: nothing in it is a step
             try:
                 output = tool_output(await call_next(call, ctx))
             except ToolError as exc:
                 output = tool_failure(exc)
+            finally:
+                _RUNNER.reset(token)
             return {"digest": digest, "output": output}
 
         envelope = await runner.step(name, digest, run, lambda: tool_payload(call, ctx))
@@ -358,6 +407,25 @@ class EngineSteps(Layer):
         if not isinstance(result, ToolResult):
             raise TinyCtxError(f"recorded step {name} holds a {type(result).__name__}")
         return result
+
+
+async def _nested(
+    runner: StepRunner, call: ToolCall, ctx: RunContext[Any], call_next: ToolCallHandler
+) -> ToolResult:
+    """A sub-agent's tool runs in the workflow: its sub-agent's calls are the steps. The
+    workflow's own failures inside it (a replay that differs, the engine cancelling the
+    workflow) end the workflow as they would outside a sub-agent, instead of becoming the
+    tool's failure that the parent's model reads."""
+    try:
+        return await call_next(call, ctx)
+    except ToolError as exc:
+        cause = exc.error
+        engine_error = getattr(runner, "engine_error", None)
+        if isinstance(cause, NondeterminismError) or (
+            cause is not None and engine_error is not None and engine_error(cause)
+        ):
+            raise cause from None
+        raise
 
 
 def _check_digest(

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from dbos import DBOS, DBOSConfig, SetWorkflowID, WorkflowHandleAsync
+from dbos._error import DBOSWorkflowCancelledError, DBOSWorkflowConflictIDError
 from dbos._serialization import DBOSPortableJSON, PortableWorkflowError, WorkflowSerializationFormat
 
 from ..agent import Agent, Checkpoint, Session
@@ -157,6 +158,12 @@ class _Runner:
         self.replaying = True
         result: Envelope = await DBOS.run_step_async({"name": name}, live)
         return result
+
+    @staticmethod
+    def engine_error(exc: BaseException) -> bool:
+        """DBOS's own control of the workflow (cancelled, or owned by another execution):
+        it ends the workflow, never a tool's failure."""
+        return isinstance(exc, (DBOSWorkflowCancelledError, DBOSWorkflowConflictIDError))
 
 
 async def _result_of(handle: WorkflowHandleAsync[Any]) -> EngineResult:

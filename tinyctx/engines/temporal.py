@@ -36,7 +36,7 @@ from typing import Any
 import anyio._backends._asyncio  # noqa: F401
 from temporalio import activity, workflow
 from temporalio.client import Client
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -49,6 +49,8 @@ from ..decisions import Decision
 from ..errors import ConfigError, ToolError
 from ..messages import Message, ToolCall
 from ..steps import (
+    MODEL_STEP,
+    TOOL_STEP_PREFIX,
     Envelope,
     NondeterminismError,
     clock_from,
@@ -61,11 +63,13 @@ from ..steps import (
     tool_output,
     with_engine_steps,
 )
-from ..threads import Lease, ThreadStore
+from ..store_protocols import Store
+from ..threads import FencedOut, Lease, ThreadStore, ThreadWrite
 from ..tool_handler import run_tool_or_raise
 from . import (
     STORE_LOAD_STEP,
     STORE_WRITE_STEP,
+    EngineError,
     EngineResult,
     StepStore,
     check_approvals,
@@ -88,6 +92,7 @@ from . import (
     unmark_thread,
     workflow_id_for,
 )
+from ._scopes import scope_of
 
 __all__ = ["PASSTHROUGH", "TemporalEngine", "TinyctxWorkflow", "sandbox_runner"]
 
@@ -111,6 +116,8 @@ class _ActivityRunner:
         self.engine = engine
         self.layers = layers
         self._count = 0
+        self.last: Envelope = {}
+        """The envelope of the last step (a write's tells the lease it took over with)."""
         self.failed: NondeterminismError | None = None
         """Set at the first replayed step whose request differs: from then on no step or
         lease call schedules anything, so the session's cleanup adds no command that the
@@ -136,6 +143,7 @@ class _ActivityRunner:
         activity_id = f"{self._count}:{name}"
         self.check()
         envelope: Envelope = await self.engine.activity(name, arg, activity_id=activity_id)
+        self.last = envelope
         if envelope.get("digest") != digest:
             self.failed = NondeterminismError(
                 name,
@@ -158,18 +166,49 @@ class _ActivityStore(StepStore):
     def __init__(self, engine: TemporalEngine, runner: _ActivityRunner) -> None:
         super().__init__(engine.store, runner)
         self.engine = engine
+        self.activity_runner = runner
         self.runner_check = runner.check
+        self.taken: Lease | None = None
+        """The lease a retried write took the thread over with (a newer token of the
+        workflow's own owner): later writes and lease calls use it."""
+
+    def _newest(self, lease: Lease | None) -> Lease | None:
+        taken = self.taken
+        if lease is None or taken is None or taken.token <= lease.token:
+            return lease
+        if (taken.thread_id, taken.owner) != (lease.thread_id, lease.owner):
+            return lease
+        return taken
+
+    async def write(
+        self,
+        thread_id: str,
+        change: ThreadWrite,
+        *,
+        expected_version: int,
+        lease: Lease | None = None,
+    ) -> int:
+        version = await super().write(
+            thread_id, change, expected_version=expected_version, lease=self._newest(lease)
+        )
+        taken = self.activity_runner.last["output"].get("lease")
+        if taken is not None:
+            self.taken = lease_from_json(taken)
+        return version
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         args = {"thread_id": thread_id, "owner": owner, "ttl": ttl}
         return self._lease(await self._call("tinyctx.lease.acquire", args))
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        args = {"lease": lease_json(lease), "ttl": ttl}
-        return self._lease(await self._call("tinyctx.lease.renew", args))
+        args = {"lease": lease_json(self._newest(lease)), "ttl": ttl}
+        renewed = self._lease(await self._call("tinyctx.lease.renew", args))
+        if renewed.token != lease.token:
+            self.taken = renewed
+        return renewed
 
     async def release_lease(self, lease: Lease) -> None:
-        await self._call("tinyctx.lease.release", {"lease": lease_json(lease)})
+        await self._call("tinyctx.lease.release", {"lease": lease_json(self._newest(lease))})
 
     async def _call(self, name: str, args: dict[str, Any]) -> Any:
         self.runner_check()
@@ -234,6 +273,7 @@ class TemporalEngine:
         activity_timeout: float = 300.0,
         attempts: int = 1,
         data: Any = None,
+        stores: Mapping[str, Store] | None = None,
         approvals: str = "wait",
     ) -> None:
         refuse_trio("TemporalEngine")
@@ -254,6 +294,7 @@ class TemporalEngine:
         self.retry = RetryPolicy(maximum_attempts=attempts)
         self._grace = 86400.0  # a day of workflow time: the activities' own bounds apply
         self.data = data
+        self.stores = dict(stores or {})
         self._layers = layer_order(self.agent)
         _ENGINES[name] = self
 
@@ -416,6 +457,10 @@ class TemporalEngine:
                 # activity timeouts and retries bound it, and a write must outlast dead
                 # workers' timeouts and the retry backoff
                 grace_period=self._grace,
+                # tools run in activities; the workflow's registry checks their
+                # injections against the same data and stores as the activities'
+                data=self.data,
+                stores=self.stores,
             )
             async with session:
                 claim_thread(session, request["kind"], workflow_id, owner)
@@ -428,15 +473,15 @@ class TemporalEngine:
     # -- the activities (outside the sandbox) ---------------------------------------------
 
     def activities(self) -> list[Callable[..., Any]]:
-        """The activities a worker for this engine registers."""
+        """The activities a worker for this engine registers: the store's, the model's and
+        the agent's tools by their step names, and one dynamic activity for the steps
+        named at run time (a sub-agent's calls, MCP servers' and other request-scoped
+        tools)."""
         store = self.store
 
-        @activity.defn(name="tinyctx.model")
+        @activity.defn(name=MODEL_STEP)
         async def model(arg: dict[str, Any]) -> Envelope:
-            request = request_from_payload(arg)
-            async with self._session(arg) as session:
-                response = await self.raw_agent.model(request, session.ctx)
-            return {"digest": arg["digest"], "output": encode_response(response)}
+            return await self._run_step(MODEL_STEP, arg)
 
         @activity.defn(name=STORE_LOAD_STEP)
         async def load(arg: dict[str, Any]) -> Envelope:
@@ -444,7 +489,7 @@ class TemporalEngine:
 
         @activity.defn(name=STORE_WRITE_STEP)
         async def write(arg: dict[str, Any]) -> Envelope:
-            return await run_write(store, arg)
+            return await self._write(arg)
 
         @activity.defn(name="tinyctx.lease.acquire")
         async def acquire(arg: dict[str, Any]) -> Any:
@@ -454,7 +499,15 @@ class TemporalEngine:
         async def renew(arg: dict[str, Any]) -> Any:
             lease = lease_from_json(arg["lease"])
             assert lease is not None
-            return lease_json(await store.renew_lease(lease, arg["ttl"]))
+            try:
+                return lease_json(await store.renew_lease(lease, arg["ttl"]))
+            except FencedOut:
+                # a retried write of this workflow took the thread over with a newer
+                # token of the same owner while this renewal was on its way: renew that
+                current = (await store.load_thread(lease.thread_id)).lease
+                if current is None or current.owner != lease.owner:
+                    raise
+                return lease_json(await store.renew_lease(current, arg["ttl"]))
 
         @activity.defn(name="tinyctx.lease.release")
         async def release(arg: dict[str, Any]) -> None:
@@ -462,24 +515,51 @@ class TemporalEngine:
             assert lease is not None
             await store.release_lease(lease)
 
-        tools = [self._tool_activity(t.name) for t in self.raw_agent.tools]
-        return [model, load, write, acquire, renew, release, *tools]
+        @activity.defn(dynamic=True)
+        async def named_at_run_time(args: Sequence[RawValue]) -> Envelope:
+            arg = activity.payload_converter().from_payload(args[0].payload, dict)
+            return await self._run_step(activity.info().activity_type, arg)
 
-    def _session(self, arg: Mapping[str, Any]) -> Session[Any]:
-        """A store-less session with the run's config: the serialized context an activity
-        hands the model or a tool (``RunContext``, ``Injected[...]``)."""
-        config = decode(json.dumps(arg["config"]), RunConfig)
-        return Session(self.raw_agent, config=config, data=self.data)
+        tools = [self._tool_activity(TOOL_STEP_PREFIX + t.name) for t in self.raw_agent.tools]
+        return [model, load, write, acquire, renew, release, named_at_run_time, *tools]
 
-    def _tool_activity(self, tool_name: str) -> Callable[..., Any]:
-        @activity.defn(name=f"tinyctx.tool:{tool_name}")
+    async def _write(self, arg: dict[str, Any]) -> Envelope:
+        """A thread write. A retry (attempt 2 or later: Temporal gave up on an earlier
+        attempt, whose worker may only be stalled) takes the thread over first with a
+        new lease token of the workflow's owner, so the store fences the earlier
+        attempt's write out if it ever arrives; the envelope tells the workflow the new
+        lease."""
+        old = lease_from_json(arg["lease"])
+        if old is None or activity.info().attempt == 1:
+            return await run_write(self.store, arg)
+        taken = await self.store.acquire_lease(old.thread_id, old.owner, self.lease_ttl)
+        envelope = await run_write(self.store, {**arg, "lease": lease_json(taken)})
+        if "version" in envelope["output"]:
+            envelope["output"]["lease"] = lease_json(taken)
+        return envelope
+
+    def _tool_activity(self, name: str) -> Callable[..., Any]:
+        @activity.defn(name=name)
         async def run_tool(arg: dict[str, Any]) -> Envelope:
-            call = decode(json.dumps(arg["call"]), ToolCall)
-            async with self._session(arg) as session:
-                try:
-                    output = tool_output(await run_tool_or_raise(call, session.ctx))
-                except ToolError as exc:
-                    output = tool_failure(exc)
-            return {"digest": arg["digest"], "output": output}
+            return await self._run_step(name, arg)
 
         return run_tool
+
+    async def _run_step(self, name: str, arg: Mapping[str, Any]) -> Envelope:
+        """Run the model or tool step ``name`` in the worker, in the serialized context:
+        a store-less session of the step's (sub-)agent with the run's config, the
+        engine's ``data`` and ``stores``, the agent's and its MCP servers' tools."""
+        scope = scope_of(self.raw_agent, name)
+        config = decode(json.dumps(arg["config"]), RunConfig)
+        async with scope.session(config, self.data, self.stores) as session:
+            if scope.step == MODEL_STEP:
+                response = await scope.agent.model(request_from_payload(arg), session.ctx)
+                return {"digest": arg["digest"], "output": encode_response(response)}
+            if not scope.step.startswith(TOOL_STEP_PREFIX):
+                raise EngineError(f"activity {name!r} is no tinyctx step")
+            call = decode(json.dumps(arg["call"]), ToolCall)
+            try:
+                output = tool_output(await run_tool_or_raise(call, session.ctx))
+            except ToolError as exc:
+                output = tool_failure(exc)
+        return {"digest": arg["digest"], "output": output}
