@@ -131,11 +131,9 @@ class RecordedEvents:
         events = self._events
         if events is None:
             events = self._events = tuple(
-                entry
-                if isinstance(entry, Event)
-                else build_event(
-                    entry[0], entry[1], entry[2], timestamp=entry[3], replayed=entry[4]
-                )
+                build_event(entry[0], entry[1], entry[2], timestamp=entry[3], replayed=entry[4])
+                if isinstance(entry, tuple)  # deferred (an event is never a tuple)
+                else entry
                 for entry in self._entries
             )
             self._entries = ()

@@ -39,6 +39,10 @@ __all__ = ["Session"]
 Data = TypeVar("Data")
 
 
+_NO_IDS_SEEN: tuple[int, Message | None, set[str]] = (0, None, set())
+"""No message read yet (the set is never written: a count of 0 starts a new one)."""
+
+
 class Session(ResumePath[Data]):
     """One thread of conversation with an agent; owns the task group for background work.
 
@@ -141,7 +145,7 @@ class Session(ResumePath[Data]):
         self._closed = False
         self._lease_kept: tuple[anyio.Event, anyio.Event] | None = None  # (stop, stopped)
         # tool call ids of the history (how many messages read, the last one, the ids)
-        self._ids_seen: tuple[int, Message | None, set[str]] = (0, None, set())
+        self._ids_seen: tuple[int, Message | None, set[str]] = _NO_IDS_SEEN
         self._abandoned: tuple[ToolCall, ...] = ()
         self._link: ThreadLink | None = None
         self._writing: anyio.Lock | None = None  # made on entering (in its event loop)
@@ -198,7 +202,8 @@ class Session(ResumePath[Data]):
                 owner=link.owner,
                 seconds=time.perf_counter() - started,
             )
-        self._writing = anyio.Lock()
+        if link is not None:
+            self._writing = anyio.Lock()  # only writes take it
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
