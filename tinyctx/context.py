@@ -387,8 +387,11 @@ class RunContext(Generic[Data]):
     def emit(self, event: Event | type[Event], /, **fields: Any) -> None:
         """Deliver an event stamped with this run's ids.
 
-        ``ctx.emit(MyEvent, size=3)`` builds the event already stamped (one construction);
-        ``ctx.emit(MyEvent(size=3))`` stamps a copy of a built one.
+        ``ctx.emit(MyEvent, size=3)`` builds the event already stamped (one construction),
+        and only when something would see it: with no subscriber, tap or logger at its
+        level, the run's result builds it when its ``events`` are read
+        (:mod:`tinyctx.event_log`); ``ctx.emit(MyEvent(size=3))`` stamps a copy of a
+        built one.
         """
         config = self.config
         replaying = REPLAY_SOURCE.get()
