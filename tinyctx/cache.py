@@ -20,14 +20,18 @@ class CacheRegistry:
     __slots__ = ("_namespaces", "_state")
 
     def __init__(self) -> None:
-        self._namespaces: dict[str, dict[Any, Any]] = {}
-        self._state: dict[int, tuple[object, Any]] = {}
+        # both made on first use: most trees never cache anything
+        self._namespaces: dict[str, dict[Any, Any]] | None = None
+        self._state: dict[int, tuple[object, Any]] | None = None
 
     def namespace(self, name: str) -> MutableMapping[Any, Any]:
         """The dict for ``name``, created on first use."""
-        space = self._namespaces.get(name)
+        namespaces = self._namespaces
+        if namespaces is None:
+            namespaces = self._namespaces = {}
+        space = namespaces.get(name)
         if space is None:
-            space = self._namespaces[name] = {}
+            space = namespaces[name] = {}
         return space
 
     def state_for(self, owner: object, factory: Callable[[], T]) -> T:
@@ -35,17 +39,20 @@ class CacheRegistry:
 
         Keyed by identity; the owner is kept alive with its state so the key stays valid.
         """
-        entry = self._state.get(id(owner))
+        states = self._state
+        if states is None:
+            states = self._state = {}
+        entry = states.get(id(owner))
         if entry is None or entry[0] is not owner:
             state = factory()
-            self._state[id(owner)] = (owner, state)
+            states[id(owner)] = (owner, state)
             return state
         value: T = entry[1]
         return value
 
     def clear(self) -> None:
-        self._namespaces.clear()
-        self._state.clear()
+        self._namespaces = self._state = None
 
     def __repr__(self) -> str:
-        return f"<CacheRegistry namespaces={sorted(self._namespaces)} owners={len(self._state)}>"
+        names, owners = sorted(self._namespaces or ()), len(self._state or ())
+        return f"<CacheRegistry namespaces={names} owners={owners}>"

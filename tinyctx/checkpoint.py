@@ -13,6 +13,7 @@ from attrs import field, frozen
 
 from .context import RunConfig
 from .errors import InvalidCheckpoint, PairingError
+from .event_log import RecordedEvents
 from .events import Event
 from .frozen import EMPTY, FrozenDict, frozen_mapping
 from .messages import Message, ToolCall, check_pairing, pending_tool_calls
@@ -48,7 +49,15 @@ class RunResult:
     thread_id: str
     model_calls: int
     tool_calls: int
-    events: tuple[Event, ...] = field(default=(), repr=False)
+    _events: tuple[Event, ...] | RecordedEvents = field(default=(), repr=False, alias="events")
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """The run's events, in order (built on first read when nothing else watched)."""
+        events = self._events
+        if isinstance(events, RecordedEvents):
+            return events.built()
+        return events
 
 
 @frozen

@@ -387,35 +387,30 @@ class RunContext(Generic[Data]):
     def emit(self, event: Event | type[Event], /, **fields: Any) -> None:
         """Deliver an event stamped with this run's ids.
 
-        ``ctx.emit(MyEvent, size=3)`` builds the event already stamped (one construction);
-        ``ctx.emit(MyEvent(size=3))`` stamps a copy of a built one.
+        ``ctx.emit(MyEvent, size=3)`` builds the event already stamped (one construction),
+        and only when something would see it: with no subscriber, tap or logger at its
+        level, the run's result builds it when its ``events`` are read
+        (:mod:`tinyctx.event_log`); ``ctx.emit(MyEvent(size=3))`` stamps a copy of a
+        built one.
         """
         config = self.config
-        if isinstance(event, type):
-            event = event(
-                **fields,
-                run_id=config.run_id,
-                parent_run_id=config.parent_run_id,
-                root_run_id=config.root_run_id,
-                thread_id=config.thread_id,
-                tags=config.tags,
-                lineage=config.lineage,
-            )
-        else:
-            if fields:
-                raise TypeError(
-                    "emit(event, **fields): fields go with an event class, not an event"
-                )
-            event = event.stamped(
-                run_id=config.run_id,
-                parent_run_id=config.parent_run_id,
-                root_run_id=config.root_run_id,
-                thread_id=config.thread_id,
-                tags=config.tags,
-                lineage=config.lineage,
-            )
         replaying = REPLAY_SOURCE.get()
-        if replaying is not None and replaying():
+        replayed = replaying is not None and replaying()
+        if isinstance(event, type):
+            # built only if anything would see it (see EventSink.emit_new)
+            self.events.emit_new(event, fields, config, replayed)
+            return
+        if fields:
+            raise TypeError("emit(event, **fields): fields go with an event class, not an event")
+        event = event.stamped(
+            run_id=config.run_id,
+            parent_run_id=config.parent_run_id,
+            root_run_id=config.root_run_id,
+            thread_id=config.thread_id,
+            tags=config.tags,
+            lineage=config.lineage,
+        )
+        if replayed:
             event = clone_with(event, {"replayed": True})
         self.events.emit(event)
 

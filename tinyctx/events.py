@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import attrs
 from attrs import field, frozen
 
+from .event_log import EventLog, Stamp, build_event, deferrable
 from .frozen import clone_with
 
 if TYPE_CHECKING:
@@ -216,15 +217,27 @@ def log_event(event: Event) -> None:
     )
 
 
+def _logs(logger: Any, level: EventLevel) -> bool:
+    """Whether an event at ``level`` would be logged by ``logger`` (see :class:`EventSink`)."""
+    if logger is None or level == "trace":
+        return False
+    if logger is not _DEFAULT_LOGGER:
+        return True
+    return _configured_structlog() is not None or _STDLIB.isEnabledFor(_LEVELS[level])
+
+
 class EventSink:
     """Delivers events to subscribers (in order) and to logging (:func:`log_event`, or
     ``logger``: any object with structlog-style level methods; None logs nothing).
 
     A subscriber that raises does not break the run: the error is reported as a
     :class:`SubscriberFailed` event and logged, unless ``raise_errors=True``.
+
+    An event nobody would see (no subscriber but the runs' own :class:`EventLog`, no tap,
+    no logger at its level) is not built: :meth:`emit_new` hands the logs its arguments.
     """
 
-    __slots__ = ("_logger", "_raise_errors", "_subscribers")
+    __slots__ = ("_listeners", "_logger", "_raise_errors", "_subscribers")
 
     def __init__(
         self,
@@ -235,17 +248,42 @@ class EventSink:
     ) -> None:
         self._logger = logger
         self._subscribers: list[Subscriber] = list(subscribers)
+        # subscribers that are not an EventLog (those see every event built)
+        self._listeners = sum(1 for fn in self._subscribers if type(fn) is not EventLog)
         self._raise_errors = raise_errors
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         """Add a subscriber; call the returned function to remove it."""
         self._subscribers.append(fn)
+        listener = type(fn) is not EventLog
+        self._listeners += listener
 
         def unsubscribe() -> None:
             if fn in self._subscribers:
                 self._subscribers.remove(fn)
+                self._listeners -= listener
 
         return unsubscribe
+
+    def emit_new(
+        self, cls: type[Event], fields: dict[str, Any], stamp: Stamp, replayed: bool
+    ) -> None:
+        """Deliver ``cls(**fields)`` stamped with ``stamp``'s ids (``replayed`` as given):
+        built and emitted when anything would see it, else handed to the runs' logs
+        (identical when they build it) or dropped when there is none."""
+        if not (self._listeners or _TAPS or _logs(self._logger, cls.level)) and deferrable(
+            cls, fields
+        ):
+            subscribers = self._subscribers
+            if subscribers:
+                entry = (cls, fields, stamp, time.time(), replayed)
+                for log in subscribers:
+                    log.defer(entry)  # type: ignore[attr-defined]
+            return
+        event = build_event(cls, fields, stamp)
+        if replayed:
+            event = clone_with(event, {"replayed": True})
+        self.emit(event)
 
     def emit(self, event: Event) -> None:
         failures: list[tuple[Subscriber, Exception]] = []

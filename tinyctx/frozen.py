@@ -268,6 +268,9 @@ def clone_with(instance: _T, changes: Mapping[str, Any]) -> _T:
     if has_dict:
         state = new.__dict__
         state.update(instance.__dict__)
+        if not slotted:  # every field in the dict (RunConfig, RunContext): two C-level updates
+            state.update(changes)
+            return new
         for name, value in changes.items():
             if name in slotted:
                 setter(new, name, value)

@@ -88,7 +88,7 @@ class ResumePath(RunLoop[Data]):
                 return None
             ctx = self._base._for_run()
             state = RunState(ctx, usage_before=Usage())
-            return await self._drive(state, "tools", calls, input=None, resumed=False)
+            return await self._drive(state, "tools", calls, input=(), resumed=False)
         finally:
             self._busy = False
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import PairingError
 from .messages import (
     AssistantMessage,
     Message,
+    ToolResult,
     UserMessage,
     answer_pending,
     call_ids,
@@ -19,11 +20,14 @@ from .synthetic import SKIPPED_ON_ABANDON
 
 __all__ = ["check_input", "input_messages"]
 
+_PAIRED = (AssistantMessage, ToolResult)
+"""The messages pairing is about (an assistant message may carry calls)."""
+
 
 def check_input(
     history: tuple[Message, ...],
     messages: tuple[Message, ...],
-    used: set[str],
+    used: set[str] | Callable[[], set[str]],
     *,
     paused: bool,
 ) -> None:
@@ -40,7 +44,7 @@ def check_input(
     Args:
         history: The conversation's messages now.
         messages: The input to add.
-        used: Every call id of ``history``.
+        used: Every call id of ``history`` (or what returns them, called when needed).
         paused: Whether a pause's (or a dead worker's) pending calls are answered first.
     """
     start = len(history)
@@ -48,10 +52,15 @@ def check_input(
         start -= 1
     start = max(start - 1, 0)
     tail = history[start:]
+    if not any(isinstance(m, _PAIRED) for m in messages) and not any(
+        isinstance(m, ToolResult) or (isinstance(m, AssistantMessage) and m.tool_calls)
+        for m in tail
+    ):
+        return  # no call and no result on either side: nothing that pairing could break
     if not messages and not pending_tool_calls(tail):
         return
     answered = answer_pending(tail, SKIPPED_ON_ABANDON) if paused else ()
-    older = used - call_ids(tail)
+    older = (used if isinstance(used, set) else used()) - call_ids(tail)
     offset = len(tail) + len(answered)
     try:
         for index, message in enumerate(messages):

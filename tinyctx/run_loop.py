@@ -37,7 +37,6 @@ from .errors import (
 from .events import (
     Cancelled,
     ControlApplied,
-    Event,
     LimitHit,
     ModelCallFinished,
     PendingCallsAnswered,
@@ -47,6 +46,7 @@ from .events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
+from .frozen import clone_with
 from .messages import (
     AssistantMessage,
     Message,
@@ -59,7 +59,6 @@ from .messages import (
     valid_message,
 )
 from .model import ModelRequest, ModelResponse, Usage
-from .run_input import input_messages
 from .run_state import RunState
 from .store_errors import WriteOutcomeUnknown
 from .suspension import SUSPENDED, SuspendedCall, sole_suspension
@@ -98,6 +97,7 @@ class RunLoop(Generic[Data]):
     _link: ThreadLink | None
     _writing: anyio.Lock | None
     _winding: anyio.Event | None
+    _template: ModelRequest | None
 
     async def _sync(self, *, failing: bool = False) -> None:
         """Make what the conversation committed durable (no-op without a store).
@@ -153,25 +153,24 @@ class RunLoop(Generic[Data]):
         phase: Phase,
         pending: tuple[ToolCall, ...],
         *,
-        input: str | Message | Sequence[Message] | None,
+        input: tuple[Message, ...],
         resumed: bool,
     ) -> RunResult:
         ctx = state.ctx
         self._current = ctx
-        root = ctx.root_run_id
-        collected = state.events
-
-        def collect(event: Event) -> None:
-            if event.root_run_id == root:
-                collected.append(event)
-
-        unsubscribe = ctx.events.subscribe(collect)
+        unsubscribe = ctx.events.subscribe(state.events)
         result: RunResult | None = None
         error: BaseException | None = None
-        used_from, cost_from, calls_from = ctx.usage.total(), ctx.costs.total(), state.model_calls
+        link = self._link
+        if link is not None:  # for the thread's usage record
+            used_from, cost_from, calls_from = (
+                ctx.usage.total(),
+                ctx.costs.total(),
+                state.model_calls,
+            )
         try:
             ctx.emit(RunStarted, resumed=resumed, agent=self.agent.name)
-            for message in input_messages(input):
+            for message in input:
                 await self._append(state, message)
             for layer in self.agent.run_start_hooks:
                 await layer.on_run_start(ctx)
@@ -186,8 +185,9 @@ class RunLoop(Generic[Data]):
                 if resumed:
                     pending = _as_in_history(state, pending)
                 await self._run_tools(state, pending)
-            while True:
-                await self._model_step(state)
+            while (result := await self._model_step(state)) is None:
+                pass
+            return result
         except _Finished as finished:
             result = finished.result
             return result
@@ -210,10 +210,10 @@ class RunLoop(Generic[Data]):
                         error.checkpoint = self._paused = paused
                 else:
                     ctx.run_states.pop(ctx.run_id)
-                if result is not None:
+                if result is not None and ctx.conversation.queued_events:
                     # a run that ended with an answer leaves no message event queued
                     await ctx.conversation.flush()
-                if self._link is not None:
+                if link is not None:
                     # the thread's usage record, written with the run's last write
                     record_run(
                         ctx,
@@ -222,7 +222,7 @@ class RunLoop(Generic[Data]):
                         ctx.costs.total() - cost_from,
                     )
                     if paused is not None:
-                        self._link.pause(paused)  # one write: the messages and the pause
+                        link.pause(paused)  # one write: the messages and the pause
                     clean = error is None or paused is not None
                     await self._sync(failing=not clean)
             finally:
@@ -240,7 +240,9 @@ class RunLoop(Generic[Data]):
 
     # -- one model step --------------------------------------------------------------------
 
-    async def _model_step(self, state: RunState) -> None:
+    async def _model_step(self, state: RunState) -> RunResult | None:
+        """One model call and the tool calls it asks for; the run's result when the model
+        answered with no tool call (other ends raise)."""
         ctx = state.ctx
         agent = self.agent
         await self._checkpoint(state, "before_model")
@@ -249,21 +251,9 @@ class RunLoop(Generic[Data]):
             ctx.emit(LimitHit, limit="max_model_calls", value=limit, scope="run")
             raise LimitExceeded("max_model_calls", limit)
         conversation = ctx.conversation
-        await conversation.flush()
-        request = ModelRequest(
-            messages=(),
-            tools=ctx.tools.specs(),
-            system_prompt=agent.system_prompt,
-            model=agent.model_name or ctx.config.model,
-            settings=agent.settings,
-            server_tools=ctx.tools.server_tools,
-        )
-        history = conversation.messages
-        if type(conversation) is Conversation:
-            # a Conversation checked each message as it came in: no O(history) re-check
-            object.__setattr__(request, "messages", history)
-        else:  # a subclass may answer anything
-            request = request.evolve(messages=history)
+        if conversation.queued_events:
+            await conversation.flush()
+        request = self._request(ctx, conversation)
         started = time.perf_counter()
         undo = agent.request_rule.kernel_request(request)
         try:
@@ -300,8 +290,37 @@ class RunLoop(Generic[Data]):
         if control is not None:
             await self._apply(state, control, "after_model", message.tool_calls)
         if not message.tool_calls:
-            self._finish(state, "completed", message.content)
+            return self._result(state, "completed", message.content)
         await self._run_tools(state, message.tool_calls)
+        return None
+
+    def _request(self, ctx: RunContext[Data], conversation: Conversation) -> ModelRequest:
+        """The model request for the history now: a copy of the session's last one with
+        the new history when the tools, model and settings are the same (they are, but
+        for a layer registering tools), else a new one."""
+        agent = self.agent
+        tools, server_tools = ctx.tools.specs(), ctx.tools.server_tools
+        model = agent.model_name or ctx.config.model
+        template = self._template
+        if (
+            template is None
+            or template.tools != tools
+            or template.server_tools != server_tools
+            or template.model != model
+        ):
+            template = self._template = ModelRequest(
+                messages=(),
+                tools=tools,
+                system_prompt=agent.system_prompt,
+                model=model,
+                settings=agent.settings,
+                server_tools=server_tools,
+            )
+        history = conversation.messages
+        if type(conversation) is Conversation:
+            # a Conversation checked each message as it came in: no O(history) re-check
+            return clone_with(template, {"messages": history})
+        return template.evolve(messages=history)  # a subclass may answer anything
 
     def _call_ids(self) -> set[str]:
         """Every call id used in the thread's history, kept up to date as it grows (a
@@ -515,22 +534,24 @@ class RunLoop(Generic[Data]):
             )
 
     def _finish(self, state: RunState, status: RunStatus, text: str) -> None:
+        raise _Finished(self._result(state, status, text))
+
+    def _result(self, state: RunState, status: RunStatus, text: str) -> RunResult:
+        """The run's end with an answer: its run.finished event and its result."""
         ctx = state.ctx
         ctx.emit(
             RunFinished, status=status, model_calls=state.model_calls, tool_calls=state.tool_calls
         )
-        raise _Finished(
-            RunResult(
-                final_text=text,
-                messages=tuple(state.added),
-                usage=state.usage(),
-                status=status,
-                run_id=ctx.run_id,
-                thread_id=ctx.thread_id,
-                model_calls=state.model_calls,
-                tool_calls=state.tool_calls,
-                events=tuple(state.events),
-            )
+        return RunResult(
+            final_text=text,
+            messages=tuple(state.added),
+            usage=state.usage(),
+            status=status,
+            run_id=ctx.run_id,
+            thread_id=ctx.thread_id,
+            model_calls=state.model_calls,
+            tool_calls=state.tool_calls,
+            events=state.events.snapshot(),
         )
 
 

@@ -7,14 +7,15 @@ from typing import Any
 from .checkpoint import Checkpoint
 from .context import RunContext
 from .control import Resumption
-from .events import Event
+from .event_log import EventLog
 from .messages import Message
 from .model import Usage
 
-__all__ = ["RunState"]
+__all__ = ["NO_USAGE", "RunState"]
 
 
-_NO_USAGE = Usage()
+NO_USAGE = Usage()
+"""No usage (a run's usage before a start that is not a resume)."""
 
 
 class RunState:
@@ -49,10 +50,13 @@ class RunState:
         # or process paused it: the tracker here may never have seen it)
         self.usage_start = ctx.usage.total()
         self.usage_before = usage_before
-        self.events: list[Event] = []
+        # the run tree's events, for RunResult.events
+        self.events = EventLog(ctx.root_run_id)
 
     def usage(self) -> Usage:
         """The run's usage so far, its part before a pause included."""
-        used = self.ctx.usage.total() - self.usage_start
-        before = self.usage_before
-        return used if before == _NO_USAGE else before + used
+        total, before = self.ctx.usage.total(), self.usage_before
+        if total is self.usage_start and total.context_window is None:
+            return before  # nothing used since the start: ``before + Usage()`` is ``before``
+        used = total - self.usage_start
+        return used if before == NO_USAGE else before + used

@@ -22,10 +22,10 @@ from .durable import ThreadLink, ThreadLoaded, default_owner
 from .errors import ConfigError
 from .events import SubscriberFailed
 from .messages import Message, ToolCall
-from .model import Usage
+from .model import ModelRequest
 from .resume import ResumePath, refuse_engine_thread
 from .run_input import check_input, input_messages
-from .run_state import RunState
+from .run_state import NO_USAGE, RunState
 from .tasks import BackgroundTasks
 from .threads import ThreadStore
 from .tools import ToolRegistry
@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 __all__ = ["Session"]
 
 Data = TypeVar("Data")
+
+
+_NO_IDS_SEEN: tuple[int, Message | None, set[str]] = (0, None, set())
+"""No message read yet (the set is never written: a count of 0 starts a new one)."""
 
 
 class Session(ResumePath[Data]):
@@ -141,12 +145,13 @@ class Session(ResumePath[Data]):
         self._closed = False
         self._lease_kept: tuple[anyio.Event, anyio.Event] | None = None  # (stop, stopped)
         # tool call ids of the history (how many messages read, the last one, the ids)
-        self._ids_seen: tuple[int, Message | None, set[str]] = (0, None, set())
+        self._ids_seen: tuple[int, Message | None, set[str]] = _NO_IDS_SEEN
         self._abandoned: tuple[ToolCall, ...] = ()
         self._link: ThreadLink | None = None
         self._writing: anyio.Lock | None = None  # made on entering (in its event loop)
         # set while the run of a stream closed early winds down (tinyctx.streaming)
         self._winding: anyio.Event | None = None
+        self._template: ModelRequest | None = None  # the last model request (run_loop)
         if store is not None:
             self._link = ThreadLink(
                 store, self._base.thread_id, owner=owner or default_owner(), ttl=lease_ttl
@@ -197,7 +202,8 @@ class Session(ResumePath[Data]):
                 owner=link.owner,
                 seconds=time.perf_counter() - started,
             )
-        self._writing = anyio.Lock()
+        if link is not None:
+            self._writing = anyio.Lock()  # only writes take it
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
@@ -345,17 +351,14 @@ class Session(ResumePath[Data]):
         ``input[i]`` and the field, before anything is appended too. Text from outside
         (input, model output, tool results) enters history valid: lone surrogates become
         U+FFFD; a call id the model reuses is renamed (``renamed_ids`` in the metadata)."""
-        await self._ready()
+        if self._winding is not None:
+            await self._ready()
         self._enter_run()
         try:
             messages = input_messages(input)
-            check_input(
-                self._base.conversation.messages,
-                messages,
-                self._call_ids(),
-                # a pause's (or a dead worker's) pending calls are answered before the input
-                paused=self._paused is not None or bool(self._abandoned),
-            )
+            # a pause's (or a dead worker's) pending calls are answered before the input
+            paused = self._paused is not None or bool(self._abandoned)
+            check_input(self._base.conversation.messages, messages, self._call_ids, paused=paused)
             if self._link is not None:
                 # what the store cannot keep (metadata that is not JSON, a Message type the
                 # codec does not know) is refused here, not found by the next write: once in
@@ -367,7 +370,7 @@ class Session(ResumePath[Data]):
             if self._abandoned:
                 await self._close_abandoned()
             ctx = self._base._for_run()
-            state = RunState(ctx, usage_before=Usage())
+            state = RunState(ctx, usage_before=NO_USAGE)
             return await self._drive(state, "before_model", (), input=messages, resumed=False)
         finally:
             self._busy = False

@@ -107,6 +107,10 @@ def _name_of(owner: object) -> str:
     return name
 
 
+_EMPTY: dict[str, Any] = {}
+"""The empty dict every empty scope shares (never written: replaced first)."""
+
+
 class LayerStates:
     """The durable state objects of one scope (a thread or a run), by layer name.
 
@@ -118,8 +122,9 @@ class LayerStates:
     __slots__ = ("_live", "_stored")
 
     def __init__(self, stored: Mapping[str, Any] | None = None) -> None:
-        self._live: dict[str, tuple[type, Any]] = {}
-        self._stored: dict[str, Any] = dict(stored) if stored else {}
+        # an empty scope shares one empty dict per kind (replaced before any write)
+        self._live: dict[str, tuple[type, Any]] = _EMPTY
+        self._stored: dict[str, Any] = dict(stored) if stored else _EMPTY
 
     def get(
         self,
@@ -162,6 +167,8 @@ class LayerStates:
                 f"layer state {name!r}: {type(state).__name__} has no to_json(); durable "
                 "state must dump to JSON (use ctx.state_for for an in-process cache)"
             )
+        if self._live is _EMPTY:
+            self._live = {}
         self._live[name] = (kind, state)
         return state
 
@@ -178,16 +185,18 @@ class LayerStates:
 
     def load(self, data: Mapping[str, Any] | None) -> None:
         """Forget everything and hold ``data`` (name -> JSON) for lazy restoring."""
-        self._live.clear()
-        self._stored = dict(data) if data else {}
+        self._live = _EMPTY
+        self._stored = dict(data) if data else _EMPTY
 
     def clear(self) -> None:
         self.load(None)
 
     def discard(self, name: str) -> None:
         """Forget the state kept under ``name`` (live or stored), if any."""
-        self._live.pop(name, None)
-        self._stored.pop(name, None)
+        if name in self._live:
+            del self._live[name]
+        if name in self._stored:
+            del self._stored[name]
 
     def __contains__(self, name: object) -> bool:
         return name in self._live or name in self._stored
@@ -211,20 +220,27 @@ class RunStates:
     __slots__ = ("_runs",)
 
     def __init__(self) -> None:
-        self._runs: dict[str, LayerStates] = {}
+        self._runs: dict[str, LayerStates] = _EMPTY  # made on first write
+
+    def _writable(self) -> dict[str, LayerStates]:
+        runs = self._runs
+        if runs is _EMPTY:
+            runs = self._runs = {}
+        return runs
 
     def of(self, run_id: str) -> LayerStates:
         states = self._runs.get(run_id)
         if states is None:
-            states = self._runs[run_id] = LayerStates()
+            states = self._writable()[run_id] = LayerStates()
         return states
 
     def load(self, run_id: str, data: Mapping[str, Any] | None) -> None:
         """Start ``run_id`` (a resumed run) from a checkpoint's state."""
-        self._runs[run_id] = LayerStates(data)
+        self._writable()[run_id] = LayerStates(data)
 
     def pop(self, run_id: str) -> LayerStates | None:
-        return self._runs.pop(run_id, None)
+        runs = self._runs
+        return runs.pop(run_id) if run_id in runs else None
 
     def __contains__(self, run_id: object) -> bool:
         return run_id in self._runs

@@ -178,19 +178,24 @@ def check_list_args(prefix: str, limit: int | None) -> None:
         raise ValueError(f"list_threads(limit={limit!r}): limit must be None or an integer >= 0")
 
 
+_NO_STORES: dict[str, Store] = {}
+
+
 class StoreRegistry(Mapping[str, Store]):
     """The named stores a context carries (read-only once built)."""
 
     __slots__ = ("_stores",)
 
     def __init__(self, stores: Mapping[str, Store] | None = None) -> None:
-        self._stores: dict[str, Store] = {}
+        found: dict[str, Store] = {}
         for name, store in (stores or {}).items():
             if not isinstance(store, Store):
                 raise TypeError(
                     f"stores[{name!r}] does not implement the tinyctx.stores.Store protocol"
                 )
-            self._stores[name] = store
+            found[name] = store
+        # read-only once built: every registry without a store shares one empty dict
+        self._stores: dict[str, Store] = found or _NO_STORES
 
     def __getitem__(self, name: str) -> Store:
         try:

@@ -157,6 +157,10 @@ class ServerTool:
     configuration: FrozenDict[str, Any] = field(default=EMPTY, converter=frozen_mapping)
 
 
+_NONE: dict[str, Any] = {}
+"""The empty level every registry shares until it registers something (never written)."""
+
+
 class ToolRegistry:
     """The tools of one run: the agent's tools plus any a layer registers for this run only.
 
@@ -168,15 +172,17 @@ class ToolRegistry:
 
     def __init__(self, base: Iterable[Tool] = (), server_tools: Iterable[ServerTool] = ()) -> None:
         self._context: RunContext[Any] | None = None
-        self._base: dict[str, Tool] = {}
+        # an empty level shares one empty dict (written only after it is replaced)
+        agent_tools: dict[str, Tool] = {}
         for tool in base:
-            self._add(self._base, tool, where="agent tools")
-        self._local: dict[str, Tool] = {}
-        self._base_server: dict[str, ServerTool] = {}
-        self._server: dict[str, ServerTool] = {}
+            self._add(agent_tools, tool, where="agent tools")
+        self._base: dict[str, Tool] = agent_tools or _NONE
+        self._local: dict[str, Tool] = _NONE
+        self._base_server: dict[str, ServerTool] = _NONE
+        self._server: dict[str, ServerTool] = _NONE
         for server_tool in server_tools:
             self.register_server_tool(server_tool)
-        self._base_server, self._server = self._server, {}
+        self._base_server, self._server = self._server, _NONE
 
     @staticmethod
     def _add(into: dict[str, Tool], tool: Tool, *, where: str) -> None:
@@ -217,6 +223,8 @@ class ToolRegistry:
             )
         if tool.name not in self._local and self._context is not None:
             tool.check_context(self._context)
+        if self._local is _NONE:
+            self._local = {}
         self._add(self._local, tool, where="this run's tools")
 
     def unregister(self, name: str) -> Tool:
@@ -239,6 +247,8 @@ class ToolRegistry:
                 "configurations under one type would make provider behaviour order-dependent"
             )
         # frozen_mapping deep-copies any mutable configuration into immutable form
+        if self._server is _NONE:
+            self._server = {}
         self._server[tool.type] = ServerTool(tool.type, tool.configuration)
 
     def get(self, name: str) -> Tool | None:
@@ -272,6 +282,6 @@ class ToolRegistry:
         fresh._context = self._context
         fresh._base = self._base
         fresh._base_server = self._base_server
-        fresh._local = {}
-        fresh._server = {}
+        fresh._local = _NONE
+        fresh._server = _NONE
         return fresh

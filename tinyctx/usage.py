@@ -7,6 +7,7 @@ tokens roll up to the root without anyone forwarding them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from attrs import field, frozen
 
@@ -14,6 +15,10 @@ from .errors import ConfigError
 from .model import Usage
 
 __all__ = ["UsageTracker", "CostTracker", "Price"]
+
+
+_NO_USAGE = Usage()
+_NO_PRICES: dict[str, Any] = {}
 
 
 class UsageTracker:
@@ -24,7 +29,7 @@ class UsageTracker:
     def __init__(self) -> None:
         self._by_model: dict[str, Usage] = {}
         self._calls = 0
-        self._total = Usage()
+        self._total = _NO_USAGE  # frozen: shared until the first call adds to it
 
     def add(self, model: str | None, usage: Usage) -> None:
         key = model or "unknown"
@@ -82,12 +87,14 @@ class CostTracker:
 
     def __init__(self, usage: UsageTracker, prices: Mapping[str, Price] | None = None) -> None:
         self._usage = usage
-        self._prices: dict[str, Price] = {}
+        self._prices: dict[str, Price] = _NO_PRICES  # read-only: shared while empty
         for model, price in (prices or {}).items():
             if not isinstance(price, Price):
                 raise ConfigError(
                     f"prices[{model!r}]", price, "a tinyctx.usage.Price", owner="CostTracker"
                 )
+            if self._prices is _NO_PRICES:
+                self._prices = {}
             self._prices[model] = price
 
     @property
