@@ -24,7 +24,7 @@ from .events import SubscriberFailed
 from .messages import Message, ToolCall
 from .model import Usage
 from .resume import ResumePath, refuse_engine_thread
-from .run_input import check_input, input_messages
+from .run_input import check_turn_input, input_messages
 from .run_state import RunState
 from .tasks import BackgroundTasks
 from .threads import ThreadStore
@@ -349,8 +349,8 @@ class Session(ResumePath[Data]):
         self._enter_run()
         try:
             messages = input_messages(input)
-            check_input(
-                self._base.conversation.messages,
+            check_turn_input(
+                *self._base.conversation.last_turn(),  # not a copy of the whole history
                 messages,
                 self._call_ids(),
                 # a pause's (or a dead worker's) pending calls are answered before the input
