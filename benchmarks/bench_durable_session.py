@@ -16,7 +16,9 @@ changed). Measured round by round in the same run, each configuration taking its
 
 Targets: a step at 20,000 messages within 1.15x of the same step at 2,000 (flat in the
 thread's length), and what the store adds to a step (the step with it minus without it)
-within 1.5x of the raw writes' floor. Then loading a 2000-message thread into a Session
+within 1.5x of the raw writes' floor. ``--cpu`` times the process's CPU (both threads)
+instead of the wall clock: steadier on a shared machine, but blind to waits (an fsync
+at ``FULL``, a thread hop). Then loading a 2000-message thread into a Session
 (enter + load + decode) beside a raw SELECT + orjson of the same rows.
 """
 
@@ -66,6 +68,7 @@ from tinyctx.codec import encode_messages
 from tinyctx.formats import load_transcript
 from tinyctx.middleware import BudgetGuard, CallLimits
 from tinyctx.threads import ThreadWrite, Unchanged
+from tinyctx.tokens import HeuristicCounter
 
 ANSWER = ModelResponse(AssistantMessage("ok"))
 SIZES = (100, 2000, 20_000)
@@ -102,9 +105,15 @@ def history(length: int) -> tuple[Message, ...]:
 
 
 def agent() -> Agent:
+    """The durable agent; its own token counter (a real server's sessions share the
+    default one): the rows time one thread's step, not the shared memo handing over
+    between the threads this benchmark interleaves (issue #39's cold paths)."""
     return Agent(
         model=instant_model,
-        middleware=[CallLimits(model_calls=1_000_000, scope="thread"), BudgetGuard()],
+        middleware=[
+            CallLimits(model_calls=1_000_000, scope="thread"),
+            BudgetGuard(counter=HeuristicCounter()),
+        ],
     )
 
 

@@ -111,7 +111,7 @@ json_values = st.recursive(
         st.dictionaries(st.text(max_size=5), inner, max_size=4),
         st.dictionaries(st.text(max_size=5), inner, max_size=4).map(FrozenDict),
     ),
-    max_leaves=20,
+    max_leaves=12,
 )
 states = st.dictionaries(st.text(min_size=1, max_size=6), json_values, max_size=4)
 
@@ -119,7 +119,8 @@ states = st.dictionaries(st.text(min_size=1, max_size=6), json_values, max_size=
 class TestStateEncoder:
     """Encoding state from the last write's parts gives encode_state's bytes."""
 
-    @given(sequence=st.lists(states, min_size=1, max_size=5), reuse=st.booleans())
+    @settings(max_examples=30, deadline=None)
+    @given(sequence=st.lists(states, min_size=1, max_size=4), reuse=st.booleans())
     def test_same_bytes_as_encode_state(self, sequence: list[dict[str, Any]], reuse: bool) -> None:
         """Every document of a sequence, frozen parts reused or not, equals encode_state's;
         a state the codec refuses is refused with the same error."""
