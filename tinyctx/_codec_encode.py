@@ -414,7 +414,16 @@ class StateEncoder:
         if t is list or t is tuple:
             if depth >= MAX_NESTING:
                 raise _Bad(_TOO_DEEP)
-            return "[" + ",".join([self._value(item, depth + 1) for item in value]) + "]"
+            memo, fresh, inner = self._memo, self._fresh, depth + 1
+            parts = []
+            for item in value:  # a frozen entry the last document held: looked up here
+                hit = memo.get(id(item)) if type(item) is FrozenDict else None
+                if hit is not None and hit[0] is item and hit[1] == inner:
+                    fresh[id(item)] = hit
+                    parts.append(hit[2])
+                else:
+                    parts.append(self._value(item, inner))
+            return "[" + ",".join(parts) + "]"
         return _json_text(_plain(value, depth))
 
 
