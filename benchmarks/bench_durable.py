@@ -42,7 +42,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import anyio.lowlevel
-from _harness import Row, fmt_seconds, print_table
+from _harness import FullSqliteStore, Row, fmt_seconds, print_table
 
 from tinyctx import AssistantMessage, Message, SqliteStore, ToolCall, ToolResult, UserMessage
 from tinyctx.codec import C_READER, decode_messages, encode_messages
@@ -189,16 +189,6 @@ class Backend:
         return _db_bytes(self.path)
 
 
-class _FullSqliteStore(SqliteStore):
-    """tinyctx's store at the peers' durability: ``synchronous=FULL`` (a benchmark hook on
-    the store's private connect; the store itself has no such option)."""
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = super()._connect()
-        conn.execute("PRAGMA synchronous=FULL")
-        return conn
-
-
 class Ours(Backend):
     name = "tinyctx SqliteStore"
     store_class: type[SqliteStore] = SqliteStore
@@ -284,7 +274,7 @@ class OpenAIAgents(Backend):
 
 class OursFull(Ours):
     name = "tinyctx SqliteStore (FULL)"
-    store_class = _FullSqliteStore
+    store_class = FullSqliteStore
 
 
 class LangGraph(Backend):

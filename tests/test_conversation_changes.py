@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from hypothesis import given
@@ -30,9 +31,23 @@ operations = st.lists(
         st.tuples(st.just("truncate"), st.integers(0, 40)),
         st.tuples(st.just("sync"), st.just(0)),
         st.tuples(st.just("sync_while_changing"), st.integers(0, 3)),
+        st.tuples(st.just("point_while_changing"), st.integers(0, 3)),
     ),
     max_size=30,
 )
+
+
+async def _change_meanwhile(
+    conversation: Conversation, how: int, messages: list[Message], counter: Iterator[int]
+) -> None:
+    """What may happen to the log while a write is in flight: an append, a truncation, an
+    insertion at the head, or nothing."""
+    if how == 0:
+        await conversation.append(msg(next(counter)))
+    elif how == 1 and messages:
+        conversation.replace(messages[:-1], emit_new=False)
+    elif how == 2:
+        conversation.add(msg(next(counter)), index=0)
 
 
 class TestChanges:
@@ -109,14 +124,50 @@ class TestChanges:
                 # a write in flight while the log changes: the change made after the
                 # snapshot must still be reported by the next changes()
                 change, written = conversation.changes(), conversation.messages
-                if op[1] == 0:
-                    await conversation.append(msg(next(counter)))
-                elif op[1] == 1 and messages:
-                    conversation.replace(messages[:-1], emit_new=False)
-                elif op[1] == 2:
-                    conversation.add(msg(next(counter)), index=0)
+                await _change_meanwhile(conversation, op[1], messages, counter)
                 stored = apply(stored, change)
                 conversation.mark_synced(written)
+            elif kind == "point_while_changing":
+                # the same with an O(1) sync point instead of a snapshot of the log
+                change, point = conversation.changes(), conversation.sync_point()
+                at_point = list(conversation.messages)
+                await _change_meanwhile(conversation, op[1], messages, counter)
+                assert list(conversation.logged_at(point) or ()) == at_point
+                stored = apply(stored, change)
+                conversation.mark_synced(point)
             change = conversation.changes()
             assert apply(stored, change) == list(conversation.messages)
             assert change.start <= change.end <= len(stored)
+
+
+class TestSyncPoints:
+    """A write's sync point marks what it wrote without a copy of the log."""
+
+    async def test_appends_while_writing_stay_pending(self) -> None:
+        """Messages appended while a write is in flight are the next write's append."""
+        conversation = Conversation([msg(1)])
+        change, point = conversation.changes(), conversation.sync_point()
+        await conversation.append(msg(2))
+        conversation.mark_synced(point)
+        assert change.appended == (msg(1),)
+        assert conversation.changes().appended == (msg(2),)
+        assert conversation.synced_length == 1
+
+    async def test_an_older_point_after_a_rewrite_rewrites_everything(self) -> None:
+        """A point that is not the newest, marked after a rewrite it did not see kept,
+        reports the whole log as replaced: wider than needed, never wrong."""
+        conversation = Conversation([msg(1), msg(2)])
+        older = conversation.sync_point()
+        conversation.sync_point()  # the newest point: the one a rewrite keeps the log for
+        conversation.replace([msg(3)], emit_new=False)
+        conversation.mark_synced(older)
+        change = conversation.changes()
+        assert (change.start, change.end, change.replacement) == (0, 2, (msg(3),))
+        assert apply([msg(1), msg(2)], change) == [msg(3)]
+
+    async def test_reads_do_not_copy_the_log(self) -> None:
+        """``since`` and ``last_turn`` read the end of the log as the snapshot would."""
+        conversation = Conversation([msg(1), msg(2), msg(3), msg(4)])
+        assert conversation.since(2) == conversation.messages[2:]
+        start, tail = conversation.last_turn()
+        assert conversation.messages[start:] == tail

@@ -359,3 +359,83 @@ def encode(value: Message | ToolCall | Usage | RunConfig | Checkpoint | Mapping[
         f"{_kind(value)} cannot be encoded (allowed: a Message, ToolCall, Usage, RunConfig, "
         "Checkpoint or a mapping of layer state)",
     )
+
+
+class StateEncoder:
+    """:func:`encode_state` for one thread's successive writes: the same document, bytes
+    for bytes, but a :class:`~tinyctx.frozen.FrozenDict` (immutable) that the previous
+    document held, the same object again, is not checked and encoded again.
+
+    A layer state that keeps its entries as frozen mappings (the thread's usage record,
+    one per run) then costs a write what changed in it, not all it keeps. The memo holds
+    the frozen mappings of the last document only (alive, so their ids stay theirs)."""
+
+    __slots__ = ("_fresh", "_memo")
+
+    def __init__(self) -> None:
+        # id -> (the frozen mapping, the depth it was at, its text)
+        self._memo: dict[int, tuple[FrozenDict[Any, Any], int, str]] = {}
+        self._fresh: dict[int, tuple[FrozenDict[Any, Any], int, str]] = {}
+
+    def encode(self, state: Mapping[str, Any]) -> str:
+        """The document of ``state``, as :func:`encode_state` writes it."""
+        given: object = state
+        if not isinstance(given, Mapping):
+            return encode_state(state)  # refused, naming what it got
+        self._fresh = {}
+        try:
+            body = self._value(state, 0)
+        except _Bad:
+            self._fresh = {}
+            return encode_state(state)  # raises the error naming its path
+        self._memo, self._fresh = self._fresh, {}
+        return f'{{"state":{body},"v":{_json_text(CODEC_VERSION)}}}'
+
+    def _value(self, value: Any, depth: int) -> str:
+        """The text of ``value`` (``depth``: the objects and arrays around it)."""
+        t = type(value)
+        if t is FrozenDict:
+            hit = self._memo.get(id(value))
+            if hit is None or hit[0] is not value or hit[1] != depth:
+                hit = (value, depth, _json_text(_plain(value, depth)))
+            self._fresh[id(value)] = hit
+            return hit[2]
+        if t is dict or (isinstance(value, Mapping) and t is not FrozenDict):
+            if all(type(item) in _SCALARS for item in value.values()):
+                return _json_text(_plain(value, depth))  # nothing in it to look up
+            if depth >= MAX_NESTING:
+                raise _Bad(_TOO_DEEP)
+            parts = []
+            for key in sorted(value, key=_sort_key):
+                if not (key.isascii() or text_fits(key)):
+                    raise _Bad(f"the mapping key {key!r} {SPLIT_PAIR}")
+                parts.append(f"{_json_text(key)}:{self._value(value[key], depth + 1)}")
+            return "{" + ",".join(parts) + "}"
+        if t is list or t is tuple:
+            if depth >= MAX_NESTING:
+                raise _Bad(_TOO_DEEP)
+            memo, fresh, inner = self._memo, self._fresh, depth + 1
+            parts = []
+            for item in value:  # a frozen entry the last document held: looked up here
+                hit = memo.get(id(item)) if type(item) is FrozenDict else None
+                if hit is not None and hit[0] is item and hit[1] == inner:
+                    fresh[id(item)] = hit
+                    parts.append(hit[2])
+                else:
+                    parts.append(self._value(item, inner))
+            return "[" + ",".join(parts) + "]"
+        return _json_text(_plain(value, depth))
+
+
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def _sort_key(key: Any) -> str:
+    if type(key) is not str:
+        raise _Bad(f"mapping key {key!r} is {_kind(key)}; JSON keys are strings")
+    return key
+
+
+def _json_text(value: Any) -> str:
+    """The canonical JSON text of a JSON-ready value (what the documents' encoder writes)."""
+    return _dumps(cast(dict[str, Any], value))

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, overload
 
-from . import _codec_base
+from . import _codec_base, _codec_encode
 from ._codec_base import (
     CODEC_VERSION,
     CodecError,
@@ -54,6 +54,7 @@ from ._codec_encode import (
     _CONFIG_FIELDS,
     _CONFIG_MAPPINGS,
     _CONFIG_SEQUENCES,
+    StateEncoder,
     encode,
     encode_checkpoint,
     encode_message,
@@ -96,7 +97,7 @@ from .messages import Message, ToolCall
 from .model import Usage
 from .reexport import publish
 
-publish(__name__, _codec_base)
+publish(__name__, _codec_base, _codec_encode)
 
 __all__ = [
     "CODEC_VERSION",
@@ -113,6 +114,7 @@ __all__ = [
     "decode_checkpoint",
     "encode_state",
     "decode_state",
+    "StateEncoder",
 ]
 
 

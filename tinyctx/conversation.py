@@ -13,11 +13,11 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
 from attrs import frozen
 
-from .messages import Message, check_messages, check_pairing
+from .messages import AssistantMessage, Message, check_messages, check_pairing
 from .model import Usage
 from .state import LayerStates
 
-__all__ = ["Conversation", "ConversationChange", "MessageSubscriber", "MessageTap"]
+__all__ = ["Conversation", "ConversationChange", "MessageSubscriber", "MessageTap", "SyncPoint"]
 
 MessageSubscriber = Callable[[Message, "Usage | None"], Awaitable[None]]
 
@@ -45,6 +45,22 @@ class ConversationChange:
 
 
 _NO_CHANGE = ConversationChange(0, 0, (), ())
+
+
+class SyncPoint:
+    """Where a conversation's log was when a write of its changes was made
+    (:meth:`Conversation.sync_point`): its length, the rewrites it had seen, and the log
+    itself once a rewrite since needed it kept."""
+
+    __slots__ = ("length", "log", "rewrites")
+
+    def __init__(self, length: int, rewrites: int) -> None:
+        self.length = length
+        self.rewrites = rewrites
+        self.log: tuple[Message, ...] | None = None
+
+    def __repr__(self) -> str:
+        return f"<SyncPoint at {self.length} messages>"
 
 
 class MessageTap:
@@ -127,6 +143,16 @@ class MessageTap:
             self._displaced -= back
 
 
+def last_turn_start(history: Sequence[Message]) -> int:
+    """The index of the message before the last assistant message's turn: the history
+    before it is paired already (the loop and ``replace`` keep it so), so a check of what
+    is added next needs only the history from there (cost: the last turn's length)."""
+    start = len(history)
+    while start > 0 and not isinstance(history[start - 1], AssistantMessage):
+        start -= 1
+    return max(start - 1, 0)
+
+
 def _common_prefix(old: list[Message], new: list[Message]) -> int:
     """How many leading messages the two logs share (by identity)."""
     same = 0
@@ -151,10 +177,13 @@ class Conversation:
         "_appended",
         "_dirty_from",
         "_messages",
+        "_pending",
         "_queued",
+        "_rewrites",
         "_snapshot",
         "_subscribers",
-        "_synced",
+        "_synced_len",
+        "_synced_log",
         "_taps",
         "_version",
         "layer_state",
@@ -166,12 +195,18 @@ class Conversation:
         self._queued: list[tuple[Message, Usage | None]] = []
         self._subscribers: list[MessageSubscriber] = []
         self._version = 0
-        # change tracking (for stores): the log as last synced, the lowest index that may
-        # differ from it (None: nothing rewritten), and how many messages were appended at
-        # the end since the last rewrite
-        self._synced: tuple[Message, ...] = ()
+        # change tracking (for stores), O(1) per append: how many messages storage holds;
+        # what they are, once a rewrite made them differ from the log's head (None: they
+        # are the log's first ``_synced_len``, or, with ``_dirty_from`` set, unknown past
+        # it); the lowest index that may differ (None: nothing rewritten); how many
+        # messages were appended at the end since the last rewrite; how many rewrites
+        # there were; and the sync point of a write in flight
+        self._synced_len = 0
+        self._synced_log: tuple[Message, ...] | None = None
         self._dirty_from: int | None = None
         self._appended = 0
+        self._rewrites = 0
+        self._pending: SyncPoint | None = None
         self._taps: list[MessageTap] = []
         self.layer_state = LayerStates()
 
@@ -198,6 +233,16 @@ class Conversation:
 
     def __getitem__(self, index: int) -> Message:
         return self._messages[index]
+
+    def since(self, start: int) -> tuple[Message, ...]:
+        """The messages from index ``start`` on, in O(len - start): no copy of the whole
+        log, as :attr:`messages` makes after each change."""
+        return tuple(self._messages[start:])
+
+    def last_turn(self) -> tuple[int, tuple[Message, ...]]:
+        """Where the last turn starts (see :func:`last_turn_start`) and its messages."""
+        start = last_turn_start(self._messages)
+        return start, tuple(self._messages[start:])
 
     def __repr__(self) -> str:
         return f"<Conversation {len(self._messages)} messages, {len(self._queued)} queued events>"
@@ -273,8 +318,8 @@ class Conversation:
             self._appended += 1
         else:
             position = max(0, len(messages) + index) if index < 0 else index
-            messages.insert(index, message)
             self._rewritten(position)
+            messages.insert(index, message)
         self._changed()
         self._queued.append((message, usage))
         if self._taps:
@@ -320,38 +365,73 @@ class Conversation:
     # -- change tracking (for stores) --------------------------------------------------
 
     def _rewritten(self, index: int) -> None:
+        """The log is about to change at ``index`` and after (not only at its end): what
+        storage holds, and what a write in flight wrote, are kept first while they are
+        still the log's head (O(history), as the rewrite itself is)."""
+        messages = self._messages
         dirty = self._dirty_from
+        if dirty is None and self._synced_log is None:
+            self._synced_log = tuple(messages[: self._synced_len])
+        pending = self._pending
+        if pending is not None and pending.log is None and pending.rewrites == self._rewrites:
+            pending.log = tuple(messages[: pending.length])
+        self._rewrites += 1
         if dirty is None or index < dirty:
             self._dirty_from = index
         self._appended = 0
 
-    def mark_synced(self, written: tuple[Message, ...] | None = None) -> None:
+    def sync_point(self) -> SyncPoint:
+        """The log as it is now, for :meth:`mark_synced` once a write of :meth:`changes`
+        has landed, in O(1): the log may change while the write is in flight."""
+        point = self._pending = SyncPoint(len(self._messages), self._rewrites)
+        return point
+
+    def logged_at(self, point: SyncPoint) -> tuple[Message, ...] | None:
+        """The log as it was at ``point`` (None when a rewrite since made it unknown)."""
+        if point.rewrites == self._rewrites:
+            return tuple(self._messages[: point.length])
+        return point.log
+
+    def mark_synced(self, written: tuple[Message, ...] | SyncPoint | None = None) -> None:
         """Storage now holds ``written`` (default: the log as it is now); :meth:`changes`
         starts from there.
 
-        Pass the snapshot a write was made from when the log may have changed while the
-        write was in flight: what changed since is then still reported (conservatively,
-        from the first message that differs).
+        Pass the :meth:`sync_point` (or the snapshot) a write was made from when the log
+        may have changed while the write was in flight: what changed since is then still
+        reported (conservatively, from the first message that may differ).
         """
-        current = self.messages
-        if written is None or written is current:
-            self._synced = current
-            self._dirty_from = None
-            self._appended = 0
+        if self._pending is written:
+            self._pending = None
+        if isinstance(written, SyncPoint):
+            if written.rewrites == self._rewrites:  # only appends since: a head of the log
+                self._synced_at(written.length)
+                return
+            log = written.log
+            if log is None:  # unknown (not the newest point): all of it may differ
+                self._synced_len, self._synced_log = written.length, None
+                self._dirty_from, self._appended = 0, 0
+                return
+            written = log
+        if written is None or written is self._snapshot:
+            self._synced_at(len(self._messages))
             return
-        self._synced = written
         same = _common_prefix(list(written), self._messages)
         if same == len(written):
-            self._dirty_from = None
-            self._appended = len(current) - same
+            self._synced_at(same)
         else:
-            self._dirty_from = same
-            self._appended = 0
+            self._synced_len, self._synced_log = len(written), written
+            self._dirty_from, self._appended = same, 0
+
+    def _synced_at(self, length: int) -> None:
+        """Storage holds the log's first ``length`` messages."""
+        self._synced_len, self._synced_log = length, None
+        self._dirty_from = None
+        self._appended = len(self._messages) - length
 
     @property
     def synced_length(self) -> int:
         """How many messages storage held at the last :meth:`mark_synced`."""
-        return len(self._synced)
+        return self._synced_len
 
     def changes(self) -> ConversationChange:
         """What changed since :meth:`mark_synced` (falsy when nothing did).
@@ -361,8 +441,7 @@ class Conversation:
         same distance before the appended tail.
         """
         messages = self._messages
-        synced = self._synced
-        base = len(synced)
+        base = self._synced_len
         dirty = self._dirty_from
         if dirty is None or dirty >= base:
             if dirty is None and len(messages) == base:
@@ -370,10 +449,12 @@ class Conversation:
             return ConversationChange(base, base, (), tuple(messages[base:]))
         tail = len(messages) - self._appended  # messages[tail:] were appended after the rewrite
         # the longest common suffix of synced[dirty:] and messages[dirty:tail]
+        synced = self._synced_log
         keep = 0
-        limit = min(base - dirty, tail - dirty)
-        while keep < limit and synced[base - 1 - keep] is messages[tail - 1 - keep]:
-            keep += 1
+        if synced is not None:
+            limit = min(base - dirty, tail - dirty)
+            while keep < limit and synced[base - 1 - keep] is messages[tail - 1 - keep]:
+                keep += 1
         return ConversationChange(
             dirty,
             base - keep,

@@ -30,12 +30,12 @@ import anyio
 from attrs import frozen
 
 from .codec import (
+    StateEncoder,
     decode_checkpoint,
     decode_messages,
     decode_state,
     encode_checkpoint,
     encode_messages,
-    encode_state,
 )
 from .events import Event, EventLevel
 from .frozen import thaw
@@ -124,6 +124,7 @@ class ThreadLink:
         "lost",
         "owner",
         "released",
+        "state_encoder",
         "state_json",
         "store",
         "thread_id",
@@ -142,6 +143,8 @@ class ThreadLink:
         self.checkpoint: str | Unchanged | None = UNCHANGED
         # the layer state as last written (compared, so unchanged state is not rewritten)
         self.state_json: dict[str, Any] | None = None
+        # what was last encoded of it (an unchanged frozen part is not encoded again)
+        self.state_encoder = StateEncoder()
         self.lost: FencedOut | None = None
         self.released: Lease | None = None
 
@@ -229,11 +232,11 @@ class ThreadLink:
     async def sync(self, conversation: Conversation) -> bool:
         """Write what changed since the last write; False when nothing had."""
         change = conversation.changes()
-        written = conversation.messages
-        state = conversation.layer_state.dump(check=False)  # encode_state checks it
+        point = conversation.sync_point()  # O(1): no copy of the history per write
+        state = conversation.layer_state.dump(check=False)  # the encoder checks it
         state_doc: str | Unchanged = UNCHANGED
         if state != self.state_json:
-            state_doc = encode_state(state)
+            state_doc = self.state_encoder.encode(state)
         checkpoint = self.checkpoint
         if not change and state_doc is UNCHANGED and checkpoint is UNCHANGED:
             return False
@@ -247,7 +250,7 @@ class ThreadLink:
         appended = change.appended
         write = ThreadWrite(
             append=encode_messages(
-                appended, path="conversation", start=len(written) - len(appended)
+                appended, path="conversation", start=point.length - len(appended)
             ),
             compaction=compaction,
             checkpoint=checkpoint,
@@ -261,22 +264,28 @@ class ThreadLink:
             # the reply may be what was lost (a connection dropped after the commit, or a
             # driver's retry of a write that had landed refused as stale): if the store
             # holds exactly this write, it landed; anything else is the error it says
-            landed = await self._landed(write, written, state_doc)
+            landed = await self._landed(write, conversation.logged_at(point), state_doc)
             if landed is None:
                 raise
             self.version = landed
-        conversation.mark_synced(written)  # what changed while writing stays pending
+        conversation.mark_synced(point)  # what changed while writing stays pending
         self.checkpoint = UNCHANGED
         if state_doc is not UNCHANGED:
             self.state_json = state
         return True
 
     async def _landed(
-        self, write: ThreadWrite, written: tuple[Message, ...], state_doc: str | Unchanged
+        self,
+        write: ThreadWrite,
+        written: tuple[Message, ...] | None,
+        state_doc: str | Unchanged,
     ) -> int | None:
         """The version ``write`` made when the store holds it (one version on from ours,
         with exactly the conversation and the checkpoint and state it wrote), else None;
-        None as well when the store cannot be read now."""
+        None as well when the store cannot be read now (or the conversation written is
+        not known any more)."""
+        if written is None:
+            return None
         try:
             record = await self.store.load_thread(self.thread_id)
             if record.version != self.version + 1 or len(record.messages) != len(written):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from .conversation import last_turn_start
 from .errors import PairingError
 from .messages import (
     AssistantMessage,
@@ -18,7 +19,7 @@ from .messages import (
 )
 from .synthetic import SKIPPED_ON_ABANDON
 
-__all__ = ["check_input", "input_messages"]
+__all__ = ["check_input", "check_turn_input", "input_messages"]
 
 _PAIRED = (AssistantMessage, ToolResult)
 """The messages pairing is about (an assistant message may carry calls)."""
@@ -47,11 +48,28 @@ def check_input(
         used: Every call id of ``history`` (or what returns them, called when needed).
         paused: Whether a pause's (or a dead worker's) pending calls are answered first.
     """
-    start = len(history)
-    while start > 0 and not isinstance(history[start - 1], AssistantMessage):
-        start -= 1
-    start = max(start - 1, 0)
-    tail = history[start:]
+    start = last_turn_start(history)
+    check_turn_input(start, history[start:], messages, used, paused=paused)
+
+
+def check_turn_input(
+    start: int,
+    tail: tuple[Message, ...],
+    messages: tuple[Message, ...],
+    used: set[str] | Callable[[], set[str]],
+    *,
+    paused: bool,
+) -> None:
+    """:func:`check_input` given the history's last turn: ``tail``, from index ``start``
+    (``Conversation.last_turn()``, which does not copy the whole history).
+
+    Args:
+        start: The index of ``tail``'s first message in the history.
+        tail: The history from ``start`` on.
+        messages: The input to add.
+        used: Every call id of the history (or what returns them, called when needed).
+        paused: Whether a pause's (or a dead worker's) pending calls are answered first.
+    """
     if not any(isinstance(m, _PAIRED) for m in messages) and not any(
         isinstance(m, ToolResult) or (isinstance(m, AssistantMessage) and m.tool_calls)
         for m in tail
@@ -60,13 +78,15 @@ def check_input(
     if not messages and not pending_tool_calls(tail):
         return
     answered = answer_pending(tail, SKIPPED_ON_ABANDON) if paused else ()
-    older = (used if isinstance(used, set) else used()) - call_ids(tail)
+    if not isinstance(used, set):
+        used = used()
+    recent = call_ids(tail)  # not ``used - recent``: that would copy every id of the thread
     offset = len(tail) + len(answered)
     try:
         for index, message in enumerate(messages):
             if isinstance(message, AssistantMessage):
                 for call in message.tool_calls:
-                    if call.id in older:
+                    if call.id in used and call.id not in recent:
                         raise PairingError(
                             f"duplicate tool call id {call.id!r} at index {offset + index}: "
                             "the thread used it already",

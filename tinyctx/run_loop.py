@@ -325,13 +325,14 @@ class RunLoop(Generic[Data]):
     def _call_ids(self) -> set[str]:
         """Every call id used in the thread's history, kept up to date as it grows (a
         rewritten history is read again)."""
-        messages = self._base.conversation.messages
+        conversation = self._base.conversation  # read in place: no copy of the history
+        length = len(conversation)
         seen, last, ids = self._ids_seen
-        if not (0 < seen <= len(messages) and messages[seen - 1] is last):
+        if not (0 < seen <= length and conversation[seen - 1] is last):
             seen, ids = 0, set()
-        if seen < len(messages):
-            ids |= call_ids(messages[seen:])
-        self._ids_seen = (len(messages), messages[-1] if messages else None, ids)
+        if seen < length:
+            ids |= call_ids(conversation.since(seen))
+        self._ids_seen = (length, conversation[-1] if length else None, ids)
         return ids
 
     async def _run_tools(self, state: RunState, calls: tuple[ToolCall, ...]) -> None:

@@ -24,7 +24,7 @@ from .events import SubscriberFailed
 from .messages import Message, ToolCall
 from .model import ModelRequest
 from .resume import ResumePath, refuse_engine_thread
-from .run_input import check_input, input_messages
+from .run_input import check_turn_input, input_messages
 from .run_state import NO_USAGE, RunState
 from .tasks import BackgroundTasks
 from .threads import ThreadStore
@@ -356,9 +356,13 @@ class Session(ResumePath[Data]):
         self._enter_run()
         try:
             messages = input_messages(input)
-            # a pause's (or a dead worker's) pending calls are answered before the input
-            paused = self._paused is not None or bool(self._abandoned)
-            check_input(self._base.conversation.messages, messages, self._call_ids, paused=paused)
+            check_turn_input(
+                *self._base.conversation.last_turn(),  # not a copy of the whole history
+                messages,
+                self._call_ids,
+                # a pause's (or a dead worker's) pending calls are answered before the input
+                paused=self._paused is not None or bool(self._abandoned),
+            )
             if self._link is not None:
                 # what the store cannot keep (metadata that is not JSON, a Message type the
                 # codec does not know) is refused here, not found by the next write: once in

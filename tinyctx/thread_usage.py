@@ -14,12 +14,13 @@ thread); ``session.ctx.thread_state(USAGE_KEY, ThreadUsage)`` is the live record
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from attrs import field, frozen
 
 from .context import wall_clock
-from .frozen import thaw
+from .frozen import FrozenDict, thaw
 from .lifecycle import ThreadWindowStore
 from .model import Usage
 from .state import StateError
@@ -57,7 +58,7 @@ class RunUsage:
 
     @classmethod
     def from_json(cls, data: Any) -> RunUsage:
-        if not isinstance(data, dict):
+        if not isinstance(data, Mapping):  # to_json keeps each run's as a FrozenDict
             raise TypeError(f"a run's usage must be a JSON object, got {type(data).__name__}")
         counts = {name: _count(data, name) for name in _FIELDS}
         usage = Usage(
@@ -78,7 +79,7 @@ class RunUsage:
         return RunUsage(self.run_id, self.usage + usage, self.calls + calls, self.cost + cost, now)
 
 
-def _count(data: dict[str, Any], name: str) -> int:
+def _count(data: Mapping[str, Any], name: str) -> int:
     value = data.get(name, 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"usage.{name} must be an integer >= 0, got {value!r}")
@@ -88,11 +89,15 @@ def _count(data: dict[str, Any], name: str) -> int:
 class ThreadUsage:
     """The thread's usage record: ``total`` over every run and the newest ``runs``."""
 
-    __slots__ = ("runs", "total")
+    __slots__ = ("_json", "runs", "total")
 
     def __init__(self, total: RunUsage | None = None, runs: list[RunUsage] | None = None) -> None:
         self.total = total if total is not None else RunUsage("")
         self.runs: list[RunUsage] = runs if runs is not None else []
+        # each kept run's JSON, made once (a run's usage is immutable): the thread's state
+        # is dumped at every write and encoded whenever it changed, and frozen entries the
+        # last write held are not encoded again (tinyctx.codec.StateEncoder)
+        self._json: dict[int, tuple[RunUsage, FrozenDict[str, Any]]] = {}
 
     def add(self, run_id: str, usage: Usage, calls: int, cost: float) -> None:
         """Add a part of run ``run_id`` (a whole run, or its part before or after a pause)."""
@@ -112,7 +117,16 @@ class ThreadUsage:
         return next((r for r in self.runs if r.run_id == run_id), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"total": self.total.to_json(), "runs": [r.to_json() for r in self.runs]}
+        known, kept = self._json, {}
+        runs = []
+        for run in self.runs:
+            entry = known.get(id(run))
+            if entry is None or entry[0] is not run:
+                entry = (run, FrozenDict(run.to_json()))
+            kept[id(run)] = entry
+            runs.append(entry[1])
+        self._json = kept
+        return {"total": self.total.to_json(), "runs": runs}
 
     @classmethod
     def from_json(cls, data: Any) -> ThreadUsage:
