@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -277,16 +276,17 @@ class Calibration:
 
 
 def _extends(messages: Sequence[Message], held: tuple[Message, ...]) -> bool:
-    """Whether ``messages`` start with exactly the messages of ``held`` (by identity)."""
+    """Whether ``messages`` start with the messages of ``held`` (the same, or equal: a
+    history equal to the one reported on costs what was reported)."""
     k = len(held)
     if len(messages) < k:
         return False
     if k == 0:
         return True
-    if messages[k - 1] is not held[-1] or messages[0] is not held[0]:
+    if messages[k - 1] is not held[-1] and messages[k - 1] != held[-1]:
         return False
     prefix = messages[:k] if type(messages) is tuple else tuple(messages[:k])
-    return all(map(operator.is_, prefix, held))
+    return prefix == held  # C-level, identity first: about a nanosecond a message
 
 
 # ---------------------------------------------------------------------------------------
