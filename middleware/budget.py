@@ -404,7 +404,7 @@ class BudgetGuard(Layer):
         window, reserved, source = self.resolve_window(request, ctx)
         usable = window - reserved
         raw = self.counter.count_request(request)
-        estimate = state.calibration.estimate(raw) if self.calibrate else raw
+        estimate = state.calibration.estimate(raw, request.messages) if self.calibrate else raw
         state.actions["checks"] += 1
         checks = state.actions["checks"]
         mark = state.relief_mark
@@ -436,7 +436,7 @@ class BudgetGuard(Layer):
                 exc, sent, ctx, state, sent_raw, window, reserved, source
             )
             response = await call_next(sent, ctx)
-        self._record(state, sent_raw, response)
+        self._record(state, sent, sent_raw, response)
         return response
 
     def _remember(
@@ -448,14 +448,16 @@ class BudgetGuard(Layer):
         state.window_source = source
         state.utilisation = estimate / (window - reserved)
 
-    def _record(self, state: _GuardState, sent_raw: int, response: ModelResponse) -> None:
+    def _record(
+        self, state: _GuardState, sent: ModelRequest, sent_raw: int, response: ModelResponse
+    ) -> None:
         usage = response.usage
         if usage is None:
             return
         if usage.input_tokens > 0:
             state.last_input_tokens = usage.input_tokens
-            if self.calibrate:
-                state.calibration.observe(sent_raw, usage.input_tokens)
+            if self.calibrate:  # with the history reported on: a later rewrite makes it stale
+                state.calibration.observe(sent_raw, usage.input_tokens, sent.messages)
         state.last_output_tokens = usage.output_tokens
         if usage.context_window:
             state.reported_window = usage.context_window

@@ -37,7 +37,7 @@ from tinyctx.config import fraction, optional
 from tinyctx.events import EventLevel
 from tinyctx.messages import check_pairing
 from tinyctx.reexport import publish
-from tinyctx.tokens import TokenCounter, default_counter
+from tinyctx.tokens import Calibration, TokenCounter, default_counter
 
 from . import _summarizers, _summary_history
 from ._compaction import (
@@ -152,15 +152,19 @@ class SummaryFailed(Event):
 
 
 class _Breaker:
-    """Consecutive failures of the layer in one thread (durable per-thread state)."""
+    """Consecutive failures of the layer in one thread, and the trigger's calibration by
+    the usage the provider reported (durable per-thread state)."""
 
-    __slots__ = ("failures",)
+    __slots__ = ("calibration", "failures")
 
     def __init__(self) -> None:
         self.failures = 0
+        self.calibration = Calibration()
 
     def to_json(self) -> dict[str, Any]:
-        return {"failures": self.failures}
+        if not self.calibration.observations:  # nothing reported yet: nothing to keep
+            return {"failures": self.failures}
+        return {"failures": self.failures, "calibration": self.calibration.to_json()}
 
     @classmethod
     def from_json(cls, data: Any) -> _Breaker:
@@ -169,6 +173,11 @@ class _Breaker:
             raise ValueError(f"failures must be an integer >= 0, got {failures!r}")
         breaker = cls()
         breaker.failures = failures
+        calibration = data.get("calibration")
+        if calibration is not None:  # state written before the trigger calibrated has none
+            if not isinstance(calibration, dict):
+                raise ValueError(f"calibration must be an object, got {calibration!r}")
+            breaker.calibration.load_json(calibration)
         return breaker
 
 
@@ -336,15 +345,39 @@ class Summarize(Layer):
 
     def fires(self, request: ModelRequest, ctx: RunContext[Any], counter: TokenCounter) -> bool:
         """Whether this request reaches the trigger (``trigger``, else ``trigger_tokens``,
-        else one token over the usable window)."""
+        else one token over the usable window), by :meth:`calibrated_count`."""
+        tokens = self.calibrated_count(request, ctx, counter)
         if self.trigger is not None:
             return self.trigger.fires(
-                counter.count_request(request),
-                len(request.messages),
-                ctx.config.usable_tokens,
-                type(self).__name__,
+                tokens, len(request.messages), ctx.config.usable_tokens, type(self).__name__
             )
-        return counter.count_request(request) >= self.trigger_for(ctx)
+        return tokens >= self.trigger_for(ctx)
+
+    def calibrated_count(
+        self, request: ModelRequest, ctx: RunContext[Any], counter: TokenCounter
+    ) -> int:
+        """The request's tokens as the trigger reads them: the usage the provider reported
+        for the thread's last call plus the estimate of what was added since, as the budget
+        guard calibrates (:class:`~tinyctx.tokens.Calibration`); the estimate scaled by the
+        last report once the history was rewritten; the estimate before any report."""
+        calibration = ctx.thread_state(self, _Breaker).calibration
+        return calibration.estimate(counter.count_request(request), request.messages)
+
+    async def _send(
+        self,
+        request: ModelRequest,
+        ctx: RunContext[Any],
+        call_next: ModelCall,
+        counter: TokenCounter,
+    ) -> ModelResponse:
+        """Call on, and learn from the usage the provider reports for what was sent."""
+        response = await call_next(request, ctx)
+        usage = response.usage
+        if usage is not None and usage.input_tokens > 0:
+            raw = counter.count_request(request)
+            calibration = ctx.thread_state(self, _Breaker).calibration
+            calibration.observe(raw, usage.input_tokens, request.messages)
+        return response
 
     def keep_for(
         self, messages: tuple[Message, ...], ctx: RunContext[Any], counter: TokenCounter
@@ -461,11 +494,11 @@ class Summarize(Layer):
         if self.trigger is None:
             self.trigger_for(ctx)  # an unknown window is an error on every call, not just some
         breaker = ctx.thread_state(self, _Breaker)
+        counter = self.counter or default_counter(request.model or ctx.config.model)
         if self.max_failures and breaker.failures >= self.max_failures:
-            return await call_next(request, ctx)
-        counter = self.counter or default_counter()
+            return await self._send(request, ctx, call_next, counter)
         if not self.fires(request, ctx, counter):
-            return await call_next(request, ctx)
+            return await self._send(request, ctx, call_next, counter)
         messages = request.messages
         try:
             new, stats = await summarize_history(
@@ -492,10 +525,10 @@ class Summarize(Layer):
                     disabled=bool(self.max_failures) and breaker.failures >= self.max_failures,
                 )
             )
-            return await call_next(request, ctx)
+            return await self._send(request, ctx, call_next, counter)
         breaker.failures = 0
         if not stats.changed:
-            return await call_next(request, ctx)
+            return await self._send(request, ctx, call_next, counter)
         persisted = False
         if self.persist:
             summary = new[len(new) - (len(messages) - stats.split) - 1]
@@ -504,7 +537,7 @@ class Summarize(Layer):
             if persisted:
                 ctx.conversation.add_message_event(summary)
         ctx.emit(SummaryApplied.of(stats, self.summarizer, persisted=persisted))
-        return await call_next(request.evolve(messages=new), ctx)
+        return await self._send(request.evolve(messages=new), ctx, call_next, counter)
 
     async def relieve(
         self,

@@ -1089,3 +1089,24 @@ class TestRealSummarizeAsAPolicy:
         assert len(failed) == 3
         assert all("summarizer down" in e.error for e in failed)  # type: ignore[attr-defined]
         assert guard.stats(ctx).breakers["summarize"].state == "open"
+
+
+class TestCalibrationAfterARewrite:
+    """The guard's calibrated estimate follows a rewritten history, not the old report."""
+
+    async def test_a_rewritten_history_is_not_judged_by_the_report_of_the_old_one(self) -> None:
+        """The provider reported 90,000 tokens for a long history; the history is then
+        rewritten to one short message: the estimate is that message's count scaled (at
+        most max_ratio), not 90,000 less the estimate's difference."""
+        from tinyctx import Agent, Session
+        from tinyctx.testing import reply
+
+        model = ScriptedModel([reply("a", usage=(90_000, 5)), reply("b")])
+        guard = BudgetGuard(max_tokens=200_000, reserved_output_tokens=0, counter=COUNTER)
+        async with Session(Agent(model=model, middleware=[guard])) as session:
+            await session.run("read this " * 4_000)
+            session.ctx.conversation.replace((UserMessage("short"),), emit_new=False)
+            await session.run("and now?")
+            estimate = guard.stats(session.ctx).estimate
+        raw = COUNTER.count_request(model.requests[1])
+        assert estimate is not None and estimate <= 2 * raw + 1

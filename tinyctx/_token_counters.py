@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from .errors import ConfigError
@@ -58,6 +58,44 @@ def _sample(text: str, n: int) -> str:
             for start in (span * i // last for i in range(_SAMPLE_WINDOWS))
         ]
     )
+
+
+def split_message(
+    counter: MemoCounter, message: Message, base: int, whole: bool
+) -> tuple[str, int, type[Message] | None]:
+    """A message whose content is not a plain string, or of a type not built in: its text,
+    ``base`` plus its media's tokens when ``whole``, and its kind (ToolResult,
+    AssistantMessage or None) by what its type extends."""
+    kind: type[Message] | None = type(message)
+    if kind in _BUILT_IN:
+        content = message.content  # type: ignore[attr-defined]
+        return content_text(content), base + counter.count_media(content) if whole else base, kind
+    content = getattr(message, "content", "")
+    tokens = base + counter.count_media(content) if whole and type(content) is not str else base
+    kind = (
+        ToolResult
+        if isinstance(message, ToolResult)
+        else AssistantMessage
+        if isinstance(message, AssistantMessage)
+        else None
+    )
+    return message.text, tokens, kind
+
+
+def measure_parts(count: Callable[[str], int], messages: Sequence[Message]) -> list[int]:
+    """The payload counts of ``messages`` part by part (text, a result's call id, each
+    call's id, name and arguments) with ``count``: how a subclass that counts text its
+    own way is measured."""
+    counts: list[int] = []
+    for message in messages:
+        tokens = count(message.text)
+        if isinstance(message, ToolResult):
+            tokens += count(message.tool_call_id)
+        elif isinstance(message, AssistantMessage):
+            for call in message.tool_calls:
+                tokens += count(call.id) + count(call.name) + count(arguments_text(call))
+        counts.append(tokens)
+    return counts
 
 
 class HeuristicCounter(MemoCounter):
@@ -163,26 +201,10 @@ class HeuristicCounter(MemoCounter):
         # least 1 for any other (each run leaves 2 of its 4 characters)
         for message in messages:
             kind: type[Message] | None = type(message)
-            if kind in _BUILT_IN:
-                text = message.content  # type: ignore[attr-defined]
-                if type(text) is str:
-                    tokens = base
-                else:
-                    tokens = base + self.count_media(text) if whole else base
-                    text = content_text(text)
-            else:  # any other type: its text as it defines it, its kind by what it extends
-                text = message.text
-                content = getattr(message, "content", "")
-                tokens = (
-                    base + self.count_media(content) if whole and type(content) is not str else base
-                )
-                kind = (
-                    ToolResult
-                    if isinstance(message, ToolResult)
-                    else AssistantMessage
-                    if isinstance(message, AssistantMessage)
-                    else None
-                )
+            if kind in _BUILT_IN and type(message.content) is str:  # type: ignore[attr-defined]
+                text, tokens = message.content, base  # type: ignore[attr-defined]
+            else:
+                text, tokens, kind = split_message(self, message, base, whole)
             tokens += (
                 ceil((len(text) - 2 * text.count(four)) / per)
                 if text.isascii() and len(text) <= exact_to
@@ -222,17 +244,7 @@ class HeuristicCounter(MemoCounter):
         return counts
 
     def _measure_parts(self, messages: Sequence[Message]) -> list[int]:
-        count = self.count_text
-        counts: list[int] = []
-        for message in messages:
-            tokens = count(message.text)
-            if isinstance(message, ToolResult):
-                tokens += count(message.tool_call_id)
-            elif isinstance(message, AssistantMessage):
-                for call in message.tool_calls:
-                    tokens += count(call.id) + count(call.name) + count(arguments_text(call))
-            counts.append(tokens)
-        return counts
+        return measure_parts(self.count_text, messages)
 
     def count_text(self, text: str) -> int:
         if not text:
@@ -343,14 +355,3 @@ def _load_pretrained(identifier: str, *, revision: str, token: str | None) -> to
     import tokenizers
 
     return tokenizers.Tokenizer.from_pretrained(identifier, revision=revision, token=token)
-
-
-_DEFAULT: HeuristicCounter | None = None
-
-
-def default_counter() -> HeuristicCounter:
-    """The shared heuristic counter layers use when none is configured."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = HeuristicCounter()
-    return _DEFAULT

@@ -84,6 +84,23 @@ _SAME_IN_ORJSON: Final = frozenset((str, int, bool, type(None)))
 """Values orjson writes as the stdlib encoder does (floats it may write shorter: 1e-07)."""
 
 
+def flat_orjson(data: Mapping[str, Any]) -> bytes | None:
+    """orjson's compact JSON of a non-empty object of strings, integers, booleans and nulls
+    (the stdlib encoder writes the same plus a space after each ',' and ':'), or None for
+    other values (floats orjson may write shorter, nested values) or without orjson."""
+    if _orjson_dumps is None or not (
+        # most calls pass one argument: its type alone, without a set of them
+        type(*data.values()) in _SAME_IN_ORJSON
+        if len(data) == 1
+        else _SAME_IN_ORJSON.issuperset(map(type, data.values()))
+    ):
+        return None
+    try:
+        return _orjson_dumps(data)
+    except TypeError:  # a key that is not a string, an integer past 64 bits
+        return None
+
+
 def _flat_json_chars(data: Mapping[str, Any]) -> int | None:
     """What :func:`_json_chars` measures, for an object of strings, integers, finite floats,
     booleans and nulls, without the stdlib encoder: orjson's compact text plus the spaces it
@@ -92,22 +109,13 @@ def _flat_json_chars(data: Mapping[str, Any]) -> int | None:
     is nested (the caller encodes it)."""
     if not data:
         return 2
-    if _orjson_dumps is not None and (
-        # most calls pass one argument: its type alone, without a set of them
-        type(*data.values()) in _SAME_IN_ORJSON
-        if len(data) == 1
-        else _SAME_IN_ORJSON.issuperset(map(type, data.values()))
-    ):
-        # orjson writes the same text minus the spaces after ',' and ':' (which never
-        # touch a run of spaces) in one C call: cheaper than a pass per string here
-        try:
-            text = _orjson_dumps(data)
-        except TypeError:  # a key that is not a string, an integer past 64 bits
-            pass
-        else:
-            if not text.isascii():
-                return -1
-            return len(text) + 2 * len(data) - 1 - 2 * text.count(b"    ")
+    # orjson writes the same text minus the spaces after ',' and ':' (which never touch a
+    # run of spaces) in one C call: cheaper than a pass per string here
+    text = flat_orjson(data)
+    if text is not None:
+        if not text.isascii():
+            return -1
+        return len(text) + 2 * len(data) - 1 - 2 * text.count(b"    ")
     chars = 6 * len(data)  # the braces, the ", " between items, the quotes and ": " of each key
     four, keep, short = _FOUR_SPACES, _NOT_JSON_ESCAPED, _SHORT_ESCAPES
     for key, value in data.items():
