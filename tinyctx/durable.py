@@ -124,6 +124,7 @@ class ThreadLink:
         "lost",
         "owner",
         "released",
+        "run_id",
         "state_json",
         "store",
         "thread_id",
@@ -144,6 +145,8 @@ class ThreadLink:
         self.state_json: dict[str, Any] | None = None
         self.lost: FencedOut | None = None
         self.released: Lease | None = None
+        # the run each write is recorded under (tinyctx.versions): the current run's
+        self.run_id: str | None = None
 
     # -- entering ------------------------------------------------------------------------
 
@@ -252,6 +255,7 @@ class ThreadLink:
             compaction=compaction,
             checkpoint=checkpoint,
             state=state_doc,
+            run_id=self.run_id,
         )
         try:
             self.version = await self.store.write(
