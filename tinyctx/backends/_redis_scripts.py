@@ -148,8 +148,10 @@ return 0
 # KEYS: thread, messages, archive, live lease, index; ARGV: thread id
 DELETE = """
 local existed = redis.call('EXISTS', KEYS[1])  -- written, or leased
-local history = string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[1] - 3) .. '{h}' .. ARGV[1]
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], history)
+local prefix = string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[1] - 3)
+-- its layer copies, and its index entry if it was expiring (tinyctx.backends._redis_expiry)
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], prefix .. '{h}' .. ARGV[1],
+           prefix .. '{x}' .. ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 return existed
 """

@@ -11,7 +11,12 @@ being ``tinyctx:`` unless ``prefix=`` says otherwise):
   expiry); ``{m}<thread>`` the live messages (a list); ``{a}<thread>`` the archive;
   ``{l}<thread>`` the live lease, ``SET ... PX ttl`` so Redis expires it; ``{threads}`` the
   sorted index of thread ids; ``{fencing}`` the fencing-token counter; and ``schema`` (no
-  brace) the layout version.
+  brace) the layout version;
+- ``{h}<thread>`` the checkpoint and layer state each write set (``load_as_of``);
+  ``{lb}<thread>`` the thread's labels (``tinyctx.thread_metadata``); ``{nn}<thread>`` the
+  set of its ``...:thread:<thread>`` note namespaces; ``{x}<thread>`` the index entry of
+  an expiring thread and ``{expiring}`` the mark that the prefix has any (thread expiry:
+  :mod:`tinyctx.backends._redis_expiry`).
 
 A prefix holds no ``{``, so no (prefix, kind, name) names another's key, nested prefixes
 (``acme:``, ``acme:m:``) included, and ``SCAN MATCH <prefix>{*`` lists one store's keys.

@@ -170,3 +170,17 @@ class ThreadExpiryConformance(ThreadSuite):
         for bad in bad_values:
             with pytest.raises(ConfigError, match="ttl"):
                 await make_store(ttl=bad)
+
+    async def test_an_expiring_thread_deleted_early_leaves_nothing(
+        self, make_store: StoreFactory
+    ) -> None:
+        """delete_thread on a thread with a TTL removes it at once: not listed, and
+        nothing of it left in the store's storage."""
+        thread = fresh_id("early")
+        async with opened(make_store, ttl=60) as store:
+            _require_expiry(store)
+            await store.write(thread, ThreadWrite(docs_of("a")), expected_version=0)
+            assert await store.list_threads(prefix=thread) == [thread]
+            assert await store.delete_thread(thread) is True
+            assert await store.list_threads(prefix=thread) == []
+            assert await self.stored_traces(store, thread) in (None, [])
