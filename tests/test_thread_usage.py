@@ -19,6 +19,7 @@ from tinyctx import (
     tool,
 )
 from tinyctx.codec import encode_state
+from tinyctx.engines import run_write, write_payload
 from tinyctx.forks import fork_thread
 from tinyctx.middleware import Approvals
 from tinyctx.stores import MemoryStore, SqliteStore
@@ -165,3 +166,15 @@ class TestVersionsNameTheirRun:
         await fork_thread(store, "t", new_id="t-fork")
         assert [v.run_id for v in await store.versions("t-fork")] == [None]
         await store.aclose()
+
+    async def test_an_engine_write_step_keeps_the_run_id(self) -> None:
+        """A write an engine replays from its JSON payload is recorded under the same run
+        (a payload recorded before run ids were carried writes with none)."""
+        store = MemoryStore()
+        change = ThreadWrite(("a",), run_id="run-7")
+        payload = json.loads(json.dumps(write_payload("t", change, 0, None)))
+        await run_write(store, payload)
+        older = dict(write_payload("t", ThreadWrite(("b",)), 1, None))
+        older.pop("run_id")
+        await run_write(store, older)
+        assert [v.run_id for v in await store.versions("t")] == ["run-7", None]
