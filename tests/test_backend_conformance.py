@@ -22,9 +22,11 @@ from tinyctx.testing.store_conformance import (
 class _Postgres:
     @pytest.fixture
     def make_store(self, postgres_url: str, postgres_schema: str) -> StoreFactory:
-        async def make(*, archive_retention: float | None = None) -> PostgresStore:
+        async def make(
+            *, archive_retention: float | None = None, ttl: float | None = None
+        ) -> PostgresStore:
             return PostgresStore(
-                postgres_url, schema=postgres_schema, archive_retention=archive_retention
+                postgres_url, schema=postgres_schema, archive_retention=archive_retention, ttl=ttl
             )
 
         return make
@@ -54,8 +56,12 @@ class _Postgres:
 class _Redis:
     @pytest.fixture
     def make_store(self, redis_url: str, redis_prefix: str) -> StoreFactory:
-        async def make(*, archive_retention: float | None = None) -> RedisStore:
-            return RedisStore(redis_url, prefix=redis_prefix, archive_retention=archive_retention)
+        async def make(
+            *, archive_retention: float | None = None, ttl: float | None = None
+        ) -> RedisStore:
+            return RedisStore(
+                redis_url, prefix=redis_prefix, archive_retention=archive_retention, ttl=ttl
+            )
 
         return make
 

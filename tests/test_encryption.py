@@ -25,8 +25,12 @@ KEY = Fernet.generate_key()
 class _Memory:
     @pytest.fixture
     def make_store(self) -> StoreFactory:
-        async def make(*, archive_retention: float | None = None) -> EncryptedStore:
-            return EncryptedStore(MemoryStore(archive_retention=archive_retention), keys=[KEY])
+        async def make(
+            *, archive_retention: float | None = None, ttl: float | None = None
+        ) -> EncryptedStore:
+            return EncryptedStore(
+                MemoryStore(archive_retention=archive_retention, ttl=ttl), keys=[KEY]
+            )
 
         return make
 
@@ -34,8 +38,10 @@ class _Memory:
 class _Sqlite:
     @pytest.fixture
     def make_store(self, tmp_path: Path) -> StoreFactory:
-        async def make(*, archive_retention: float | None = None) -> EncryptedStore:
-            inner = SqliteStore(tmp_path / "enc.db", archive_retention=archive_retention)
+        async def make(
+            *, archive_retention: float | None = None, ttl: float | None = None
+        ) -> EncryptedStore:
+            inner = SqliteStore(tmp_path / "enc.db", archive_retention=archive_retention, ttl=ttl)
             return EncryptedStore(inner, keys=[KEY])
 
         return make
@@ -47,9 +53,11 @@ class _Sqlite:
 class _Postgres:
     @pytest.fixture
     def make_store(self, postgres_url: str, postgres_schema: str) -> StoreFactory:
-        async def make(*, archive_retention: float | None = None) -> EncryptedStore:
+        async def make(
+            *, archive_retention: float | None = None, ttl: float | None = None
+        ) -> EncryptedStore:
             inner = PostgresStore(
-                postgres_url, schema=postgres_schema, archive_retention=archive_retention
+                postgres_url, schema=postgres_schema, archive_retention=archive_retention, ttl=ttl
             )
             return EncryptedStore(inner, keys=[KEY])
 
@@ -63,8 +71,12 @@ class _Postgres:
 class _Redis:
     @pytest.fixture
     def make_store(self, redis_url: str, redis_prefix: str) -> StoreFactory:
-        async def make(*, archive_retention: float | None = None) -> EncryptedStore:
-            inner = RedisStore(redis_url, prefix=redis_prefix, archive_retention=archive_retention)
+        async def make(
+            *, archive_retention: float | None = None, ttl: float | None = None
+        ) -> EncryptedStore:
+            inner = RedisStore(
+                redis_url, prefix=redis_prefix, archive_retention=archive_retention, ttl=ttl
+            )
             return EncryptedStore(inner, keys=[KEY])
 
         return make

@@ -23,8 +23,10 @@ from tinyctx.testing.store_conformance import StoreConformance, StoreFactory
 from tinyctx.threads import Compaction, ThreadWrite
 
 
-async def _memory(*, archive_retention: float | None = None) -> MemoryStore:
-    return MemoryStore(archive_retention=archive_retention)
+async def _memory(
+    *, archive_retention: float | None = None, ttl: float | None = None
+) -> MemoryStore:
+    return MemoryStore(archive_retention=archive_retention, ttl=ttl)
 
 
 class TestMemoryStoreContract(StoreConformance):
@@ -40,8 +42,10 @@ class TestSqliteStoreContract(StoreConformance):
 
     @pytest.fixture
     def make_store(self, tmp_path: Path) -> StoreFactory:
-        async def make(*, archive_retention: float | None = None) -> SqliteStore:
-            return SqliteStore(tmp_path / "s.db", archive_retention=archive_retention)
+        async def make(
+            *, archive_retention: float | None = None, ttl: float | None = None
+        ) -> SqliteStore:
+            return SqliteStore(tmp_path / "s.db", archive_retention=archive_retention, ttl=ttl)
 
         return make
 
@@ -254,7 +258,7 @@ class TestSchemaMigration:
         path = tmp_path / "v1.db"
         _write_v1_file(path)
         async with SqliteStore(path) as store:
-            assert await store.schema_version() == SCHEMA_VERSION == 5
+            assert await store.schema_version() == SCHEMA_VERSION == 6
             assert await store.get("ns", "k") == {"old": True}
             old = await store.notes("ns")
             assert [(n.seq, n.text, n.created_at, n.metadata) for n in old] == [
@@ -271,7 +275,31 @@ class TestSchemaMigration:
             columns = {row[1] for row in raw.execute("PRAGMA table_info(tinyctx_notes)")}
             version = raw.execute("SELECT version FROM tinyctx_schema").fetchone()[0]
         assert "metadata" in columns
-        assert version == 5
+        assert version == 6
+
+    async def test_a_version_5_file_reads_its_versions_without_run_ids(
+        self, tmp_path: Path
+    ) -> None:
+        """Schema 6 adds TTLs, run ids and the layer copies: versions written before read
+        back with run_id None and no layers kept; new writes record them."""
+        path = tmp_path / "v5.db"
+        async with SqliteStore(path) as store:
+            await store.write("t", ThreadWrite(("a",), state="s1"), expected_version=0)
+        with closing(sqlite3.connect(path)) as raw, raw:  # back to version 5
+            for column in ("run_id", "checkpoint_set", "checkpoint", "state"):
+                raw.execute(f"ALTER TABLE tinyctx_versions DROP COLUMN {column}")
+            raw.execute("ALTER TABLE tinyctx_threads DROP COLUMN ttl")
+            raw.execute("UPDATE tinyctx_schema SET version = 5")
+        async with SqliteStore(path) as store:
+            assert await store.schema_version() == 6
+            new = ThreadWrite(("b",), state="s2", run_id="r-2")
+            await store.write("t", new, expected_version=1)
+            assert [(v.version, v.run_id) for v in await store.versions("t")] == [
+                (1, None),
+                (2, "r-2"),
+            ]
+            assert await store.layers_as_of("t", 1) == (None, None)
+            assert await store.layers_as_of("t", 2) == (None, "s2")
 
     async def test_two_stores_opening_an_old_file_migrate_it_once(self, tmp_path: Path) -> None:
         # concurrent first opens race for the exclusive lock the switch to WAL needs; SQLite
@@ -317,7 +345,7 @@ class TestSchemaMigration:
             )
         raw.close()
         async with SqliteStore(path) as store:
-            assert await store.schema_version() == SCHEMA_VERSION == 5
+            assert await store.schema_version() == SCHEMA_VERSION == 6
             record = await store.load_thread("t")
             assert record.messages == old_docs
             new_docs = encode_messages([UserMessage("new"), AssistantMessage("new answer")])

@@ -24,8 +24,10 @@ from tinyctx.testing.store_conformance import StoreFactory, ThreadStoreConforman
 from tinyctx.threads import Compaction, ThreadWrite
 
 
-async def _memory(*, archive_retention: float | None = None) -> MemoryStore:
-    return MemoryStore(archive_retention=archive_retention)
+async def _memory(
+    *, archive_retention: float | None = None, ttl: float | None = None
+) -> MemoryStore:
+    return MemoryStore(archive_retention=archive_retention, ttl=ttl)
 
 
 class TestMemoryThreadStore(ThreadStoreConformance):
@@ -64,8 +66,12 @@ class TestSqliteThreadStore(ThreadStoreConformance):
 
     @pytest.fixture
     def make_store(self, tmp_path: Path) -> StoreFactory:
-        async def make(*, archive_retention: float | None = None) -> SqliteStore:
-            return SqliteStore(tmp_path / "threads.db", archive_retention=archive_retention)
+        async def make(
+            *, archive_retention: float | None = None, ttl: float | None = None
+        ) -> SqliteStore:
+            return SqliteStore(
+                tmp_path / "threads.db", archive_retention=archive_retention, ttl=ttl
+            )
 
         return make
 
@@ -95,8 +101,10 @@ class TestSqliteThreadStoreWithoutRoom(TestSqliteThreadStore):
     def make_store(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StoreFactory:
         monkeypatch.setattr(sqlite_rows, "GAP", 2)
 
-        async def make(*, archive_retention: float | None = None) -> SqliteStore:
-            return SqliteStore(tmp_path / "tight.db", archive_retention=archive_retention)
+        async def make(
+            *, archive_retention: float | None = None, ttl: float | None = None
+        ) -> SqliteStore:
+            return SqliteStore(tmp_path / "tight.db", archive_retention=archive_retention, ttl=ttl)
 
         return make
 

@@ -19,6 +19,8 @@ from tinyctx import (
     tool,
 )
 from tinyctx.codec import encode_state
+from tinyctx.engines import run_write, write_payload
+from tinyctx.forks import fork_thread
 from tinyctx.middleware import Approvals
 from tinyctx.stores import MemoryStore, SqliteStore
 from tinyctx.testing import ScriptedModel, call
@@ -131,3 +133,48 @@ class TestUsageWithTheThread:
 def _state(inner: str) -> str:
     """A thread state document holding ``inner`` (a JSON object of layer states)."""
     return encode_state(json.loads(inner))
+
+
+class TestVersionsNameTheirRun:
+    """Each version a session writes names the run that wrote it, as its usage does."""
+
+    @pytest.mark.parametrize("kind", ["memory", "sqlite"])
+    async def test_the_version_list_says_which_run_wrote_each(
+        self, kind: str, tmp_path: Path
+    ) -> None:
+        """Two runs with a tool step each: every version is recorded under the id its
+        run's usage is (a write outside a run, a fork, names none)."""
+        store: Any = MemoryStore() if kind == "memory" else SqliteStore(tmp_path / "v.db")
+        model = ScriptedModel(
+            [
+                _answer("", Usage(1, 1), call("deploy", id="d1", service="web")),
+                _answer("one", Usage(1, 1)),
+                _answer("", Usage(1, 1), call("deploy", id="d2", service="db")),
+                _answer("two", Usage(1, 1)),
+            ]
+        )
+        agent = Agent(model=model, tools=[deploy])
+        run_ids = []
+        for text in ("a", "b"):
+            async with Session(agent, thread_id="t", store=store) as session:
+                run_ids.append((await session.run(text)).run_id)
+        versions = await store.versions("t")
+        by_run = {v.run_id for v in versions}
+        assert by_run == set(run_ids)
+        assert [r.run_id for r in (await thread_usage(store, "t")).runs] == run_ids
+        assert versions[0].run_id == run_ids[0] and versions[-1].run_id == run_ids[1]
+        await fork_thread(store, "t", new_id="t-fork")
+        assert [v.run_id for v in await store.versions("t-fork")] == [None]
+        await store.aclose()
+
+    async def test_an_engine_write_step_keeps_the_run_id(self) -> None:
+        """A write an engine replays from its JSON payload is recorded under the same run
+        (a payload recorded before run ids were carried writes with none)."""
+        store = MemoryStore()
+        change = ThreadWrite(("a",), run_id="run-7")
+        payload = json.loads(json.dumps(write_payload("t", change, 0, None)))
+        await run_write(store, payload)
+        older = dict(write_payload("t", ThreadWrite(("b",)), 1, None))
+        older.pop("run_id")
+        await run_write(store, older)
+        assert [v.run_id for v in await store.versions("t")] == ["run-7", None]

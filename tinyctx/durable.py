@@ -124,6 +124,7 @@ class ThreadLink:
         "lost",
         "owner",
         "released",
+        "run_id",
         "state_encoder",
         "state_json",
         "store",
@@ -147,6 +148,8 @@ class ThreadLink:
         self.state_encoder = StateEncoder()
         self.lost: FencedOut | None = None
         self.released: Lease | None = None
+        # the run each write is recorded under (tinyctx.versions): the current run's
+        self.run_id: str | None = None
 
     # -- entering ------------------------------------------------------------------------
 
@@ -255,6 +258,7 @@ class ThreadLink:
             compaction=compaction,
             checkpoint=checkpoint,
             state=state_doc,
+            run_id=self.run_id,
         )
         try:
             self.version = await self.store.write(

@@ -129,6 +129,7 @@ class EncryptedStore:
             compaction=compaction,
             checkpoint=checkpoint if isinstance(checkpoint, Unchanged) else self._seal(checkpoint),
             state=change.state if isinstance(change.state, Unchanged) else self._seal(change.state),
+            run_id=change.run_id,
         )
 
     def _note(self, note: Note) -> Note:
@@ -227,6 +228,11 @@ class EncryptedStore:
     async def versions(self, thread_id: str) -> list[ThreadVersion]:
         return list(await self.inner.versions(thread_id))
 
+    async def layers_as_of(self, thread_id: str, version: int) -> tuple[str | None, str | None]:
+        checkpoint, state = await self.inner.layers_as_of(thread_id, version)
+        what = f"thread {thread_id!r} as of version {version}"
+        return self._open(checkpoint, f"{what} checkpoint"), self._open(state, f"{what} state")
+
     async def archived(self, thread_id: str) -> list[ArchivedRange]:
         ranges: list[ArchivedRange] = await self.inner.archived(thread_id)
         return [
@@ -250,6 +256,12 @@ class EncryptedStore:
 
     async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
         return list(await self.inner.list_threads(prefix=prefix, limit=limit))
+
+    async def set_thread_ttl(self, thread_id: str, seconds: float | None) -> bool:
+        return bool(await self.inner.set_thread_ttl(thread_id, seconds))
+
+    async def sweep_expired(self) -> list[str]:
+        return list(await self.inner.sweep_expired())
 
     async def delete_thread(self, thread_id: str) -> bool:
         return bool(await self.inner.delete_thread(thread_id))

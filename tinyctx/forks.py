@@ -8,9 +8,10 @@ either never shows in the other. The fork has no paused run (a checkpoint names 
 thread) and starts its own usage record (:mod:`tinyctx.thread_usage`). A ``new_id``
 that holds a thread already is refused, never overwritten.
 
-``fork_thread(..., at_version=v)`` forks the thread as it was at version ``v``, and
-``rewind_to_version(store, "t-1", v)`` makes that history current again (the replaced
-log is archived); both need a store that records versions (:mod:`tinyctx.versions`).
+``fork_thread(..., at_version=v)`` forks the thread as it was at version ``v`` (its
+history and the layer state it had then), and ``rewind_to_version(store, "t-1", v)``
+makes that history and layer state current again (the replaced log is archived); both
+need a store that records versions (:mod:`tinyctx.versions`).
 
 ``await rewind(store, "t-1", to_message=12)`` makes the first 12 live messages the whole
 history again: the later ones are not deleted but archived, as a compaction of
@@ -75,9 +76,9 @@ async def fork_thread(
     notes: Mapping[str, str] | None = None,
 ) -> int:
     """Copy thread ``source`` to ``new_id`` (see the module docstring); returns the new
-    thread's version (1). ``at_version`` forks the history as it was at that version
-    (:func:`tinyctx.versions.load_as_of`); the layer state is copied only from the
-    current version (a store keeps no older state)."""
+    thread's version (1). ``at_version`` forks the thread as it was at that version
+    (:func:`tinyctx.versions.load_as_of`): its history and (``state=True``) the layer
+    state it had then, so a run on the fork goes on from there."""
     check_thread_id(source)
     check_thread_id(new_id, field="new_id")
     if new_id == source:
@@ -89,15 +90,11 @@ async def fork_thread(
     record = await store.load_thread(source)
     if record.version == 0:
         raise ValueError(f"source={source!r}: no such thread (never written)")
-    messages = tuple(record.messages)
-    current = at_version is None or at_version == record.version
-    if not current:
-        assert at_version is not None
-        messages = tuple((await load_as_of(store, source, at_version)).messages)
-    change = ThreadWrite(
-        append=messages,
-        state=_forked_state(record.state) if state and current else UNCHANGED,
-    )
+    messages, layers = tuple(record.messages), record.state
+    if at_version is not None and at_version != record.version:
+        old = await load_as_of(store, source, at_version)
+        messages, layers = tuple(old.messages), old.state
+    change = ThreadWrite(append=messages, state=_forked_state(layers) if state else UNCHANGED)
     try:
         version = await store.write(new_id, change, expected_version=0)
     except StaleThreadVersion:
@@ -148,12 +145,14 @@ async def rewind(
 async def rewind_to_version(
     store: ThreadStore, thread_id: str, version: int, *, lease: Lease | None = None
 ) -> int:
-    """Make the thread's history what it was at ``version`` again, in one write that
-    replaces the whole live log (archived, so the later writes stay readable); the paused
-    run is dropped. Returns the new version."""
+    """Make the thread's history (and layer state) what it was at ``version`` again, in
+    one write that replaces the whole live log (archived, so the later writes stay
+    readable); the paused run is dropped. Returns the new version."""
     record = await store.load_thread(thread_id)
     old = await load_as_of(store, thread_id, version)
     change = ThreadWrite(
-        compaction=Compaction(0, len(record.messages), old.messages), checkpoint=None
+        compaction=Compaction(0, len(record.messages), old.messages),
+        checkpoint=None,
+        state=UNCHANGED if old.state is None else old.state,
     )
     return await store.write(thread_id, change, expected_version=record.version, lease=lease)

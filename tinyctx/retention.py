@@ -1,4 +1,12 @@
-"""Retention an application schedules: prune archived originals, delete a user's threads.
+"""Retention an application schedules: prune archived originals, delete a user's threads,
+expire threads (a TTL per thread or per store).
+
+``MemoryStore(ttl=86400)`` (every built-in store takes ``ttl=``) makes threads expire a
+day after their last write; ``await set_thread_ttl(store, "t-1", 3600)`` gives one thread
+its own (``math.inf``: never). An expired thread vanishes whole, with its labels and the
+notes of its ``...:thread:<id>`` namespaces (:mod:`tinyctx.lifecycle` has the rules). Redis
+expires the keys itself; SQL and memory stores treat an expired thread as absent at once
+and free its space when ``await sweep_expired(store)`` runs (schedule it).
 
 ``await prune_archives(store, older_than=30 * 86400)`` drops, on every thread (or those
 whose id starts with ``prefix``), the compacted originals archived more than 30 days
@@ -20,22 +28,51 @@ keeps them; a fork (:func:`~tinyctx.forks.fork_thread`) carries its source's lab
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
-from .lifecycle import ArchivePruneStore, check_age
+from .lifecycle import (
+    THREAD_METADATA,
+    ArchivePruneStore,
+    ThreadExpiryStore,
+    check_age,
+    check_thread_ttl,
+)
 from .store_protocols import Store
 from .threads import ThreadStore, check_thread_id
 
 __all__ = [
     "THREAD_METADATA",
     "prune_archives",
+    "set_thread_ttl",
+    "sweep_expired",
     "set_thread_metadata",
     "thread_metadata",
     "delete_threads_where",
 ]
 
-THREAD_METADATA: Final = "tinyctx.thread_metadata"
-"""The key/value namespace holding each labelled thread's metadata (key: the thread id)."""
+
+def _expiry_store(store: object) -> ThreadExpiryStore:
+    if not isinstance(store, ThreadExpiryStore):
+        raise TypeError(f"{type(store).__name__} keeps no TTL (no set_thread_ttl)")
+    return store
+
+
+async def set_thread_ttl(store: ThreadStore, thread_id: str, seconds: float | None) -> bool:
+    """Give ``thread_id`` its own TTL: seconds > 0 counted from its last write (the clock
+    starts now, then again at each write), ``math.inf`` never to expire, None to follow
+    the store's ``ttl=`` again (:mod:`tinyctx.lifecycle`). False when the thread does not
+    exist (was never written, or expired)."""
+    expiry = _expiry_store(store)
+    check_thread_id(thread_id)
+    return await expiry.set_thread_ttl(thread_id, check_thread_ttl(seconds))
+
+
+async def sweep_expired(store: ThreadStore) -> list[str]:
+    """Remove every expired thread of ``store`` whole (messages, archive, versions,
+    checkpoint, state, lease, labels, the notes of its namespaces); their ids, sorted.
+    Schedule it on SQL and memory stores (their reads already treat an expired thread as
+    absent); on Redis, expiry is native and this finds nothing left to do."""
+    return await _expiry_store(store).sweep_expired()
 
 
 async def prune_archives(store: ThreadStore, *, older_than: float, prefix: str = "") -> int:

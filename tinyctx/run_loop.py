@@ -99,7 +99,7 @@ class RunLoop(Generic[Data]):
     _winding: anyio.Event | None
     _template: ModelRequest | None
 
-    async def _sync(self, *, failing: bool = False) -> None:
+    async def _sync(self, *, failing: bool = False, run: RunContext[Data] | None = None) -> None:
         """Make what the conversation committed durable (no-op without a store).
 
         Shielded: a write is atomic in the store, so it is never abandoned half-way by a
@@ -107,13 +107,17 @@ class RunLoop(Generic[Data]):
         bounded by ``max(grace_period, 5)`` seconds (every store call answers the bound at
         once), then fails with :class:`~tinyctx.stores.WriteOutcomeUnknown` (the write may
         have landed) and what it held stays pending for the next write, which finds out
-        whether it had. ``failing``: another error is already
+        whether it had. ``run``: the run it is the last write of (else the one running).
+        ``failing``: another error is already
         leaving, so a failed write is reported as
         :class:`~tinyctx.durable.ThreadWriteFailed` instead of raised over it.
         """
         link = self._link
         if link is None:
             return
+        # the write is recorded under the run making it (the id its usage is), if any
+        run = run if run is not None else self._current
+        link.run_id = None if run is None else run.config.agent_run_id or run.config.run_id
         limit = max(self._grace, 5.0)
         try:
             with anyio.CancelScope(shield=True):
@@ -224,7 +228,7 @@ class RunLoop(Generic[Data]):
                     if paused is not None:
                         link.pause(paused)  # one write: the messages and the pause
                     clean = error is None or paused is not None
-                    await self._sync(failing=not clean)
+                    await self._sync(failing=not clean, run=ctx)
             finally:
                 unsubscribe()
 

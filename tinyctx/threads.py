@@ -164,12 +164,14 @@ class ThreadWrite:
 
     ``checkpoint``: an encoded checkpoint to store, ``None`` to clear it, or UNCHANGED.
     ``state``: the encoded per-thread layer state, or UNCHANGED.
+    ``run_id``: the run that writes it, recorded with the version (:mod:`tinyctx.versions`).
     """
 
     append: tuple[str, ...] = field(default=(), converter=_documents_tuple)
     compaction: Compaction | None = None
     checkpoint: str | Unchanged | None = UNCHANGED
     state: str | Unchanged = UNCHANGED
+    run_id: str | None = None
 
 
 @frozen

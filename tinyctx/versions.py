@@ -7,6 +7,18 @@ compactions replaced. From those, :func:`load_as_of` rebuilds the live log exact
 reader saw it at an earlier version: it undoes the later writes from the current log,
 newest first (drop what each appended, put back the originals its compaction archived).
 
+**Layer state and checkpoint as of a version.** A store implementing
+:class:`ThreadLayersStore` (every built-in one) keeps, beside each version's record, the
+layer state and the checkpoint that write set (or cleared): only writes that changed
+them store a copy, and :meth:`ThreadLayersStore.layers_as_of` answers with the newest
+at or before the version, so :attr:`ThreadAsOf.state` and :attr:`ThreadAsOf.checkpoint`
+are what a reader loading the thread at that version saw. The copies are kept as long as
+the thread's version records (until it is deleted or expires): one per write that
+changed the state (a session's run writes it once, at its end, with its usage record) or
+the checkpoint (a pause, and the write that goes on from it). For a version written
+before the store kept them (an upgraded store), both are those of the newest kept write
+before it (None when none was kept); a store without the protocol gives None for both.
+
 A version is out of reach when the thread was written before its store recorded versions
 (an upgraded store), or when a compaction after it has left the archive (the store's
 ``archive_retention``): :class:`VersionUnavailable` says which.
@@ -33,10 +45,12 @@ T = TypeVar("T")
 __all__ = [
     "ThreadVersion",
     "ThreadVersionStore",
+    "ThreadLayersStore",
     "ThreadAsOf",
     "VersionUnavailable",
     "load_as_of",
     "undo_writes",
+    "layers_at",
 ]
 
 
@@ -44,7 +58,10 @@ __all__ = [
 class ThreadVersion:
     """What the write that made ``version`` did: at ``written_at`` (seconds since the
     epoch) it appended ``appended`` messages, after replacing ``[start, end)`` with
-    ``replaced`` messages when ``start`` is not None (a compaction or a rewind)."""
+    ``replaced`` messages when ``start`` is not None (a compaction or a rewind).
+    ``run_id`` names the run that wrote it (the id its usage is recorded under,
+    :mod:`tinyctx.thread_usage`); None for a write outside a run (a fork, a rewind)
+    or one recorded before the store kept run ids."""
 
     version: int
     written_at: float
@@ -52,6 +69,7 @@ class ThreadVersion:
     start: int | None = None
     end: int | None = None
     replaced: int = 0
+    run_id: str | None = None
 
 
 @runtime_checkable
@@ -64,15 +82,28 @@ class ThreadVersionStore(Protocol):
         ...
 
 
+@runtime_checkable
+class ThreadLayersStore(Protocol):
+    """A thread store that keeps the layer state and checkpoint each write set."""
+
+    async def layers_as_of(self, thread_id: str, version: int) -> tuple[str | None, str | None]:
+        """The ``(checkpoint, state)`` documents the thread had at ``version``: those of
+        the newest write at or before it that set them (None: none did, or cleared)."""
+        ...
+
+
 @frozen
 class ThreadAsOf:
-    """The live log of a thread as it was at ``version`` (encoded documents)."""
+    """The thread as it was at ``version``: its live log (encoded documents), and its
+    checkpoint and layer state then (see the module docstring for when they are None)."""
 
     thread_id: str
     version: int
     messages: Sequence[str]
     """The documents (a :class:`~tinyctx.documents.SplitDocuments` where the store keeps
     them split; it reads as the same documents)."""
+    checkpoint: str | None = None
+    state: str | None = None
 
 
 class VersionUnavailable(TinyCtxError, LookupError):
@@ -83,6 +114,25 @@ class VersionUnavailable(TinyCtxError, LookupError):
         self.version = version
         self.reason = reason
         super().__init__(f"thread {thread_id!r} cannot be read as of version {version}: {reason}")
+
+
+def layers_at(
+    kept: Sequence[tuple[int, bool, str | None, str | None]], version: int
+) -> tuple[str | None, str | None]:
+    """``(checkpoint, state)`` at ``version`` from the copies writes kept, oldest first:
+    ``(version, checkpoint set, checkpoint, state or None when unchanged)``."""
+    checkpoint: tuple[str | None] | None = None
+    state: str | None = None
+    for at, checkpoint_set, kept_checkpoint, kept_state in reversed(kept):
+        if at > version:
+            continue
+        if checkpoint is None and checkpoint_set:
+            checkpoint = (kept_checkpoint,)
+        if state is None and kept_state is not None:
+            state = kept_state
+        if checkpoint is not None and state is not None:
+            break
+    return (None if checkpoint is None else checkpoint[0]), state
 
 
 def undo_writes(
@@ -139,12 +189,35 @@ async def load_as_of(store: ThreadStore, thread_id: str, version: int) -> Thread
     check_thread_id(thread_id)
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise ValueError(f"load_as_of(version={version!r}): version must be an integer >= 0")
+    found = None
     if isinstance(store, ThreadWindowStore) and isinstance(store, ThreadVersionStore):
         for _ in range(_WINDOW_ATTEMPTS):
             found = await _as_of_by_window(store, thread_id, version)
             if found is not None:
-                return found
-    return await _as_of_by_load(store, thread_id, version)
+                break
+    if found is None:
+        found = await _as_of_by_load(store, thread_id, version)
+    if found.version in (0, found.current) or not isinstance(store, ThreadLayersStore):
+        return found.evolve()
+    checkpoint, state = await store.layers_as_of(thread_id, version)
+    return found.evolve(checkpoint=checkpoint, state=state)
+
+
+@frozen
+class _Found:
+    """A log as of ``version`` and, when that is the version the read saw as current,
+    the checkpoint and state read with it."""
+
+    thread_id: str
+    version: int
+    current: int
+    messages: Sequence[str]
+    checkpoint: str | None = None
+    state: str | None = None
+
+    def evolve(self, **changes: str | None) -> ThreadAsOf:
+        layers = {"checkpoint": self.checkpoint, "state": self.state, **changes}
+        return ThreadAsOf(self.thread_id, self.version, self.messages, **layers)
 
 
 _WINDOW_ATTEMPTS = 3
@@ -158,7 +231,7 @@ def _check_reachable(thread_id: str, version: int, current: int) -> None:
         )
 
 
-async def _as_of_by_window(store: Any, thread_id: str, version: int) -> ThreadAsOf | None:
+async def _as_of_by_window(store: Any, thread_id: str, version: int) -> _Found | None:
     """The log at ``version`` from the live messages that survive to it, read in one
     window; None when the current or the empty version is asked (a plain load answers)
     or a write landed between the reads (the caller tries again)."""
@@ -180,7 +253,7 @@ async def _as_of_by_window(store: Any, thread_id: str, version: int) -> ThreadAs
     )
     kept = [slot for slot in slots if isinstance(slot, int)]
     if not kept:
-        return ThreadAsOf(thread_id, version, tuple(str(slot) for slot in slots))
+        return _Found(thread_id, version, current, tuple(str(slot) for slot in slots))
     low, high = kept[0], kept[-1] + 1
     if high - low > head.length // 4:
         # much of the log survives: the whole load keeps documents split, which decode
@@ -194,17 +267,18 @@ async def _as_of_by_window(store: Any, thread_id: str, version: int) -> ThreadAs
         return None
     live = window.messages
     docs = tuple(live[slot - low] if isinstance(slot, int) else slot for slot in slots)
-    return ThreadAsOf(thread_id, version, docs)
+    return _Found(thread_id, version, current, docs)
 
 
-async def _as_of_by_load(store: ThreadStore, thread_id: str, version: int) -> ThreadAsOf:
+async def _as_of_by_load(store: ThreadStore, thread_id: str, version: int) -> _Found:
     """The log at ``version`` from the whole current log (any :class:`ThreadStore`)."""
     record = await store.load_thread(thread_id)
     _check_reachable(thread_id, version, record.version)
     if version == record.version:
-        return ThreadAsOf(thread_id, version, tuple(record.messages))
+        messages = tuple(record.messages)
+        return _Found(thread_id, version, version, messages, record.checkpoint, record.state)
     if version == 0:
-        return ThreadAsOf(thread_id, 0, ())
+        return _Found(thread_id, 0, record.version, ())
     if not isinstance(store, ThreadVersionStore):
         raise VersionUnavailable(
             thread_id, version, f"{type(store).__name__} does not record versions"
@@ -224,13 +298,13 @@ def _rebuild(
     version: int,
     log: Sequence[ThreadVersion],
     originals: dict[int, tuple[str, ...]],
-) -> ThreadAsOf:
+) -> _Found:
     """``record``'s log undone back to ``version``."""
     current = record.messages
     if type(current) is SplitDocuments:
         # rows stay split (head, text): decode_messages reads them without joining
         split = {v: tuple(split_document(doc) for doc in docs) for v, docs in originals.items()}
         rows = undo_writes(thread_id, current.rows, record.version, version, log, split)
-        return ThreadAsOf(thread_id, version, SplitDocuments(rows))
+        return _Found(thread_id, version, record.version, SplitDocuments(rows))
     docs = undo_writes(thread_id, current, record.version, version, log, originals)
-    return ThreadAsOf(thread_id, version, tuple(docs))
+    return _Found(thread_id, version, record.version, tuple(docs))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..lifecycle import ThreadWindow, check_age, check_window_args
 from ..threads import check_thread_id
 from ..versions import ThreadVersion
+from ._postgres_expiry import expired_sql
 
 __all__ = ["PostgresLifecycle", "versions_migration"]
 
@@ -57,6 +58,7 @@ class PostgresLifecycle:
 
     if TYPE_CHECKING:  # PostgresStore's
         _schema_sql: str
+        ttl: float | None
 
         async def _fetchone(
             self, query: str, params: Sequence[Any], *, once: bool = False
@@ -68,10 +70,12 @@ class PostgresLifecycle:
 
     async def versions(self, thread_id: str) -> list[ThreadVersion]:
         """What each write did, oldest first; see :mod:`tinyctx.versions`."""
+        s = self._schema_sql
         rows = await self._fetchall(
-            "SELECT version, written_at, appended, start_pos, end_pos, replaced "
-            f"FROM {self._schema_sql}.versions WHERE thread_id = %s ORDER BY version",
-            (check_thread_id(thread_id),),
+            "SELECT version, written_at, appended, start_pos, end_pos, replaced, run_id "
+            f"FROM {s}.versions WHERE thread_id = %s AND NOT EXISTS (SELECT 1 FROM "
+            f"{s}.threads t WHERE t.thread_id = %s AND {expired_sql('t')}) ORDER BY version",
+            (check_thread_id(thread_id), thread_id, self.ttl, time.time()),
         )
         return [
             ThreadVersion(
@@ -81,9 +85,29 @@ class PostgresLifecycle:
                 None if s is None else int(s),
                 None if e is None else int(e),
                 int(r),
+                None if run is None else str(run),
             )
-            for v, at, n, s, e, r in rows
+            for v, at, n, s, e, r, run in rows
         ]
+
+    async def layers_as_of(self, thread_id: str, version: int) -> tuple[str | None, str | None]:
+        """The checkpoint and state the thread had at ``version``, in one statement; see
+        :class:`tinyctx.versions.ThreadLayersStore`."""
+        s = self._schema_sql
+        newest = (
+            f"FROM {s}.versions v WHERE v.thread_id = k.id AND v.version <= k.at AND {{}} "
+            "ORDER BY v.version DESC LIMIT 1"
+        )
+        row = await self._fetchone(
+            f"SELECT (SELECT v.checkpoint {newest.format('v.checkpoint_set')}), "
+            f"(SELECT v.state {newest.format('v.state IS NOT NULL')}), "
+            f"(SELECT {expired_sql('t')} FROM {s}.threads t WHERE t.thread_id = k.id) "
+            "FROM (SELECT %s::text AS id, %s::bigint AS at) k",
+            (self.ttl, time.time(), check_thread_id(thread_id), version),
+        )
+        if row is None or row[2]:
+            return None, None
+        return _text(row[0]), _text(row[1])
 
     async def load_window(
         self, thread_id: str, *, stop: int | None = None, count: int
@@ -99,9 +123,9 @@ class PostgresLifecycle:
             "AND m.pos >= w.stop - w.count AND m.pos < w.stop ORDER BY m.pos) "
             f"FROM {s}.threads t, LATERAL (SELECT least(%s::bigint, t.length) AS stop, "
             "least(%s::bigint, least(%s::bigint, t.length)) AS count) w "
-            "WHERE t.thread_id = %s"
+            f"WHERE t.thread_id = %s AND NOT {expired_sql('t')}"
         )
-        row = await self._fetchone(query, (stop, count, stop, thread_id))
+        row = await self._fetchone(query, (stop, count, stop, thread_id, self.ttl, time.time()))
         if row is None:
             return ThreadWindow(thread_id, 0, 0, 0, ())
         version, length, checkpoint, state, start, docs = row

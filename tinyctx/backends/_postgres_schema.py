@@ -8,11 +8,12 @@ import re
 import zlib
 
 from ..errors import ConfigError
+from ._postgres_expiry import EXPIRY_MIGRATION, LIVE, expired_sql
 from ._postgres_lifecycle import versions_migration
 
 __all__ = ["SCHEMA_VERSION", "MIGRATIONS", "Statements", "check_schema", "lock_key"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema version :class:`PostgresStore` writes; an older schema is migrated on open."""
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -250,6 +251,9 @@ $$""",
 )
 # 4: what each write did, for reading a thread as of an old version (tinyctx.versions)
 MIGRATIONS += (versions_migration(MIGRATIONS[0][9], MIGRATIONS[1][0]),)
+# 5: a thread's own TTL, and expiry on the way to every write and lease
+# (tinyctx.backends._postgres_expiry)
+MIGRATIONS += (EXPIRY_MIGRATION,)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -292,17 +296,20 @@ class Statements:
         )
         self.load = (
             f"SELECT t.version, t.checkpoint, t.state, l.owner, l.token, l.expires_at, "
-            f"ARRAY(SELECT m.doc FROM {s}.messages m WHERE m.thread_id = k.id ORDER BY m.pos) "
+            f"ARRAY(SELECT m.doc FROM {s}.messages m WHERE m.thread_id = k.id ORDER BY m.pos), "
+            f"{expired_sql('t')} "
             f"FROM (SELECT %s::text AS id) k "
             f"LEFT JOIN {s}.threads t ON t.thread_id = k.id "
             f"LEFT JOIN {s}.leases l ON l.thread_id = k.id"
         )
+        # through expire_thread first: an expired thread is written as a new one
         self.write = (
-            f"SELECT outcome, figure FROM {s}.write_thread("
+            f"SELECT outcome, figure FROM {LIVE.format(s=s)}"
             "%s, %s, %s, %s, %s, %s::bytea[], %s::bytea[], %s, %s, %s, %s, %s, %s)"
         )
         self.acquire = (
-            f"SELECT granted, owner, token, expires_at FROM {s}.acquire_lease(%s, %s, %s)"
+            f"SELECT granted, owner, token, expires_at FROM {s}.acquire_live("
+            "%s, %s, %s, %s::float8, %s::float8)"
         )
         self.renew = (
             f"UPDATE {s}.leases SET expires_at = extract(epoch FROM clock_timestamp()) + %s "
@@ -312,11 +319,13 @@ class Statements:
         self.lease_token_share = f"{self.lease_token} FOR SHARE"
         self.release = f"DELETE FROM {s}.leases WHERE thread_id = %s AND token = %s RETURNING 1"
         self.list = (
-            f"SELECT thread_id FROM {s}.threads WHERE starts_with(thread_id, %s) "
-            "ORDER BY thread_id LIMIT %s"
+            f"SELECT thread_id FROM {s}.threads t WHERE starts_with(thread_id, %s) "
+            f"AND NOT {expired_sql('t')} ORDER BY thread_id LIMIT %s"
         )
         self.archived = (
             f"SELECT version, start_pos, end_pos, messages, archived_at FROM {s}.archive "
-            "WHERE thread_id = %s AND (%s::float8 IS NULL OR archived_at >= %s) ORDER BY id"
+            "WHERE thread_id = %s AND (%s::float8 IS NULL OR archived_at >= %s) "
+            f"AND NOT EXISTS (SELECT 1 FROM {s}.threads t WHERE t.thread_id = %s "
+            f"AND {expired_sql('t')}) ORDER BY id"
         )
         self.delete_thread = f"SELECT {s}.delete_thread(%s)"

@@ -39,7 +39,7 @@ def check_layout(prefix: str, stored: int) -> None:
         )
 
 
-_GLOB_SPECIAL = str.maketrans({c: "\\" + c for c in "*?[]\\"})
+GLOB_SPECIAL = str.maketrans({c: "\\" + c for c in "*?[]\\"})
 
 
 def migrate_v1(url: str, timeout: float, prefix: str, key: Callable[[str, str], str]) -> int:
@@ -74,7 +74,7 @@ def _migrate(client: redis.Redis, prefix: str, key: Callable[[str, str], str]) -
             rename(f"{prefix}{kind}:{thread_id}", key(kind, str(thread_id)))
     for kind in ("kv", "n"):
         start = f"{prefix}{kind}:"
-        for old in list(client.scan_iter(match=start.translate(_GLOB_SPECIAL) + "*")):
+        for old in list(client.scan_iter(match=start.translate(GLOB_SPECIAL) + "*")):
             rename(str(old), key(kind, str(old)[len(start) :]))
     rename(prefix + "threads", key("threads", ""))
     rename(prefix + "fencing", key("fencing", ""))

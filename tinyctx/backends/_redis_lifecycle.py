@@ -49,6 +49,20 @@ return removed
 """
 
 
+# KEYS: history; ARGV: version -> {checkpoint found, checkpoint, state found, state}: the
+# newest kept at or before the version
+_LAYERS = """
+local checkpoint, state = nil, nil
+local at = tonumber(ARGV[1])
+while at > 0 and (checkpoint == nil or state == nil) do
+    if checkpoint == nil then checkpoint = redis.call('HGET', KEYS[1], 'c' .. at) or nil end
+    if state == nil then state = redis.call('HGET', KEYS[1], 's' .. at) or nil end
+    at = at - 1
+end
+return {checkpoint and 1 or 0, checkpoint or '', state and 1 or 0, state or ''}
+"""
+
+
 class RedisLifecycle:
     """:class:`~tinyctx.lifecycle.ThreadWindowStore` on Redis."""
 
@@ -56,6 +70,8 @@ class RedisLifecycle:
         _threads: WorkerThreads[Client]
 
         def _thread_keys(self, thread_id: str) -> tuple[str, str, str, str]: ...
+
+        def _key(self, kind: str, name: str = "") -> str: ...
 
     async def load_window(
         self, thread_id: str, *, stop: int | None = None, count: int
@@ -96,7 +112,7 @@ class RedisLifecycle:
         for name, value in (await self._threads.run(read)).items():
             if not (name.startswith("w") and name[1:].isdigit()):
                 continue
-            at, appended, start, end, replaced = value.split(",")
+            at, appended, start, end, replaced, *run = value.split(",", 5)
             out.append(
                 ThreadVersion(
                     int(name[1:]),
@@ -105,10 +121,25 @@ class RedisLifecycle:
                     int(start) if start else None,
                     int(end) if end else None,
                     int(replaced),
+                    run[0] if run and run[0] else None,
                 )
             )
         out.sort(key=lambda v: v.version)
         return out
+
+    async def layers_as_of(self, thread_id: str, version: int) -> tuple[str | None, str | None]:
+        """The checkpoint and state the thread had at ``version`` (a ``{h}<thread>`` hash
+        keeps what each write set), in one script; see
+        :class:`tinyctx.versions.ThreadLayersStore`."""
+        history = self._key("h", check_thread_id(thread_id))
+
+        def read(client: Client) -> Any:
+            script = client.redis.register_script(_LAYERS)
+            return script(keys=[history], args=[str(version)])
+
+        has_cp, checkpoint, has_state, state = await self._threads.run(read)
+        kept = checkpoint[1:] if has_cp and checkpoint.startswith("+") else None
+        return kept, (state if has_state else None)
 
     async def prune_archive(self, thread_id: str, *, older_than: float) -> int:
         """Drop archived ranges older than ``older_than`` seconds, in one script."""

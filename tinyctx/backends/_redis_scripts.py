@@ -3,6 +3,8 @@ check, the version check and the write are atomic on the server."""
 
 from __future__ import annotations
 
+from ._redis_expiry import EXPIRY
+
 __all__ = ["LUA_PUSH", "WRITE", "NOW_MS", "ACQUIRE", "RENEW", "RELEASE", "DELETE", "FENCED_APPEND"]
 
 # pushes ARGV[from..to] (or a table's items) onto a list in chunks: unpack() has a limit
@@ -28,9 +30,12 @@ end
 # KEYS: thread, messages, archive, index
 # ARGV: thread id, expected version, lease token or '', now, keep-after or '',
 #       checkpoint mode (u/s/c), checkpoint, state mode (u/s), state,
-#       compaction start or '', end, replacement count, replacement..., appended...
+#       compaction start or '', end, replacement count, replacement..., appended...,
+#       then the write's run id or '', and last the store's thread TTL in ms or ''
+#       (tinyctx.backends._redis_expiry)
 WRITE = (
     LUA_PUSH
+    + EXPIRY
     + """
 local thread, messages, archive, index = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if ARGV[3] ~= '' then
@@ -70,15 +75,23 @@ if ARGV[10] ~= '' then
     end
     next_arg = 13 + n
 end
-push_args(messages, next_arg, #ARGV)
--- what this write did (tinyctx.versions): at, appended, start, end, replaced
+push_args(messages, next_arg, #ARGV - 2)
+-- what this write did (tinyctx.versions): at, appended, start, end, replaced, run id
 redis.call('HSET', thread, 'w' .. new, table.concat(
-    {ARGV[4], #ARGV - next_arg + 1, ARGV[10], ARGV[11], ARGV[10] ~= '' and ARGV[12] or 0}, ','))
+    {ARGV[4], #ARGV - next_arg - 1, ARGV[10], ARGV[11], ARGV[10] ~= '' and ARGV[12] or 0,
+     ARGV[#ARGV - 1]}, ','))
 redis.call('HSET', thread, 'v', new)
 if ARGV[6] == 's' then redis.call('HSET', thread, 'cp', ARGV[7])
 elseif ARGV[6] == 'c' then redis.call('HDEL', thread, 'cp') end
 if ARGV[8] == 's' then redis.call('HSET', thread, 'st', ARGV[9]) end
 redis.call('ZADD', index, 0, ARGV[1])
+local prefix = string.sub(thread, 1, #thread - #ARGV[1] - 3)
+-- the checkpoint and state this write set, kept for reads as of a version
+local history = prefix .. '{h}' .. ARGV[1]
+if ARGV[6] == 's' then redis.call('HSET', history, 'c' .. new, '+' .. ARGV[7])
+elseif ARGV[6] == 'c' then redis.call('HSET', history, 'c' .. new, '-') end
+if ARGV[8] == 's' then redis.call('HSET', history, 's' .. new, ARGV[9]) end
+refresh(prefix, ARGV[1], ARGV[#ARGV])
 return {'ok', tostring(new)}
 """
 )
@@ -101,6 +114,8 @@ end
 local token = redis.call('INCR', KEYS[3])
 local expires = now_ms + tonumber(ARGV[2])
 redis.call('SET', KEYS[2], token, 'PX', ARGV[2])
+local left = redis.call('PTTL', KEYS[1])  -- an expiring thread's lease goes with it
+if left > 0 then redis.call('PEXPIRE', KEYS[2], left, 'LT') end
 redis.call('HSET', KEYS[1], 'lt', token, 'lo', ARGV[1], 'le', expires)
 return {1, ARGV[1], tostring(expires), tostring(token)}
 """
@@ -114,6 +129,8 @@ local current = redis.call('HGET', KEYS[1], 'lt')
 if current ~= ARGV[1] then return {0, current or ''} end
 local expires = now_ms + tonumber(ARGV[2])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+local left = redis.call('PTTL', KEYS[1])
+if left > 0 then redis.call('PEXPIRE', KEYS[2], left, 'LT') end
 redis.call('HSET', KEYS[1], 'le', expires)
 return {1, tostring(expires)}
 """
@@ -131,7 +148,10 @@ return 0
 # KEYS: thread, messages, archive, live lease, index; ARGV: thread id
 DELETE = """
 local existed = redis.call('EXISTS', KEYS[1])  -- written, or leased
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+local prefix = string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[1] - 3)
+-- its layer copies, and its index entry if it was expiring (tinyctx.backends._redis_expiry)
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], prefix .. '{h}' .. ARGV[1],
+           prefix .. '{x}' .. ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 return existed
 """

@@ -13,6 +13,7 @@ from ..lifecycle import ThreadWindow, check_age, check_window_args
 from ..threads import check_thread_id
 from ..versions import ThreadVersion
 from ._sqlite_schema import Immediate, Read, check_integers
+from ._sqlite_threads import gone
 
 __all__ = ["SqliteLifecycle"]
 
@@ -20,9 +21,11 @@ T = TypeVar("T")
 
 
 def _load_window(
-    conn: sqlite3.Connection, thread_id: str, stop: int | None, count: int
+    conn: sqlite3.Connection, thread_id: str, stop: int | None, count: int, ttl: float | None
 ) -> ThreadWindow:
     with Read(conn):
+        if gone(conn, thread_id, ttl):
+            return ThreadWindow(thread_id, 0, 0, 0, ())
         row = conn.execute(
             "SELECT version, length, checkpoint, state FROM tinyctx_threads WHERE thread_id = ?",
             (thread_id,),
@@ -50,6 +53,7 @@ class SqliteLifecycle:
     """:class:`~tinyctx.history.ThreadWindowStore` over a SqliteStore's tables."""
 
     if TYPE_CHECKING:  # SqliteStore's
+        ttl: float | None
 
         async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
@@ -59,22 +63,52 @@ class SqliteLifecycle:
         """The newest ``count`` live messages before ``stop``, in one read transaction;
         see :meth:`tinyctx.history.ThreadWindowStore.load_window`."""
         check_window_args(thread_id, stop, count)
-        return await self._run(lambda conn: _load_window(conn, thread_id, stop, count))
+        return await self._run(lambda conn: _load_window(conn, thread_id, stop, count, self.ttl))
 
     async def versions(self, thread_id: str) -> list[ThreadVersion]:
         """What each write did, oldest first; see :mod:`tinyctx.versions`."""
         check_thread_id(thread_id)
 
         def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            rows: list[tuple[Any, ...]] = conn.execute(
-                "SELECT version, written_at, appended, start, stop, replaced "
-                "FROM tinyctx_versions WHERE thread_id = ? ORDER BY version",
-                (thread_id,),
-            ).fetchall()
+            with Read(conn):
+                if gone(conn, thread_id, self.ttl):
+                    return []
+                rows: list[tuple[Any, ...]] = conn.execute(
+                    "SELECT version, written_at, appended, start, stop, replaced, run_id "
+                    "FROM tinyctx_versions WHERE thread_id = ? ORDER BY version",
+                    (thread_id,),
+                ).fetchall()
             return rows
 
         rows = await self._run(read)
         return [ThreadVersion(*row) for row in rows]
+
+    async def layers_as_of(self, thread_id: str, version: int) -> tuple[str | None, str | None]:
+        """The checkpoint and state the thread had at ``version``, in one read
+        transaction; see :class:`tinyctx.versions.ThreadLayersStore`."""
+        check_thread_id(thread_id)
+
+        def read(conn: sqlite3.Connection) -> tuple[str | None, str | None]:
+            with Read(conn):
+                if gone(conn, thread_id, self.ttl):
+                    return None, None
+                newest = (
+                    "FROM tinyctx_versions WHERE thread_id = ? AND version <= ? AND {} "
+                    "ORDER BY version DESC LIMIT 1"
+                )
+                checkpoint = conn.execute(
+                    "SELECT checkpoint " + newest.format("checkpoint_set = 1"),
+                    (thread_id, version),
+                ).fetchone()
+                state = conn.execute(
+                    "SELECT state " + newest.format("state IS NOT NULL"), (thread_id, version)
+                ).fetchone()
+            return (
+                None if checkpoint is None else checkpoint[0],
+                None if state is None else state[0],
+            )
+
+        return await self._run(read)
 
     async def prune_archive(self, thread_id: str, *, older_than: float) -> int:
         """Drop archived ranges older than ``older_than`` seconds, in one transaction."""

@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The schema version :class:`SqliteStore` writes; older files are migrated on open."""
 
 # MIGRATIONS[n] takes a file from version n to version n + 1, inside one transaction.
@@ -83,6 +83,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE tinyctx_versions (thread_id TEXT NOT NULL, version INTEGER NOT NULL, "
         "written_at REAL NOT NULL, appended INTEGER NOT NULL, start INTEGER, stop INTEGER, "
         "replaced INTEGER NOT NULL, PRIMARY KEY (thread_id, version)) WITHOUT ROWID",
+    ),
+    # 6: a thread's own TTL (tinyctx.lifecycle; NULL: the store's ttl=), counted from
+    # updated_at, its last write; and, for each version, the run that made it and the
+    # checkpoint and layer state it set (tinyctx.versions; NULL: unchanged, or before)
+    (
+        "ALTER TABLE tinyctx_threads ADD COLUMN ttl REAL",
+        "ALTER TABLE tinyctx_versions ADD COLUMN run_id TEXT",
+        "ALTER TABLE tinyctx_versions ADD COLUMN checkpoint_set INTEGER",
+        "ALTER TABLE tinyctx_versions ADD COLUMN checkpoint TEXT",
+        "ALTER TABLE tinyctx_versions ADD COLUMN state TEXT",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

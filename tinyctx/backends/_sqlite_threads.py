@@ -13,6 +13,7 @@ from typing import Any, Final
 from .._gc import gc_paused
 from ..documents import SplitDocuments, join_document, split_document
 from ..frozen import frozen_mapping
+from ..lifecycle import THREAD_METADATA, expires_at, thread_of_namespace
 from ..store_protocols import Note
 from ..threads import (
     ArchivedRange,
@@ -40,6 +41,10 @@ __all__ = [
     "list_threads",
     "archived",
     "delete_thread",
+    "gone",
+    "expire_thread",
+    "sweep_expired",
+    "set_thread_ttl",
 ]
 
 
@@ -83,8 +88,71 @@ GAP = 1 << 20
 
 _THREAD_ROW = (
     "SELECT version, length, last_pos, checkpoint, state, lease_owner, lease_token, "
-    "lease_expires FROM tinyctx_threads WHERE thread_id = ?"
+    "lease_expires, updated_at, ttl FROM tinyctx_threads WHERE thread_id = ?"
 )
+
+
+def _due(version: Any, updated_at: Any, own: Any, default: float | None) -> bool:
+    """Whether a thread row (its version, last write, own TTL) has expired by now."""
+    if not isinstance(version, int) or version == 0:
+        return False
+    own_ttl = None if own is None else float(own)
+    return expires_at(float(updated_at), own_ttl, default) <= time.time()
+
+
+def gone(conn: sqlite3.Connection, thread_id: str, default: float | None) -> bool:
+    """Inside a transaction: whether the thread expired (then it reads as absent)."""
+    row = conn.execute(
+        "SELECT version, updated_at, ttl FROM tinyctx_threads WHERE thread_id = ?", (thread_id,)
+    ).fetchone()
+    return row is not None and _due(row[0], row[1], row[2], default)
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def expire_thread(conn: sqlite3.Connection, thread_id: str) -> None:
+    """Inside a write transaction: remove the thread whole, with its labels and the notes
+    of its namespaces (:func:`tinyctx.lifecycle.thread_of_namespace`)."""
+    _delete_rows(conn, thread_id)
+    conn.execute(
+        "DELETE FROM tinyctx_kv WHERE namespace = ? AND key = ?", (THREAD_METADATA, thread_id)
+    )
+    candidates = conn.execute(
+        "SELECT DISTINCT namespace FROM tinyctx_notes WHERE namespace LIKE ? ESCAPE '\\'",
+        ("%:thread:" + _escape_like(thread_id),),
+    ).fetchall()
+    for (namespace,) in candidates:
+        if thread_of_namespace(str(namespace)) == thread_id:
+            conn.execute("DELETE FROM tinyctx_notes WHERE namespace = ?", (namespace,))
+
+
+def sweep_expired(conn: sqlite3.Connection, default: float | None) -> list[str]:
+    with Immediate(conn):
+        rows = conn.execute(
+            "SELECT thread_id FROM tinyctx_threads WHERE version > 0 "
+            "AND updated_at + COALESCE(ttl, ?) <= ? ORDER BY thread_id",
+            (default, time.time()),
+        ).fetchall()
+        for (thread_id,) in rows:
+            expire_thread(conn, str(thread_id))
+    return [str(thread_id) for (thread_id,) in rows]
+
+
+def set_thread_ttl(
+    conn: sqlite3.Connection, thread_id: str, seconds: float | None, default: float | None
+) -> bool:
+    with Immediate(conn):
+        if gone(conn, thread_id, default):
+            expire_thread(conn, thread_id)
+            return False
+        cursor = conn.execute(
+            "UPDATE tinyctx_threads SET ttl = ?, updated_at = ? "
+            "WHERE thread_id = ? AND version > 0",
+            (seconds, time.time(), thread_id),
+        )
+        return cursor.rowcount > 0
 
 
 _ROW_INTEGERS: Final = ((0, "version", False), (1, "length", False), (6, "lease_token", True))
@@ -99,10 +167,10 @@ def _lease_of(thread_id: str, row: tuple[Any, ...] | None) -> Lease | None:
     return Lease(thread_id, str(row[5]), int(row[6]), float(row[7]))
 
 
-def load_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRecord:
+def load_thread(conn: sqlite3.Connection, thread_id: str, ttl: float | None = None) -> ThreadRecord:
     with Read(conn):
         row = conn.execute(_THREAD_ROW, (thread_id,)).fetchone()
-        if row is None:
+        if row is None or _due(row[0], row[8], row[9], ttl):
             return ThreadRecord(thread_id, 0, ())
         check_integers(thread_id, row, _ROW_INTEGERS)
         with gc_paused(row[1]):  # a row tuple per message: see tinyctx._gc
@@ -230,7 +298,8 @@ def _log_version(
     compaction = change.compaction
     conn.execute(
         "INSERT INTO tinyctx_versions (thread_id, version, written_at, appended, start, "
-        "stop, replaced) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "stop, replaced, run_id, checkpoint_set, checkpoint, state) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             thread_id,
             version,
@@ -239,6 +308,10 @@ def _log_version(
             None if compaction is None else compaction.start,
             None if compaction is None else compaction.end,
             replaced,
+            change.run_id,
+            0 if isinstance(change.checkpoint, Unchanged) else 1,
+            change.checkpoint if isinstance(change.checkpoint, str) else None,
+            change.state if isinstance(change.state, str) else None,
         ),
     )
 
@@ -270,6 +343,7 @@ def write_thread(
     expected_version: int,
     lease: Lease | None,
     retention: float | None,
+    ttl: float | None = None,
 ) -> int:
     # texts apart from their documents before the write lock is taken
     append = [split_document(doc) for doc in change.append]
@@ -279,10 +353,13 @@ def write_thread(
     )
     with Immediate(conn):
         row = conn.execute(
-            "SELECT version, length, last_pos, lease_token FROM tinyctx_threads "
-            "WHERE thread_id = ?",
+            "SELECT version, length, last_pos, lease_token, updated_at, ttl "
+            "FROM tinyctx_threads WHERE thread_id = ?",
             (thread_id,),
         ).fetchone()
+        if row is not None and _due(row[0], row[4], row[5], ttl):
+            expire_thread(conn, thread_id)  # expired: the write finds no thread
+            row = None
         if row is not None:
             check_integers(
                 thread_id,
@@ -290,7 +367,7 @@ def write_thread(
                 ((0, "version", False), (1, "length", False), (2, "last_pos", False)),
             )
             check_integers(thread_id, row, ((3, "lease_token", True),))
-        version, length, last_pos, token = row if row is not None else (0, 0, 0, None)
+        version, length, last_pos, token = row[:4] if row is not None else (0, 0, 0, None)
         if lease is not None and token != lease.token:
             raise FencedOut(thread_id, lease.token, token)
         if version != expected_version:
@@ -338,9 +415,14 @@ def _next_token(conn: sqlite3.Connection) -> int:
     return int(token)
 
 
-def acquire_lease(conn: sqlite3.Connection, thread_id: str, owner: str, ttl: float) -> Lease:
+def acquire_lease(
+    conn: sqlite3.Connection, thread_id: str, owner: str, ttl: float, expiry: float | None = None
+) -> Lease:
     with Immediate(conn):
         row = conn.execute(_THREAD_ROW, (thread_id,)).fetchone()
+        if row is not None and _due(row[0], row[8], row[9], expiry):
+            expire_thread(conn, thread_id)  # an expired thread is leased as a new one
+            row = None
         now = time.time()
         current = _lease_of(thread_id, row)
         if current is not None and current.owner != owner and current.expires_at > now:
@@ -356,8 +438,12 @@ def acquire_lease(conn: sqlite3.Connection, thread_id: str, owner: str, ttl: flo
     return lease
 
 
-def renew_lease(conn: sqlite3.Connection, lease: Lease, ttl: float) -> Lease:
+def renew_lease(
+    conn: sqlite3.Connection, lease: Lease, ttl: float, expiry: float | None = None
+) -> Lease:
     with Immediate(conn):
+        if gone(conn, lease.thread_id, expiry):
+            expire_thread(conn, lease.thread_id)  # its lease went with it
         row = conn.execute(
             "SELECT lease_token, lease_owner FROM tinyctx_threads WHERE thread_id = ?",
             (lease.thread_id,),
@@ -401,9 +487,15 @@ def _prefix_end(prefix: str) -> str | None:
     return None
 
 
-def list_threads(conn: sqlite3.Connection, prefix: str, limit: int | None) -> list[str]:
-    query = "SELECT thread_id FROM tinyctx_threads WHERE version > 0 AND thread_id >= ?"
-    args: list[Any] = [prefix]
+def list_threads(
+    conn: sqlite3.Connection, prefix: str, limit: int | None, ttl: float | None = None
+) -> list[str]:
+    # NULL (no TTL) is not expired; an expired thread is listed no more
+    query = (
+        "SELECT thread_id FROM tinyctx_threads WHERE version > 0 "
+        "AND COALESCE(updated_at + COALESCE(ttl, ?) > ?, 1) AND thread_id >= ?"
+    )
+    args: list[Any] = [ttl, time.time(), prefix]
     end = _prefix_end(prefix)
     if end is not None:
         query += " AND thread_id < ?"
@@ -416,11 +508,13 @@ def list_threads(conn: sqlite3.Connection, prefix: str, limit: int | None) -> li
 
 
 def archived(
-    conn: sqlite3.Connection, thread_id: str, retention: float | None
+    conn: sqlite3.Connection, thread_id: str, retention: float | None, ttl: float | None = None
 ) -> list[ArchivedRange]:
     now = time.time()
     cutoff = -math.inf if retention is None else now - retention
     with Read(conn):
+        if gone(conn, thread_id, ttl):
+            return []
         ranges = conn.execute(
             "SELECT version, start, stop, archived_at FROM tinyctx_archive "
             "WHERE thread_id = ? AND archived_at >= ? ORDER BY version",
@@ -441,16 +535,20 @@ def archived(
     ]
 
 
+def _delete_rows(conn: sqlite3.Connection, thread_id: str) -> int:
+    found: int = conn.execute(
+        "DELETE FROM tinyctx_threads WHERE thread_id = ?", (thread_id,)
+    ).rowcount
+    for table in (
+        "tinyctx_messages",
+        "tinyctx_archive",
+        "tinyctx_archive_messages",
+        "tinyctx_versions",
+    ):
+        found += conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,)).rowcount
+    return found
+
+
 def delete_thread(conn: sqlite3.Connection, thread_id: str) -> bool:
     with Immediate(conn):
-        found = conn.execute(
-            "DELETE FROM tinyctx_threads WHERE thread_id = ?", (thread_id,)
-        ).rowcount
-        for table in (
-            "tinyctx_messages",
-            "tinyctx_archive",
-            "tinyctx_archive_messages",
-            "tinyctx_versions",
-        ):
-            found += conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,)).rowcount
-    return found > 0
+        return _delete_rows(conn, thread_id) > 0

@@ -11,7 +11,16 @@ import anyio
 import anyio.lowlevel
 
 from ..frozen import frozen_mapping, thaw
-from ..lifecycle import ThreadWindow, check_age, check_window_args, window_of
+from ..lifecycle import (
+    THREAD_METADATA,
+    ThreadWindow,
+    check_age,
+    check_store_ttl,
+    check_window_args,
+    expires_at,
+    thread_of_namespace,
+    window_of,
+)
 from ..store_errors import StoreClosed
 from ..store_protocols import (
     Note,
@@ -36,23 +45,38 @@ from ..threads import (
     validate_lease_request,
     validate_write,
 )
-from ..versions import ThreadVersion
+from ..versions import ThreadVersion, layers_at
 
 __all__ = ["MemoryStore"]
 
 
 class _MemoryThread:
-    __slots__ = ("archive", "checkpoint", "lease", "log", "messages", "state", "version")
+    __slots__ = (
+        "archive",
+        "checkpoint",
+        "layers",
+        "lease",
+        "log",
+        "messages",
+        "state",
+        "ttl",
+        "version",
+        "written_at",
+    )
 
     def __init__(self) -> None:
         self.version = 0
-        # what each write did: (version, at, appended, start, end, replaced)
-        self.log: list[tuple[int, float, int, int | None, int | None, int]] = []
+        self.written_at = 0.0  # the last write (or TTL change): expiry counts from it
+        self.ttl: float | None = None  # its own TTL (None: the store's)
+        # what each write did: (version, at, appended, start, end, replaced, run id)
+        self.log: list[tuple[int, float, int, int | None, int | None, int, str | None]] = []
         self.messages: list[str] = []
         self.checkpoint: str | None = None
         self.state: str | None = None
         self.lease: Lease | None = None
         self.archive: list[ArchivedRange] = []
+        # the checkpoint and state each write set: (version, checkpoint set, it, state)
+        self.layers: list[tuple[int, bool, str | None, str | None]] = []
 
 
 class MemoryStore:
@@ -61,10 +85,12 @@ class MemoryStore:
     Values are deep-copied in and out, as a real store would; thread documents are
     strings (immutable). Every thread operation is one synchronous step after a
     checkpoint, so it is atomic for every task of the event loop. ``archive_retention``
-    (seconds, None: forever) bounds how long compacted originals stay readable.
+    (seconds, None: forever) bounds how long compacted originals stay readable; ``ttl``
+    (seconds, None: never) how long a thread lives after its last write
+    (:mod:`tinyctx.lifecycle`: an expired thread reads as absent, and goes whole at once).
     """
 
-    def __init__(self, *, archive_retention: float | None = None) -> None:
+    def __init__(self, *, archive_retention: float | None = None, ttl: float | None = None) -> None:
         self._data: dict[str, dict[str, Any]] = {}
         self._notes: dict[str, list[Note]] = {}
         self._lock = anyio.Lock()
@@ -72,6 +98,7 @@ class MemoryStore:
         self._last_token = 0
         self._closed = False
         self.archive_retention = check_archive_retention(archive_retention, "MemoryStore")
+        self.ttl = check_store_ttl(ttl, "MemoryStore")
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -130,7 +157,7 @@ class MemoryStore:
         async with self._lock:
             self._check_open()
             if fence is not None:  # nothing awaits from the check to the append
-                thread = self._threads.get(fence.thread_id)
+                thread = self._live(fence.thread_id)
                 current = thread.lease if thread is not None else None
                 if current is None or current.token != fence.token:
                     token = None if current is None else current.token
@@ -164,7 +191,7 @@ class MemoryStore:
         """The thread now; an unknown thread is an empty record at version 0."""
         check_thread_id(thread_id)
         await self._ready()
-        thread = self._threads.get(thread_id)
+        thread = self._live(thread_id)
         if thread is None:
             return ThreadRecord(thread_id, 0, ())
         return ThreadRecord(
@@ -188,7 +215,7 @@ class MemoryStore:
         validate_write(thread_id, change, expected_version, lease)
         await self._ready()
         # from here to the end nothing awaits: the write is one step for the event loop
-        thread = self._threads.get(thread_id)
+        thread = self._live(thread_id)
         current = thread.lease if thread is not None else None
         if lease is not None and (current is None or current.token != lease.token):
             raise FencedOut(thread_id, lease.token, None if current is None else current.token)
@@ -199,6 +226,7 @@ class MemoryStore:
         if thread is None:
             thread = self._threads[thread_id] = _MemoryThread()
         now = time.time()
+        thread.written_at = now
         new_version = version + 1
         compaction = change.compaction
         if compaction is not None:
@@ -210,11 +238,17 @@ class MemoryStore:
                 )
             thread.messages[start:end] = compaction.replacement
         thread.messages.extend(change.append)
+        entry: tuple[int | None, int | None, int]
         if compaction is None:
-            thread.log.append((new_version, now, len(change.append), None, None, 0))
+            entry = (None, None, 0)
         else:
             entry = (compaction.start, compaction.end, len(compaction.replacement))
-            thread.log.append((new_version, now, len(change.append), *entry))
+        thread.log.append((new_version, now, len(change.append), *entry, change.run_id))
+        checkpoint_set = not isinstance(change.checkpoint, Unchanged)
+        if checkpoint_set or not isinstance(change.state, Unchanged):
+            checkpoint = change.checkpoint if isinstance(change.checkpoint, str) else None
+            state = change.state if isinstance(change.state, str) else None
+            thread.layers.append((new_version, checkpoint_set, checkpoint, state))
         if not isinstance(change.checkpoint, Unchanged):
             thread.checkpoint = change.checkpoint
         if not isinstance(change.state, Unchanged):
@@ -233,7 +267,7 @@ class MemoryStore:
         """A new lease with a fresh token; :class:`LeaseHeld` while another owner's is live."""
         validate_lease_request(thread_id, owner, ttl)
         await self._ready()
-        thread = self._threads.get(thread_id)
+        thread = self._live(thread_id)
         now = time.time()
         current = thread.lease if thread is not None else None
         if current is not None and current.owner != owner and current.expires_at > now:
@@ -249,7 +283,7 @@ class MemoryStore:
         check_lease(lease, "renew_lease")
         validate_lease_request(lease.thread_id, lease.owner, ttl)
         await self._ready()
-        thread = self._threads.get(lease.thread_id)
+        thread = self._live(lease.thread_id)
         current = thread.lease if thread is not None else None
         if thread is None or current is None or current.token != lease.token:
             raise FencedOut(
@@ -264,7 +298,7 @@ class MemoryStore:
         """Give the thread up; a no-op when ``lease`` was already replaced or released."""
         check_lease(lease, "release_lease")
         await self._ready()
-        thread = self._threads.get(lease.thread_id)
+        thread = self._live(lease.thread_id)
         if thread is None or thread.lease is None or thread.lease.token != lease.token:
             return
         thread.lease = None
@@ -276,7 +310,9 @@ class MemoryStore:
         check_list_args(prefix, limit)
         await self._ready()
         ids = sorted(
-            tid for tid, t in self._threads.items() if t.version > 0 and tid.startswith(prefix)
+            tid
+            for tid in list(self._threads)
+            if tid.startswith(prefix) and (t := self._live(tid)) is not None and t.version > 0
         )
         return ids if limit is None else ids[:limit]
 
@@ -284,7 +320,7 @@ class MemoryStore:
         """What compactions replaced on ``thread_id``, oldest first, within retention."""
         check_thread_id(thread_id)
         await self._ready()
-        thread = self._threads.get(thread_id)
+        thread = self._live(thread_id)
         if thread is None:
             return []
         self._purge_archive(thread, time.time())
@@ -305,7 +341,7 @@ class MemoryStore:
         :meth:`tinyctx.history.ThreadWindowStore.load_window`."""
         check_window_args(thread_id, stop, count)
         await self._ready()
-        thread = self._threads.get(thread_id)
+        thread = self._live(thread_id)
         if thread is None:
             return ThreadWindow(thread_id, 0, 0, 0, ())
         return window_of(
@@ -323,7 +359,7 @@ class MemoryStore:
         check_thread_id(thread_id)
         cutoff = time.time() - check_age(older_than)
         await self._ready()
-        thread = self._threads.get(thread_id)
+        thread = self._live(thread_id)
         if thread is None:
             return 0
         kept = [a for a in thread.archive if a.archived_at >= cutoff]
@@ -335,8 +371,50 @@ class MemoryStore:
         """What each write did, oldest first; see :mod:`tinyctx.versions`."""
         check_thread_id(thread_id)
         await self._ready()
-        thread = self._threads.get(thread_id)
+        thread = self._live(thread_id)
         return [] if thread is None else [ThreadVersion(*entry) for entry in thread.log]
+
+    # -- expiry (tinyctx.lifecycle) -----------------------------------------------------
+
+    def _live(self, thread_id: str) -> _MemoryThread | None:
+        """The thread, unless it expired: then it goes whole, now (no await in here)."""
+        thread = self._threads.get(thread_id)
+        if thread is None or thread.version == 0:
+            return thread
+        if expires_at(thread.written_at, thread.ttl, self.ttl) > time.time():
+            return thread
+        self._expire(thread_id)
+        return None
+
+    def _expire(self, thread_id: str) -> None:
+        del self._threads[thread_id]
+        self._data.get(THREAD_METADATA, {}).pop(thread_id, None)
+        for namespace in [n for n in self._notes if thread_of_namespace(n) == thread_id]:
+            del self._notes[namespace]
+
+    async def set_thread_ttl(self, thread_id: str, seconds: float | None) -> bool:
+        """The thread's own TTL from now (None: the store's; ``math.inf``: never)."""
+        check_thread_id(thread_id)
+        await self._ready()
+        thread = self._live(thread_id)
+        if thread is None or thread.version == 0:
+            return False
+        thread.ttl = seconds
+        thread.written_at = time.time()
+        return True
+
+    async def sweep_expired(self) -> list[str]:
+        """Remove every expired thread whole; their ids, sorted."""
+        await self._ready()
+        return sorted(tid for tid in list(self._threads) if self._live(tid) is None)
+
+    async def layers_as_of(self, thread_id: str, version: int) -> tuple[str | None, str | None]:
+        """The checkpoint and state the thread had at ``version``; see
+        :class:`tinyctx.versions.ThreadLayersStore`."""
+        check_thread_id(thread_id)
+        await self._ready()
+        thread = self._live(thread_id)
+        return layers_at(thread.layers if thread is not None else [], version)
 
     async def aclose(self) -> None:
         """Close the store: later calls raise :class:`StoreClosed`. Idempotent."""

@@ -29,6 +29,7 @@ from typing import Any, Final, TypeVar
 
 from ..config import text
 from ..errors import ConfigError
+from ..lifecycle import check_store_ttl
 from ..store_errors import StoreSchemaError, StoreUnavailable
 from ..store_protocols import (
     Note,
@@ -62,6 +63,7 @@ from ._common import (
     redact_url,
     stoppable,
 )
+from ._postgres_expiry import PostgresExpiry
 from ._postgres_lifecycle import PostgresLifecycle
 from ._postgres_schema import MIGRATIONS, SCHEMA_VERSION, Statements, check_schema, lock_key
 from ._postgres_wire import dropped, login_refused, reason, shut_down, where
@@ -111,7 +113,7 @@ def _text(raw: bytes | memoryview | None) -> str | None:
 _URL: Final = text(allowed="a PostgreSQL connection URL (str)")
 
 
-class PostgresStore(PostgresLifecycle, NetworkedStore):
+class PostgresStore(PostgresExpiry, PostgresLifecycle, NetworkedStore):
     """:class:`~tinyctx.stores.Store` and :class:`~tinyctx.threads.ThreadStore` on PostgreSQL.
 
     ``url`` is a libpq connection URL or string (``postgresql://user:pass@host:5432/db``).
@@ -124,7 +126,10 @@ class PostgresStore(PostgresLifecycle, NetworkedStore):
       (the URL's wins): opening the store, and waiting for a pooled connection, give up
       after it with :class:`~tinyctx.stores.StoreUnavailable` naming the host and port;
     - ``archive_retention``: seconds compacted-away originals stay readable through
-      :meth:`archived`; None keeps them until the thread is deleted.
+      :meth:`archived`; None keeps them until the thread is deleted;
+    - ``ttl``: seconds a thread lives after its last write (None: forever; a thread's own
+      TTL, :func:`~tinyctx.retention.set_thread_ttl`, wins). An expired thread reads as
+      absent at once; schedule :func:`~tinyctx.retention.sweep_expired` to remove its rows.
 
     Calls run on psycopg's sync driver in worker threads (its async one is asyncio-only), so
     the store serves trio and asyncio alike; each answers a cancellation at once (see
@@ -140,6 +145,7 @@ class PostgresStore(PostgresLifecycle, NetworkedStore):
         pool_size: int = 4,
         timeout: float = 30.0,
         archive_retention: float | None = None,
+        ttl: float | None = None,
     ) -> None:
         owner = "PostgresStore"
         if _MISSING is not None:
@@ -163,6 +169,7 @@ class PostgresStore(PostgresLifecycle, NetworkedStore):
         self.pool_size = pool_size
         self.timeout = float(timeout)
         self.archive_retention = check_archive_retention(archive_retention, owner)
+        self.ttl = check_store_ttl(ttl, owner)
         self._sql = Statements(self._schema_sql)
         self.address, self.connect_timeout = where(url, self.timeout)
         self._threads: WorkerThreads[psycopg_pool.ConnectionPool[Any]] = WorkerThreads(
@@ -443,9 +450,13 @@ class PostgresStore(PostgresLifecycle, NetworkedStore):
 
     async def load_thread(self, thread_id: str) -> ThreadRecord:
         """The thread now, read in one statement (one consistent snapshot)."""
-        row = await self._fetchone(self._sql.load, (check_thread_id(thread_id),))
+        row = await self._fetchone(
+            self._sql.load, (self.ttl, time.time(), check_thread_id(thread_id))
+        )
         assert row is not None
-        version, checkpoint, state, owner, token, expires_at, docs = row
+        version, checkpoint, state, owner, token, expires_at, docs, expired = row
+        if expired:  # not swept yet: absent
+            return ThreadRecord(thread_id, 0, ())
         lease = None
         if token is not None:
             lease = Lease(thread_id, str(owner), int(token), float(expires_at))
@@ -473,6 +484,8 @@ class PostgresStore(PostgresLifecycle, NetworkedStore):
         keep_after = None if self.archive_retention is None else now - self.archive_retention
         checkpoint = change.checkpoint
         params = (
+            self.ttl,
+            change.run_id,
             thread_id,
             expected_version,
             None if lease is None else lease.token,
@@ -505,7 +518,7 @@ class PostgresStore(PostgresLifecycle, NetworkedStore):
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         validate_lease_request(thread_id, owner, ttl)
-        seconds = float(ttl)
+        seconds, now = float(ttl), time.time()
 
         def release(pool: psycopg_pool.ConnectionPool[Any], rows: list[tuple[Any, ...]]) -> None:
             if rows and rows[0][0]:  # granted to a caller that was cancelled meanwhile
@@ -514,7 +527,7 @@ class PostgresStore(PostgresLifecycle, NetworkedStore):
 
         row = await self._fetchone(
             self._sql.acquire,
-            (check_thread_id(thread_id), _check_text("owner", owner), seconds),
+            (check_thread_id(thread_id), _check_text("owner", owner), seconds, self.ttl, now),
             undo=release,
         )
         if row is None:  # released between the upsert and the read: try again
@@ -541,7 +554,7 @@ class PostgresStore(PostgresLifecycle, NetworkedStore):
     async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
         check_notes_limit(limit)
         rows = await self._fetchall(
-            self._sql.list, (check_thread_id(prefix, field="prefix"), limit)
+            self._sql.list, (check_thread_id(prefix, field="prefix"), self.ttl, time.time(), limit)
         )
         return [str(row[0]) for row in rows]
 
@@ -549,8 +562,9 @@ class PostgresStore(PostgresLifecycle, NetworkedStore):
         keep_after = (
             None if self.archive_retention is None else time.time() - self.archive_retention
         )
+        expiry = (thread_id, self.ttl, time.time())
         rows = await self._fetchall(
-            self._sql.archived, (check_thread_id(thread_id), keep_after, keep_after)
+            self._sql.archived, (check_thread_id(thread_id), keep_after, keep_after, *expiry)
         )
         return [
             ArchivedRange(

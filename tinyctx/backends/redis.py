@@ -11,7 +11,12 @@ being ``tinyctx:`` unless ``prefix=`` says otherwise):
   expiry); ``{m}<thread>`` the live messages (a list); ``{a}<thread>`` the archive;
   ``{l}<thread>`` the live lease, ``SET ... PX ttl`` so Redis expires it; ``{threads}`` the
   sorted index of thread ids; ``{fencing}`` the fencing-token counter; and ``schema`` (no
-  brace) the layout version.
+  brace) the layout version;
+- ``{h}<thread>`` the checkpoint and layer state each write set (``load_as_of``);
+  ``{lb}<thread>`` the thread's labels (``tinyctx.thread_metadata``); ``{nn}<thread>`` the
+  set of its ``...:thread:<thread>`` note namespaces; ``{x}<thread>`` the index entry of
+  an expiring thread and ``{expiring}`` the mark that the prefix has any (thread expiry:
+  :mod:`tinyctx.backends._redis_expiry`).
 
 A prefix holds no ``{``, so no (prefix, kind, name) names another's key, nested prefixes
 (``acme:``, ``acme:m:``) included, and ``SCAN MATCH <prefix>{*`` lists one store's keys.
@@ -37,6 +42,7 @@ import anyio.to_thread
 
 from ..config import Check
 from ..errors import ConfigError
+from ..lifecycle import THREAD_METADATA, check_store_ttl, thread_of_namespace
 from ..store_errors import StoreUnavailable
 from ..store_protocols import (
     Note,
@@ -69,6 +75,7 @@ from ._common import (
     redact_url,
 )
 from ._redis_client import Client, where
+from ._redis_expiry import RedisExpiry, ttl_arg
 from ._redis_layout import SCHEMA_VERSION, check_layout, migrate_v1
 from ._redis_lifecycle import RedisLifecycle
 
@@ -105,7 +112,7 @@ _PREFIX: Final[Check[str]] = Check(
 )
 
 
-class RedisStore(RedisLifecycle, NetworkedStore):
+class RedisStore(RedisExpiry, RedisLifecycle, NetworkedStore):
     """:class:`~tinyctx.stores.Store` and :class:`~tinyctx.threads.ThreadStore` on Redis.
 
     ``url`` is a redis-py URL: ``redis://[:password@]host:6379/0``, ``rediss://`` (TLS) or
@@ -121,7 +128,10 @@ class RedisStore(RedisLifecycle, NetworkedStore):
       answer the first command within it, fails with
       :class:`~tinyctx.stores.StoreUnavailable` naming the host and port;
     - ``archive_retention``: seconds compacted-away originals stay readable through
-      :meth:`archived`; None keeps them until the thread is deleted.
+      :meth:`archived`; None keeps them until the thread is deleted;
+    - ``ttl``: seconds a thread lives after its last write (None: forever; a thread's own
+      TTL, :func:`~tinyctx.retention.set_thread_ttl`, wins), by Redis's own key expiry:
+      nothing of an expired thread is left, without a sweep (Redis 7.0 or newer).
 
     Calls run on redis-py's sync client in worker threads (``redis.asyncio`` is asyncio-only),
     so the store serves trio and asyncio alike; each answers a cancellation at once (see
@@ -137,6 +147,7 @@ class RedisStore(RedisLifecycle, NetworkedStore):
         max_connections: int = 8,
         timeout: float = 30.0,
         archive_retention: float | None = None,
+        ttl: float | None = None,
     ) -> None:
         owner = "RedisStore"
         if _MISSING is not None:
@@ -154,6 +165,7 @@ class RedisStore(RedisLifecycle, NetworkedStore):
         self.max_connections = max_connections
         self.timeout = float(timeout)
         self.archive_retention = check_archive_retention(archive_retention, owner)
+        self.ttl = check_store_ttl(ttl, owner)
         self.address, self.connect_timeout = where(url, self.timeout)
         self._threads: WorkerThreads[Client] = WorkerThreads(
             self.__repr__,
@@ -235,22 +247,31 @@ class RedisStore(RedisLifecycle, NetworkedStore):
     async def get(self, namespace: str, key: str) -> Any | None:
         name = self._key("kv", _check_str("namespace", namespace))
         field = _check_str("key", key)
+        if namespace == THREAD_METADATA:  # a key per thread, expiring with it
+            return await self._get_label(field)
         raw = await self._threads.run(lambda client: client.redis.hget(name, field))
         return None if raw is None else json.loads(raw)
 
     async def put(self, namespace: str, key: str, value: Any) -> None:
         name = self._key("kv", _check_str("namespace", namespace))
         field = _check_str("key", key)
+        if namespace == THREAD_METADATA:
+            await self._put_label(field, value)
+            return
         encoded = encode_json(value, f"the value of {namespace!r}/{key!r}", owner="RedisStore")
         await self._threads.run(lambda client: client.redis.hset(name, field, encoded))
 
     async def delete(self, namespace: str, key: str) -> bool:
         name = self._key("kv", _check_str("namespace", namespace))
         field = _check_str("key", key)
+        if namespace == THREAD_METADATA:
+            return await self._delete_label(field)
         return bool(await self._threads.run(lambda client: client.redis.hdel(name, field)))
 
     async def keys(self, namespace: str) -> list[str]:
         name = self._key("kv", _check_str("namespace", namespace))
+        if namespace == THREAD_METADATA:
+            return await self._label_keys()
         fields = await self._threads.run(lambda client: client.redis.hkeys(name))
         return sorted(fields)
 
@@ -275,7 +296,14 @@ class RedisStore(RedisLifecycle, NetworkedStore):
         meta = encode_json(metadata or {}, "note metadata", owner="RedisStore")
         now = time.time()
         entries = [_note_entry(now, meta, text) for text in items]
-        if fence is None:
+        if thread_of_namespace(namespace) is not None:  # listed with its thread, to expire
+            token = None if fence is None else fence.token
+            outcome, figure = await self._append_thread_notes(namespace, entries, token)
+            if outcome != "ok":
+                assert fence is not None
+                raise FencedOut(fence.thread_id, fence.token, int(figure) if figure else None)
+            length = int(figure)
+        elif fence is None:
             length = int(await self._threads.run(lambda client: client.redis.rpush(name, *entries)))
         else:
             thread = self._thread_keys(fence.thread_id)[0]
@@ -373,6 +401,7 @@ class RedisStore(RedisLifecycle, NetworkedStore):
             replacement = compaction.replacement
             args += [compaction.start, compaction.end, len(replacement), *replacement]
         args += change.append
+        args += [change.run_id or "", ttl_arg(self.ttl)]
         keys = [thread, messages, archive, self._key("threads")]
         outcome, figure = await self._threads.run(lambda client: client.write(keys=keys, args=args))
         if outcome == "ok":
@@ -436,7 +465,13 @@ class RedisStore(RedisLifecycle, NetworkedStore):
                 index, low, high, start=0, num=limit
             )
 
-        return await self._threads.run(read)
+        listed = await self._threads.run(read)
+        expiring = await self._expiring_threads(prefix)
+        if not expiring:
+            return listed
+        # the index's first `limit` and every expiring one hold the first `limit` of all
+        ids = sorted({*listed, *expiring}, key=lambda tid: tid.encode())
+        return ids if limit is None else ids[:limit]
 
     async def archived(self, thread_id: str) -> list[ArchivedRange]:
         _, _, archive, _ = self._thread_keys(check_thread_id(thread_id))

@@ -15,6 +15,7 @@ import anyio
 import anyio.lowlevel
 
 from ..config import Check, integer, number
+from ..lifecycle import check_store_ttl
 from ..store_errors import StoreClosed, StoreSchemaError
 from ..store_protocols import (
     Note,
@@ -59,6 +60,8 @@ from ._sqlite_threads import (
     purge_archive,
     release_lease,
     renew_lease,
+    set_thread_ttl,
+    sweep_expired,
     write_thread,
 )
 
@@ -105,6 +108,10 @@ class SqliteStore(SqliteLifecycle):
       ``mmap_bytes`` (0, off, by default) lets SQLite map up to that much of the file for
       reads: a connection's first read of a long thread is about a quarter faster, but
       every page it maps stays in the process's RSS (file-backed) until the map is full.
+    - ``ttl``: seconds a thread lives after its last write (None: forever; a thread's own
+      TTL, :func:`~tinyctx.retention.set_thread_ttl`, wins). An expired thread reads as
+      absent at once (a write or lease finds no thread and removes it); schedule
+      :func:`~tinyctx.retention.sweep_expired` to free the rows of the others.
 
     The file is opened lazily on first use (or with ``await store.open()`` /
     ``async with store:``); ``aclose()`` closes it for good.
@@ -118,6 +125,7 @@ class SqliteStore(SqliteLifecycle):
         archive_retention: float | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         mmap_bytes: int = 0,
+        ttl: float | None = None,
     ) -> None:
         _PATH.check(path, "path", "SqliteStore")
         _TIMEOUT.check(timeout, "timeout", "SqliteStore")
@@ -128,6 +136,7 @@ class SqliteStore(SqliteLifecycle):
         self.cache_bytes = cache_bytes
         self.mmap_bytes = mmap_bytes
         self.archive_retention = check_archive_retention(archive_retention, "SqliteStore")
+        self.ttl = check_store_ttl(ttl, "SqliteStore")
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -349,7 +358,7 @@ class SqliteStore(SqliteLifecycle):
     async def load_thread(self, thread_id: str) -> ThreadRecord:
         """The thread now, from one snapshot; an unknown thread is empty at version 0."""
         check_thread_id(thread_id)
-        return await self._run(lambda conn: load_thread(conn, thread_id))
+        return await self._run(lambda conn: load_thread(conn, thread_id, self.ttl))
 
     async def write(
         self,
@@ -362,21 +371,25 @@ class SqliteStore(SqliteLifecycle):
         """Apply ``change`` in one ``BEGIN IMMEDIATE`` transaction; see
         :meth:`tinyctx.threads.ThreadStore.write`."""
         validate_write(thread_id, change, expected_version, lease)
-        retention = self.archive_retention
+        retention, ttl = self.archive_retention, self.ttl
         return await self._run(
-            lambda conn: write_thread(conn, thread_id, change, expected_version, lease, retention)
+            lambda conn: write_thread(
+                conn, thread_id, change, expected_version, lease, retention, ttl
+            )
         )
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         """A new lease with a fresh token; :class:`LeaseHeld` while another owner's is live."""
         validate_lease_request(thread_id, owner, ttl)
-        return await self._run(lambda conn: acquire_lease(conn, thread_id, owner, float(ttl)))
+        return await self._run(
+            lambda conn: acquire_lease(conn, thread_id, owner, float(ttl), self.ttl)
+        )
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """Extend ``lease`` (same token); :class:`FencedOut` if another lease replaced it."""
         check_lease(lease, "renew_lease")
         validate_lease_request(lease.thread_id, lease.owner, ttl)
-        return await self._run(lambda conn: renew_lease(conn, lease, float(ttl)))
+        return await self._run(lambda conn: renew_lease(conn, lease, float(ttl), self.ttl))
 
     async def release_lease(self, lease: Lease) -> None:
         """Give the thread up; a no-op when ``lease`` was already replaced or released."""
@@ -386,13 +399,13 @@ class SqliteStore(SqliteLifecycle):
     async def list_threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
         """Ids of the threads written at least once, sorted, optionally by ``prefix``."""
         check_list_args(prefix, limit)
-        return await self._run(lambda conn: list_threads(conn, prefix, limit))
+        return await self._run(lambda conn: list_threads(conn, prefix, limit, self.ttl))
 
     async def archived(self, thread_id: str) -> list[ArchivedRange]:
         """What compactions replaced on ``thread_id``, oldest first, within retention."""
         check_thread_id(thread_id)
         retention = self.archive_retention
-        return await self._run(lambda conn: archived(conn, thread_id, retention))
+        return await self._run(lambda conn: archived(conn, thread_id, retention, self.ttl))
 
     async def purge_archive(self) -> None:
         """Drop every archived range older than ``archive_retention`` (all threads) now.
@@ -412,3 +425,13 @@ class SqliteStore(SqliteLifecycle):
         """Remove the thread, its archive, checkpoint, state and lease; False if unknown."""
         check_thread_id(thread_id)
         return await self._run(lambda conn: delete_thread(conn, thread_id))
+
+    async def set_thread_ttl(self, thread_id: str, seconds: float | None) -> bool:
+        """The thread's own TTL from now (None: the store's; ``math.inf``: never); see
+        :func:`tinyctx.retention.set_thread_ttl`."""
+        check_thread_id(thread_id)
+        return await self._run(lambda conn: set_thread_ttl(conn, thread_id, seconds, self.ttl))
+
+    async def sweep_expired(self) -> list[str]:
+        """Remove every expired thread whole, in one transaction; their ids, sorted."""
+        return await self._run(lambda conn: sweep_expired(conn, self.ttl))

@@ -336,6 +336,7 @@ def write_payload(
         "state": {"unchanged": True} if change.state is UNCHANGED else {"value": change.state},
         "expected_version": expected_version,
         "lease": lease_json(lease),
+        "run_id": change.run_id,
     }
 
 
@@ -349,6 +350,7 @@ def write_from_payload(payload: Mapping[str, Any]) -> ThreadWrite:
         compaction=None if compaction is None else Compaction(*compaction),
         checkpoint=UNCHANGED if "unchanged" in checkpoint else checkpoint["value"],
         state=UNCHANGED if "unchanged" in state else state["value"],
+        run_id=payload.get("run_id"),  # absent from payloads recorded before
     )
 
 

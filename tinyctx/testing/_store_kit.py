@@ -28,9 +28,12 @@ __all__ = [
 
 
 class StoreFactory(Protocol):
-    """``await make_store(archive_retention=...)``: a new store object for one test."""
+    """``await make_store(archive_retention=..., ttl=...)``: a new store object for one
+    test (``ttl``: the store's thread TTL, for a store that keeps one)."""
 
-    def __call__(self, *, archive_retention: float | None = None) -> Awaitable[Any]: ...
+    def __call__(
+        self, *, archive_retention: float | None = None, ttl: float | None = None
+    ) -> Awaitable[Any]: ...
 
 
 _ids = itertools.count()

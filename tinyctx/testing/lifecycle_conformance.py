@@ -228,10 +228,14 @@ class ThreadLifecycleConformance:
     async def test_as_of_a_version_is_what_a_reader_saw(
         self, make_store: StoreFactory, steps: list[tuple[str, int, int, int]]
     ) -> None:
-        """For any writes, compactions and forks, load_as_of(v) is the log a reader saw
-        at v, versions() lists each write, and a fork never changes its source."""
+        """For any writes, compactions and forks, load_as_of(v) is the thread a reader
+        saw at v (its log, checkpoint and layer state), versions() lists each write with
+        the run that wrote it, a fork at v starts from v's layer state, and a fork never
+        changes its source."""
         thread = _fresh()
         seen: list[tuple[str, ...]] = [()]
+        layers: list[tuple[str | None, str | None]] = [(None, None)]
+        runs: list[str | None] = []
         forks: list[tuple[str, tuple[str, ...]]] = []
         counter = itertools.count()
         async with opened(make_store) as store:
@@ -244,27 +248,44 @@ class ThreadLifecycleConformance:
                     if at == 0:
                         continue
                     await fork_thread(store, thread, new_id=fork, at_version=at)
+                    forked_state = (await store.load_thread(fork)).state
+                    assert forked_state == layers[at][1]  # none kept: a usage record alone
                     await store.write(fork, ThreadWrite(_users("in fork")), expected_version=1)
                     forks.append((fork, seen[at]))
                     continue
                 new = _users(*(f"m{next(counter)}" for _ in range(count)))
+                run = None if count == 2 else f"run-{a % 3},{b}"  # any text, commas too
+                checkpoint, state = layers[-1]
+                write_layers: dict[str, Any] = {}
+                if b % 3 == 1:  # set, clear, or leave the checkpoint
+                    checkpoint = write_layers["checkpoint"] = f"cp{next(counter)}"
+                elif b % 3 == 2:
+                    checkpoint = write_layers["checkpoint"] = None
+                if a % 2:
+                    state = write_layers["state"] = codec.encode_state({"n": next(counter)})
                 if kind == "compact":
                     start = a % (len(live) + 1)
                     end = start + b % (len(live) - start + 1)
                     summary = _users(f"s{next(counter)}")
-                    change = ThreadWrite(new, Compaction(start, end, summary))
+                    compaction = Compaction(start, end, summary)
+                    change = ThreadWrite(new, compaction, run_id=run, **write_layers)
                     live = (*live[:start], *summary, *live[end:])
                 else:
-                    change = ThreadWrite(new)
+                    change = ThreadWrite(new, run_id=run, **write_layers)
+                runs.append(run)
+                layers.append((checkpoint, state))
                 await store.write(thread, change, expected_version=len(seen) - 1)
                 seen.append((*live, *new))
             if len(seen) == 1:
                 return
             assert (await store.load_thread(thread)).messages == seen[-1]
             for version, messages in enumerate(seen):
-                assert (await load_as_of(store, thread, version)).messages == messages
+                as_of = await load_as_of(store, thread, version)
+                assert as_of.messages == messages
+                assert (as_of.checkpoint, as_of.state) == layers[version]
             recorded = await store.versions(thread)
             assert [v.version for v in recorded] == list(range(1, len(seen)))
+            assert [v.run_id for v in recorded] == runs
             for fork, messages in forks:
                 assert (await store.load_thread(fork)).messages == (*messages, *_users("in fork"))
 

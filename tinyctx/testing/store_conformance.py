@@ -9,8 +9,8 @@ subclassing these classes in a test module and overriding the ``make_store`` fix
     class TestMyBackend(ThreadStoreConformance):
         @pytest.fixture
         def make_store(self, tmp_path):
-            async def make(*, archive_retention=None):
-                return MyStore(tmp_path / "db", archive_retention=archive_retention)
+            async def make(*, archive_retention=None, ttl=None):
+                return MyStore(tmp_path / "db", archive_retention=archive_retention, ttl=ttl)
             return make
 
 ``make_store`` returns an async factory: each call opens a store the test closes with
@@ -41,6 +41,7 @@ from ..threads import (
     ThreadWrite,
 )
 from ._store_kit import StoreFactory, docs_of, fresh_id, opened, texts_of
+from .expiry_conformance import ThreadExpiryConformance
 from .lease_conformance import ThreadLeaseConformance
 from .lifecycle_conformance import ThreadLifecycleConformance
 from .retention_conformance import ThreadRetentionConformance
@@ -210,6 +211,7 @@ class ThreadStoreConformance(
     ThreadLeaseConformance,
     ThreadPropertyConformance,
     ThreadRetentionConformance,
+    ThreadExpiryConformance,
     ThreadLifecycleConformance,
     ThreadSafetyConformance,
 ):
