@@ -385,6 +385,7 @@ class TestFormats:
             assert result.returncode == 0, (path.name, result.stderr)
             summary = json.loads(result.stdout)["summary"]
             assert summary["model_calls"] == summary["recorded_model_calls"], path.name
+            assert summary["error"] is None and summary["overflows_remaining"] == 0, path.name
 
 
 class TestJsonDocumented:
