@@ -13,7 +13,8 @@ from typing import Any
 
 from attrs import frozen
 
-from tinyctx import Approve, ConfigError, Reject, ToolCall
+from tinyctx import Approve, Reject, ToolCall
+from tinyctx.config import implements, optional, text
 from tinyctx.frozen import thaw
 
 __all__ = ["StandingDecision", "Standing", "standing_key"]
@@ -83,20 +84,15 @@ class Standing:
         return cls({standing_key(r.tool, r.arguments): r for r in rules})
 
 
+_TOOL = text(allowed="a tool name (a non-empty str)")
+_DECISION = implements((Approve, Reject), allowed="Approve() or Reject(message)")
+_ARGUMENTS = optional(implements(dict), allowed="None (any call) or a dict of arguments")
+
+
 def check_standing(tool: object, decision: object, arguments: object) -> StandingDecision:
     """The rule ``remember`` stores, or a ConfigError naming the bad argument."""
-    if not isinstance(tool, str) or not tool:
-        raise ConfigError("tool", tool, "a tool name (a non-empty str)", owner="Approvals.remember")
-    if not isinstance(decision, (Approve, Reject)):
-        raise ConfigError(
-            "decision", decision, "Approve() or Reject(message)", owner="Approvals.remember"
-        )
-    if arguments is not None and not isinstance(arguments, dict):
-        raise ConfigError(
-            "arguments",
-            arguments,
-            "None (any call) or a dict of arguments",
-            owner="Approvals.remember",
-        )
-    message = decision.message if isinstance(decision, Reject) else None
-    return StandingDecision(tool, decision.kind, arguments, message)
+    name = _TOOL.check(tool, "tool", "Approvals.remember")
+    chosen: Approve | Reject = _DECISION.check(decision, "decision", "Approvals.remember")
+    _ARGUMENTS.check(arguments, "arguments", "Approvals.remember")
+    message = chosen.message if isinstance(chosen, Reject) else None
+    return StandingDecision(name, chosen.kind, arguments, message)

@@ -70,7 +70,6 @@ from attrs import field, frozen
 from tinyctx import (
     Approve,
     AssistantMessage,
-    ConfigError,
     Edit,
     Event,
     Interrupt,
@@ -88,7 +87,7 @@ from tinyctx import (
 )
 from tinyctx.agent import Checkpoint
 from tinyctx.chain import ToolCallHandler
-from tinyctx.config import Check, function, optional
+from tinyctx.config import Check, each, function, one_of, optional, text
 from tinyctx.decisions import DECISION_KINDS, Decision, DecisionKind, decisions_from_json
 from tinyctx.events import EventLevel
 from tinyctx.frozen import thaw
@@ -115,19 +114,22 @@ REJECTED = "Rejected by the reviewer: this call of {name!r} was not run."
 REJECTED_WITH_MESSAGE = REJECTED + " The reviewer said: {message}"
 
 
-def _allowed(value: Any) -> tuple[DecisionKind, ...]:
-    try:
-        kinds = (value,) if isinstance(value, str) else tuple(value)
-    except TypeError:
-        kinds = ()
-    if not kinds or any(k not in DECISION_KINDS for k in kinds) or len(set(kinds)) != len(kinds):
-        raise ConfigError(
-            "allowed",
-            value,
-            f"a non-empty collection of distinct decision kinds from {list(DECISION_KINDS)}",
-            owner="Review",
-        )
-    return kinds
+def _as_tuple(value: Any) -> Any:
+    """One decision kind or a collection of them, as a tuple (anything else as it is, for
+    the validator to name)."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple | set | frozenset):
+        return tuple(value)
+    return value
+
+
+_ALLOWED_KINDS = each(
+    one_of(DECISION_KINDS),
+    empty=False,
+    distinct=True,
+    allowed=f"a non-empty collection of distinct decision kinds from {list(DECISION_KINDS)}",
+)
 
 
 _description: Check[str | Callable[[ToolCall], str] | None] = Check(
@@ -147,7 +149,9 @@ class Review:
     reviewed (default: every call).
     """
 
-    allowed: tuple[DecisionKind, ...] = field(default=DECISION_KINDS, converter=_allowed)
+    allowed: tuple[DecisionKind, ...] = field(
+        default=DECISION_KINDS, converter=_as_tuple, validator=_ALLOWED_KINDS
+    )
     description: str | Callable[[ToolCall], str] | None = field(
         default=None, validator=_description
     )
@@ -227,6 +231,16 @@ class _Decided:
 
 
 _DEFAULT = Review()
+_REVIEW_FORMS: Check[ReviewConfig] = Check(
+    lambda value: isinstance(value, Iterable) or callable(value),
+    "a tool name, tool names, a mapping of tool name to True/False/Review, or a "
+    "function (call) -> Review | bool | None",
+)
+_TOOL_NAMES = each(text(), allowed="tool names that are non-empty strings")
+_SOME_TOOL_NAMES = each(text(), empty=False, allowed="at least one tool name, each non-empty")
+_REVIEW_VALUE: Check[bool | Review] = Check(
+    lambda value: isinstance(value, bool | Review), "True, False or a Review"
+)
 
 
 class Approvals(Layer):
@@ -242,36 +256,19 @@ class Approvals(Layer):
     def __init__(self, review: ReviewConfig, *, name: str | None = None) -> None:
         self._by_name: dict[str, Review] = {}
         self._decide: Callable[[ToolCall], Review | bool | None] | None = None
-        if isinstance(review, str):
-            review = (review,)
+        _REVIEW_FORMS.check(review, "review", "Approvals")
         if isinstance(review, Mapping):
+            _TOOL_NAMES.check(review.keys(), "review", "Approvals")
             for tool, value in review.items():
-                _check_tool_name(tool, review)
-                if value is True:
-                    self._by_name[tool] = _DEFAULT
-                elif isinstance(value, Review):
-                    self._by_name[tool] = value
-                elif value is not False:
-                    raise ConfigError(
-                        f"review[{tool!r}]", value, "True, False or a Review", owner="Approvals"
-                    )
+                _REVIEW_VALUE.check(value, f"review[{tool!r}]", "Approvals")
+                if value is not False:
+                    self._by_name[tool] = _DEFAULT if value is True else value
         elif callable(review):
             self._decide = review
-        elif isinstance(review, Iterable):
-            names = tuple(review)
-            if not names:
-                raise ConfigError("review", review, "at least one tool name", owner="Approvals")
-            for tool in names:
-                _check_tool_name(tool, review)
-                self._by_name[tool] = _DEFAULT
         else:
-            raise ConfigError(
-                "review",
-                review,
-                "a tool name, tool names, a mapping of tool name to True/False/Review, or a "
-                "function (call) -> Review | bool | None",
-                owner="Approvals",
-            )
+            names = (review,) if isinstance(review, str) else tuple(review)
+            _SOME_TOOL_NAMES.check(names, "review", "Approvals")
+            self._by_name = dict.fromkeys(names, _DEFAULT)
         if name is not None:
             self.name = name
 
@@ -538,13 +535,6 @@ class Approvals(Layer):
             # reached the onion by another road
             call = attrs.evolve(call, arguments=decision.arguments)
         return await call_next(call, ctx)
-
-
-def _check_tool_name(tool: Any, review: Any) -> None:
-    if not isinstance(tool, str) or not tool:
-        raise ConfigError(
-            "review", review, "tool names that are non-empty strings", owner="Approvals"
-        )
 
 
 def _edit_problem(ctx: RunContext[Any], tool_name: str, decision: Edit) -> str | None:

@@ -123,6 +123,8 @@ class TestConfiguration:
             ({"": True}, "review"),
             ({"deploy": "yes"}, "review['deploy']"),
             (42, "review"),
+            (["deploy", 3], "review"),
+            ({"deploy": True, 3: True}, "review"),
         ],
     )
     def test_bad_review_config(self, review: Any, field: str) -> None:
@@ -138,6 +140,7 @@ class TestConfiguration:
             ({"allowed": 3}, "allowed"),
             ({"allowed": ("approve", "veto")}, "allowed"),
             ({"allowed": ("approve", "approve")}, "allowed"),
+            ({"allowed": "veto"}, "allowed"),
             ({"description": 3}, "description"),
             ({"when": "always"}, "when"),
         ],

@@ -204,7 +204,8 @@ class TestOddResults:
         assert result.returncode in (0, 1), result.stderr
         payload = json.loads(result.stdout)
         assert payload["reserved"] == 500 and payload["usable"] == 3500
-        assert run("--json").stdout and json.loads(run("--json").stdout)["reserved"] == 4000
+        default = run("--json").stdout
+        assert default and json.loads(default)["reserved"] == 4000
 
     def test_a_stopped_replay_reports_on_stderr_and_counts_calls(self) -> None:
         """The stop reason is on stderr; the summary says N of M model calls replayed."""
@@ -274,7 +275,8 @@ class TestReadableOutput:
 
     def test_colour_only_on_a_terminal_and_never_with_no_color(self) -> None:
         """Piped output has no escape codes; a pty gets colour unless NO_COLOR is set."""
-        assert "\x1b[" not in run().stdout
+        # the same small transcript piped and on a terminal: only the terminal gets colour
+        assert "\x1b[" not in run(str(DATA / "claude_code_session.jsonl")).stdout
         assert ANSI_COLOUR.search(_on_a_tty([]))
         assert not ANSI_COLOUR.search(_on_a_tty([], NO_COLOR="1"))
 
@@ -383,6 +385,7 @@ class TestFormats:
             assert result.returncode == 0, (path.name, result.stderr)
             summary = json.loads(result.stdout)["summary"]
             assert summary["model_calls"] == summary["recorded_model_calls"], path.name
+            assert summary["error"] is None and summary["overflows_remaining"] == 0, path.name
 
 
 class TestJsonDocumented:

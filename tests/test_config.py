@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tinyctx import ConfigError, Layer
 from tinyctx.config import (
+    each,
     fraction,
     function,
     implements,
@@ -124,6 +125,41 @@ class TestValidators:
         assert function().check(len, "fn") is len
         with pytest.raises(ConfigError, match="a callable"):
             function().check(3, "fn")
+
+    @given(st.lists(st.sampled_from(("model", "tool", "stream", ""))))
+    def test_each_checks_every_item(self, items: list[str]) -> None:
+        """``each(one_of(...))`` keeps a collection whose every item is allowed, else names
+        the field and what each item may be."""
+        check = each(one_of(("model", "tool")))
+        if all(item in ("model", "tool") for item in items):
+            assert check.check(items, "hooks", "X") is items
+        else:
+            with pytest.raises(ConfigError, match=r"^X\.hooks=.*each one of 'model', 'tool'"):
+                check.check(items, "hooks", "X")
+
+    @pytest.mark.parametrize("bad", ["add", b"add", {"add": 1}, iter(["add"]), 3, None])
+    def test_each_refuses_what_is_not_a_collection(self, bad: object) -> None:
+        """One string (a collection of letters), a mapping, a one-pass iterator or a
+        scalar is not a collection of names."""
+        with pytest.raises(ConfigError, match="collection"):
+            each(text()).check(bad, "include", "X")
+
+    def test_each_empty_and_distinct(self) -> None:
+        """``empty=False`` needs an item; ``distinct=True`` refuses a repeat, even of
+        unhashable items."""
+        with pytest.raises(ConfigError, match="non-empty collection"):
+            each(text(), empty=False).check((), "review")
+        with pytest.raises(ConfigError, match="distinct"):
+            each(text(), distinct=True).check(["a", "a"], "allowed")
+        with pytest.raises(ConfigError, match="distinct"):
+            each(implements(list), distinct=True).check([[1], [1]], "rows")
+        assert each(text(), distinct=True).check({"a": 1}.keys(), "names") is not None
+
+    def test_text_not_blank(self) -> None:
+        """``text(blank=False)`` refuses a string of only whitespace."""
+        assert text(blank=False).check(" x ", "reason") == " x "
+        with pytest.raises(ConfigError, match="not only whitespace"):
+            text(blank=False).check(" \t", "reason")
 
     def test_owned_by_names_the_class_the_user_constructed(self) -> None:
         """A helper built inside ``owned_by`` blames the outer class."""

@@ -227,8 +227,15 @@ class TestNames:
             MCPServerStdio("python", call_timeout=0)
         with pytest.raises(ConfigError, match="include"):
             MCPServerStdio("python", include="add")
+        with pytest.raises(ConfigError, match=r"MCPServerStdio\.exclude=.*not one string"):
+            MCPServerStdio("python", exclude=["add", ""])
+        assert MCPServerStdio("python", include=(n for n in ["add"])).include == {"add"}
+        with pytest.raises(ConfigError, match=r"MCPServerStdio\.args"):
+            MCPServerStdio("python", ["-m", 3])
         with pytest.raises(ConfigError, match="url"):
             MCPServerHTTP("ftp://example")
+        with pytest.raises(ConfigError, match="url"):
+            MCPServerHTTP("http://[::1")
         with pytest.raises(ConfigError, match="servers"):
             MCPTools()
         one = MCPServerStdio("python", name="x")

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyctx import AssistantMessage, Message, ToolCall, codec
+from tinyctx import AssistantMessage, Message, ToolCall, UserMessage, codec
 from tinyctx.codec import CodecError, decode_messages, encode_message
 from tinyctx.codec import encode_messages as encode_all
 from tinyctx.documents import SplitDocuments, split_document
@@ -179,8 +179,8 @@ def _spellings(obj: dict[str, Any]) -> list[str]:
 
 
 class TestTheDirectReader:
-    """The codec's own documents (compact ASCII JSON) are read straight from their text,
-    without the parser; what that reader answers, the Python reader answers too."""
+    """Documents of any spelling are parsed by orjson and built in C; what that reader
+    answers, the Python reader answers too."""
 
     @given(value=_ANY_JSON, where=st.sampled_from(["metadata", "arguments"]))
     def test_any_json_value_in_metadata_or_arguments(self, value: Any, where: str) -> None:
@@ -298,9 +298,15 @@ class TestTheDirectReader:
         Python reads, or none."""
         _agrees(doc)
 
-    def test_a_document_with_a_space_is_left_to_python(self) -> None:
-        """Only the encoder's compact spelling is read in C."""
-        assert _c('{"content":"x", "role":"user","v":1}') is None
+    def test_a_document_in_another_spelling_is_read_in_c(self) -> None:
+        """Spaces and non-ASCII text as it is: orjson parses it, C builds the message."""
+        assert _c('{ "content" : "caf\u00e9 ─", "role":"user","v":1}') == UserMessage("café ─")
+
+    def test_a_document_orjson_refuses_is_left_to_python(self) -> None:
+        """NaN is no JSON: no C answer, and the Python reader names the problem."""
+        doc = '{"content":"x","metadata":{"a":NaN},"role":"user","v":1}'
+        assert _c(doc) is None
+        _agrees(doc)
 
 
 def _nested_doc(where: str, levels: int) -> str:
@@ -355,6 +361,7 @@ class TestTheNestingLimit:
                 version=1,
                 text_hole='{"content":null',
                 max_depth=0,
+                loads=orjson.loads,
             )
         (doc,) = encode_all((AssistantMessage("still read"),))
         assert _c(doc) == AssistantMessage("still read")
@@ -453,6 +460,7 @@ class TestBuilt:
                 version=1,
                 text_hole='{"content":null',
                 max_depth=100,
+                loads=orjson.loads,
             )
         (doc,) = encode_all((AssistantMessage("still read"),))
         assert _c(doc) == AssistantMessage("still read")  # the refused call changed nothing

@@ -228,6 +228,7 @@ class TestSqliteThreads:
             await store.write("t", ThreadWrite(tail), expected_version=version)
             assert (await store.load_thread("t")).messages == (*model, *tail)
 
+    @pytest.mark.slow  # several writer processes on one file
     def test_processes_on_one_file_lose_and_duplicate_nothing(self, tmp_path: Path) -> None:
         """Three interpreters racing on one thread (versions and retries): every write lands
         exactly once, each writer's in its own order."""
@@ -254,6 +255,7 @@ class TestSqliteThreads:
 
         anyio.run(check)
 
+    @pytest.mark.slow  # a crash trial: real processes SIGKILLed
     def test_sigkill_mid_write_leaves_a_whole_thread(self, tmp_path: Path) -> None:
         """A writer killed at random moments (about 5 trials) leaves every thread at its last
         committed version: length, state and messages agree, every document decodes."""

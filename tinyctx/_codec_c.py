@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from ._codec_base import (
     CODEC_VERSION,
+    _orjson_loads,
 )
 from ._codec_fast import (
     _ASSISTANT_SLOTS,
@@ -40,7 +41,7 @@ def _c_reader() -> Callable[[Sequence[Any]], list[Message | None]] | None:
     """The fast reader in C (``tinyctx._speedups``), given this reader's classes, slots and
     key sets; None where it was not built (no C compiler at install), where
     ``TINYCTX_NO_EXTENSIONS`` is set, or where the fast reader is off."""
-    if not _FAST or os.environ.get("TINYCTX_NO_EXTENSIONS"):
+    if not _FAST or _orjson_loads is None or os.environ.get("TINYCTX_NO_EXTENSIONS"):
         return None
     try:
         from . import _speedups
@@ -61,6 +62,7 @@ def _c_reader() -> Callable[[Sequence[Any]], list[Message | None]] | None:
         version=CODEC_VERSION,
         text_hole=TEXT_HOLE,
         max_depth=MAX_NESTING,
+        loads=_orjson_loads,
     )
     return _speedups.read_rows
 

@@ -150,7 +150,8 @@ _SET_CALL_ID, _SET_CALL_NAME, _SET_CALL_ARGUMENTS, _SET_CALL_INVALID, _SET_CALL_
 
 """Whether :func:`decode_messages` builds messages in C (``tinyctx._speedups``, compiled at
 install where a C compiler is found; ``TINYCTX_NO_EXTENSIONS=1`` turns it off). The results
-are the same either way; a long thread decodes about 3.5 times as fast with it."""
+are the same either way; a long thread decodes 1.3 to 1.6 times as fast with it
+(benchmarks/bench_codec_reader.py)."""
 
 
 def _fast_mapping(value: Any) -> FrozenDict[str, Any]:

@@ -6,11 +6,13 @@
  * them), for the documents it is sure of, and answers None for every other one: the
  * Python reader then decodes that document and, if it is bad, names the problem. So this
  * module never decides what a document means and never raises for one; it only saves
- * the interpreter's work where the answer is certain. It reads the documents the codec
- * writes (compact ASCII JSON) straight from their text, building no parsed objects only to
- * read them once; any other spelling is the Python reader's. Without a C compiler the
- * package installs without it and the Python reader does everything (the results are
- * equal: tests/test_speedups.py compares the two).
+ * the interpreter's work where the answer is certain. Each document is parsed by orjson
+ * (the parser the Python reader uses too) and the messages are built in C from its result.
+ * It used to scan the JSON text itself; benchmarks/bench_codec_reader.py measured that
+ * scanner slower than orjson's parse plus this builder (a 2,000-message load: scanner
+ * 48.0 ms, orjson + builder 30.4 ms, medians of 7 interleaved rounds), so it went.
+ * Without a C compiler the package installs without it and the Python reader does
+ * everything (the results are equal: tests/test_speedups.py compares the two).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -161,19 +163,7 @@ wrap(PyObject *data)
     return build(&frozen_dict, values);
 }
 
-/* a FrozenDict of a new empty dict: what freezing a nested {} gives */
-static PyObject *
-wrap_new(void)
-{
-    PyObject *data = PyDict_New();
-    if (data == NULL)
-        return NULL;
-    PyObject *result = wrap(data);
-    Py_DECREF(data);
-    return result;
-}
-
-/* a field holding a mapping (metadata, arguments), a new reference: read_fields took
+/* a field holding a mapping (metadata, arguments), a new reference: parsed_fields took
    only an object there, frozen; EMPTY when absent */
 static PyObject *
 mapping_field(Fields *fields, int i)
@@ -282,7 +272,7 @@ fast_assistant(Fields *fields)
     PyObject *content = field(fields, F_CONTENT, empty_str);
     if (!is_text(content, 0))
         return DOUBT;
-    PyObject *calls = field(fields, F_TOOL_CALLS, NULL); /* built by read_calls */
+    PyObject *calls = field(fields, F_TOOL_CALLS, NULL); /* built by parsed_calls */
     PyObject *tool_calls = calls == NULL ? PyTuple_New(0) : Py_NewRef(calls);
     if (tool_calls == NULL)
         return NULL;
@@ -340,381 +330,6 @@ message_from_fields(Fields *fields, PyObject *text)
     return DOUBT;
 }
 
-/* -- reading the text ---------------------------------------------------------------------
-   A document the codec wrote is compact ASCII JSON (no spaces, non-ASCII escaped); the
-   message is read straight from it, with metadata and arguments built frozen. Anything
-   else gets DOUBT (a space, an escaped or repeated key, a number it cannot read exactly as
-   Python does, a lone surrogate, nesting past max_depth), so what is answered, the Python
-   reader answers too (tests/test_speedups.py holds both to the same messages). */
-
-typedef struct {
-    const char *p, *end;
-    int depth;
-} Cursor;
-
-static PyObject *read_value(Cursor *c);
-
-static int
-expect(Cursor *c, char ch)
-{
-    if (c->p < c->end && *c->p == ch) {
-        c->p++;
-        return 1;
-    }
-    return 0;
-}
-
-static int
-hex4(const char *p, Py_UCS4 *out)
-{
-    Py_UCS4 v = 0;
-    for (int i = 0; i < 4; i++) {
-        char ch = p[i];
-        v <<= 4;
-        if (ch >= '0' && ch <= '9')
-            v |= (Py_UCS4)(ch - '0');
-        else if (ch >= 'a' && ch <= 'f')
-            v |= (Py_UCS4)(ch - 'a' + 10);
-        else if (ch >= 'A' && ch <= 'F')
-            v |= (Py_UCS4)(ch - 'A' + 10);
-        else
-            return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-/* the first of (p, end) that ends a plain run of string bytes: a quote, a backslash or a
-   control character (eight bytes at a time: most text has none of them) */
-static const char *
-plain_run(const char *p, const char *end)
-{
-    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-    while (end - p >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
-        uint64_t hit = ((quote - ones) & ~quote) | ((slash - ones) & ~slash) | (w - ones * 0x20);
-        if (hit & ~w & highs)
-            break; /* one of these eight bytes (ASCII text: no high bit set) */
-        p += 8;
-    }
-    while (p < end && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20)
-        p++;
-    return p;
-}
-
-/* the character a one-letter escape (after its backslash) stands for, or -1 */
-static int
-simple_escape(char ch)
-{
-    switch (ch) {
-    case '"':
-    case '\\':
-    case '/':
-        return ch;
-    case 'b':
-        return '\b';
-    case 'f':
-        return '\f';
-    case 'n':
-        return '\n';
-    case 'r':
-        return '\r';
-    case 't':
-        return '\t';
-    }
-    return -1;
-}
-
-/* a string's escaped text [r, q) decoded to UCS4 (a \u escape past ASCII was found) */
-static PyObject *
-wide_string(const char *r, const char *q)
-{
-    Py_ssize_t n = q - r;
-    Py_UCS4 stack[256], *buf = n <= 256 ? stack : PyMem_New(Py_UCS4, n);
-    if (buf == NULL)
-        return PyErr_NoMemory();
-    Py_ssize_t len = 0;
-    PyObject *result = DOUBT;
-    for (; r < q; r++) {
-        if (*r != '\\') {
-            buf[len++] = (unsigned char)*r;
-            continue;
-        }
-        r++;
-        Py_UCS4 ch;
-        int simple = simple_escape(*r);
-        if (simple >= 0)
-            ch = (Py_UCS4)simple;
-        else if (*r != 'u')
-            goto done;
-        else {
-            if (q - r < 5 || !hex4(r + 1, &ch))
-                goto done;
-            r += 4;
-            if (ch >= 0xDC00 && ch <= 0xDFFF)
-                goto done; /* a lone low surrogate */
-            if (ch >= 0xD800 && ch <= 0xDBFF) {
-                Py_UCS4 low;
-                if (q - r < 7 || r[1] != '\\' || r[2] != 'u' || !hex4(r + 3, &low) ||
-                    low < 0xDC00 || low > 0xDFFF)
-                    goto done; /* a lone high surrogate */
-                ch = 0x10000 + ((ch - 0xD800) << 10) + (low - 0xDC00);
-                r += 6;
-            }
-        }
-        buf[len++] = ch;
-    }
-    result = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, buf, len);
-done:
-    if (buf != stack)
-        PyMem_Free(buf);
-    return result;
-}
-
-/* a str of n ASCII bytes */
-static PyObject *
-ascii_text(const char *data, Py_ssize_t n)
-{
-    PyObject *text = PyUnicode_New(n, 127);
-    if (text != NULL)
-        memcpy(PyUnicode_DATA(text), data, (size_t)n);
-    return text;
-}
-
-/* a string (c->p after its opening quote) */
-static PyObject *
-read_string(Cursor *c)
-{
-    const char *start = c->p, *q = plain_run(start, c->end);
-    if (q < c->end && *q == '"') { /* no escapes: the text as it is */
-        c->p = q + 1;
-        return ascii_text(start, q - start);
-    }
-    /* escapes: find the closing quote, then decode, in one byte per character while the
-       text stays ASCII */
-    while (q < c->end && *q != '"') {
-        if ((unsigned char)*q < 0x20)
-            return DOUBT; /* a raw control character: not JSON */
-        q += *q == '\\' ? 2 : 1; /* an escaped character never closes the string */
-        q = plain_run(q, c->end);
-    }
-    if (q >= c->end)
-        return DOUBT;
-    c->p = q + 1;
-    Py_ssize_t n = q - start;
-    char stack[512], *buf = n <= 512 ? stack : PyMem_Malloc((size_t)n);
-    if (buf == NULL)
-        return PyErr_NoMemory();
-    Py_ssize_t len = 0;
-    PyObject *result = DOUBT;
-    for (const char *r = start; r < q; r++) {
-        if (*r != '\\') {
-            buf[len++] = *r;
-            continue;
-        }
-        r++;
-        int ch = simple_escape(*r);
-        if (ch < 0) {
-            Py_UCS4 code;
-            if (*r != 'u' || q - r < 5 || !hex4(r + 1, &code))
-                goto done;
-            if (code >= 0x80) { /* past ASCII: decode the whole text wide */
-                result = wide_string(start, q);
-                goto done;
-            }
-            ch = (int)code;
-            r += 4;
-        }
-        buf[len++] = (char)ch;
-    }
-    result = ascii_text(buf, len);
-done:
-    if (buf != stack)
-        PyMem_Free(buf);
-    return result;
-}
-
-/* a number, read as Python's json reads it: an int of any size, or a finite float */
-static PyObject *
-read_number(Cursor *c)
-{
-    const char *start = c->p, *q = start;
-    int is_float = 0;
-    if (q < c->end && *q == '-')
-        q++;
-    if (q >= c->end || *q < '0' || *q > '9')
-        return DOUBT;
-    if (*q == '0')
-        q++;
-    else
-        while (q < c->end && *q >= '0' && *q <= '9')
-            q++;
-    if (q < c->end && *q == '.') {
-        is_float = 1;
-        q++;
-        if (q >= c->end || *q < '0' || *q > '9')
-            return DOUBT;
-        while (q < c->end && *q >= '0' && *q <= '9')
-            q++;
-    }
-    if (q < c->end && (*q == 'e' || *q == 'E')) {
-        is_float = 1;
-        q++;
-        if (q < c->end && (*q == '+' || *q == '-'))
-            q++;
-        if (q >= c->end || *q < '0' || *q > '9')
-            return DOUBT;
-        while (q < c->end && *q >= '0' && *q <= '9')
-            q++;
-    }
-    Py_ssize_t n = q - start;
-    if (n > 40)
-        return DOUBT; /* a long number: the Python reader reads it */
-    char text[41];
-    memcpy(text, start, (size_t)n);
-    text[n] = '\0';
-    c->p = q;
-    if (!is_float) /* 18 digits fit a long long */
-        return n <= 18 ? PyLong_FromLongLong(strtoll(text, NULL, 10))
-                       : PyLong_FromString(text, NULL, 10);
-    char *stop;
-    double d = PyOS_string_to_double(text, &stop, NULL);
-    if (d == -1.0 && PyErr_Occurred())
-        return NULL;
-    if (stop != text + n || !isfinite(d))
-        return DOUBT; /* past the largest float: the Python reader says what that is */
-    return PyFloat_FromDouble(d);
-}
-
-/* an object, frozen; top: a message's metadata or a call's arguments ({} is EMPTY there) */
-static PyObject *
-read_object(Cursor *c, int top)
-{
-    if (c->depth >= max_depth)
-        return DOUBT;
-    if (expect(c, '}'))
-        return top ? Py_NewRef(empty) : wrap_new();
-    PyObject *data = PyDict_New();
-    if (data == NULL)
-        return NULL;
-    c->depth++;
-    do {
-        PyObject *key = expect(c, '"') ? read_string(c) : DOUBT;
-        if (key == NULL)
-            goto fail;
-        PyObject *value = expect(c, ':') ? read_value(c) : DOUBT;
-        if (value == NULL) {
-            Py_DECREF(key);
-            goto fail;
-        }
-        Py_ssize_t before = PyDict_GET_SIZE(data);
-        int failed = PyDict_SetItem(data, key, value);
-        Py_DECREF(key);
-        Py_DECREF(value);
-        if (failed < 0 || PyDict_GET_SIZE(data) == before) /* an error, or a repeated key */
-            goto fail;
-    } while (expect(c, ','));
-    c->depth--;
-    if (!expect(c, '}')) {
-        Py_DECREF(data);
-        return DOUBT;
-    }
-    PyObject *result = wrap(data);
-    Py_DECREF(data);
-    return result;
-fail:
-    Py_DECREF(data);
-    return NULL;
-}
-
-/* appends a new reference and lets go of it; -1 where there is none (an error or DOUBT)
-   or the append failed */
-static int
-append_new(PyObject *list, PyObject *item)
-{
-    if (item == NULL)
-        return -1;
-    int failed = PyList_Append(list, item);
-    Py_DECREF(item);
-    return failed;
-}
-
-static PyObject *
-read_array(Cursor *c)
-{
-    if (c->depth >= max_depth)
-        return DOUBT;
-    if (expect(c, ']'))
-        return PyTuple_New(0);
-    PyObject *items = PyList_New(0);
-    if (items == NULL)
-        return NULL;
-    c->depth++;
-    do {
-        if (append_new(items, read_value(c)) < 0) {
-            Py_DECREF(items);
-            return NULL;
-        }
-    } while (expect(c, ','));
-    c->depth--;
-    PyObject *result = expect(c, ']') ? PyList_AsTuple(items) : DOUBT;
-    Py_DECREF(items);
-    return result;
-}
-
-static int
-literal(Cursor *c, const char *text, Py_ssize_t n)
-{
-    if (c->end - c->p < n || memcmp(c->p, text, (size_t)n) != 0)
-        return 0;
-    c->p += n;
-    return 1;
-}
-
-/* any JSON value, frozen as the codec freezes one (objects FrozenDicts, arrays tuples) */
-static PyObject *
-read_value(Cursor *c)
-{
-    if (c->p >= c->end)
-        return DOUBT;
-    switch (*c->p) {
-    case '"':
-        c->p++;
-        return read_string(c);
-    case '{':
-        c->p++;
-        return read_object(c, 0);
-    case '[':
-        c->p++;
-        return read_array(c);
-    case 't':
-        return literal(c, "true", 4) ? Py_NewRef(Py_True) : DOUBT;
-    case 'f':
-        return literal(c, "false", 5) ? Py_NewRef(Py_False) : DOUBT;
-    case 'n':
-        return literal(c, "null", 4) ? Py_NewRef(Py_None) : DOUBT;
-    }
-    return read_number(c);
-}
-
-/* a key of a message or call object: a known field, never escaped; -1 for any other */
-static int
-read_key(Cursor *c)
-{
-    if (!expect(c, '"'))
-        return -1;
-    const char *start = c->p;
-    while (c->p < c->end && *c->p != '"' && *c->p != '\\')
-        c->p++;
-    if (c->p >= c->end || *c->p != '"')
-        return -1;
-    Py_ssize_t n = c->p - start;
-    c->p++;
-    return expect(c, ':') ? field_named(start, n) : -1;
-}
-
 static void
 clear_fields(Fields *fields)
 {
@@ -724,81 +339,142 @@ clear_fields(Fields *fields)
     fields->present = 0;
 }
 
-static PyObject *read_calls(Cursor *c);
+/* -- building from parsed JSON ------------------------------------------------------------
+   orjson.loads's result (dicts, lists, str, int, float, bool, None), built as the Python
+   fast reader builds it (tinyctx/_codec_fast.py), with the same doubts: a float past 64
+   bits (orjson's reading of a longer integer literal), nesting past max_depth, a key no
+   message has. The parsed containers are ours: they are frozen in place, not copied. */
 
-/* the members of an object (c->p after its '{') into fields: 1, or 0 (doubt or error) */
+static PyObject *loads; /* orjson.loads, given by configure() */
+
+static PyObject *freeze_parsed(PyObject *value, int depth);
+
+/* a parsed object at nesting level depth, frozen (a FrozenDict over the same dict);
+   top: a message's metadata or a call's arguments ({} is EMPTY there) */
+static PyObject *
+freeze_dict(PyObject *data, int depth, int top)
+{
+    if (depth > max_depth)
+        return DOUBT;
+    if (top && PyDict_GET_SIZE(data) == 0)
+        return Py_NewRef(empty);
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(data, &pos, &key, &value)) {
+        PyObject *frozen = freeze_parsed(value, depth + 1);
+        if (frozen == NULL)
+            return NULL;
+        /* a new value for a key already there: allowed while iterating */
+        int failed = frozen != value && PyDict_SetItem(data, key, frozen) < 0;
+        Py_DECREF(frozen);
+        if (failed)
+            return NULL;
+    }
+    return wrap(data);
+}
+
+/* a parsed value at nesting level depth (when a container), frozen: a new reference */
+static PyObject *
+freeze_parsed(PyObject *value, int depth)
+{
+    if (PyDict_CheckExact(value))
+        return freeze_dict(value, depth, 0);
+    if (PyList_CheckExact(value)) {
+        if (depth > max_depth)
+            return DOUBT;
+        Py_ssize_t n = PyList_GET_SIZE(value);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PyList_GET_ITEM(value, i);
+            PyObject *frozen = freeze_parsed(item, depth + 1);
+            if (frozen == NULL)
+                return NULL;
+            PyList_SetItem(value, i, frozen); /* steals frozen, lets go of item */
+        }
+        return PyList_AsTuple(value);
+    }
+    if (PyFloat_CheckExact(value)) {
+        double x = PyFloat_AS_DOUBLE(value);
+        if (!(x > -9223372036854775808.0 && x < 9223372036854775808.0))
+            return DOUBT; /* maybe an integer literal past 64 bits: the stdlib reads it */
+    }
+    return Py_NewRef(value);
+}
+
+static PyObject *parsed_calls(PyObject *value);
+
+/* the members of a parsed object into fields: 1, or 0 (doubt or error) */
 static int
-read_fields(Cursor *c, unsigned allowed, Fields *fields)
+parsed_fields(PyObject *obj, unsigned allowed, Fields *fields)
 {
     fields->present = 0;
-    if (expect(c, '}'))
-        return 1;
-    do {
-        int i = read_key(c);
-        if (i < 0 || !(allowed >> i & 1) || fields->present >> i & 1)
-            return 0; /* another key, or a repeated one (or a key the role has not) */
-        PyObject *value;
-        if (i == F_METADATA || i == F_ARGUMENTS)
-            value = expect(c, '{') ? read_object(c, 1) : DOUBT; /* else Python says why */
-        else if (i == F_TOOL_CALLS)
-            value = read_calls(c);
-        else
-            value = read_value(c);
-        if (value == NULL)
+    if (!PyDict_CheckExact(obj))
+        return 0;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(obj, &pos, &key, &value)) {
+        if (!PyUnicode_IS_COMPACT_ASCII(key))
+            return 0; /* no field's name */
+        int i = field_named((const char *)PyUnicode_DATA(key), PyUnicode_GET_LENGTH(key));
+        if (i < 0 || !(allowed >> i & 1))
             return 0;
-        fields->value[i] = value;
+        PyObject *item;
+        if (i == F_METADATA || i == F_ARGUMENTS)
+            item = PyDict_CheckExact(value) ? freeze_dict(value, 1, 1) : DOUBT;
+        else if (i == F_TOOL_CALLS)
+            item = parsed_calls(value);
+        else
+            item = Py_NewRef(value);
+        if (item == NULL)
+            return 0;
+        fields->value[i] = item;
         fields->present |= 1u << i;
-    } while (expect(c, ','));
-    return expect(c, '}');
+    }
+    return 1;
 }
 
-/* a message's tool calls, built: a tuple of calls, or DOUBT */
+/* a parsed message's tool calls, built: a tuple of calls, or DOUBT */
 static PyObject *
-read_calls(Cursor *c)
+parsed_calls(PyObject *value)
 {
-    if (!expect(c, '['))
+    if (!PyList_CheckExact(value))
         return DOUBT;
-    PyObject *calls = PyList_New(0);
+    Py_ssize_t n = PyList_GET_SIZE(value);
+    PyObject *calls = PyTuple_New(n);
     if (calls == NULL)
         return NULL;
-    if (!expect(c, ']')) {
-        do {
-            Fields fields = {.present = 0};
-            PyObject *call = DOUBT;
-            if (expect(c, '{') && read_fields(c, call_mask, &fields))
-                call = call_from_fields(&fields);
-            clear_fields(&fields);
-            if (append_new(calls, call) < 0) {
-                Py_DECREF(calls);
-                return NULL;
-            }
-        } while (expect(c, ','));
-        if (!expect(c, ']')) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Fields fields = {.present = 0};
+        PyObject *call = DOUBT;
+        if (parsed_fields(PyList_GET_ITEM(value, i), call_mask, &fields))
+            call = call_from_fields(&fields);
+        clear_fields(&fields);
+        if (call == NULL) {
             Py_DECREF(calls);
-            return DOUBT;
+            return NULL;
         }
+        PyTuple_SET_ITEM(calls, i, call);
     }
-    PyObject *result = PyList_AsTuple(calls);
-    Py_DECREF(calls);
-    if (result != NULL)
-        PyObject_GC_UnTrack(result); /* holds untracked calls only */
-    return result;
+    PyObject_GC_UnTrack(calls); /* holds untracked calls only */
+    return calls;
 }
 
-/* the message of a document the codec wrote (text: a split document's text, or NULL) */
+/* the message of a document parsed by loads (text: a split document's text, or NULL) */
 static PyObject *
-direct_message(PyObject *doc, PyObject *text)
+parsed_message(PyObject *doc, PyObject *text)
 {
-    if (!PyUnicode_IS_COMPACT_ASCII(doc))
+    PyObject *obj = PyObject_CallOneArg(loads, doc);
+    if (obj == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+            return NULL;
+        PyErr_Clear(); /* JSON orjson refuses: the stdlib parser names the problem */
         return DOUBT;
-    const char *data = (const char *)PyUnicode_DATA(doc);
-    Cursor c = {data, data + PyUnicode_GET_LENGTH(doc), 0};
+    }
     Fields fields = {.present = 0};
     PyObject *message = DOUBT;
-    if (expect(&c, '{') &&
-        read_fields(&c, tool_mask | assistant_mask | text_mask, &fields) && c.p == c.end)
+    if (parsed_fields(obj, tool_mask | assistant_mask | text_mask, &fields))
         message = message_from_fields(&fields, text);
     clear_fields(&fields);
+    Py_DECREF(obj);
     return message;
 }
 
@@ -807,17 +483,17 @@ static PyObject *
 read_row(PyObject *row)
 {
     if (PyUnicode_CheckExact(row))
-        return direct_message(row, NULL);
+        return parsed_message(row, NULL);
     if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 2)
         return DOUBT;
     PyObject *head = PyTuple_GET_ITEM(row, 0), *text = PyTuple_GET_ITEM(row, 1);
     if (!PyUnicode_CheckExact(head))
         return DOUBT;
     if (text == Py_None)
-        return direct_message(head, NULL);
+        return parsed_message(head, NULL);
     if (!PyUnicode_CheckExact(text) || PyUnicode_Tailmatch(head, text_hole, 0, 15, -1) != 1)
         return DOUBT;
-    return direct_message(head, text);
+    return parsed_message(head, text);
 }
 
 static PyObject *
@@ -839,16 +515,16 @@ read_rows(PyObject *module, PyObject *rows)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *message = read_row(PyTuple_GET_ITEM(seq, i));
-        if (message == NULL) {
+        PyObject *built = read_row(PyTuple_GET_ITEM(seq, i));
+        if (built == NULL) {
             if (PyErr_Occurred()) {
                 Py_DECREF(out);
                 Py_DECREF(seq);
                 return NULL;
             }
-            message = Py_NewRef(Py_None);
+            built = Py_NewRef(Py_None);
         }
-        PyList_SET_ITEM(out, i, message);
+        PyList_SET_ITEM(out, i, built);
     }
     Py_DECREF(seq);
     return out;
@@ -899,15 +575,20 @@ configure(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"empty", "frozen_dict", "tool_call", "tool_result", "assistant",
                             "user", "system", "tool_keys", "assistant_keys", "text_keys",
-                            "call_keys", "version", "text_hole", "max_depth", NULL};
-    PyObject *new_empty, *specs[6], *tk, *ak, *xk, *ck, *hole;
+                            "call_keys", "version", "text_hole", "max_depth", "loads",
+                            NULL};
+    PyObject *new_empty, *specs[6], *tk, *ak, *xk, *ck, *hole, *new_loads;
     long version;
     int new_max_depth;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOOOOOlUi:configure", names,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOOOOOlUiO:configure", names,
                                      &new_empty, &specs[0], &specs[1], &specs[2], &specs[3],
                                      &specs[4], &specs[5], &tk, &ak, &xk, &ck, &version, &hole,
-                                     &new_max_depth))
+                                     &new_max_depth, &new_loads))
         return NULL;
+    if (!PyCallable_Check(new_loads)) {
+        PyErr_SetString(PyExc_TypeError, "loads must be callable");
+        return NULL;
+    }
     if (new_max_depth < 1 || new_max_depth > 1000) { /* the C stack holds 1000 levels */
         PyErr_SetString(PyExc_ValueError, "max_depth must be in 1..1000");
         return NULL;
@@ -938,6 +619,7 @@ configure(PyObject *module, PyObject *args, PyObject *kwargs)
     call_mask = masks[3];
     replace(&empty, new_empty);
     replace(&text_hole, hole);
+    replace(&loads, new_loads);
     codec_version = version;
     max_depth = new_max_depth;
     Py_RETURN_NONE;

@@ -1,6 +1,6 @@
 """The codec's fast reader, in C (see _speedups.c); configured by tinyctx.codec."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 def configure(
@@ -19,5 +19,6 @@ def configure(
     version: int,
     text_hole: str,
     max_depth: int,
+    loads: Callable[[str], Any],
 ) -> None: ...
 def read_rows(rows: Sequence[Any], /) -> list[Any]: ...

@@ -7,7 +7,9 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
-from .errors import ConfigError
+from .config import one_of
+
+_BACKEND = one_of(("trio", "asyncio"), allowed="'trio' or 'asyncio'")
 
 __all__ = ["run_blocking"]
 
@@ -21,8 +23,7 @@ def run_blocking(
     **kwargs: Any,
 ) -> T:
     """Run ``fn(*args, **kwargs)`` in a new event loop; refused inside a running one."""
-    if backend not in ("trio", "asyncio"):
-        raise ConfigError("backend", backend, "'trio' or 'asyncio'", owner="Agent.run_sync")
+    _BACKEND.check(backend, "backend", "Agent.run_sync")
     running = _running_loop()
     if running is not None:
         raise RuntimeError(

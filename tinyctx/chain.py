@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
-from .config import text
+from .config import one_of, text
 from .errors import ConfigError
 from .messages import ToolCall, ToolResult
 from .model import ModelRequest, ModelResponse
@@ -203,6 +203,9 @@ def _link(hook_fn: Callable[[Any, Any, Any], Awaitable[Any]], call_next: Any) ->
     return call
 
 
+_HOOK = one_of(("model", "tool"), allowed="'model' or 'tool'")
+
+
 @overload
 def compose(
     layers: Iterable[LayerLike],
@@ -229,8 +232,7 @@ def compose(
     ``rule`` (a :class:`~tinyctx.request_rules.RequestRule`, model onions only) checks
     the request each layer passes inward, naming the layer that made an invalid one.
     """
-    if hook not in ("model", "tool"):
-        raise ConfigError("hook", hook, "'model' or 'tool'", owner="compose")
+    _HOOK.check(hook, "hook", "compose")
     hooked = [layer for layer in layers if has_hook(layer, hook)]
     fn = handler
     if rule is not None and hooked:

@@ -16,7 +16,7 @@ Integers are never bools here (``True`` is not a count), and numbers are finite.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Generic, TypeVar, cast
@@ -31,6 +31,7 @@ __all__ = [
     "flag",
     "text",
     "one_of",
+    "each",
     "implements",
     "function",
     "optional",
@@ -175,13 +176,16 @@ def flag() -> Check[bool]:
     return Check(lambda value: isinstance(value, bool), "True or False")
 
 
-def text(*, empty: bool = False, allowed: str | None = None) -> Check[str]:
-    """A string, non-empty unless ``empty``."""
+def text(*, empty: bool = False, blank: bool = True, allowed: str | None = None) -> Check[str]:
+    """A string, non-empty unless ``empty``; not only whitespace when ``blank`` is False."""
 
     def test(value: Any) -> bool:
-        return isinstance(value, str) and (empty or bool(value))
+        if not isinstance(value, str):
+            return False
+        return (empty or bool(value)) and (blank or bool(value.strip()))
 
-    return Check(test, allowed or ("a string" if empty else "a non-empty string"))
+    default = "a string" if empty else "a non-empty string"
+    return Check(test, allowed or (default if blank else default + " (not only whitespace)"))
 
 
 def one_of(values: Sequence[T], *, allowed: str | None = None) -> Check[T]:
@@ -192,6 +196,40 @@ def one_of(values: Sequence[T], *, allowed: str | None = None) -> Check[T]:
         return any(type(value) is type(c) and value == c for c in choices)
 
     return Check(test, allowed or "one of " + ", ".join(repr(c) for c in choices))
+
+
+def each(
+    item: Check[T],
+    *,
+    empty: bool = True,
+    distinct: bool = False,
+    allowed: str | None = None,
+) -> Check[Sequence[T]]:
+    """A collection (list, tuple, set, dict keys...; not a string, a mapping or a one-pass
+    iterator) whose every item ``item`` allows; non-empty unless ``empty``; no item twice
+    when ``distinct``."""
+
+    def test(value: Any) -> bool:
+        if isinstance(value, str | bytes | Mapping | Iterator) or not isinstance(value, Iterable):
+            return False
+        items = tuple(value)
+        if not items and not empty:
+            return False
+        if not all(item.test(one) for one in items):
+            return False
+        return not distinct or _distinct(items)
+
+    if allowed is None:
+        allowed = "a " + ("" if empty else "non-empty ") + "collection"
+        allowed += (" of distinct items" if distinct else " of items") + f", each {item.allowed}"
+    return Check(test, allowed)
+
+
+def _distinct(items: tuple[Any, ...]) -> bool:
+    try:
+        return len(set(items)) == len(items)
+    except TypeError:  # unhashable items: compare pairwise
+        return all(a != b for i, a in enumerate(items) for b in items[i + 1 :])
 
 
 def implements(kind: type | tuple[type, ...], *, allowed: str | None = None) -> Check[Any]:

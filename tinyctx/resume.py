@@ -14,11 +14,12 @@ import attrs
 
 from .checkpoint import Checkpoint, RunResult
 from .codec import CodecError, encode_checkpoint, encode_messages
+from .config import one_of
 from .context import RunContext
 from .control import Resumption
 from .decisions import DECISION_TYPES, Decision
 from .durable import AbandonedStepClosed
-from .errors import ConfigError, InvalidCheckpoint, ResumeError, SessionBusy
+from .errors import InvalidCheckpoint, ResumeError, SessionBusy
 from .events import PendingCallsAnswered
 from .frozen import EMPTY, FrozenDict
 from .messages import Message, answer_pending, call_ids
@@ -35,6 +36,8 @@ Data = TypeVar("Data")
 
 ENGINE_STATE = "tinyctx.engine"
 """The per-thread state a durable-engine workflow keeps while it owns the thread's run."""
+
+_RECOVER_MODE = one_of(("continue", "close"), allowed="'continue' or 'close'")
 
 
 def refuse_engine_thread(ctx: RunContext[Any], owner: str | None = None) -> None:
@@ -71,8 +74,7 @@ class ResumePath(RunLoop[Data]):
         refused with :class:`SessionBusy`: the engine finishes it when it restarts, and a
         recover here would run its calls a second time.
         """
-        if mode not in ("continue", "close"):
-            raise ConfigError("mode", mode, "'continue' or 'close'", owner="Session.recover")
+        _RECOVER_MODE.check(mode, "mode", "Session.recover")
         await self._ready()
         self._enter_run()
         try:

@@ -11,7 +11,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from .errors import ConfigError
+from .config import implements, number
 from .model import Usage
 
 __all__ = ["UsageTracker", "CostTracker", "Price"]
@@ -53,18 +53,15 @@ class UsageTracker:
         return f"<UsageTracker calls={self._calls} total={self.total()!r}>"
 
 
-def _non_negative_price(instance: object, attribute: object, value: float) -> None:
-    if value < 0:
-        name = getattr(attribute, "name", "price")
-        raise ConfigError(name, value, ">= 0 (USD per million tokens)", owner="Price")
+_RATE = number(minimum=0, allowed="a finite number >= 0 (USD per million tokens)")
 
 
 @frozen
 class Price:
     """USD per million tokens. ``cached_input`` defaults to ``input`` when not given."""
 
-    input: float = field(validator=_non_negative_price)
-    output: float = field(validator=_non_negative_price)
+    input: float = field(validator=_RATE)
+    output: float = field(validator=_RATE)
     cached_input: float | None = None
 
     def cost(self, usage: Usage) -> float:
@@ -75,6 +72,9 @@ class Price:
             + cached * cached_rate
             + usage.output_tokens * self.output
         ) / 1_000_000
+
+
+_PRICE = implements(Price, allowed="a tinyctx.usage.Price")
 
 
 class CostTracker:
@@ -89,10 +89,7 @@ class CostTracker:
         self._usage = usage
         self._prices: dict[str, Price] = _NO_PRICES  # read-only: shared while empty
         for model, price in (prices or {}).items():
-            if not isinstance(price, Price):
-                raise ConfigError(
-                    f"prices[{model!r}]", price, "a tinyctx.usage.Price", owner="CostTracker"
-                )
+            _PRICE.check(price, f"prices[{model!r}]", "CostTracker")
             if self._prices is _NO_PRICES:
                 self._prices = {}
             self._prices[model] = price

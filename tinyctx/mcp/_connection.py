@@ -12,7 +12,7 @@ the SDK) and cancels the supervisor: nothing outlives the block.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
@@ -24,7 +24,7 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
-from ..config import implements, number, optional, text
+from ..config import each, implements, number, optional, text
 from ..errors import ConfigError, TinyCtxError
 from ..events import EventSink
 from ._events import MCPConnected, MCPDisconnected, MCPToolSkipped
@@ -69,15 +69,17 @@ _SECONDS_OR_NONE = optional(_SECONDS, allowed="a finite number of seconds > 0 or
 _EVENTS = optional(implements(EventSink), allowed="an EventSink or None")
 
 
-def _names(owner: str, field: str, value: Iterable[str] | None) -> frozenset[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        raise ConfigError(field, value, "a collection of tool names (not one string)", owner=owner)
-    names = frozenset(value)
-    if not all(isinstance(n, str) and n for n in names):
-        raise ConfigError(field, sorted(map(repr, names)), "non-empty tool names", owner=owner)
-    return names
+_TOOL_NAMES = optional(
+    each(text()), allowed="a collection of non-empty tool names (not one string), or None"
+)
+
+
+def _tool_names(value: Iterable[str] | None, field: str, owner: str) -> frozenset[str] | None:
+    """``include``/``exclude`` checked, as a set (a one-pass iterator is read once first)."""
+    if isinstance(value, Iterator):
+        value = tuple(value)
+    names = _TOOL_NAMES.check(value, field, owner)
+    return None if names is None else frozenset(names)
 
 
 class MCPConnection:
@@ -132,8 +134,8 @@ class MCPConnection:
         _EVENTS.check(events, "events", owner)
         self.name = name
         self.prefix = prefix
-        self.include = _names(owner, "include", include)
-        self.exclude = _names(owner, "exclude", exclude) or frozenset()
+        self.include = _tool_names(include, "include", owner)
+        self.exclude = _tool_names(exclude, "exclude", owner) or frozenset()
         self.call_timeout = call_timeout
         self.connect_timeout = connect_timeout
         self.reconnect_wait = connect_timeout if reconnect_wait is None else reconnect_wait

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..chain import Layer, ModelCall, ToolCallHandler
+from ..config import each, implements
 from ..context import RunContext
 from ..errors import ConfigError, TinyCtxError, ToolError
 from ..messages import ToolCall, ToolResult
@@ -18,6 +19,10 @@ from ._tool import MCPTool
 __all__ = ["MCPTools", "MCPToolConflict", "mcp_servers"]
 
 _NAMESPACE = "tinyctx.mcp.servers"
+_SERVER = implements(
+    MCPConnection, allowed="an MCPServerStdio, MCPServerHTTP or other MCPConnection"
+)
+_SOME_SERVERS = each(_SERVER, empty=False, allowed="at least one MCP server")
 
 
 class MCPToolConflict(TinyCtxError, ValueError):
@@ -60,17 +65,9 @@ class MCPTools(Layer):
     )
 
     def __init__(self, *servers: MCPConnection, name: str = "MCPTools") -> None:
-        if not servers:
-            raise ConfigError("servers", (), "at least one MCP server", owner="MCPTools")
         seen: dict[str, int] = {}
         for index, server in enumerate(servers):
-            if not isinstance(server, MCPConnection):
-                raise ConfigError(
-                    f"servers[{index}]",
-                    server,
-                    "an MCPServerStdio, MCPServerHTTP or other MCPConnection",
-                    owner="MCPTools",
-                )
+            _SERVER.check(server, f"servers[{index}]", "MCPTools")  # the failing one named
             if server.name in seen:
                 raise ConfigError(
                     f"servers[{index}].name",
@@ -79,10 +76,9 @@ class MCPTools(Layer):
                     owner="MCPTools",
                 )
             seen[server.name] = index
-        if not isinstance(name, str) or not name:
-            raise ConfigError("name", name, "a non-empty string", owner="MCPTools")
+        _SOME_SERVERS.check(servers, "servers", "MCPTools")
         self.servers = tuple(servers)
-        self.name = name
+        self.name = name  # Layer checks it
 
     # -- keeping the run's registry in step ------------------------------------------------
 

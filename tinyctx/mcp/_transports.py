@@ -12,8 +12,22 @@ import httpx2
 from mcp import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from ..errors import ConfigError
+from ..config import Check, each, text
 from ._connection import MCPConnection
+
+
+def _http_url(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # a malformed netloc, such as an unclosed IPv6 bracket
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+_URL: Check[str] = Check(_http_url, "an http:// or https:// URL")
+_ARGS = each(text(empty=True), allowed="a sequence of strings")
 
 __all__ = ["MCPServerStdio", "MCPServerHTTP"]
 
@@ -43,10 +57,8 @@ class MCPServerStdio(MCPConnection):
         name: str | None = None,
         **options: Any,
     ) -> None:
-        if not isinstance(command, str) or not command:
-            raise ConfigError("command", command, "a non-empty string", owner="MCPServerStdio")
-        if isinstance(args, str) or not all(isinstance(a, str) for a in args):
-            raise ConfigError("args", args, "a sequence of strings", owner="MCPServerStdio")
+        text().check(command, "command", "MCPServerStdio")
+        _ARGS.check(args, "args", "MCPServerStdio")
         super().__init__(name=name or command.rsplit("/", 1)[-1], **options)
         self.params = StdioServerParameters(
             command=command, args=list(args), env=dict(env) if env else None, cwd=cwd
@@ -75,13 +87,13 @@ class MCPServerHTTP(MCPConnection):
         name: str | None = None,
         **options: Any,
     ) -> None:
-        parts = urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError("url", url, "an http:// or https:// URL", owner="MCPServerHTTP")
-        super().__init__(name=name or parts.hostname, **options)
+        _URL.check(url, "url", "MCPServerHTTP")
+        parts = urlsplit(url)
+        host = str(parts.hostname)  # _URL checked there is one
+        super().__init__(name=name or host, **options)
         self.url = url
         self.headers = dict(headers or {})
-        self._address = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+        self._address = (host, parts.port or (443 if parts.scheme == "https" else 80))
 
     def span_attributes(self) -> dict[str, str | int]:
         attributes = super().span_attributes()

@@ -15,8 +15,9 @@ from anthropic.lib.streaming import AsyncMessageStream, ParsedMessageStreamEvent
 from anthropic.types import Message as AnthropicMessage
 from anthropic.types import Usage as AnthropicUsage
 
+from ..config import flag, integer, one_of, optional
 from ..context import RunContext
-from ..errors import ConfigError, ContextLimitExceeded, ProviderError, TinyCtxError
+from ..errors import ContextLimitExceeded, ProviderError, TinyCtxError
 from ..formats import FormatError, to_anthropic
 from ..formats._common import EXTENSION_KEY, keepable, parse_arguments
 from ..formats.anthropic import read_anthropic_assistant
@@ -40,6 +41,8 @@ __all__ = ["AnthropicModel", "anthropic_error", "mark_cache_prefix", "DEFAULT_MA
 
 PROVIDER: Final = "anthropic"
 _OWNER: Final = "AnthropicModel"
+_MAX_TOKENS = integer(minimum=1)
+_CACHE_TTL = optional(one_of(("5m", "1h")), allowed="None, '5m' or '1h'")
 _BUILT: Final = frozenset({"messages", "model", "stream", "system", "tools"})
 DEFAULT_MAX_TOKENS: Final = 4096
 _UNMARKABLE: Final = frozenset({"thinking", "redacted_thinking"})
@@ -192,12 +195,9 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
             sdk_error=anthropic.AnthropicError,
             credentials="an anthropic.AsyncAnthropic, or api_key= / ANTHROPIC_API_KEY",
         )
-        if not isinstance(cache_prefix, bool):
-            raise ConfigError("cache_prefix", cache_prefix, "True or False", owner=_OWNER)
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ConfigError("max_tokens", max_tokens, "an integer >= 1", owner=_OWNER)
-        if cache_ttl not in (None, "5m", "1h"):
-            raise ConfigError("cache_ttl", cache_ttl, "None, '5m' or '1h'", owner=_OWNER)
+        flag().check(cache_prefix, "cache_prefix", _OWNER)
+        _MAX_TOKENS.check(max_tokens, "max_tokens", _OWNER)
+        _CACHE_TTL.check(cache_ttl, "cache_ttl", _OWNER)
         self.max_tokens = max_tokens
         self.cache_prefix = cache_prefix
         self.cache_ttl = cache_ttl
@@ -213,10 +213,7 @@ class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
             request, self.client.messages.create, built=_BUILT, consumed=("stream", "max_tokens")
         )
         max_tokens = request.settings.get("max_tokens", self.max_tokens)
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ConfigError(
-                "request.settings['max_tokens']", max_tokens, "an integer >= 1", owner=_OWNER
-            )
+        _MAX_TOKENS.check(max_tokens, "request.settings['max_tokens']", _OWNER)
         converted = to_anthropic(request.messages, for_api=True)
         system: list[dict[str, Any]] = []
         if request.system_prompt:

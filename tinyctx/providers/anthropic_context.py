@@ -26,8 +26,8 @@ from typing import Any, ClassVar, Final
 from attrs import frozen
 
 from ..chain import Layer, ModelCall
+from ..config import each, flag, integer, text
 from ..context import RunContext
-from ..errors import ConfigError
 from ..events import Event, EventLevel
 from ..frozen import thaw
 from ..model import ModelRequest, ModelResponse
@@ -48,6 +48,7 @@ CLEAR_TOOL_USES: Final = "clear_tool_uses_20250919"
 CONTEXT_EDITS: Final = "tinyctx.anthropic.context_edits"
 """The ``request.metadata`` key of the context edits an Anthropic call asks for."""
 _OWNER: Final = "AnthropicContextEditing"
+_TOOL_NAMES = each(text(), allowed="tool names (strings)")
 
 
 @frozen
@@ -109,9 +110,7 @@ def add_context_edits(params: dict[str, Any], request: ModelRequest) -> None:
 
 
 def _positive(value: object, field: str, *, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(field, value, f"an integer >= {minimum}", owner=_OWNER)
-    return value
+    return integer(minimum=minimum).check(value, field, _OWNER)
 
 
 def _applied(raw: object) -> list[Mapping[str, Any]]:
@@ -158,13 +157,11 @@ class AnthropicContextEditing(Layer):
                 "type": "input_tokens",
                 "value": _positive(clear_at_least, "clear_at_least"),
             }
-        excluded = [exclude_tools] if isinstance(exclude_tools, str) else list(exclude_tools)
-        if not all(isinstance(name, str) and name for name in excluded):
-            raise ConfigError("exclude_tools", exclude_tools, "tool names (strings)", owner=_OWNER)
+        excluded = [exclude_tools] if isinstance(exclude_tools, str) else exclude_tools
+        excluded = list(_TOOL_NAMES.check(excluded, "exclude_tools", _OWNER))
         if excluded:
             edit["exclude_tools"] = excluded
-        if not isinstance(clear_tool_inputs, bool):
-            raise ConfigError("clear_tool_inputs", clear_tool_inputs, "True or False", owner=_OWNER)
+        flag().check(clear_tool_inputs, "clear_tool_inputs", _OWNER)
         if clear_tool_inputs:
             edit["clear_tool_inputs"] = True
         self.edit = edit

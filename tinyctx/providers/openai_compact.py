@@ -28,6 +28,7 @@ from typing import Any, Final
 import openai
 
 from ..chain import Layer, ModelCall
+from ..config import flag, implements, integer
 from ..context import RunContext
 from ..errors import ConfigError, TinyCtxError
 from ..formats import FormatError
@@ -48,9 +49,7 @@ _OWNER: Final = "ResponsesCompact"
 
 
 def _check_int(value: object, field: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(field, value, f"an integer >= {minimum}", owner=_OWNER)
-    return value
+    return integer(minimum=minimum).check(value, field, _OWNER)
 
 
 class ResponsesCompact(Layer):
@@ -68,10 +67,10 @@ class ResponsesCompact(Layer):
         persist: bool = True,
         counter: TokenCounter | None = None,
     ) -> None:
-        if not isinstance(model, OpenAIResponsesModel):
-            raise ConfigError("model", model, "an OpenAIResponsesModel", owner=_OWNER)
-        if not isinstance(persist, bool):
-            raise ConfigError("persist", persist, "True or False", owner=_OWNER)
+        implements(OpenAIResponsesModel, allowed="an OpenAIResponsesModel").check(
+            model, "model", _OWNER
+        )
+        flag().check(persist, "persist", _OWNER)
         self.model = model
         self.trigger_tokens = _check_int(trigger_tokens, "trigger_tokens", 1)
         self.keep_recent = _check_int(keep_recent, "keep_recent", 0)

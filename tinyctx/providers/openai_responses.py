@@ -34,6 +34,7 @@ from openai.types.responses import (
     ResponseUsage,
 )
 
+from ..config import flag
 from ..context import RunContext
 from ..errors import ConfigError, ContextLimitExceeded, ProviderError
 from ..formats import FormatError
@@ -206,9 +207,8 @@ class OpenAIResponsesModel(SDKModel[openai.AsyncOpenAI]):
             sdk_error=openai.OpenAIError,
             credentials="an openai.AsyncOpenAI, or api_key= / OPENAI_API_KEY",
         )
-        for name, value in (("store", store), ("chain", chain)):
-            if not isinstance(value, bool):
-                raise ConfigError(name, value, "True or False", owner=_OWNER)
+        flag().check(store, "store", _OWNER)
+        flag().check(chain, "chain", _OWNER)
         if chain and not store:
             raise ConfigError(
                 "chain",
