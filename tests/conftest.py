@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+
+# each store property example writes real threads (PostgreSQL, Redis, SQLite, encrypted):
+# the README command draws 50 of each, and .ci/run runs them again at the profile's 200
+os.environ.setdefault("TINYCTX_STORE_EXAMPLES", "50")
 from pathlib import Path
 from typing import Any
 

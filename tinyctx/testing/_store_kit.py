@@ -22,6 +22,8 @@ __all__ = [
     "fresh_id",
     "opened",
     "PROPERTY",
+    "STORE_EXAMPLES_ENV",
+    "store_property_settings",
     "docs_of",
     "texts_of",
 ]
@@ -44,8 +46,26 @@ def fresh_id(prefix: str = "t") -> str:
     return f"{prefix}-{os.getpid()}-{next(_ids)}-{os.urandom(3).hex()}"
 
 
-# one factory per test function serves many hypothesis examples (fresh ids isolate them)
-PROPERTY = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+STORE_EXAMPLES_ENV = "TINYCTX_STORE_EXAMPLES"
+"""How many examples each store property draws, when set (else the hypothesis profile's):
+each example writes real threads, so a quick run can draw fewer and a deep run more."""
+
+
+def store_property_settings() -> settings:
+    """The settings of the store properties: one factory per test function serves many
+    hypothesis examples (fresh ids isolate them); ``$TINYCTX_STORE_EXAMPLES`` sets their
+    count, read when the suite is imported."""
+    raw = os.environ.get(STORE_EXAMPLES_ENV, "").strip()
+    if not raw:
+        return settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"${STORE_EXAMPLES_ENV} must be a positive integer, got {raw!r}")
+    return settings(
+        suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=int(raw)
+    )
+
+
+PROPERTY = store_property_settings()
 
 
 @asynccontextmanager

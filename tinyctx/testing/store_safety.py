@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from .. import codec
@@ -37,6 +37,7 @@ from ..threads import (
     LeaseHeld,
     ThreadWrite,
 )
+from ._store_kit import store_property_settings
 
 __all__ = ["StoreSafetyConformance", "ThreadSafetyConformance", "INVALID_THREAD_IDS"]
 
@@ -61,7 +62,7 @@ async def _opened(make_store: _Factory) -> AsyncIterator[Any]:
         await store.aclose()
 
 
-_PROPERTY = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+_PROPERTY = store_property_settings()
 
 INVALID_THREAD_IDS: tuple[object, ...] = (
     "",
