@@ -15,9 +15,10 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from tests.engine_app import TOOL_CALLS, executions, time_skipping_env, work_agent
-from tinyctx import Agent, Layer, SqliteStore, TinyCtxError, ToolCall
-from tinyctx.codec import decode_messages
+from tests.engine_app import TOOL_CALLS, executions, review_agent, time_skipping_env, work_agent
+from tinyctx import Agent, Layer, Reject, SqliteStore, TinyCtxError, ToolCall
+from tinyctx.agent import ENGINE_STATE
+from tinyctx.codec import decode_messages, decode_state
 from tinyctx.context import RunContext
 from tinyctx.durable import ThreadWriteFailed
 from tinyctx.engines import WorkflowFailed
@@ -60,12 +61,14 @@ class RaiseBefore(Layer):
 
 
 async def _consistent(store: SqliteStore, thread_id: str) -> tuple[Message, ...]:
-    """The stored thread pairs, holds no live lease and no pending checkpoint."""
+    """The stored thread pairs, holds no live lease, no pending checkpoint and no mark
+    of a workflow owning its run."""
     record = await store.load_thread(thread_id)
     messages = decode_messages(record.messages)
     check_pairing(messages, allow_pending=False)
     assert record.lease is None or record.lease.expires_at <= time.time()
     assert record.checkpoint is None
+    assert record.state is not None and ENGINE_STATE not in decode_state(record.state)
     return messages
 
 
@@ -239,5 +242,35 @@ class TestEvictedEveryTask:
         ]
         # only the lease keeper's renewal period (a third of the TTL): no write's bound
         assert set(timers) <= {int(engine.lease_ttl / 3)}
+        await _consistent(store, "th")
+        await store.aclose()
+
+
+class TestCancelledWorkflow:
+    """A workflow cancelled while it waits for decisions ends as Temporal's cancellation;
+    the pause stays in the thread, unleased and unmarked, for a new workflow to resume."""
+
+    async def test_cancel_then_start_resume(self, tmp_path: Path, env: WorkflowEnvironment) -> None:
+        """result() raises WorkflowFailed (CancelledError); start_resume finishes the run."""
+        effects = tmp_path / "effects"
+        store = SqliteStore(tmp_path / "threads.db")
+        engine = TemporalEngine(review_agent(effects), store, name="cancel", task_queue="cancel")
+        async with engine.worker(env.client):
+            workflow_id = await engine.start(env.client, "th", "do it", request_id="r")
+            checkpoint = None
+            while checkpoint is None:  # a query answered by the worker: poll it
+                checkpoint = await engine.pause(env.client, workflow_id)
+            await env.client.get_workflow_handle(workflow_id).cancel()
+            with pytest.raises(WorkflowFailed) as failed:
+                await engine.result(env.client, workflow_id)
+            assert failed.value.error_type == "CancelledError"
+            record = await store.load_thread("th")
+            assert record.checkpoint is not None
+            assert record.lease is None or record.lease.expires_at <= time.time()
+            decisions = {"send1": Reject("no"), "delete1": Reject("no")}
+            resumed = await engine.start_resume(env.client, "th", decisions, request_id="r2")
+            result = await engine.result(env.client, resumed)
+        assert result.status == "completed"
+        assert executions(effects) == {}
         await _consistent(store, "th")
         await store.aclose()
