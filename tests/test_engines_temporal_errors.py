@@ -15,7 +15,14 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from tests.engine_app import TOOL_CALLS, executions, review_agent, time_skipping_env, work_agent
+from tests.engine_app import (
+    TOOL_CALLS,
+    executions,
+    review_agent,
+    temporal_pause,
+    time_skipping_env,
+    work_agent,
+)
 from tinyctx import Agent, Layer, Reject, SqliteStore, TinyCtxError, ToolCall
 from tinyctx.agent import ENGINE_STATE
 from tinyctx.codec import decode_messages, decode_state
@@ -257,9 +264,7 @@ class TestCancelledWorkflow:
         engine = TemporalEngine(review_agent(effects), store, name="cancel", task_queue="cancel")
         async with engine.worker(env.client):
             workflow_id = await engine.start(env.client, "th", "do it", request_id="r")
-            checkpoint = None
-            while checkpoint is None:  # a query answered by the worker: poll it
-                checkpoint = await engine.pause(env.client, workflow_id)
+            await temporal_pause(engine, env.client, workflow_id)
             await env.client.get_workflow_handle(workflow_id).cancel()
             with pytest.raises(WorkflowFailed) as failed:
                 await engine.result(env.client, workflow_id)

@@ -6,20 +6,31 @@ from __future__ import annotations
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
 
 from ..steps import NondeterminismError
+from ..threads import FencedOut, LeaseHeld, StaleThreadVersion
 
-__all__ = ["failure_of", "workflow_failure"]
+__all__ = ["TASK_RETRIED", "failure_of", "workflow_failure"]
+
+TASK_RETRIED: tuple[type[Exception], ...] = (
+    NondeterminismError,
+    FencedOut,
+    LeaseHeld,
+    StaleThreadVersion,
+)
+"""Exceptions that fail the workflow *task*, which Temporal retries: a replay on code
+other than the recorded (fixed by deploying it), and the thread store refusing an
+execution that raced an earlier one of the same workflow (a killed or stalled worker's
+attempt took the lease or wrote first); the retried task replays against the store as
+it is now. The worker-kill trials rely on it."""
 
 
 def workflow_failure(exc: Exception) -> Exception:
     """What an exception leaving the workflow's run becomes.
 
-    A :class:`~tinyctx.steps.NondeterminismError` stays itself: it fails the workflow
-    *task*, which Temporal retries until a worker runs the code the history was recorded
-    with (the fix is a deployment). Temporal's own failures (an activity that failed
-    after its attempts, a timeout, a cancellation) stay theirs. Any other exception (a
-    tinyctx error, a layer's bug) fails the workflow with a non-retryable
-    ``ApplicationError`` carrying its type name and message."""
-    if isinstance(exc, (NondeterminismError, FailureError)):
+    One of :data:`TASK_RETRIED` stays itself and fails the workflow task. Temporal's own
+    failures (an activity that failed after its attempts, a timeout, a cancellation)
+    stay theirs. Any other exception (a tinyctx error, a layer's bug) fails the workflow
+    with a non-retryable ``ApplicationError`` carrying its type name and message."""
+    if isinstance(exc, (*TASK_RETRIED, FailureError)):
         return exc
     return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True)
 

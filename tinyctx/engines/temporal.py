@@ -20,7 +20,7 @@ paused run waits for the ``tinyctx.decide`` signal in the same workflow (the
 ``tinyctx.pause`` query returns its checkpoint), or, with
 ``approvals="end"``, the workflow ends at the pause and ``start_resume`` continues it.
 An exception of workflow code fails the workflow (``engine.result`` raises
-``WorkflowFailed``), except a ``NondeterminismError``, which fails the task. Temporal's
+``WorkflowFailed``), except those of :data:`TASK_RETRIED`, which fail the task. Temporal's
 async API runs on asyncio, so an engine refuses trio.
 """
 
@@ -97,10 +97,11 @@ from . import (
     workflow_id_for,
 )
 from ._scopes import scope_of
-from ._temporal_failures import failure_of, workflow_failure
+from ._temporal_failures import TASK_RETRIED, failure_of, workflow_failure
 
 __all__ = [
     "PASSTHROUGH",
+    "TASK_RETRIED",
     "TemporalEngine",
     "TinyctxWorkflow",
     "failure_of",
