@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
@@ -29,11 +30,18 @@ from tinyctx.codec import decode_messages, decode_state
 from tinyctx.context import RunContext
 from tinyctx.durable import ThreadWriteFailed
 from tinyctx.engines import WorkflowFailed
-from tinyctx.engines.temporal import TemporalEngine, TinyctxWorkflow, sandbox_runner
+from tinyctx.engines.temporal import (
+    TemporalEngine,
+    TinyctxWorkflow,
+    sandbox_runner,
+    workflow_failure,
+)
 from tinyctx.errors import RetryableProviderError
 from tinyctx.messages import Message, check_pairing
 from tinyctx.model import ModelRequest, ModelResponse
+from tinyctx.steps import NondeterminismError
 from tinyctx.testing import capture_events
+from tinyctx.threads import FencedOut, LeaseHeld, StaleThreadVersion
 
 env = time_skipping_env  # the Temporal test server fixture
 
@@ -279,3 +287,35 @@ class TestCancelledWorkflow:
         assert executions(effects) == {}
         await _consistent(store, "th")
         await store.aclose()
+
+
+class TestWhichExceptionsRetryTheTask:
+    """Only a replay mismatch and the store's race errors keep Temporal's task retry."""
+
+    @pytest.mark.parametrize(
+        "error",
+        [
+            NondeterminismError("tinyctx.model", 2, ("a",), "differs"),
+            FencedOut("th", 1, 2),
+            LeaseHeld("th", "other", 9.0),
+            StaleThreadVersion("th", 1, 2),
+            ApplicationError("already Temporal's", type="Mine"),
+        ],
+        ids=lambda e: type(e).__name__,
+    )
+    def test_kept(self, error: Exception) -> None:
+        """These leave the workflow as themselves (a task failure, or Temporal's own)."""
+        assert workflow_failure(error) is error
+
+    @pytest.mark.parametrize(
+        "error", [RuntimeError("bug"), LayerRefused("no"), KeyError("k")], ids=repr
+    )
+    def test_failed(self, error: Exception) -> None:
+        """Any other exception becomes a non-retryable failure of its type and message."""
+        failure = workflow_failure(error)
+        assert isinstance(failure, ApplicationError)
+        assert (failure.type, failure.message, failure.non_retryable) == (
+            type(error).__name__,
+            str(error),
+            True,
+        )
