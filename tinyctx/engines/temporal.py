@@ -19,13 +19,16 @@ activity gets a serialized context: the run's config, the agent's tools and the 
 paused run waits for the ``tinyctx.decide`` signal in the same workflow (the
 ``tinyctx.pause`` query returns its checkpoint), or, with
 ``approvals="end"``, the workflow ends at the pause and ``start_resume`` continues it.
-Temporal's async API runs on asyncio, so an engine refuses trio.
+An exception of workflow code fails the workflow (``engine.result`` raises
+``WorkflowFailed``), except those of :data:`TASK_RETRIED`, which fail the task. Temporal's
+async API runs on asyncio, so an engine refuses trio.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -72,6 +75,7 @@ from . import (
     EngineError,
     EngineResult,
     StepStore,
+    WorkflowFailed,
     check_approvals,
     check_layers,
     claim_thread,
@@ -93,8 +97,17 @@ from . import (
     workflow_id_for,
 )
 from ._scopes import scope_of
+from ._temporal_failures import TASK_RETRIED, failure_of, workflow_failure
 
-__all__ = ["PASSTHROUGH", "TemporalEngine", "TinyctxWorkflow", "sandbox_runner"]
+__all__ = [
+    "PASSTHROUGH",
+    "TASK_RETRIED",
+    "TemporalEngine",
+    "TinyctxWorkflow",
+    "failure_of",
+    "sandbox_runner",
+    "workflow_failure",
+]
 
 PASSTHROUGH = ("tinyctx", "attrs", "anyio", "sniffio", "structlog", "orjson", "rich")
 """Modules the workflow sandbox imports from outside (tinyctx's lazy imports, anyio's
@@ -292,7 +305,6 @@ class TemporalEngine:
         self.lease_ttl = lease_ttl
         self.activity_timeout = timedelta(seconds=activity_timeout)
         self.retry = RetryPolicy(maximum_attempts=attempts)
-        self._grace = 86400.0  # a day of workflow time: the activities' own bounds apply
         self.data = data
         self.stores = dict(stores or {})
         self._layers = layer_order(self.agent)
@@ -385,8 +397,16 @@ class TemporalEngine:
         return await self._start(client, request, thread_id, request_id, workflow_id)
 
     async def result(self, client: Client, workflow_id: str) -> EngineResult:
-        """Wait for the workflow's run to end and return what it produced."""
-        document = await client.get_workflow_handle(workflow_id).result()
+        """Wait for the workflow's run to end and return what it produced; a workflow
+        that failed (an error in a layer, a tool, the store) raises
+        :class:`~tinyctx.engines.WorkflowFailed` with the error's type and message."""
+        from temporalio.client import WorkflowFailureError
+
+        try:
+            document = await client.get_workflow_handle(workflow_id).result()
+        except WorkflowFailureError as failed:
+            error_type, message = failure_of(failed)
+            raise WorkflowFailed(workflow_id, error_type, message) from failed
         return result_from_document(document)
 
     async def run(
@@ -435,6 +455,20 @@ class TemporalEngine:
         )
 
     async def _workflow(self, wf: TinyctxWorkflow, request: dict[str, Any]) -> dict[str, Any]:
+        """The run, its exceptions turned into the workflow's failure (see
+        :func:`workflow_failure`): a failed task would be retried from a history that
+        already holds the session's cleanup after the error (its writes, the lease's
+        release), and a retry that goes another way is refused by Temporal as
+        nondeterministic, so the run would never end."""
+        try:
+            return await self._run_session(wf, request)
+        except Exception as exc:
+            failure = workflow_failure(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+
+    async def _run_session(self, wf: TinyctxWorkflow, request: dict[str, Any]) -> dict[str, Any]:
         workflow_id = workflow.info().workflow_id
         # the layer order the workflow was started with is in its history (the start
         # request): a worker that stacks them differently is refused here, before any step
@@ -453,10 +487,10 @@ class TemporalEngine:
                 store=_ActivityStore(self, runner),
                 owner=owner,
                 lease_ttl=self.lease_ttl,
-                # the session bounds a write by its grace (workflow time); here Temporal's
-                # activity timeouts and retries bound it, and a write must outlast dead
-                # workers' timeouts and the retry backoff
-                grace_period=self._grace,
+                # unbounded: the activities' timeouts bound each write and lease call. A
+                # finite bound is a durable timer around every write, whose cancelling
+                # while Temporal evicts the workflow broke anyio's scopes and the write
+                grace_period=math.inf,
                 # tools run in activities; the workflow's registry checks their
                 # injections against the same data and stores as the activities'
                 data=self.data,
