@@ -453,7 +453,7 @@ class TestSchema:
             )
         assert compression() == ["pglz"]
         async with PostgresStore(postgres_url, schema=postgres_schema) as store:
-            assert await store.schema_version() == PG_SCHEMA_VERSION == 5
+            assert await store.schema_version() == PG_SCHEMA_VERSION == 6
             await store.write("t", ThreadWrite(append=[big]), expected_version=1)
             assert (await store.load_thread("t")).messages == (big, big)
         assert compression() == ["pglz", "lz4"]

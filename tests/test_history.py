@@ -17,6 +17,8 @@ from tinyctx.threads import ThreadRecord, ThreadWrite
 class _WholeOnly:
     """A ThreadStore that can only load whole threads (a third-party store's shape)."""
 
+    hidden = "load_window"
+
     def __init__(self, inner: MemoryStore) -> None:
         self.inner = inner
         self.loads = 0
@@ -26,7 +28,7 @@ class _WholeOnly:
         return await self.inner.load_thread(thread_id)
 
     def __getattr__(self, name: str) -> Any:
-        if name == "load_window":
+        if name == self.hidden:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
@@ -88,3 +90,31 @@ class TestPruneArchives:
         assert len(await store.archived("other")) == 1
         with pytest.raises(ValueError, match="older_than"):
             await prune_archives(store, older_than=-5)
+
+
+class _NoErase(_WholeOnly):
+    """A Store and ThreadStore without erase_thread (a third-party store's shape)."""
+
+    hidden = "erase_thread"
+
+
+class TestDeleteWithoutErase:
+    """On a store without erase_thread, delete_threads_where deletes the thread and its
+    label (delete_thread, then the label), and the thread's notes stay."""
+
+    async def test_the_thread_and_label_go_and_its_notes_stay(self) -> None:
+        """The labelled thread is deleted and unlabelled; its thread notes are kept."""
+        from tinyctx.lifecycle import ThreadEraseStore
+        from tinyctx.retention import delete_threads_where, set_thread_metadata, thread_metadata
+
+        store = _NoErase(MemoryStore())
+        assert not isinstance(store, ThreadEraseStore)
+        await store.inner.write(
+            "t", ThreadWrite(codec.encode_messages(_history())), expected_version=0
+        )
+        await set_thread_metadata(store, "t", {"user_id": "u1"})
+        await store.inner.append_note("mem:thread:t", "kept")
+        assert await delete_threads_where(store, "user_id", "u1") == ["t"]
+        assert (await store.inner.load_thread("t")).version == 0
+        assert await thread_metadata(store, "t") == {}
+        assert [n.text for n in await store.inner.notes("mem:thread:t")] == ["kept"]

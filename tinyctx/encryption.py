@@ -31,6 +31,7 @@ import attrs
 from .backends._common import missing_extra
 from .errors import ConfigError, TinyCtxError
 from .lifecycle import ThreadWindow
+from .retention import erase_thread
 from .store_protocols import Note, note_texts
 from .threads import (
     ArchivedRange,
@@ -265,6 +266,9 @@ class EncryptedStore:
 
     async def delete_thread(self, thread_id: str) -> bool:
         return bool(await self.inner.delete_thread(thread_id))
+
+    async def erase_thread(self, thread_id: str) -> bool:
+        return await erase_thread(self.inner, thread_id)
 
     async def rotate_thread(self, thread_id: str, *, lease: Lease | None = None) -> int:
         """Rewrite the thread under the first key, in one write (a compaction of the whole

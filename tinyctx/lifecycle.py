@@ -6,7 +6,8 @@ all of them, and the conformance suite holds them to one behaviour):
 
 - :class:`ThreadWindowStore`: read a slice of the live log (pages, usage without messages);
 - :class:`ArchivePruneStore`: drop a thread's archived originals older than an age;
-- :class:`ThreadExpiryStore`: a TTL per thread or per store (expired threads vanish).
+- :class:`ThreadExpiryStore`: a TTL per thread or per store (expired threads vanish);
+- :class:`ThreadEraseStore`: erase a thread with its labels and thread notes at once.
 
 **Expiry (TTL).** A thread's TTL is its own (:meth:`ThreadExpiryStore.set_thread_ttl`)
 or else its store's ``ttl=``; ``None`` or ``math.inf`` never expires. It slides: the
@@ -35,6 +36,7 @@ __all__ = [
     "ThreadWindowStore",
     "ArchivePruneStore",
     "ThreadExpiryStore",
+    "ThreadEraseStore",
     "THREAD_METADATA",
     "check_store_ttl",
     "check_thread_ttl",
@@ -187,4 +189,17 @@ class ThreadExpiryStore(Protocol):
         """Remove every expired thread whole now; their ids, sorted. A store without
         native expiry (SQL, memory) needs it scheduled to free the space; its reads treat
         an expired thread as absent meanwhile."""
+        ...
+
+
+@runtime_checkable
+class ThreadEraseStore(Protocol):
+    """A thread store that erases a thread with everything that names it, as expiry does
+    (:func:`tinyctx.retention.delete_threads_where` uses it to delete a user's data)."""
+
+    async def erase_thread(self, thread_id: str) -> bool:
+        """Remove the thread whole (messages, archive, versions, checkpoint, state,
+        lease), its labels (:data:`THREAD_METADATA`) and the notes of its namespaces
+        (:func:`thread_of_namespace`), in one transaction where the store has them;
+        whether anything of it was there."""
         ...

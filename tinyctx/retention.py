@@ -18,8 +18,10 @@ the same on every compaction of the thread it writes.
 
 A thread labelled with :func:`set_thread_metadata` (``{"user_id": "u-1"}``) can be found
 and erased by a label: ``await delete_threads_where(store, "user_id", "u-1")`` deletes
-each such thread whole (messages, archive, versions, checkpoint, layer state, lease:
-:meth:`~tinyctx.threads.ThreadStore.delete_thread`) and then its label. The labels live
+each such thread as expiry would: whole (messages, archive, versions, checkpoint, layer
+state, lease), with its label and the notes of its ``...:thread:<id>`` namespaces, in one
+step of the store (:meth:`~tinyctx.lifecycle.ThreadEraseStore.erase_thread`; every
+built-in store has it). The labels live
 in the store's key/value data (namespace :data:`THREAD_METADATA`), so every store that is
 both a :class:`~tinyctx.store_protocols.Store` and a ThreadStore (every built-in one)
 keeps them; a fork (:func:`~tinyctx.forks.fork_thread`) carries its source's labels.
@@ -33,6 +35,7 @@ from typing import Any
 from .lifecycle import (
     THREAD_METADATA,
     ArchivePruneStore,
+    ThreadEraseStore,
     ThreadExpiryStore,
     check_age,
     check_thread_ttl,
@@ -47,6 +50,7 @@ __all__ = [
     "sweep_expired",
     "set_thread_metadata",
     "thread_metadata",
+    "erase_thread",
     "delete_threads_where",
 ]
 
@@ -115,10 +119,28 @@ async def thread_metadata(store: Any, thread_id: str) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
+async def erase_thread(store: Any, thread_id: str) -> bool:
+    """Erase ``thread_id`` whole with its labels and the notes of its thread namespaces,
+    in one step of a :class:`~tinyctx.lifecycle.ThreadEraseStore` (every built-in
+    store); whether anything of it was there. A store without it (a third-party one)
+    falls back to :meth:`~tinyctx.threads.ThreadStore.delete_thread` and then the label
+    (the thread goes first, so a run cut short is finished by running it again), and the
+    notes of its thread namespaces stay."""
+    labels = _labels_store(store)
+    check_thread_id(thread_id)
+    if isinstance(labels, ThreadEraseStore):
+        return bool(await labels.erase_thread(thread_id))
+    found = await labels.delete_thread(thread_id)
+    return bool(await labels.delete(THREAD_METADATA, thread_id) or found)
+
+
 async def delete_threads_where(store: Any, key: str, value: Any) -> list[str]:
     """Delete every thread whose label ``key`` equals ``value`` (see the module
-    docstring); the ids deleted, sorted. Each thread goes before its label, so a run cut
-    short is finished by running it again."""
+    docstring); the ids deleted, sorted. A run cut short is finished by running it again.
+
+    Each thread goes through :func:`erase_thread` (a store without
+    :class:`~tinyctx.lifecycle.ThreadEraseStore` keeps the notes of its thread
+    namespaces)."""
     labels = _labels_store(store)
     if not isinstance(key, str) or not key:
         raise TypeError(f"key must be a non-empty str, got {key!r}")
@@ -127,7 +149,6 @@ async def delete_threads_where(store: Any, key: str, value: Any) -> list[str]:
         found = await labels.get(THREAD_METADATA, thread_id)
         if not isinstance(found, Mapping) or key not in found or found[key] != value:
             continue
-        await labels.delete_thread(thread_id)
-        await labels.delete(THREAD_METADATA, thread_id)
+        await erase_thread(labels, thread_id)
         deleted.append(thread_id)
     return sorted(deleted)

@@ -6,6 +6,10 @@ expired thread whole under its row lock: rows of every table, its labels and the
 its namespaces. The write and the lease grant go through it first (``write_live``,
 ``acquire_live``), so an expired thread is never written to or leased as it was; reads
 treat an expired row as absent until ``sweep_expired`` removes it.
+
+Schema 6 splits the removal out as ``erase_thread`` (``delete_thread``'s locked delete,
+then the labels and the thread notes), which ``expire_thread`` calls once the row is
+locked and found expired, and :meth:`PostgresExpiry.erase_thread` calls on any thread.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..lifecycle import THREAD_METADATA
 from ..threads import check_thread_id
 
-__all__ = ["EXPIRY_MIGRATION", "PostgresExpiry", "LIVE", "expired_sql"]
+__all__ = ["EXPIRY_MIGRATION", "ERASE_MIGRATION", "PostgresExpiry", "LIVE", "expired_sql"]
 
 _WRITE_PARAMS: Final = (
     "p_thread text, p_expected bigint, p_token bigint, p_start integer, p_end integer, "
@@ -34,6 +38,14 @@ _WRITE_ARGS: Final = (
 _OWN_NOTES: Final = (
     "right(q.namespace, length(v_suffix)) = v_suffix "
     "AND strpos(q.namespace, ':thread:') = length(q.namespace) - length(v_suffix) + 1"
+)
+# a thread's labels and the notes of its namespaces (v_suffix: ':thread:' || p_thread)
+_DROP_LABELS: Final = (
+    f"    DELETE FROM {{s}}.kv k WHERE k.namespace = '{THREAD_METADATA}' AND k.key = p_thread;"
+)
+_DROP_NOTES: Final = (
+    "    DELETE FROM {s}.notes n WHERE n.namespace IN (\n"
+    f"        SELECT q.namespace FROM {{s}}.note_seq q WHERE {_OWN_NOTES});"
 )
 
 EXPIRY_MIGRATION: Final = (
@@ -59,9 +71,8 @@ BEGIN
     DELETE FROM {{s}}.versions v WHERE v.thread_id = p_thread;
     DELETE FROM {{s}}.leases l WHERE l.thread_id = p_thread;
     DELETE FROM {{s}}.threads t WHERE t.thread_id = p_thread;
-    DELETE FROM {{s}}.kv k WHERE k.namespace = '{THREAD_METADATA}' AND k.key = p_thread;
-    DELETE FROM {{s}}.notes n WHERE n.namespace IN (
-        SELECT q.namespace FROM {{s}}.note_seq q WHERE {_OWN_NOTES});
+{_DROP_LABELS}
+{_DROP_NOTES}
     DELETE FROM {{s}}.note_seq q WHERE {_OWN_NOTES};
     RETURN true;
 END
@@ -122,6 +133,39 @@ END
 $$""",
 )
 
+ERASE_MIGRATION: Final = (
+    f"""
+CREATE OR REPLACE FUNCTION {{s}}.erase_thread(p_thread text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_suffix text := ':thread:' || p_thread;
+    v_found boolean;
+BEGIN
+    -- under the thread's row lock (delete_thread's), as a write of it
+    v_found := {{s}}.delete_thread(p_thread);
+{_DROP_LABELS}
+    v_found := v_found OR FOUND;
+{_DROP_NOTES}
+    v_found := v_found OR FOUND;
+    DELETE FROM {{s}}.note_seq q WHERE {_OWN_NOTES};
+    RETURN v_found OR FOUND;
+END
+$$""",
+    """
+CREATE OR REPLACE FUNCTION {s}.expire_thread(p_thread text, p_default float8, p_now float8)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM {s}.threads t WHERE t.thread_id = p_thread AND t.version > 0
+        AND t.updated_at + coalesce(t.ttl, p_default) <= p_now FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM {s}.erase_thread(p_thread);
+    RETURN true;
+END
+$$""",
+)
+
 LIVE: Final = "{s}.write_live(%s::float8, %s::text, "
 """What the write statement calls instead of ``write_thread(`` (the same arguments after
 the store's TTL and the write's run id)."""
@@ -152,6 +196,14 @@ class PostgresExpiry:
         rows = await self._fetchall(
             f"SELECT {self._schema_sql}.set_ttl(%s, %s::float8, %s::float8, %s::float8)",
             (check_thread_id(thread_id), seconds, self.ttl, time.time()),
+        )
+        return bool(rows and rows[0][0])
+
+    async def erase_thread(self, thread_id: str) -> bool:
+        """The thread, its labels and its thread notes, in one transaction under the
+        thread's row lock; see :class:`tinyctx.lifecycle.ThreadEraseStore`."""
+        rows = await self._fetchall(
+            f"SELECT {self._schema_sql}.erase_thread(%s)", (check_thread_id(thread_id),), once=True
         )
         return bool(rows and rows[0][0])
 

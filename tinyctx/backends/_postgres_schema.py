@@ -8,12 +8,12 @@ import re
 import zlib
 
 from ..errors import ConfigError
-from ._postgres_expiry import EXPIRY_MIGRATION, LIVE, expired_sql
+from ._postgres_expiry import ERASE_MIGRATION, EXPIRY_MIGRATION, LIVE, expired_sql
 from ._postgres_lifecycle import versions_migration
 
 __all__ = ["SCHEMA_VERSION", "MIGRATIONS", "Statements", "check_schema", "lock_key"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The schema version :class:`PostgresStore` writes; an older schema is migrated on open."""
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -254,6 +254,9 @@ MIGRATIONS += (versions_migration(MIGRATIONS[0][9], MIGRATIONS[1][0]),)
 # 5: a thread's own TTL, and expiry on the way to every write and lease
 # (tinyctx.backends._postgres_expiry)
 MIGRATIONS += (EXPIRY_MIGRATION,)
+# 6: erase_thread (a thread, its labels and its thread notes), which expiry now goes
+# through (tinyctx.retention.delete_threads_where)
+MIGRATIONS += (ERASE_MIGRATION,)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

@@ -4,7 +4,8 @@ Every key of an expiring thread carries Redis's own expiry (``PEXPIRE``), set ag
 each write in the write's script, so an expired thread leaves nothing behind without any
 sweep: its hash, messages, archive, lease (capped, ``PEXPIRE ... LT``), labels
 (``{lb}<thread>``, a key of their own: a hash field cannot expire on Redis 7.0), the
-notes of its namespaces (listed in ``{nn}<thread>``) and its index entry. An expiring
+notes of its namespaces (listed in ``{nn}<thread>``) and its index entry. Erasing a
+thread (:meth:`RedisExpiry.erase_thread`) deletes the same keys in one script. An expiring
 thread leaves the sorted ``{threads}`` index (a member cannot expire) for an entry
 ``{x}<thread>`` that expires with it; ``list_threads`` adds those (``SCAN``) once the
 prefix has any (``{expiring}``, which names no thread). Needs Redis 7.0 or newer.
@@ -27,40 +28,56 @@ if TYPE_CHECKING:
 
 __all__ = ["EXPIRY", "RedisExpiry", "ttl_arg"]
 
-# refresh(prefix, thread id, default ttl ms or ''): the thread's keys expire ttl ms from
-# now (its own ttl field, else the default); a thread that stopped expiring persists
+# thread_keys(prefix, thread id): every key of the thread that expires with it (the lease
+# and index entry aside), its notes' lists included; refresh(prefix, thread id, default
+# ttl ms or ''): those keys expire ttl ms from now (its own ttl field, else the default);
+# a thread that stopped expiring persists
 EXPIRY = """
+local function thread_keys(prefix, tid)
+    local listed = prefix .. '{nn}' .. tid
+    local keys = {prefix .. '{t}' .. tid, prefix .. '{m}' .. tid, prefix .. '{a}' .. tid,
+                  listed, prefix .. '{lb}' .. tid, prefix .. '{h}' .. tid}
+    for _, ns in ipairs(redis.call('SMEMBERS', listed)) do
+        keys[#keys + 1] = prefix .. '{n}' .. ns
+    end
+    return keys
+end
 local function refresh(prefix, tid, default)
     local thread = prefix .. '{t}' .. tid
     local ttl = redis.call('HGET', thread, 'ttl') or default
     local index, entry = prefix .. '{threads}', prefix .. '{x}' .. tid
-    local listed = prefix .. '{nn}' .. tid
     if ttl == '' or ttl == 'inf' then
         if redis.call('HDEL', thread, 'ex') == 1 then
-            local keys = {thread, prefix .. '{m}' .. tid, prefix .. '{a}' .. tid,
-                          listed, prefix .. '{lb}' .. tid, prefix .. '{h}' .. tid}
-            for _, ns in ipairs(redis.call('SMEMBERS', listed)) do
-                keys[#keys + 1] = prefix .. '{n}' .. ns
-            end
-            for _, key in ipairs(keys) do redis.call('PERSIST', key) end
+            for _, key in ipairs(thread_keys(prefix, tid)) do redis.call('PERSIST', key) end
             redis.call('DEL', entry)
             redis.call('ZADD', index, 0, tid)
         end
         return
     end
     redis.call('HSET', thread, 'ex', '1')
-    local keys = {thread, prefix .. '{m}' .. tid, prefix .. '{a}' .. tid, listed,
-                  prefix .. '{lb}' .. tid, prefix .. '{h}' .. tid}
-    for _, ns in ipairs(redis.call('SMEMBERS', listed)) do
-        keys[#keys + 1] = prefix .. '{n}' .. ns
-    end
-    for _, key in ipairs(keys) do redis.call('PEXPIRE', key, ttl) end
+    for _, key in ipairs(thread_keys(prefix, tid)) do redis.call('PEXPIRE', key, ttl) end
     redis.call('PEXPIRE', prefix .. '{l}' .. tid, ttl, 'LT')
     redis.call('ZREM', index, tid)
     redis.call('SET', entry, '1', 'PX', ttl)
     redis.call('SET', prefix .. '{expiring}', '1')
 end
 """
+
+# KEYS: old labels hash; ARGV: prefix, thread id -> how many keys and entries went: the
+# keys expiry would expire, the lease, the thread's index entries and its old-style label
+_ERASE = (
+    EXPIRY
+    + """
+local prefix, tid = ARGV[1], ARGV[2]
+local keys = thread_keys(prefix, tid)
+keys[#keys + 1] = prefix .. '{l}' .. tid
+keys[#keys + 1] = prefix .. '{x}' .. tid
+local found = 0
+for _, key in ipairs(keys) do found = found + redis.call('DEL', key) end
+found = found + redis.call('ZREM', prefix .. '{threads}', tid)
+return found + redis.call('HDEL', KEYS[1], tid)
+"""
+)
 
 # KEYS: thread; ARGV: prefix, thread id, own ttl ms / 'inf' / '' (none), default or ''
 _SET_TTL = (
@@ -133,6 +150,17 @@ class RedisExpiry:
 
         def run(client: Client) -> int:
             return int(client.redis.register_script(_SET_TTL)(keys=[thread], args=args))
+
+        return bool(await self._threads.run(run))
+
+    async def erase_thread(self, thread_id: str) -> bool:
+        """The thread, its labels and its thread notes, in one script; see
+        :class:`tinyctx.lifecycle.ThreadEraseStore`."""
+        keys = [self._key("kv", THREAD_METADATA)]
+        args = [self.prefix, check_thread_id(thread_id)]
+
+        def run(client: Client) -> int:
+            return int(client.redis.register_script(_ERASE)(keys=keys, args=args))
 
         return bool(await self._threads.run(run))
 

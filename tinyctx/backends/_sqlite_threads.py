@@ -43,6 +43,7 @@ __all__ = [
     "delete_thread",
     "gone",
     "expire_thread",
+    "erase_thread",
     "sweep_expired",
     "set_thread_ttl",
 ]
@@ -112,20 +113,29 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def expire_thread(conn: sqlite3.Connection, thread_id: str) -> None:
+def expire_thread(conn: sqlite3.Connection, thread_id: str) -> bool:
     """Inside a write transaction: remove the thread whole, with its labels and the notes
-    of its namespaces (:func:`tinyctx.lifecycle.thread_of_namespace`)."""
-    _delete_rows(conn, thread_id)
-    conn.execute(
+    of its namespaces (:func:`tinyctx.lifecycle.thread_of_namespace`); whether anything
+    of it was there (expiry, and :func:`erase_thread`)."""
+    found = _delete_rows(conn, thread_id)
+    found += conn.execute(
         "DELETE FROM tinyctx_kv WHERE namespace = ? AND key = ?", (THREAD_METADATA, thread_id)
-    )
+    ).rowcount
     candidates = conn.execute(
         "SELECT DISTINCT namespace FROM tinyctx_notes WHERE namespace LIKE ? ESCAPE '\\'",
         ("%:thread:" + _escape_like(thread_id),),
     ).fetchall()
     for (namespace,) in candidates:
         if thread_of_namespace(str(namespace)) == thread_id:
-            conn.execute("DELETE FROM tinyctx_notes WHERE namespace = ?", (namespace,))
+            found += conn.execute(
+                "DELETE FROM tinyctx_notes WHERE namespace = ?", (namespace,)
+            ).rowcount
+    return found > 0
+
+
+def erase_thread(conn: sqlite3.Connection, thread_id: str) -> bool:
+    with Immediate(conn):
+        return expire_thread(conn, thread_id)
 
 
 def sweep_expired(conn: sqlite3.Connection, default: float | None) -> list[str]:

@@ -386,11 +386,22 @@ class MemoryStore:
         self._expire(thread_id)
         return None
 
-    def _expire(self, thread_id: str) -> None:
-        del self._threads[thread_id]
-        self._data.get(THREAD_METADATA, {}).pop(thread_id, None)
+    def _expire(self, thread_id: str) -> bool:
+        """Remove the thread whole, its labels and its namespaces' notes (expiry and
+        :meth:`erase_thread`); whether anything of it was there."""
+        found = self._threads.pop(thread_id, None) is not None
+        found |= self._data.get(THREAD_METADATA, {}).pop(thread_id, None) is not None
         for namespace in [n for n in self._notes if thread_of_namespace(n) == thread_id]:
             del self._notes[namespace]
+            found = True
+        return found
+
+    async def erase_thread(self, thread_id: str) -> bool:
+        """The thread, its labels and its thread notes, at once; see
+        :class:`tinyctx.lifecycle.ThreadEraseStore`."""
+        check_thread_id(thread_id)
+        await self._ready()
+        return self._expire(thread_id)
 
     async def set_thread_ttl(self, thread_id: str, seconds: float | None) -> bool:
         """The thread's own TTL from now (None: the store's; ``math.inf``: never)."""

@@ -54,6 +54,7 @@ from ._sqlite_threads import (
     append_notes_row,
     archived,
     delete_thread,
+    erase_thread,
     list_threads,
     load_thread,
     note_from_row,
@@ -425,6 +426,12 @@ class SqliteStore(SqliteLifecycle):
         """Remove the thread, its archive, checkpoint, state and lease; False if unknown."""
         check_thread_id(thread_id)
         return await self._run(lambda conn: delete_thread(conn, thread_id))
+
+    async def erase_thread(self, thread_id: str) -> bool:
+        """The thread, its labels and its thread notes, in one transaction; see
+        :class:`tinyctx.lifecycle.ThreadEraseStore`."""
+        check_thread_id(thread_id)
+        return await self._run(lambda conn: erase_thread(conn, thread_id))
 
     async def set_thread_ttl(self, thread_id: str, seconds: float | None) -> bool:
         """The thread's own TTL from now (None: the store's; ``math.inf``: never); see

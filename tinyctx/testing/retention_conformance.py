@@ -1,6 +1,7 @@
 """Conformance cases for erasing a user's data: :func:`tinyctx.retention.delete_threads_where`
-deletes every thread labelled with a key and value, and nothing of such a thread is left
-in the store's own storage; a base of
+deletes every thread labelled with a key and value, with the notes of its thread
+namespaces (what ``SessionMemory(scope="thread")`` writes), and nothing of such a thread
+is left in the store's own storage; a base of
 :class:`~tinyctx.testing.store_conformance.ThreadStoreConformance`.
 
 A backend suite shows the "nothing left" part by overriding :meth:`stored_traces`: what
@@ -16,7 +17,7 @@ import pytest
 
 from .. import codec
 from ..forks import fork_thread
-from ..retention import delete_threads_where, set_thread_metadata, thread_metadata
+from ..retention import delete_threads_where, erase_thread, set_thread_metadata, thread_metadata
 from ..store_protocols import Store
 from ..threads import Compaction, ThreadWrite
 from ..versions import ThreadVersionStore
@@ -41,7 +42,8 @@ class ThreadRetentionConformance(ThreadSuite):
 
     async def _full_thread(self, store: Any, thread_id: str, user: str) -> None:
         """A labelled thread with everything a thread can hold: messages, an archived
-        compaction, versions, a checkpoint, layer state and a live lease."""
+        compaction, versions, a checkpoint, layer state, a live lease and the notes of its
+        thread namespaces (as SessionMemory writes them, one fenced by the lease)."""
         await set_thread_metadata(store, thread_id, {"user_id": user, "plan": "pro"})
         lease = await store.acquire_lease(thread_id, "worker", 60)
         state = codec.encode_state({"memory": {"notes": 2}})
@@ -49,6 +51,8 @@ class ThreadRetentionConformance(ThreadSuite):
         await store.write(thread_id, change, expected_version=0, lease=lease)
         compact = ThreadWrite(docs_of("d"), Compaction(0, 2, docs_of("sum")))
         await store.write(thread_id, compact, expected_version=1, lease=lease)
+        await store.append_notes(f"mem:thread:{thread_id}", ["likes tea", "lives in Oslo"])
+        await store.append_notes(f"facts:thread:{thread_id}", ["fenced"], fence=lease)
 
     async def test_delete_by_label_leaves_nothing_of_those_threads(
         self, make_store: StoreFactory
@@ -56,11 +60,13 @@ class ThreadRetentionConformance(ThreadSuite):
         """Every thread labelled user_id=u1 (a fork of one too) goes with its archive,
         versions, checkpoint, state, lease and label; u2's thread stays whole."""
         first, second, fork, other = (fresh_id("del") for _ in range(4))
+        shared = f"mem:global:{fresh_id('g')}"
         async with opened(make_store) as store:
             _require_labels(store)
             await self._full_thread(store, first, "u1")
             await self._full_thread(store, second, "u1")
             await self._full_thread(store, other, "u2")
+            await store.append_note(shared, "everyone's")
             await fork_thread(store, first, new_id=fork)
             assert (await thread_metadata(store, fork))["user_id"] == "u1"
             kept_before = await store.load_thread(other)
@@ -75,10 +81,17 @@ class ThreadRetentionConformance(ThreadSuite):
                     assert await store.versions(thread_id) == []
                 assert await thread_metadata(store, thread_id) == {}
                 assert await store.list_threads(prefix=thread_id) == []
+                assert await store.notes(f"mem:thread:{thread_id}") == []
+                assert await store.notes(f"facts:thread:{thread_id}") == []
                 assert await self.stored_traces(store, thread_id) in (None, [])
             assert await store.load_thread(other) == kept_before
             assert len(await store.archived(other)) == 1
             assert (await thread_metadata(store, other))["user_id"] == "u2"
+            assert [n.text for n in await store.notes(f"mem:thread:{other}")] == [
+                "likes tea",
+                "lives in Oslo",
+            ]
+            assert [n.text for n in await store.notes(shared)] == ["everyone's"]
             traces = await self.stored_traces(store, other)
             assert traces is None or traces  # the override sees a thread that is there
             assert await delete_threads_where(store, "user_id", "u1") == []
@@ -99,3 +112,24 @@ class ThreadRetentionConformance(ThreadSuite):
             assert (await store.load_thread(thread)).version == 1
             with pytest.raises(TypeError, match="str keys"):
                 await set_thread_metadata(store, thread, {1: "x"})  # type: ignore[dict-item]
+
+    async def test_erase_takes_only_what_is_the_threads(self, make_store: StoreFactory) -> None:
+        """erase_thread removes a thread's labels and thread notes even with no messages
+        written (True), finds nothing the second time (False), and keeps the notes of a
+        namespace that only names the thread past its first ':thread:' (another's)."""
+        thread = fresh_id("erase")
+        others = (f"mem:thread:x:thread:{thread}", f"mem:thread:{thread}x", f"mem:{thread}")
+        async with opened(make_store) as store:
+            _require_labels(store)
+            await set_thread_metadata(store, thread, {"user_id": "u1"})
+            await store.append_notes(f"mem:thread:{thread}", ["own"])
+            for namespace in others:
+                await store.append_note(namespace, "kept")
+            assert await erase_thread(store, thread) is True
+            assert await thread_metadata(store, thread) == {}
+            assert await store.notes(f"mem:thread:{thread}") == []
+            for namespace in others:
+                assert [n.text for n in await store.notes(namespace)] == ["kept"]
+            assert await erase_thread(store, thread) is False
+            await store.append_note(f"mem:thread:{thread}", "again")  # a new start
+            assert [n.seq for n in await store.notes(f"mem:thread:{thread}")] == [1]
