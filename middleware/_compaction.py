@@ -41,6 +41,8 @@ _COUNTER: Check[TokenCounter | None] = optional(
 
 def check_int(value: Any, field: str, owner: str, *, minimum: int = 0) -> int:
     """``value`` if it is an int >= ``minimum`` (bools are not ints here), else ConfigError."""
+    if type(value) is int and value >= minimum:  # the hot path: no validator built
+        return value
     return integer(minimum=minimum).check(value, field, owner)
 
 

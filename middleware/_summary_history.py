@@ -92,7 +92,8 @@ class SummaryStats:
 
 def is_summary(message: Message) -> bool:
     """Whether ``message`` is a summary written by :func:`summarize_history`."""
-    return "summary" in tinyctx_meta(message)
+    # most messages carry no tinyctx metadata: skip the namespace lookup for them
+    return message.metadata.get("tinyctx") is not None and "summary" in tinyctx_meta(message)
 
 
 def _stack(history: Sequence[Message], lead: int, keep_summaries: int) -> tuple[int, int]:
@@ -160,8 +161,9 @@ def summary_split(
     history is not longer than ``keep_recent`` or nothing but system messages would go.
 
     Only the last tool-call turn before the target can straddle it (results come before
-    the next assistant message), so the cut is snapped within the window from that turn's
-    assistant message on: the cost grows with ``keep_recent``, not with the history.
+    the next assistant message), so the split walks back from the target to that turn's
+    assistant message and on to the next one (:func:`_clean_cut`): the cost is that
+    distance, not the history (``forward`` still snaps over the whole history).
 
     Args:
         history: The messages to split.
@@ -170,16 +172,30 @@ def summary_split(
         forward: Snap the cut forward to the next clean cut before the end.
         keep_summaries: The most earlier summaries kept in the lead.
     """
-    check_int(keep_recent, "keep_recent", "summary_split")
-    check_int(keep_summaries, "keep_summaries", "summary_split")
+    if (  # the hot path checks inline; a bad value gets the validators' ConfigError
+        type(keep_recent) is not int
+        or type(keep_summaries) is not int
+        or keep_recent < 0
+        or keep_summaries < 0
+    ):
+        check_int(keep_recent, "keep_recent", "summary_split")
+        check_int(keep_summaries, "keep_summaries", "summary_split")
     count = len(history)
     if count <= keep_recent:
         return None
-    lead = _system_lead(history)
+    lead = 0
+    while isinstance(history[lead], SystemMessage):
+        lead += 1
+        if lead == count:
+            return None  # nothing but system messages
     if keep_task and lead < count and _may_be_task(history[lead]):
         lead += 1
-    lead, fold = _stack(history, lead, keep_summaries)
-    target = max(count - keep_recent, fold)
+    fold = lead
+    if lead < count and history[lead].metadata.get("tinyctx") is not None:
+        lead, fold = _stack(history, lead, keep_summaries)
+    target = count - keep_recent
+    if target < fold:
+        target = fold
     if target <= lead:
         return None
     if forward:
@@ -189,13 +205,42 @@ def summary_split(
     window = target - 1
     while window >= 0 and not isinstance(history[window], AssistantMessage):
         window -= 1
-    split = target
-    if window >= 0:  # a cut before an assistant message separates nothing
-        split = window + snap_boundary(history[window:], target - window, direction="backward")
-    for index in range(lead, split):
+    # a cut before an assistant message separates nothing: back to it unless the target is clean
+    split = target if window < 0 or _clean_cut(history, window, target) else window
+    if split <= lead:
+        return None
+    if not isinstance(history[lead], SystemMessage):
+        return lead, split
+    for index in range(lead + 1, split):
         if not isinstance(history[index], SystemMessage):
             return lead, split
     return None
+
+
+def _clean_cut(history: Sequence[Message], turn: int, cut: int) -> bool:
+    """Whether cutting before ``cut`` leaves every call of ``history[turn]`` (the last
+    assistant message before the cut) with its results: none comes at or after the cut
+    (results come before the next assistant message), and when no assistant message
+    follows, none is still waiting. The walk stops at the next assistant message, so it
+    costs the distance to the cut's turn, not the history."""
+    count = len(history)
+    if cut >= count or isinstance(history[cut], AssistantMessage):
+        return True
+    last = history[turn]
+    calls = last.tool_calls if isinstance(last, AssistantMessage) else ()
+    if not calls:
+        return True
+    ids: set[str] | None = None  # built only when a result follows the cut
+    for index in range(cut, count):
+        message = history[index]
+        if isinstance(message, AssistantMessage):
+            return True
+        if isinstance(message, ToolResult):
+            ids = ids or {call.id for call in calls}
+            if message.tool_call_id in ids:
+                return False
+    answered = {m.tool_call_id for m in history[turn + 1 : cut] if isinstance(m, ToolResult)}
+    return {call.id for call in calls} <= answered
 
 
 async def summarize_history(

@@ -326,25 +326,27 @@ class MemoCounter:
         """Remember ``counts`` of ``messages`` by weak reference (those not remembered yet),
         forgetting the oldest when the memo is full."""
         memo, alive, limit = self._counts, self._alive, self._max_memo
-        if memo:
+        keys = list(map(id, messages))
+        if memo and any(map(alive.__contains__, keys)):  # C speed when none is (a handover)
             new = [(m, c) for m, c in zip(messages, counts, strict=True) if id(m) not in alive]
             if not new:
                 return
             messages, counts = [m for m, _ in new], [c for _, c in new]
+            keys = list(map(id, messages))
         overflow = len(memo) + len(messages) - limit
         if overflow > 0:
             # forget the oldest (dicts keep insertion order), at least half of the memo so
             # eviction stays rare; prefix totals go too, their messages may be forgotten
+            # (the survivors copied at C speed: deleting half a full memo key by key costs
+            # more than a cold count of the history that overflowed it)
             drop = min(len(memo), max(overflow, len(memo) // 2))
-            for key in list(islice(memo, drop)):
-                del memo[key]
-                del alive[key]
+            memo = self._counts = dict(islice(memo.items(), drop, None))
+            alive = self._alive = dict(zip(memo, map(alive.__getitem__, memo), strict=True))
             self._prefix.clear()
         start = max(0, len(messages) - limit)
         if start:
-            messages, counts = messages[start:], counts[start:]
+            messages, counts, keys = messages[start:], counts[start:], keys[start:]
         forget = self._forget
-        keys = list(map(id, messages))
         memo.update(zip(keys, counts, strict=True))
         for key, message in zip(keys, messages, strict=True):
             ref = alive[key] = _KeyedRef(message, forget)
@@ -420,6 +422,8 @@ class MemoCounter:
         except KeyError:
             pass
         counts = list(map(memo.get, map(id, messages)))
+        if counts.count(None) == len(counts):  # a history never seen: measure it whole
+            return self._message_counts(messages)
         missing = [i for i, count in enumerate(counts) if count is None]
         measured = self._message_counts([messages[i] for i in missing])
         for i, count in zip(missing, measured, strict=True):
