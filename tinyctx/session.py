@@ -42,7 +42,7 @@ Data = TypeVar("Data")
 _NO_IDS_SEEN: tuple[int, Message | None, set[str]] = (0, None, set())
 
 # Session's settings, declared once (ConfigError naming Session.<field>).
-_GRACE_PERIOD = number(minimum=0, allowed=">= 0 seconds")
+_GRACE_PERIOD = number(minimum=0, finite=False, allowed=">= 0 seconds")  # inf: never force
 _STORE = optional(implements(ThreadStore), allowed="a tinyctx.threads.ThreadStore or None")
 _LEASE_TTL = number(above=0, allowed="a finite number of seconds > 0")
 _OWNER = optional(text(), allowed="a non-empty string or None")
