@@ -33,6 +33,11 @@ __all__ = [
 
 _FLAG = flag()
 _TEXT = text()
+# Any iterable, generators included (``each`` refuses one-pass iterators); never a bare str.
+_TOOL_NAMES: Check[Iterable[Any]] = Check(
+    lambda value: isinstance(value, Iterable) and not isinstance(value, str | bytes),
+    "an iterable of tool names, e.g. ('search',)",
+)
 _COUNTER: Check[TokenCounter | None] = optional(
     implements(TokenCounter),
     allowed="None (the default counter) or a tinyctx.tokens.TokenCounter",
@@ -53,8 +58,7 @@ def check_bool(value: Any, field: str, owner: str) -> bool:
 
 def check_tool_names(value: Any, field: str, owner: str) -> frozenset[str]:
     """An iterable of tool names; a bare string is refused (``("search",)``, not ``"search"``)."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise ConfigError(field, value, "an iterable of tool names, e.g. ('search',)", owner=owner)
+    _TOOL_NAMES.check(value, field, owner)
     names = tuple(value)
     for name in names:
         if not _TEXT.test(name):

@@ -23,12 +23,9 @@ import attrs
 from attrs import field, frozen
 
 from tinyctx import (
-    ConfigError,
     TinyCtxError,
 )
-from tinyctx.config import (
-    integer,
-)
+from tinyctx.config import implements, integer, optional
 
 _count_at_least_zero = integer(minimum=0)
 
@@ -104,10 +101,9 @@ class MemoryCounters:
     )
 
     def __init__(self, thresholds: MemoryThresholds | None = None, *, enabled: bool = True) -> None:
-        if thresholds is not None and not isinstance(thresholds, MemoryThresholds):
-            raise ConfigError(
-                "thresholds", thresholds, "a MemoryThresholds or None", owner="MemoryCounters"
-            )
+        optional(implements(MemoryThresholds), allowed="a MemoryThresholds or None").check(
+            thresholds, "thresholds", "MemoryCounters"
+        )
         self.thresholds = thresholds if thresholds is not None else MemoryThresholds()
         self._enabled = bool(enabled)
         self._tokens = 0

@@ -44,7 +44,7 @@ from tinyctx import (
     ModelResponse,
     RunContext,
 )
-from tinyctx.config import flag, fraction, integer, text
+from tinyctx.config import flag, fraction, implements, integer, text
 from tinyctx.frozen import FrozenDict
 from tinyctx.ordering import Once, Outside
 from tinyctx.providers.clearing import provider_cleared
@@ -115,6 +115,11 @@ __all__ = [
     "ContextExhausted",
     "ProviderContextLimit",
 ]
+
+_POLICY = implements(
+    PressurePolicy,
+    allowed="a PressurePolicy (a `name` and `async relieve(messages, ctx, counter, *, need)`)",
+)
 
 
 class BudgetGuard(Layer):
@@ -239,14 +244,7 @@ class BudgetGuard(Layer):
             _order_roles(order, owner)
         chosen = default_policies(order or "default") if policies is None else list(policies)
         for index, policy in enumerate(chosen):
-            if not isinstance(policy, PressurePolicy):
-                raise ConfigError(
-                    f"policies[{index}]",
-                    policy,
-                    "a PressurePolicy (a `name` and `async relieve(messages, ctx, counter, "
-                    "*, need)`)",
-                    owner=owner,
-                )
+            _POLICY.check(policy, f"policies[{index}]", owner)
         names = [p.name for p in chosen]
         for index, policy_name in enumerate(names):
             text().check(policy_name, f"policies[{index}].name", owner)

@@ -45,7 +45,7 @@ import attrs
 from attrs import field, frozen
 
 from tinyctx import ConfigError, Event, ModelRequest, RunContext
-from tinyctx.config import Check, flag, optional, owner_of, text
+from tinyctx.config import Check, flag, implements, optional, owner_of, text
 from tinyctx.events import EventLevel
 from tinyctx.frozen import FrozenDict, freeze, thaw
 
@@ -282,10 +282,9 @@ class ContextViewBuilt(Event):
 def _agent_tier(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
     if value is None:
         return _EMPTY
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            "agent", value, "a mapping of view field names to values", owner="ViewSpec"
-        )
+    implements(Mapping, allowed="a mapping of view field names to values").check(
+        value, "agent", "ViewSpec"
+    )
     frozen_value: FrozenDict[str, Any] = freeze(value) if value else _EMPTY
     return frozen_value
 
@@ -293,9 +292,10 @@ def _agent_tier(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
 def _policy(value: ContextPolicy | None) -> ContextPolicy:
     if value is None:
         return ContextPolicy()
-    if not isinstance(value, ContextPolicy):
-        raise ConfigError("policy", value, "a ContextPolicy", owner="ViewSpec")
-    return value
+    policy: ContextPolicy = implements(ContextPolicy, allowed="a ContextPolicy").check(
+        value, "policy", "ViewSpec"
+    )
+    return policy
 
 
 _spec_view_type = _view_type

@@ -29,7 +29,6 @@ from attrs import field, frozen
 
 from tinyctx import (
     AssistantMessage,
-    ConfigError,
     Message,
     ModelRequest,
     ModelResponse,
@@ -37,7 +36,7 @@ from tinyctx import (
     ToolResult,
     UserMessage,
 )
-from tinyctx.config import function, integer
+from tinyctx.config import Check, function, integer
 from tinyctx.frozen import thaw
 from tinyctx.model import ModelHandler
 from tinyctx.stores import Note
@@ -156,6 +155,10 @@ def parse_bullets(text: str) -> list[str]:
 
 
 _POSITIVE = integer(minimum=1)
+_PROMPT: Check[str] = Check(
+    lambda value: isinstance(value, str) and "{max_bullets}" in value,
+    "a str with a {max_bullets} placeholder",
+)
 
 
 # ---------------------------------------------------------------------------------------
@@ -383,11 +386,7 @@ class ModelExtractor:
             max_transcript_chars, "max_transcript_chars", owner
         )
         self.max_existing = _POSITIVE.check(max_existing, "max_existing", owner)
-        if not isinstance(prompt, str) or "{max_bullets}" not in prompt:
-            raise ConfigError(
-                "prompt", prompt, "a str with a {max_bullets} placeholder", owner=owner
-            )
-        self.prompt = prompt
+        self.prompt = _PROMPT.check(prompt, "prompt", owner)
         self.model_name = model_name
         self.settings = dict(settings or {})
 

@@ -65,7 +65,7 @@ from tinyctx import (
 from tinyctx.agent import Checkpoint
 from tinyctx.chain import ToolCallHandler
 from tinyctx.codec import CodecError, decode_checkpoint, encode_checkpoint
-from tinyctx.config import text
+from tinyctx.config import implements, text
 from tinyctx.control import in_tool_call, resumption
 from tinyctx.conversation import Conversation
 from tinyctx.decisions import Decision
@@ -99,13 +99,13 @@ def _tags(value: Iterable[str], owner: str) -> tuple[str, ...]:
 
 
 _TAG = text()
+_METADATA = implements(Mapping, allowed="a mapping or None")
 
 
 def _metadata(value: Mapping[str, Any] | None, owner: str) -> FrozenDict[str, Any]:
     if value is None:
         return FrozenDict()
-    if not isinstance(value, Mapping):
-        raise ConfigError("metadata", value, "a mapping or None", owner=owner)
+    _METADATA.check(value, "metadata", owner)
     frozen_value: FrozenDict[str, Any] = freeze(value) if value else FrozenDict()
     return frozen_value
 

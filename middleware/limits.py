@@ -43,7 +43,7 @@ from tinyctx import (
     ToolResult,
 )
 from tinyctx.chain import ToolCallHandler
-from tinyctx.config import integer, one_of, optional, text
+from tinyctx.config import implements, integer, one_of, optional, text
 from tinyctx.control import resumption
 from tinyctx.events import LimitHit
 
@@ -99,6 +99,7 @@ def _limit(name: str, value: Any) -> int | None:
 
 _SCOPES: tuple[LimitScope, ...] = ("run", "thread")
 _LIMIT = optional(integer(minimum=1))
+_PER_TOOL = implements(Mapping, allowed="a mapping of tool name to an integer >= 1")
 _EXIT = one_of(("error", "end", "continue"), allowed="'error', 'end' or 'continue'")
 
 
@@ -128,10 +129,7 @@ def _scoped(name: str, value: Any, scope: LimitScope) -> dict[LimitScope, int]:
 def _per_tool(value: Any, scope: LimitScope) -> dict[str, dict[LimitScope, int]]:
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            "per_tool", value, "a mapping of tool name to an integer >= 1", owner="CallLimits"
-        )
+    _PER_TOOL.check(value, "per_tool", "CallLimits")
     out: dict[str, dict[LimitScope, int]] = {}
     for tool, limit in value.items():
         if not text().test(tool):

@@ -49,7 +49,7 @@ from tinyctx import (
     RunContext,
     StopWithFinal,
 )
-from tinyctx.config import fraction, integer, number, owner_of
+from tinyctx.config import fraction, function, integer, number, owner_of
 from tinyctx.control import Control
 from tinyctx.events import EventLevel
 
@@ -97,8 +97,7 @@ def check_callable(value: Any, arity: int, field_name: str, allowed: str, *, own
     with ``arity`` positional arguments (a callable whose signature Python cannot tell, a
     builtin's, is taken on trust): a formatter that takes one argument is refused when the
     layer is built, not found when the attempts have run out."""
-    if isinstance(value, str) or not callable(value):
-        raise ConfigError(field_name, value, allowed, owner=owner)
+    function(allowed=allowed).check(value, field_name, owner)
     try:
         signature = inspect.signature(value)
     except (TypeError, ValueError):

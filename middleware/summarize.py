@@ -33,7 +33,7 @@ from tinyctx import (
     RunContext,
     SystemMessage,
 )
-from tinyctx.config import fraction, optional
+from tinyctx.config import fraction, implements, optional
 from tinyctx.events import EventLevel
 from tinyctx.messages import check_pairing
 from tinyctx.reexport import publish
@@ -305,14 +305,9 @@ class Summarize(Layer):
         name: str | None = None,
     ) -> None:
         owner = type(self).__name__
-        if not isinstance(summarizer, Summarizer):
-            raise ConfigError(
-                "summarizer",
-                summarizer,
-                "an object with async summarize(messages, ctx) -> str",
-                owner=owner,
-            )
-        self.summarizer = summarizer
+        self.summarizer = implements(
+            Summarizer, allowed="an object with async summarize(messages, ctx) -> str"
+        ).check(summarizer, "summarizer", owner)
         self.trigger_tokens = (
             None
             if trigger_tokens is None

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
-from .config import one_of, text
+from .config import function, one_of, text
 from .errors import ConfigError
 from .messages import ToolCall, ToolResult
 from .model import ModelRequest, ModelResponse
@@ -131,6 +131,7 @@ class Layer:
 
 
 _LAYER_NAME = text(allowed="a non-empty string (the key the layer's state is stored under)")
+_LAYER_LIKE = function(allowed="a Layer instance or an async function")
 
 LayerLike: TypeAlias = "Layer | ModelLayerFn"
 
@@ -168,13 +169,7 @@ def check_layer_names(layers: Sequence[LayerLike]) -> None:
     seen: dict[str, int] = {}
     for index, layer in enumerate(layers):
         if not isinstance(layer, Layer):
-            if not callable(layer):
-                raise ConfigError(
-                    f"middleware[{index}]",
-                    layer,
-                    "a Layer instance or an async function",
-                    owner="Agent",
-                )
+            _LAYER_LIKE.check(layer, f"middleware[{index}]", "Agent")
             call = type(layer).__call__ if not inspect.isfunction(layer) else layer
             if not inspect.iscoroutinefunction(layer) and not inspect.iscoroutinefunction(call):
                 raise ConfigError(

@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeAlias
 from attrs import field, frozen
 
 from .chain import Layer, LayerLike, has_hook, layer_name
+from .config import Check, implements, one_of
 from .errors import ConfigError
 
 __all__ = [
@@ -48,18 +49,14 @@ Hook = Literal["model", "tool"]
 _HOOKS = ("model", "tool")
 
 
-def _check_target(instance: object, attribute: object, value: Any) -> None:
-    if isinstance(value, str) and value:
-        return
-    if isinstance(value, type) and issubclass(value, Layer):
-        return
-    owner = type(instance).__name__
-    raise ConfigError("target", value, "a layer name (non-empty str) or a Layer class", owner=owner)
+def _is_target(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(value)
+    return isinstance(value, type) and issubclass(value, Layer)
 
 
-def _check_hook(instance: object, attribute: object, value: Any) -> None:
-    if value not in _HOOKS:
-        raise ConfigError("hook", value, "'model' or 'tool'", owner=type(instance).__name__)
+_check_target: Check[Target] = Check(_is_target, "a layer name (non-empty str) or a Layer class")
+_check_hook = one_of(_HOOKS, allowed="'model' or 'tool'")
 
 
 def _describe(target: Target) -> str:
@@ -126,6 +123,9 @@ class Once:
 
 Constraint: TypeAlias = "Outside | Inside | Outermost | Innermost | Once"
 _CONSTRAINT_TYPES = (Outside, Inside, Outermost, Innermost, Once)
+_CONSTRAINT = implements(
+    _CONSTRAINT_TYPES, allowed="Outside, Inside, Outermost, Innermost or Once rules"
+)
 
 
 @frozen
@@ -173,13 +173,7 @@ def constraints_of(layer: LayerLike) -> tuple[Constraint, ...]:
     declared = getattr(layer, "constraints", ())
     rules = tuple(declared)
     for rule in rules:
-        if not isinstance(rule, _CONSTRAINT_TYPES):
-            raise ConfigError(
-                f"{layer_name(layer)}.constraints",
-                rule,
-                "Outside, Inside, Outermost, Innermost or Once rules",
-                owner=type(layer).__name__,
-            )
+        _CONSTRAINT.check(rule, f"{layer_name(layer)}.constraints", type(layer).__name__)
     return rules
 
 

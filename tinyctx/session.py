@@ -16,10 +16,10 @@ import anyio
 from .agent_core import AgentCore
 from .checkpoint import Checkpoint, RunResult
 from .codec import encode_messages
+from .config import implements, number, optional, text
 from .context import RunConfig, RunContext
 from .decisions import Decision
 from .durable import ThreadLink, ThreadLoaded, default_owner
-from .errors import ConfigError
 from .events import SubscriberFailed
 from .messages import Message, ToolCall
 from .model import ModelRequest
@@ -40,6 +40,12 @@ Data = TypeVar("Data")
 
 
 _NO_IDS_SEEN: tuple[int, Message | None, set[str]] = (0, None, set())
+
+# Session's settings, declared once (ConfigError naming Session.<field>).
+_GRACE_PERIOD = number(minimum=0, finite=False, allowed=">= 0 seconds")  # inf: never force
+_STORE = optional(implements(ThreadStore), allowed="a tinyctx.threads.ThreadStore or None")
+_LEASE_TTL = number(above=0, allowed="a finite number of seconds > 0")
+_OWNER = optional(text(), allowed="a non-empty string or None")
 """No message read yet (the set is never written: a count of 0 starts a new one)."""
 
 
@@ -99,22 +105,10 @@ class Session(ResumePath[Data]):
     ) -> None:
         if not isinstance(agent, AgentCore):
             raise TypeError(f"Session needs an Agent, got {type(agent).__name__}")
-        if grace_period < 0:
-            raise ConfigError("grace_period", grace_period, ">= 0 seconds", owner="Session")
-        if store is not None and not isinstance(store, ThreadStore):
-            raise ConfigError(
-                "store", store, "a tinyctx.threads.ThreadStore or None", owner="Session"
-            )
-        if (
-            isinstance(lease_ttl, bool)
-            or not isinstance(lease_ttl, int | float)
-            or not 0 < lease_ttl < float("inf")
-        ):
-            raise ConfigError(
-                "lease_ttl", lease_ttl, "a finite number of seconds > 0", owner="Session"
-            )
-        if owner is not None and (not isinstance(owner, str) or not owner):
-            raise ConfigError("owner", owner, "a non-empty string or None", owner="Session")
+        _GRACE_PERIOD.check(grace_period, "grace_period", "Session")
+        _STORE.check(store, "store", "Session")
+        _LEASE_TTL.check(lease_ttl, "lease_ttl", "Session")
+        _OWNER.check(owner, "owner", "Session")
         if ctx is None:
             base_config = config or RunConfig()
             overrides: dict[str, Any] = {}

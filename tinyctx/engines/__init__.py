@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from attrs import field, frozen
 
-from ..agent import ENGINE_STATE, Checkpoint, Session
+from ..agent import ENGINE_STATE, Agent, Checkpoint, Session
 from ..codec import (
     decode_checkpoint,
     decode_messages,
@@ -23,7 +23,7 @@ from ..codec import (
     encode_checkpoint,
     encode_messages,
 )
-from ..config import one_of
+from ..config import implements, one_of, text
 from ..decisions import Decision, decisions_from_json
 from ..errors import Interrupted, TinyCtxError
 from ..messages import Message, UserMessage
@@ -144,6 +144,13 @@ def check_approvals(value: Any, owner: str) -> str:
     """``approvals`` validated: one of :data:`APPROVAL_MODES`."""
     checked: str = one_of(APPROVAL_MODES).check(value, "approvals", owner)
     return checked
+
+
+def check_engine_target(agent: object, name: object, owner: str) -> None:
+    """An engine's ``agent`` (a tinyctx Agent) and ``name`` (its workflows' non-empty
+    name) validated, naming ``owner`` in the ConfigError."""
+    implements(Agent, allowed="a tinyctx Agent").check(agent, "agent", owner)
+    text(allowed="a non-empty str").check(name, "name", owner)
 
 
 def _waiting_workflow(record: ThreadRecord) -> str | None:

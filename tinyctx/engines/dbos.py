@@ -40,8 +40,8 @@ from dbos._serialization import DBOSPortableJSON, PortableWorkflowError, Workflo
 
 from ..agent import Agent, Checkpoint, Session
 from ..codec import decode_checkpoint, encode_checkpoint
+from ..config import number
 from ..decisions import Decision
-from ..errors import ConfigError
 from ..messages import Message
 from ..steps import (
     Envelope,
@@ -59,6 +59,7 @@ from . import (
     StepStore,
     WorkflowFailed,
     check_approvals,
+    check_engine_target,
     check_layers,
     claim_thread,
     decisions_document,
@@ -197,12 +198,8 @@ class DBOSEngine:
     ) -> None:
         refuse_trio("DBOSEngine")
         self.approvals = check_approvals(approvals, "DBOSEngine")
-        if not isinstance(agent, Agent):
-            raise ConfigError("agent", agent, "a tinyctx Agent", owner="DBOSEngine")
-        if not isinstance(name, str) or not name:
-            raise ConfigError("name", name, "a non-empty str", owner="DBOSEngine")
-        if not 0 < wait_seconds < float("inf"):
-            raise ConfigError("wait_seconds", wait_seconds, "seconds > 0", owner="DBOSEngine")
+        check_engine_target(agent, name, "DBOSEngine")
+        number(above=0, allowed="seconds > 0").check(wait_seconds, "wait_seconds", "DBOSEngine")
         self.agent = with_engine_steps(agent)
         self.store = store
         self.name = name

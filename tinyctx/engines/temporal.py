@@ -47,6 +47,7 @@ from .. import durable as _durable  # noqa: F401 - see the anyio import above
 from ..agent import Agent, Session
 from ..checkpoint import Checkpoint
 from ..codec import decode, decode_checkpoint, encode_checkpoint
+from ..config import integer
 from ..context import RunConfig
 from ..decisions import Decision
 from ..errors import ConfigError, ToolError
@@ -77,6 +78,7 @@ from . import (
     StepStore,
     WorkflowFailed,
     check_approvals,
+    check_engine_target,
     check_layers,
     claim_thread,
     decisions_document,
@@ -291,12 +293,8 @@ class TemporalEngine:
     ) -> None:
         refuse_trio("TemporalEngine")
         self.approvals = check_approvals(approvals, "TemporalEngine")
-        if not isinstance(agent, Agent):
-            raise ConfigError("agent", agent, "a tinyctx Agent", owner="TemporalEngine")
-        if not isinstance(name, str) or not name:
-            raise ConfigError("name", name, "a non-empty str", owner="TemporalEngine")
-        if not isinstance(attempts, int) or attempts < 1:
-            raise ConfigError("attempts", attempts, "an int >= 1", owner="TemporalEngine")
+        check_engine_target(agent, name, "TemporalEngine")
+        integer(minimum=1, allowed="an int >= 1").check(attempts, "attempts", "TemporalEngine")
         self.raw_agent = agent
         self.agent = with_engine_steps(agent)
         self.store = store

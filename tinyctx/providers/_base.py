@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, cast
 
 import anyio
 
+from ..config import flag, implements, text
 from ..context import RunContext
 from ..errors import ConfigError, ProviderError
 from ..events import ModelStreamDelta
@@ -80,25 +81,23 @@ class SDKModel(Generic[ClientT]):
     ) -> ClientT:
         owner = type(self).__name__
         self.model = check_model(model, owner)
-        if not isinstance(stream, bool):
-            raise ConfigError("stream", stream, "True or False", owner=owner)
-        self.stream = stream
+        self.stream = flag().check(stream, "stream", owner)
         self._owns_client = client is None
         if client is None:
             try:
                 client = build()
             except sdk_error as exc:
                 raise ConfigError("client", None, credentials, owner=owner) from exc
-        elif not isinstance(client, client_type):
+        else:
             name = f"{client_type.__module__.split('.')[0]}.{client_type.__name__}"
-            raise ConfigError("client", client, f"an {name} instance", owner=owner)
-        elif base_url is not None or api_key is not None:
-            raise ConfigError(
-                "base_url" if base_url is not None else "api_key",
-                base_url if base_url is not None else "***",
-                "None when a client is given (configure the client instead)",
-                owner=owner,
-            )
+            implements(client_type, allowed=f"an {name} instance").check(client, "client", owner)
+            if base_url is not None or api_key is not None:
+                raise ConfigError(
+                    "base_url" if base_url is not None else "api_key",
+                    base_url if base_url is not None else "***",
+                    "None when a client is given (configure the client instead)",
+                    owner=owner,
+                )
         self.client = client
         self.server = server_of(getattr(client, "base_url", None))
         return client
@@ -173,11 +172,8 @@ class SDKModel(Generic[ClientT]):
         """Whether this call streams: ``request.settings["stream"]``, else True in a
         streamed run (:meth:`tinyctx.Session.stream`), else ``stream``."""
         value = request.settings.get("stream", self.stream or stream_requested())
-        if not isinstance(value, bool):
-            raise ConfigError(
-                "request.settings['stream']", value, "True or False", owner=type(self).__name__
-            )
-        return value
+        streams: bool = flag().check(value, "request.settings['stream']", type(self).__name__)
+        return streams
 
 
 def server_of(url: object) -> tuple[str | None, int | None]:
@@ -203,9 +199,8 @@ def unreadable(provider: str, exc: FormatError) -> ProviderError:
 
 
 def check_model(model: object, owner: str) -> str:
-    if not isinstance(model, str) or not model:
-        raise ConfigError("model", model, "a non-empty model name", owner=owner)
-    return model
+    name: str = text(allowed="a non-empty model name").check(model, "model", owner)
+    return name
 
 
 def check_settings(
