@@ -126,13 +126,22 @@ class TestWorkerThreadCancellation:
         worker = WorkerThread("t")
         gate = threading.Event()
         ran: list[str] = []
+
+        def first() -> None:
+            gate.wait(10)
+            ran.append("first")
+
         async with anyio.create_task_group() as group:
-            group.start_soon(worker.run, lambda: gate.wait(10))
+            group.start_soon(worker.run, first)
             await anyio.sleep(0.01)
             with anyio.move_on_after(0.05) as scope:
                 await worker.run(lambda: ran.append("queued"))
+            # the caller left while the first call still runs: it was not held behind it
+            assert ran == []
             gate.set()
         assert scope.cancelled_caught
+        assert ran == ["first"]
+        ran.clear()
         assert await worker.run(lambda: list(ran)) == []
         worker.stop()
 

@@ -42,19 +42,16 @@ _Deliver = Callable[[outcome.Outcome[Any]], None]
 _STOP: Final = None
 
 
-class _Skipped(Exception):
-    """A call whose caller was cancelled before it started: it never ran."""
-
-
 class _Job:
     """One submitted call, and whether its caller gave up on it."""
 
-    __slots__ = ("cancelled", "deliver", "fn")
+    __slots__ = ("cancelled", "deliver", "fn", "started")
 
     def __init__(self, fn: Callable[[], Any], deliver: _Deliver) -> None:
         self.fn = fn
         self.deliver = deliver
         self.cancelled = False
+        self.started = False
 
 
 _running = threading.local()
@@ -129,12 +126,16 @@ class WorkerThread:
             return await self._run_asyncio(fn, interrupt)
         return await anyio.to_thread.run_sync(fn)  # pragma: no cover - no other backend
 
-    def _give_up(self, job: _Job, interrupt: Callable[[], None] | None) -> None:
-        """The caller of ``job`` was cancelled: skip it if queued, stop it if running."""
+    def _give_up(self, job: _Job, interrupt: Callable[[], None] | None) -> bool:
+        """The caller of ``job`` was cancelled: skip it if queued (True: it never runs and
+        nothing is delivered, so the caller leaves now), else stop it if running."""
         with self._lock:
             job.cancelled = True
+            if not job.started:
+                return True
             if interrupt is not None and self._current is job:
                 interrupt()
+            return False
 
     def stop(self) -> None:
         """Let the thread exit once the calls already submitted have run."""
@@ -159,8 +160,10 @@ class WorkerThread:
         job = _Job(fn, deliver)
 
         def abort(_raise_cancel: object) -> trio.lowlevel.Abort:
-            # the call is skipped or stopped; the caller waits for that (prompt) end
-            self._give_up(job, interrupt)
+            # a queued call is skipped and the caller leaves now; a running one is stopped
+            # and the caller waits for that (prompt) end
+            if self._give_up(job, interrupt):
+                return trio.lowlevel.Abort.SUCCEEDED
             return trio.lowlevel.Abort.FAILED
 
         self._submit(job)
@@ -190,7 +193,8 @@ class WorkerThread:
         try:
             await asyncio.wait((future,))  # a cancel here leaves the future alone
         except asyncio.CancelledError:
-            self._give_up(job, interrupt)
+            if self._give_up(job, interrupt):
+                raise  # still queued: skipped, it never runs
             with anyio.CancelScope(shield=True):
                 await asyncio.wait((future,))
             if isinstance(future.result(), outcome.Error):
@@ -231,15 +235,18 @@ class WorkerThread:
             if job is _STOP:
                 return
             result = self._execute(job)
+            if result is None:
+                continue  # skipped: its caller left when it gave up, nobody waits
             # a RuntimeError: the caller's event loop closed meanwhile, nobody waits
             with contextlib.suppress(RuntimeError):
                 job.deliver(result)
             del job, result
 
-    def _execute(self, job: _Job) -> outcome.Outcome[Any]:
+    def _execute(self, job: _Job) -> outcome.Outcome[Any] | None:
         with self._lock:
             if job.cancelled:
-                return outcome.Error(_Skipped())
+                return None
+            job.started = True
             self._current = job
         _running.job = job
         try:
