@@ -175,6 +175,7 @@ def _finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
     return proc.returncode, out.splitlines()[-1]
 
 
+@pytest.mark.slow  # two worker processes each: the multi-process group
 class TestTwoProcesses:
     """Two SDK runners in two processes on one session id never interleave their writes."""
 
