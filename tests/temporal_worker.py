@@ -89,12 +89,16 @@ async def fence(mode: str, address: str, directory: Path) -> None:
         task_queue="fence",
         lease_ttl=FENCE_TTL,
         activity_timeout=FENCE_TTL,
-        attempts=5,
+        # a retry the frozen worker's open polls receive times out again: room for those
+        attempts=10,
     )
     worker = engine.worker(
         client,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
         graceful_shutdown_timeout=timedelta(seconds=1),
+        # the stalled worker keeps its open activity polls while frozen, and each one takes
+        # (and times out) a retry of the write: by default five, which used up the attempts
+        max_concurrent_activity_task_polls=1 if mode == "stall" else None,
     )
     async with worker:
         workflow_id = await engine.start(client, FENCE_THREAD, "go", request_id="r")

@@ -365,8 +365,14 @@ def _line(process: subprocess.Popen[str], prefix: str, directory: Path) -> str:
     for line in process.stdout:
         if line.startswith(prefix):
             return line.strip()
-    errors = "".join(p.read_text()[-2000:] for p in directory.glob("*.err"))
-    raise AssertionError(f"worker exited ({process.wait()}) before {prefix!r}: {errors}")
+    raise AssertionError(
+        f"worker exited ({process.wait()}) before {prefix!r}: {_worker_errors(directory)}"
+    )
+
+
+def _worker_errors(directory: Path) -> str:
+    """The end of every fencing worker's stderr (what to read when one failed)."""
+    return "".join(p.read_text()[-2000:] for p in directory.glob("*.err"))
 
 
 @pytest.mark.slow  # real worker processes stopped and continued: CI's slow group runs it
@@ -382,19 +388,40 @@ class TestFencingAStalledWorker:
         write is refused with its token, the thread holds the takeover's run."""
         address = env.client.service_client.config.target_host
         stalled = _spawn_fence("stall", address, tmp_path)
+        processes = [stalled]
+        try:
+            await self._fenced_out(stalled, processes, address, tmp_path)
+        finally:  # a failed run leaves no worker behind (nor its pipe) for later tests
+            for process in processes:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGCONT)
+                    process.kill()
+                process.wait(timeout=30)
+                if process.stdout is not None:
+                    process.stdout.close()
+
+    async def _fenced_out(
+        self,
+        stalled: subprocess.Popen[str],
+        processes: list[subprocess.Popen[str]],
+        address: str,
+        tmp_path: Path,
+    ) -> None:
         stalled_token = int(_line(stalled, "stalled", tmp_path).split()[1])
         store = SqliteStore(tmp_path / "threads.db")
         try:
             takeover = _spawn_fence("takeover", address, tmp_path)
+            processes.append(takeover)
             # Temporal times the stalled attempt out and retries the write on the second
             # worker, which takes the thread over with a newer token of the same owner
-            for _ in range(6000):  # another process writes the store: poll it
+            for _ in range(9000):  # another process writes the store: poll it
                 lease = (await store.load_thread("fence")).lease
                 if lease is not None and lease.token > stalled_token:
                     break
                 await anyio.sleep(0.01)
             else:
-                raise AssertionError("no worker took the stalled thread over")
+                errors = _worker_errors(tmp_path)
+                raise AssertionError(f"no worker took the stalled thread over: {errors}")
         finally:
             stalled.send_signal(signal.SIGCONT)  # while the takeover still holds the thread
         fenced = _line(stalled, "fenced write", tmp_path).split()
@@ -404,8 +431,6 @@ class TestFencingAStalledWorker:
         _line(stalled, "ended", tmp_path)
         for process in (takeover, stalled):
             assert process.wait(timeout=120) == 0
-            assert process.stdout is not None
-            process.stdout.close()
         record = await store.load_thread("fence")
         messages = decode_messages(record.messages)  # the refused write added nothing
         check_pairing(messages, allow_pending=False)
