@@ -36,6 +36,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dbos import DBOS  # noqa: E402
@@ -134,7 +136,10 @@ class StallingStore(SqliteStore):
             print("stalled", lease.token if lease is not None else None, flush=True)
             os.kill(os.getpid(), signal.SIGSTOP)
         try:
-            return await super().write(thread_id, change, **kwargs)
+            # the frozen write was already on its way to the database: continued, it lands
+            # there (and is refused) even though Temporal cancels the timed-out attempt now
+            with anyio.CancelScope(shield=True):
+                return await super().write(thread_id, change, **kwargs)
         except FencedOut as refused:
             print("fenced write", refused.token, refused.current, flush=True)
             raise
