@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from .config import Check, integer, number, optional
 from .errors import ConfigError
 from .messages import AssistantMessage, Message, ToolResult, UserMessage
 from .parts import content_text
@@ -98,6 +99,30 @@ def measure_parts(count: Callable[[str], int], messages: Sequence[Message]) -> l
     return counts
 
 
+_POSITIVE_RATE: Final[Check[float]] = number(above=0, allowed="a finite number > 0")
+_NONNEGATIVE_RATE: Final[Check[float]] = number(minimum=0, allowed="a finite number >= 0")
+_SAMPLE_ABOVE: Final[Check[int | None]] = optional(
+    integer(minimum=_SAMPLE_CHARS),
+    allowed=f"None or an integer number of characters >= {_SAMPLE_CHARS}",
+)
+
+
+def check_counter_settings(
+    owner: str,
+    *,
+    positive: Mapping[str, object],
+    nonnegative: Mapping[str, object],
+    sample_above: object,
+) -> None:
+    """A heuristic counter's rates (finite numbers, > 0 or >= 0) and ``sample_above``,
+    checked once for every counter: a ConfigError naming ``owner`` and the field."""
+    for name, value in positive.items():
+        _POSITIVE_RATE.check(value, name, owner)
+    for name, value in nonnegative.items():
+        _NONNEGATIVE_RATE.check(value, name, owner)
+    _SAMPLE_ABOVE.check(sample_above, "sample_above", owner)
+
+
 class HeuristicCounter(MemoCounter):
     """Fast estimate: ASCII at ``chars_per_token``, CJK per character, the rest by UTF-8 bytes.
 
@@ -140,34 +165,20 @@ class HeuristicCounter(MemoCounter):
         sample_above: int | None = DEFAULT_SAMPLE_ABOVE,
         **options: Any,
     ) -> None:
-        for name, value, positive in (
-            ("chars_per_token", chars_per_token, True),
-            ("nonascii_bytes_per_token", nonascii_bytes_per_token, True),
-            ("astral_extra", astral_extra, False),
-            ("han_tokens", han_tokens, False),
-            ("kana_tokens", kana_tokens, False),
-            ("hangul_tokens", hangul_tokens, False),
-        ):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-                or (positive and value == 0)
-            ):
-                allowed = "a finite number > 0" if positive else "a finite number >= 0"
-                raise ConfigError(name, value, allowed, owner="HeuristicCounter")
-        if sample_above is not None and (
-            isinstance(sample_above, bool)
-            or not isinstance(sample_above, int)
-            or sample_above < _SAMPLE_CHARS
-        ):
-            raise ConfigError(
-                "sample_above",
-                sample_above,
-                f"None or an integer number of characters >= {_SAMPLE_CHARS}",
-                owner="HeuristicCounter",
-            )
+        check_counter_settings(
+            "HeuristicCounter",
+            positive={
+                "chars_per_token": chars_per_token,
+                "nonascii_bytes_per_token": nonascii_bytes_per_token,
+            },
+            nonnegative={
+                "astral_extra": astral_extra,
+                "han_tokens": han_tokens,
+                "kana_tokens": kana_tokens,
+                "hangul_tokens": hangul_tokens,
+            },
+            sample_above=sample_above,
+        )
         super().__init__(**options)
         self.sample_above = sample_above
         self.chars_per_token = float(chars_per_token)

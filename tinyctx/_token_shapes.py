@@ -13,9 +13,9 @@ from ._token_counters import (
     _NOT_ASTRAL_LEADS,
     _NOT_CJK_LEADS,
     _NOT_LEADS,
-    _SAMPLE_CHARS,
     DEFAULT_SAMPLE_ABOVE,
     _sample,
+    check_counter_settings,
     measure_parts,
     split_message,
 )
@@ -26,7 +26,6 @@ from ._token_memo import (
     flat_orjson,
     reasoning_tokens,
 )
-from .errors import ConfigError
 from .frozen import FrozenDict
 from .messages import AssistantMessage, Message, ToolResult
 
@@ -161,28 +160,12 @@ class ShapeCounter(MemoCounter):
         **options: Any,
     ) -> None:
         rates = {name: options.pop(name, default) for name, default in _RATES}
-        for name, value in (*rates.items(), ("max_chars_per_token", max_chars_per_token)):
-            positive = name == "max_chars_per_token"
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-                or (positive and value == 0)
-            ):
-                allowed = "a finite number > 0" if positive else "a finite number >= 0"
-                raise ConfigError(name, value, allowed, owner="ShapeCounter")
-        if sample_above is not None and (
-            isinstance(sample_above, bool)
-            or not isinstance(sample_above, int)
-            or sample_above < _SAMPLE_CHARS
-        ):
-            raise ConfigError(
-                "sample_above",
-                sample_above,
-                f"None or an integer number of characters >= {_SAMPLE_CHARS}",
-                owner="ShapeCounter",
-            )
+        check_counter_settings(
+            "ShapeCounter",
+            positive={"max_chars_per_token": max_chars_per_token},
+            nonnegative=rates,
+            sample_above=sample_above,
+        )
         super().__init__(**options)
         self._names: dict[str, int] = {}  # tool name -> its count
         self.sample_above = sample_above
