@@ -290,12 +290,6 @@ def _ready(process: subprocess.Popen[str]) -> None:
 
 
 @pytest.mark.slow  # a crash trial of real worker processes: CI's slow group runs it
-@pytest.mark.xfail(
-    strict=False,
-    reason="open defect (#33): a write activity's recorded FencedOut (a stale token after a "
-    "killed attempt's takeover) fails every replay of the workflow task, so a run can stay "
-    "unfinished; the trial passes when no kill lands there",
-)
 class TestKilledWorkers:
     """Temporal workers killed at random points: the runs finish on a later worker, each
     completed tool ran once and the one in flight at a kill at most twice."""

@@ -68,7 +68,7 @@ from ..steps import (
     with_engine_steps,
 )
 from ..store_protocols import Store
-from ..threads import FencedOut, Lease, ThreadStore, ThreadWrite
+from ..threads import FencedOut, Lease, LeaseHeld, ThreadStore, ThreadWrite
 from ..tool_handler import run_tool_or_raise
 from . import (
     STORE_LOAD_STEP,
@@ -116,6 +116,10 @@ PASSTHROUGH = ("tinyctx", "attrs", "anyio", "sniffio", "structlog", "orjson", "r
 backends and attrs' classes fail when re-imported inside it)."""
 
 _ENGINES: dict[str, TemporalEngine] = {}
+
+_RECLAIMS = 3
+"""How often a write fenced out by its own owner takes the thread back and writes again
+(each time a stalled attempt of an earlier lease call took it over meanwhile)."""
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
@@ -195,6 +199,12 @@ class _ActivityStore(StepStore):
             return lease
         return taken
 
+    def _learn(self, lease: Lease | None) -> None:
+        """Keep ``lease`` when it is newer than the one held: results arrive in history
+        order, which need not be the order the store granted their tokens in."""
+        if lease is not None and (self.taken is None or lease.token > self.taken.token):
+            self.taken = lease
+
     async def write(
         self,
         thread_id: str,
@@ -203,13 +213,42 @@ class _ActivityStore(StepStore):
         expected_version: int,
         lease: Lease | None = None,
     ) -> int:
-        version = await super().write(
-            thread_id, change, expected_version=expected_version, lease=self._newest(lease)
-        )
-        taken = self.activity_runner.last["output"].get("lease")
-        if taken is not None:
-            self.taken = lease_from_json(taken)
-        return version
+        """A write step; fenced out by a newer token of the workflow's own owner, the
+        workflow takes the thread back and writes again.
+
+        Only this workflow derives that owner, so the newer token was granted to one of
+        its own activity attempts whose result the history never kept (a write retried
+        after a kill takes the thread over first, and its worker may die before it
+        reports). The workflow running now is the live one (Temporal accepts one
+        execution's commands); the stalled attempt still holds an older token than the
+        one taken back here, so the store goes on refusing it. A lease of another owner
+        is a real loss: the FencedOut is raised."""
+        for reclaims in range(_RECLAIMS + 1):
+            held = self._newest(lease)
+            try:
+                return await self._write_step(thread_id, change, expected_version, held)
+            except FencedOut:
+                if held is None or reclaims == _RECLAIMS:
+                    raise
+                args = {"lease": lease_json(held), "ttl": self.engine.lease_ttl}
+                reclaimed = await self._call("tinyctx.lease.reclaim", args)
+                if reclaimed is None:
+                    raise
+                self._learn(lease_from_json(reclaimed))
+        raise AssertionError("unreachable: the last reclaim's FencedOut is raised")
+
+    async def _write_step(
+        self, thread_id: str, change: ThreadWrite, expected_version: int, lease: Lease | None
+    ) -> int:
+        self.activity_runner.last = {}
+        try:
+            return await super().write(
+                thread_id, change, expected_version=expected_version, lease=lease
+            )
+        finally:
+            # a retried write took the thread over (even when its write was refused)
+            output = self.activity_runner.last.get("output", {})
+            self._learn(lease_from_json(output.get("lease")))
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         args = {"thread_id": thread_id, "owner": owner, "ttl": ttl}
@@ -219,7 +258,7 @@ class _ActivityStore(StepStore):
         args = {"lease": lease_json(self._newest(lease)), "ttl": ttl}
         renewed = self._lease(await self._call("tinyctx.lease.renew", args))
         if renewed.token != lease.token:
-            self.taken = renewed
+            self._learn(renewed)
         return renewed
 
     async def release_lease(self, lease: Lease) -> None:
@@ -541,10 +580,33 @@ class TemporalEngine:
                     raise
                 return lease_json(await store.renew_lease(current, arg["ttl"]))
 
+        @activity.defn(name="tinyctx.lease.reclaim")
+        async def reclaim(arg: dict[str, Any]) -> Any:
+            # the workflow was fenced out by its own owner (see _ActivityStore.write)
+            lease = lease_from_json(arg["lease"])
+            assert lease is not None
+            try:
+                return lease_json(
+                    await store.acquire_lease(lease.thread_id, lease.owner, arg["ttl"])
+                )
+            except LeaseHeld:
+                return None  # another owner's: a real loss
+
         @activity.defn(name="tinyctx.lease.release")
         async def release(arg: dict[str, Any]) -> None:
             lease = lease_from_json(arg["lease"])
             assert lease is not None
+            try:
+                await store.renew_lease(lease, self.lease_ttl)  # is it still the current one?
+            except FencedOut as exc:
+                if exc.current is None:
+                    return  # released already
+                # a newer token, granted to an attempt the history never kept (or to
+                # another owner, whose lease stays): the workflow is done with the thread
+                try:
+                    lease = await store.acquire_lease(lease.thread_id, lease.owner, self.lease_ttl)
+                except LeaseHeld:
+                    return
             await store.release_lease(lease)
 
         @activity.defn(dynamic=True)
@@ -553,7 +615,7 @@ class TemporalEngine:
             return await self._run_step(activity.info().activity_type, arg)
 
         tools = [self._tool_activity(TOOL_STEP_PREFIX + t.name) for t in self.raw_agent.tools]
-        return [model, load, write, acquire, renew, release, named_at_run_time, *tools]
+        return [model, load, write, acquire, renew, reclaim, release, named_at_run_time, *tools]
 
     async def _write(self, arg: dict[str, Any]) -> Envelope:
         """A thread write. A retry (attempt 2 or later: Temporal gave up on an earlier
@@ -566,8 +628,8 @@ class TemporalEngine:
             return await run_write(self.store, arg)
         taken = await self.store.acquire_lease(old.thread_id, old.owner, self.lease_ttl)
         envelope = await run_write(self.store, {**arg, "lease": lease_json(taken)})
-        if "version" in envelope["output"]:
-            envelope["output"]["lease"] = lease_json(taken)
+        # told even when the write was refused (the workflow writes with it next)
+        envelope["output"]["lease"] = lease_json(taken)
         return envelope
 
     def _tool_activity(self, name: str) -> Callable[..., Any]:
