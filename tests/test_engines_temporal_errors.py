@@ -290,15 +290,12 @@ class TestCancelledWorkflow:
 
 
 class TestWhichExceptionsRetryTheTask:
-    """Only a replay mismatch and the store's race errors keep Temporal's task retry."""
+    """Only a replay mismatch keeps Temporal's task retry."""
 
     @pytest.mark.parametrize(
         "error",
         [
             NondeterminismError("tinyctx.model", 2, ("a",), "differs"),
-            FencedOut("th", 1, 2),
-            LeaseHeld("th", "other", 9.0),
-            StaleThreadVersion("th", 1, 2),
             ApplicationError("already Temporal's", type="Mine"),
         ],
         ids=lambda e: type(e).__name__,
@@ -308,10 +305,21 @@ class TestWhichExceptionsRetryTheTask:
         assert workflow_failure(error) is error
 
     @pytest.mark.parametrize(
-        "error", [RuntimeError("bug"), LayerRefused("no"), KeyError("k")], ids=repr
+        "error",
+        [
+            RuntimeError("bug"),
+            LayerRefused("no"),
+            KeyError("k"),
+            # a replayed task would meet the same recorded refusal: the thread is lost
+            FencedOut("th", 1, 2),
+            LeaseHeld("th", "other", 9.0),
+            StaleThreadVersion("th", 1, 2),
+        ],
+        ids=repr,
     )
     def test_failed(self, error: Exception) -> None:
-        """Any other exception becomes a non-retryable failure of its type and message."""
+        """Any other exception, the store's refusals among them, becomes a non-retryable
+        failure of its type and message."""
         failure = workflow_failure(error)
         assert isinstance(failure, ApplicationError)
         assert (failure.type, failure.message, failure.non_retryable) == (

@@ -15,7 +15,7 @@ from tests.engine_app import TOOL_CALLS, append_line, executions, time_skipping_
 from tinyctx import Agent, SqliteStore, tool
 from tinyctx.codec import decode_messages
 from tinyctx.context import RunContext
-from tinyctx.engines import lease_json, lease_owner
+from tinyctx.engines import WorkflowFailed, lease_json, lease_owner
 from tinyctx.engines.temporal import TemporalEngine
 from tinyctx.messages import AssistantMessage, ToolCall, ToolResult, check_pairing
 from tinyctx.model import ModelRequest, ModelResponse
@@ -30,10 +30,12 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _usurping_agent(effects: Path, store: SqliteStore, usurp_at: set[int]) -> Agent:
+def _usurping_agent(
+    effects: Path, store: SqliteStore, usurp_at: set[int], *, by: str | None = None
+) -> Agent:
     """Calls ``work`` :data:`TOOL_CALLS` times; the calls numbered in ``usurp_at`` first
-    take the thread's lease over with the lease's own owner (a new token the workflow
-    never hears of), as a killed write attempt's takeover does."""
+    take the thread's lease over: with the lease's own owner (a new token the workflow
+    never hears of, as a killed write attempt's takeover does), or as the owner ``by``."""
 
     async def model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
         done = sum(isinstance(m, ToolResult) for m in request.messages)
@@ -48,7 +50,9 @@ def _usurping_agent(effects: Path, store: SqliteStore, usurp_at: set[int]) -> Ag
         if step in usurp_at:
             held = (await store.load_thread(thread)).lease
             assert held is not None
-            await store.acquire_lease(thread, held.owner, 30.0)
+            if by is not None:
+                await store.release_lease(held)  # as if it had expired
+            await store.acquire_lease(thread, by or held.owner, 30.0)
         append_line(effects, f"{thread}:{step}")
         return f"done {step}"
 
@@ -76,6 +80,28 @@ class TestFencedByItsOwnOwner:
         record = await store.load_thread("th")
         check_pairing(decode_messages(record.messages), allow_pending=False)
         assert record.lease is None
+        await store.aclose()
+
+
+class TestFencedByAnotherOwner:
+    """A workflow whose thread another owner took has lost it: the workflow fails."""
+
+    async def test_workflow_fails(self, tmp_path: Path, env: WorkflowEnvironment) -> None:
+        """The run ends with WorkflowFailed naming FencedOut (it used to retry its task
+        forever); the calls before ran once, none after, and the other owner keeps the
+        thread."""
+        effects = tmp_path / "effects"
+        store = SqliteStore(tmp_path / "threads.db")
+        agent = _usurping_agent(effects, store, {2}, by="someone else")
+        engine = TemporalEngine(agent, store, name="lost", task_queue="lost")
+        async with engine.worker(env.client):
+            workflow_id = await engine.start(env.client, "th", "go", request_id="r")
+            with anyio.fail_after(60), pytest.raises(WorkflowFailed) as failed:
+                await engine.result(env.client, workflow_id)
+        assert failed.value.error_type == "FencedOut"
+        assert executions(effects) == {"th:0": 1, "th:1": 1, "th:2": 1}
+        lease = (await store.load_thread("th")).lease
+        assert lease is not None and lease.owner == "someone else"
         await store.aclose()
 
 

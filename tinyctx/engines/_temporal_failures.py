@@ -6,21 +6,16 @@ from __future__ import annotations
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
 
 from ..steps import NondeterminismError
-from ..threads import FencedOut, LeaseHeld, StaleThreadVersion
 
 __all__ = ["TASK_RETRIED", "failure_of", "workflow_failure"]
 
-TASK_RETRIED: tuple[type[Exception], ...] = (
-    NondeterminismError,
-    FencedOut,
-    LeaseHeld,
-    StaleThreadVersion,
-)
+TASK_RETRIED: tuple[type[Exception], ...] = (NondeterminismError,)
 """Exceptions that fail the workflow *task*, which Temporal retries: a replay on code
-other than the recorded (fixed by deploying it), and the thread store refusing an
-execution that raced an earlier one of the same workflow (a killed or stalled worker's
-attempt took the lease or wrote first); the retried task replays against the store as
-it is now. The worker-kill trials rely on it."""
+other than the recorded, fixed by deploying it. The store's refusals are not among them:
+every store call is an activity whose answer the history keeps, so a retried task would
+meet the same refusal forever. A workflow fenced out by its own owner takes the thread
+back (see ``_ActivityStore.write``); one whose thread another owner took, or another
+writer changed, has lost it, and fails."""
 
 
 def workflow_failure(exc: Exception) -> Exception:
