@@ -53,14 +53,19 @@ from tinyctx import (
 )
 from tinyctx.frozen import thaw
 from tinyctx.middleware import BudgetGuard
+from tinyctx.testing.token_accuracy import (
+    FITTED_ON,
+    MIN_TEXT_CHARS,
+    estimate_errors,
+    held_out_texts,
+)
 from tinyctx.testing.transcripts import load_openai_jsonl
-from tinyctx.tokens import HeuristicCounter, ShapeCounter, TokenizersCounter, message_payload
+from tinyctx.tokens import HeuristicCounter, ShapeCounter, TokenizersCounter
 
 SIZES = (100, 2000, 20_000)
 WARM_TARGET = 0.3e-3
 TOTAL_TARGET = 0.05
 MEAN_TARGET = 0.12
-MIN_TEXT_CHARS = 20
 CPU = time.process_time  # cold counts vs LangChain: CPU time, steady on a shared machine
 
 
@@ -236,49 +241,37 @@ def timing_rows(pool: Sequence[Message], quick: bool) -> list[Row]:
     return rows
 
 
-FITTED_ON = frozenset(
-    (
-        "marot__spotter__cc-subagent-a2898e3",
-        "SWE-agent__mini-swe-agent__astroid-1333-deepseek-chat",
-        "OpenHands__software-agent-sdk__fncall-llm-message",
-    )
-)
-"""The transcripts the heuristic's rates were fitted on (with the CJK samples' even-numbered
-lines); the accuracy rows report on the others only (held out)."""
-
-
-def text_sets(data: Path) -> dict[str, list[str]]:
-    """The held-out texts of each kind, as a counter meets them: prose (what users and
-    assistants write), code (tool results: files, diffs, shell output) and CJK (zh/ja/ko
-    lines); the transcripts in :data:`FITTED_ON` and the even-numbered CJK lines, which
-    the rates were fitted on, are left out."""
-    sets: dict[str, list[str]] = {"prose": [], "code": [], "CJK": []}
-    for path in sorted((data / "transcripts" / "openai").glob("*.jsonl")):
-        if path.stem in FITTED_ON:
-            continue
-        for message in load_openai_jsonl(path):
-            kind = "code" if isinstance(message, ToolResult) else "prose"
-            sets[kind].append(message.text if kind == "code" else message_payload(message))
-    for path in sorted((data / "text" / "cjk").glob("*-utf8.txt")):
-        sets["CJK"] += path.read_text().splitlines()[1::2]  # one text per line: more samples
-    # each kept once (the CJK samples repeat across their source encodings)
-    return {
-        kind: [t for t in dict.fromkeys(texts) if len(t.strip()) >= MIN_TEXT_CHARS]
-        for kind, texts in sets.items()
-    }
-
-
-def _errors(estimates: Sequence[int], truths: Sequence[int]) -> tuple[float, float]:
-    """The total's relative error and the mean absolute relative error per text."""
-    total = (sum(estimates) - sum(truths)) / sum(truths)
-    mean = sum(abs(e - t) / t for e, t in zip(estimates, truths, strict=True)) / len(truths)
-    return total, mean
-
-
 def speed_rows(data: Path, rounds: int) -> list[Row]:
-    """count_text over every held-out text, the shape counter next to the heuristic and
-    chars/4, interleaved round by round (CPU time, medians of the rounds)."""
-    texts = [t for kind in text_sets(data).values() for t in kind]
+    """count_text over every held-out text, and over the CJK ones alone (the path that
+    reads scripts), the shape counter next to the heuristic and chars/4, interleaved
+    round by round (CPU time, medians of the rounds)."""
+    sets = held_out_texts(data)
+    rows: list[Row] = []
+    for label, texts in (
+        (f"{sum(map(len, sets.values()))} texts", [t for kind in sets.values() for t in kind]),
+        (f"{len(sets['CJK'])} CJK texts", sets["CJK"]),
+    ):
+        per_text = _count_text_seconds(texts, rounds)
+        for baseline, name in (
+            ("HeuristicCounter (chars/3.1)", "old"),
+            ("LangChain chars/4", "chars4"),
+        ):
+            rows.append(
+                Row(
+                    "speed",
+                    f"ShapeCounter.count_text, {label}",
+                    per_text["new"],
+                    baseline,
+                    per_text[name],
+                    target="reported (the cold-count rows judge the hot path)",
+                )
+            )
+    return rows
+
+
+def _count_text_seconds(texts: Sequence[str], rounds: int) -> dict[str, float]:
+    """Seconds per text of the shape counter ("new"), the heuristic ("old") and chars/4,
+    interleaved round by round, medians."""
     shape = ShapeCounter(sample_above=None)  # every character read, as chars/4 does
     heuristic = HeuristicCounter(sample_above=None)
 
@@ -297,26 +290,7 @@ def speed_rows(data: Path, rounds: int) -> list[Row]:
             start = CPU()
             fn()
             timings[name].append(CPU() - start)
-    median = {name: statistics.median(times) for name, times in timings.items()}
-    per_text = {name: seconds / len(texts) for name, seconds in median.items()}
-    return [
-        Row(
-            "speed",
-            f"ShapeCounter.count_text, {len(texts)} texts",
-            per_text["new"],
-            "HeuristicCounter (chars/3.1)",
-            per_text["old"],
-            target="reported (the cold-count rows judge the hot path)",
-        ),
-        Row(
-            "speed",
-            f"ShapeCounter.count_text, {len(texts)} texts",
-            per_text["new"],
-            "LangChain chars/4",
-            per_text["chars4"],
-            target="reported (the cold-count rows judge the hot path)",
-        ),
-    ]
+    return {name: statistics.median(times) / len(texts) for name, times in timings.items()}
 
 
 def accuracy_rows(data: Path) -> list[Row]:
@@ -326,7 +300,7 @@ def accuracy_rows(data: Path) -> list[Row]:
     real = TokenizersCounter.from_file(data / "tokenizers" / "claude-legacy" / "tokenizer.json")
     rows: list[Row] = []
     for (kind, texts), (name, make) in itertools.product(
-        text_sets(data).items(), (("heuristic", HeuristicCounter), ("shape", ShapeCounter))
+        held_out_texts(data).items(), (("heuristic", HeuristicCounter), ("shape", ShapeCounter))
     ):
         if not texts:
             continue
@@ -338,8 +312,8 @@ def accuracy_rows(data: Path) -> list[Row]:
         start = time.process_time()
         chars4 = [math.ceil(len(t) / 4) for t in texts]
         lc_seconds = time.process_time() - start
-        total, mean = _errors(estimates, truths)
-        lc_total, lc_mean = _errors(chars4, truths)
+        total, mean = estimate_errors(estimates, truths)
+        lc_total, lc_mean = estimate_errors(chars4, truths)
         rows.append(
             Row(
                 "accuracy",
@@ -404,7 +378,7 @@ def print_accuracy(rows: list[Row]) -> None:
         "(real: the claude-legacy tokenizer in ../shared/data/tokenizers; texts of at least "
         f"{MIN_TEXT_CHARS} characters; no calibration by reported usage; held out: the "
         "rates were fitted on the transcripts " + ", ".join(sorted(FITTED_ON)) + " and the "
-        "even-numbered CJK lines, reported here on the other transcripts and lines)"
+        "CJK lines of even index, reported here on the other transcripts and lines)"
     )
 
 
