@@ -1,5 +1,6 @@
 """The Han and Hangul characters the claude-legacy vocabulary holds as one token each
-(its ``tokenizer.json``, MIT license, Copyright 2023 Anthropic, PBC): the common ones,
+(its ``tokenizer.json``, MIT license, Copyright 2023 Anthropic, PBC; the license ships
+beside it as ``tinyctx/data/claude-legacy-tokenizer.LICENSE``): the common ones,
 which cost about a token where the others cost two or three (their bytes split).
 ``tests/test_token_shapes.py`` rebuilds both from the vocabulary and checks they match."""
 
