@@ -14,8 +14,8 @@ TASK_RETRIED: tuple[type[Exception], ...] = (NondeterminismError,)
 other than the recorded, fixed by deploying it. The store's refusals are not among them:
 every store call is an activity whose answer the history keeps, so a retried task would
 meet the same refusal forever. A workflow fenced out by its own owner takes the thread
-back (see ``_ActivityStore.write``); one whose thread another owner took, or another
-writer changed, has lost it, and fails."""
+back (see ``ActivityStore.write`` in ``_temporal_steps``); one whose thread another owner
+took, or another writer changed, has lost it, and fails."""
 
 
 def workflow_failure(exc: Exception) -> Exception:
