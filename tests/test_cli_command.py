@@ -252,6 +252,7 @@ def _rows(text: str) -> list[str]:
     return [line for line in text.splitlines() if re.match(r"^\s*\d+\s+\d+\s", line)]
 
 
+@pytest.mark.slow  # whole-transcript replays through the command: CI's slow group runs it
 class TestReadableOutput:
     """A table with a legend, aligned for big numbers, fitted to the width, coloured on a tty."""
 
@@ -378,6 +379,7 @@ class TestFormats:
         summary = json.loads(result.stdout)["summary"]
         assert summary["model_calls"] == summary["recorded_model_calls"] > 0
 
+    @pytest.mark.slow  # every shared transcript replayed whole: CI's slow group runs it
     def test_every_raw_shared_transcript_replays(self, shared_data: Path) -> None:
         """Every raw file in the shared data replays through the installed command."""
         for path in sorted((shared_data / "transcripts" / "raw").iterdir()):

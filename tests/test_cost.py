@@ -313,6 +313,7 @@ class TestReplayCost:
         assert code == 3 and "models.x.output" in err
 
 
+@pytest.mark.slow  # sweeps replay a transcript many times: CI's slow group runs it
 class TestSweep:
     """The curve a user picks a low-water mark from."""
 
@@ -441,6 +442,7 @@ class TestRealTranscripts:
     """The cost claims on every real transcript, at 32K and 128K."""
 
     @pytest.mark.parametrize("window", [32_000, 128_000])
+    @pytest.mark.slow  # whole-transcript replays at every window: CI's slow group runs it
     def test_never_worse_than_nothing_where_nothing_fits(
         self, shared_data: Path, window: int
     ) -> None:

@@ -192,6 +192,7 @@ class ClearAll(Layer):
         return await call_next(request.evolve(messages=cleared), ctx)
 
 
+@pytest.mark.slow  # replays of generated histories per example: CI's slow group runs it
 class TestLostProperties:
     """No stack loses nothing; clearing every tool result is the bound; less sent, more lost."""
 

@@ -275,6 +275,7 @@ class TestUnreachableServer:
         await store.aclose()
 
 
+@pytest.mark.slow  # servers of its own, frozen with SIGSTOP: CI's slow group runs it
 class TestCancellation:
     """Every store call answers a cancellation promptly and leaves the store working."""
 
@@ -395,6 +396,7 @@ class TestCancellation:
         await store.aclose()
 
 
+@pytest.mark.slow  # servers of its own, frozen with SIGSTOP: CI's slow group runs it
 class TestSessionDeadline:
     """A session opened inside the caller's deadline leaves at it (plus bounded cleanup)."""
 
@@ -424,6 +426,7 @@ class TestSessionDeadline:
         assert scope.cancelled_caught and left_in_time
 
 
+@pytest.mark.slow  # servers of its own, frozen with SIGSTOP: CI's slow group runs it
 class TestWriteBound:
     """A write to a stalled server is bounded, and reported as of unknown outcome."""
 

@@ -109,6 +109,7 @@ class _Paced:
 class TestStreamEqualsRun:
     """Whatever the script, streaming a run changes nothing but how it is read."""
 
+    @pytest.mark.slow  # a durable run per example, on every store: CI's slow group runs it
     @given(script=scripts)
     async def test_result_and_stored_thread_equal_run(self, store_kind: str, script: Any) -> None:
         """The stream ends with a result equal to run()'s, and the stored threads are equal."""
@@ -131,6 +132,7 @@ class TestStreamEqualsRun:
         streamed += [final_step[1]] if final_step[2] else []
         assert "".join(i.text for i in items if isinstance(i, TextDelta)) == "".join(streamed)
 
+    @pytest.mark.slow  # a durable run per example, on every store: CI's slow group runs it
     @given(script=scripts, permits=st.integers(0, 4), spins=st.integers(0, 6))
     async def test_closing_early_keeps_pairing(
         self, store_kind: str, script: Any, permits: int, spins: int
