@@ -315,7 +315,7 @@ class TestWhichExceptionsRetryTheTask:
             LeaseHeld("th", "other", 9.0),
             StaleThreadVersion("th", 1, 2),
         ],
-        ids=repr,
+        ids=lambda e: type(e).__name__,
     )
     def test_failed(self, error: Exception) -> None:
         """Any other exception, the store's refusals among them, becomes a non-retryable
