@@ -11,6 +11,7 @@ from operator import call as _call
 from typing import TYPE_CHECKING, Any, Final
 
 from .config import integer, one_of
+from .conversation import snapshot_stamp
 from .frozen import SET_JSON_CHARS, FrozenDict
 from .media_tokens import IMAGE_FORMULAS, ImageFormula, media_tokens
 from .messages import AssistantMessage, Message, ToolCall, ToolResult
@@ -202,9 +203,10 @@ class _KeyedRef(weakref.ref):  # type: ignore[type-arg]
 
 class _Hot:
     """The history counted last, held strongly, with the counts of its messages from
-    ``start`` on (``pending``) that are not yet remembered by weak reference."""
+    ``start`` on (``pending``) that are not yet remembered by weak reference, and its
+    :func:`~tinyctx.conversation.snapshot_stamp` (None: no conversation vouches for it)."""
 
-    __slots__ = ("messages", "pending", "start", "total")
+    __slots__ = ("messages", "pending", "stamp", "start", "total")
 
     def __init__(
         self, messages: tuple[Message, ...], total: int, start: int, pending: list[int]
@@ -213,6 +215,13 @@ class _Hot:
         self.total = total
         self.start = start
         self.pending = pending
+        self.stamp = snapshot_stamp(messages)
+
+
+def _same_log(stamp: tuple[object, int], held: tuple[object, int] | None) -> bool:
+    """Whether two snapshot stamps are of the same conversation with no rewrite between
+    (the later snapshot then starts with every message of the earlier)."""
+    return held is not None and stamp[0] is held[0] and stamp[1] == held[1]
 
 
 class MemoCounter:
@@ -223,7 +232,9 @@ class MemoCounter:
 
     - per history: the history counted last is held (strongly) with its total and its
       messages' counts, so re-counting it is an identity check and a history that only
-      grew since costs a prefix comparison plus the new messages; a cold count builds
+      grew since costs its new messages plus a check that it starts with the held one:
+      O(1) when a :class:`~tinyctx.conversation.Conversation` made both and vouches so
+      (:func:`~tinyctx.conversation.snapshot_stamp`), else a prefix comparison; a cold count builds
       nothing more (these counts and the per-message memo below hold at most ``max_memo``
       messages together: past it, they join the memo, which forgets its oldest);
     - per message, keyed by identity, once a message's count is needed outside that last
@@ -441,9 +452,14 @@ class MemoCounter:
             if held is messages:
                 return hot.total
             k = len(held)
-            if len(messages) >= k and messages[k - 1] is held[-1] and messages[:k] == held:
-                # it only grew (equal messages have equal counts, so the total still holds)
-                hot.messages = messages
+            stamp = snapshot_stamp(messages) if len(messages) >= k else None
+            if (stamp is not None and _same_log(stamp, hot.stamp)) or (
+                len(messages) >= k and messages[k - 1] is held[-1] and messages[:k] == held
+            ):
+                # it only grew: its conversation vouches so (no rewrite since, O(1)), or
+                # its head is the held history (equal messages have equal counts, so the
+                # total still holds)
+                hot.messages, hot.stamp = messages, stamp
                 if len(messages) > k:
                     new = self._counts_of(messages[k:])
                     hot.total += sum(new)
