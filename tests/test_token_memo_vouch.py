@@ -77,6 +77,51 @@ _STEPS = st.lists(
 )
 
 
+class _Spy(HeuristicCounter):
+    """Records every string it really measures (memo misses)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.measured: list[str] = []
+
+    def count_text(self, text: str) -> int:
+        self.measured.append(text)
+        return super().count_text(text)
+
+
+class TestSharedCounterHandover:
+    """Conversations taking turns on one counter hand over in O(1) and stay warm."""
+
+    def test_turns_measure_only_new_messages_and_keep_no_weak_reference_per_message(
+        self,
+    ) -> None:
+        counter = _Spy()
+        sessions = [Conversation([_message(i, 3) for i in range(30)]) for _ in range(3)]
+        for conversation in sessions:
+            counter.count_messages(conversation.messages)
+        for turn in range(3):
+            counter.measured.clear()
+            for index, conversation in enumerate(sessions):
+                conversation.add(UserMessage(f"turn {turn} of {index}"))
+                history = conversation.messages
+                assert counter.count_messages(history) == _cold(history)
+            assert counter.measured == [f"turn {turn} of {i}" for i in range(3)]
+        every = [m for conversation in sessions for m in conversation.messages]
+        assert [weakref.getweakrefcount(m) for m in every] == [0] * len(every)
+
+    def test_a_rewritten_conversation_is_counted_again_whole(self) -> None:
+        """After a rewrite its old total is never reused, even at the same length."""
+        counter = HeuristicCounter()
+        one = Conversation([_message(i, 3) for i in range(10)])
+        two = Conversation([_message(i, 1) for i in range(5)])
+        counter.count_messages(one.messages)
+        counter.count_messages(two.messages)  # one's total waits with its stamp
+        log = list(one.messages)
+        log[4] = UserMessage("a much longer message " * 40)
+        one.replace(log)  # same length, same first and last message
+        assert counter.count_messages(one.messages) == _cold(one.messages)
+
+
 class TestVouchedCounts:
     """Whatever a conversation went through, a shared counter answers a cold count."""
 
@@ -116,19 +161,12 @@ class TestVouchedCounts:
 
     def test_a_grown_snapshot_measures_only_its_new_messages(self) -> None:
         """The vouched path still measures just what was appended."""
-        measured: list[str] = []
-
-        class Spy(HeuristicCounter):
-            def count_text(self, text: str) -> int:
-                measured.append(text)
-                return super().count_text(text)
-
-        counter = Spy()
+        counter = _Spy()
         conversation = Conversation([_message(i, 2) for i in range(50)])
         counter.count_messages(conversation.messages)
-        measured.clear()
+        counter.measured.clear()
         for i in range(3):
             conversation.add(UserMessage(f"new {i}"))
             history = conversation.messages
             assert counter.count_messages(history) == _cold(history)
-        assert measured == ["new 0", "new 1", "new 2"]
+        assert counter.measured == ["new 0", "new 1", "new 2"]

@@ -209,16 +209,21 @@ class _Hot:
     __slots__ = ("messages", "pending", "stamp", "start", "total")
 
     def __init__(
-        self, messages: tuple[Message, ...], total: int, start: int, pending: list[int]
+        self,
+        messages: tuple[Message, ...],
+        total: int,
+        start: int,
+        pending: list[int],
+        stamp: tuple[object, int] | None,
     ) -> None:
         self.messages = messages
         self.total = total
         self.start = start
         self.pending = pending
-        self.stamp = snapshot_stamp(messages)
+        self.stamp = stamp
 
 
-def _same_log(stamp: tuple[object, int], held: tuple[object, int] | None) -> bool:
+def _same_log(stamp: tuple[object, int], held: tuple[object, ...] | None) -> bool:
     """Whether two snapshot stamps are of the same conversation with no rewrite between
     (the later snapshot then starts with every message of the earlier)."""
     return held is not None and stamp[0] is held[0] and stamp[1] == held[1]
@@ -289,6 +294,9 @@ class MemoCounter:
         self._alive: dict[int, _KeyedRef] = {}
         # first message's id -> weak refs to a counted history and its total
         self._prefix: dict[int, tuple[tuple[_KeyedRef, ...], int]] = {}
+        # id of a conversation's stamp token -> the token, its rewrites, the length and
+        # the total of its snapshot counted last (the 64 most recent)
+        self._logs: dict[int, tuple[object, int, int, int]] = {}
         self._hot: _Hot | None = None
         self._tools: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
         self._texts: dict[str, int] = {}
@@ -322,6 +330,7 @@ class MemoCounter:
         self._counts.clear()
         self._alive.clear()
         self._prefix.clear()
+        self._logs.clear()
         self._hot = None
         self._tools.clear()
         self._texts.clear()
@@ -409,9 +418,19 @@ class MemoCounter:
         hot.start, hot.pending = len(hot.messages), []
 
     def _release(self, hot: _Hot) -> None:
-        """Another history is counted: the last one is held no more, its counts and its
-        total (as a prefix entry) are remembered by weak reference."""
+        """Another history is counted: the last one is held no more. A conversation's
+        snapshot leaves its total with the conversation's stamp (O(1): the conversation,
+        held weakly, vouches for its head when it comes back grown); any other history's
+        counts and total (as a prefix entry) are remembered by weak reference, one per
+        message."""
         self._hot = None
+        stamp = hot.stamp
+        if stamp is not None:
+            logs, key = self._logs, id(stamp[0])
+            if key not in logs and len(logs) >= 64:
+                del logs[next(iter(logs))]
+            logs[key] = (stamp[0], stamp[1], len(hot.messages), hot.total)
+            return
         if hot.pending:
             self._settle(hot)
         messages = hot.messages
@@ -432,6 +451,11 @@ class MemoCounter:
             return list(map(memo.__getitem__, map(id, messages)))
         except KeyError:
             pass
+        ends = (messages[0], messages[len(messages) // 2], messages[-1])
+        if not any(id(m) in memo for m in ends):
+            # never seen, most likely (a handover keeps a head, a compaction a middle or
+            # a tail): measured whole without a look-up per message in a large memo
+            return self._message_counts(messages)
         counts = list(map(memo.get, map(id, messages)))
         if counts.count(None) == len(counts):  # a history never seen: measure it whole
             return self._message_counts(messages)
@@ -478,6 +502,14 @@ class MemoCounter:
             self._settle(hot)
 
     def _count_history(self, messages: tuple[Message, ...]) -> _Hot:
+        stamp = snapshot_stamp(messages)
+        if stamp is not None:
+            log = self._logs.get(id(stamp[0]))
+            if log is not None and _same_log(stamp, log[:2]) and len(messages) >= log[2]:
+                # its conversation vouches that it starts with the snapshot counted then
+                k = log[2]
+                new = self._counts_of(messages[k:])
+                return _Hot(messages, log[3] + sum(new), k, new, stamp)
         entry = self._prefix.get(id(messages[0]))
         if entry is not None:
             refs, total = entry
@@ -489,9 +521,9 @@ class MemoCounter:
             ):
                 # equal messages have equal counts, so the remembered total still holds
                 new = self._counts_of(messages[k:])
-                return _Hot(messages, total + sum(new), k, new)
+                return _Hot(messages, total + sum(new), k, new, stamp)
         counts = self._counts_of(messages)
-        return _Hot(messages, sum(counts), 0, counts)
+        return _Hot(messages, sum(counts), 0, counts, stamp)
 
     def _refs(self, messages: tuple[Message, ...]) -> tuple[_KeyedRef, ...] | None:
         """The memo's weak references to ``messages`` (None if one was evicted)."""
