@@ -251,6 +251,9 @@ class MemoCounter:
       message (the 64 most recent), by weak references: a history that grew while another
       one was counted in between still costs only its new messages, and a shared counter
       keeps no finished session's history alive once another history is counted;
+      a conversation's snapshot leaves instead its total with the conversation's stamp
+      (the conversation held weakly, the 64 most recent): handed over in O(1), no weak
+      reference per message;
     - per tool list (by identity) and per system prompt (by value).
 
     Images and documents in a message's content parts are counted by the ``images``
