@@ -51,6 +51,7 @@ from tinyctx import (
     ToolResult,
     UserMessage,
 )
+from tinyctx.conversation import Conversation
 from tinyctx.frozen import thaw
 from tinyctx.middleware import BudgetGuard
 from tinyctx.testing.token_accuracy import (
@@ -60,7 +61,12 @@ from tinyctx.testing.token_accuracy import (
     held_out_texts,
 )
 from tinyctx.testing.transcripts import load_openai_jsonl
-from tinyctx.tokens import HeuristicCounter, ShapeCounter, TokenizersCounter
+from tinyctx.tokens import (
+    HeuristicCounter,
+    ShapeCounter,
+    TokenizersCounter,
+    default_counter,
+)
 
 SIZES = (100, 2000, 20_000)
 WARM_TARGET = 0.3e-3
@@ -174,6 +180,61 @@ async def _guard_growth_seconds(n: int, pool: Sequence[Message], repeat: int) ->
     return best
 
 
+def _session_history(history: tuple[Message, ...]) -> tuple[Conversation, tuple[Message, ...]]:
+    """A loaded thread's conversation (new message objects) and its snapshot: what a
+    session's budget guard counts (the conversation kept alive beside it)."""
+    conversation = Conversation(fresh_copy(history))
+    return conversation, conversation.messages
+
+
+def _shared_cold_rows(
+    n: int,
+    history: tuple[Message, ...],
+    number: int,
+    repeat: int,
+    baseline: str | None,
+    lc_seconds: float | None,
+) -> list[Row]:
+    """Cold counts on the one shared ``default_counter()`` (each after another history
+    was counted on it: the handover is in the time): a session's history (its
+    conversation's snapshot, handed over in O(1)) and plain tuples (one weak reference
+    per message handed over)."""
+    shared = default_counter()
+
+    def session(value: tuple[Conversation, tuple[Message, ...]]) -> int:
+        return shared.count_messages(value[1])
+
+    timings = (
+        (
+            "a session's history",
+            best_of_fresh(
+                session, lambda: _session_history(history), number=number, repeat=repeat, clock=CPU
+            ),
+        ),
+        (
+            "plain tuples",
+            best_of_fresh(
+                shared.count_messages,
+                lambda: fresh_copy(history),
+                number=number,
+                repeat=repeat,
+                clock=CPU,
+            ),
+        ),
+    )
+    return [
+        Row(
+            "count",
+            f"{n} msgs cold (shared default_counter, {name})",
+            cold,
+            baseline,
+            lc_seconds,
+            **verdict(cold, lc_seconds),
+        )
+        for name, cold in timings
+    ]
+
+
 def timing_rows(pool: Sequence[Message], quick: bool) -> list[Row]:
     rows: list[Row] = []
     lc_count = langchain_counter()
@@ -214,6 +275,7 @@ def timing_rows(pool: Sequence[Message], quick: bool) -> list[Row]:
                     **verdict(cold, lc_seconds),
                 )
             )
+        rows += _shared_cold_rows(n, history, number, repeat, baseline, lc_seconds)
         warm_counter = HeuristicCounter()
         warm_counter.count_messages(history)
         same = best_of(

@@ -11,6 +11,7 @@ from operator import call as _call
 from typing import TYPE_CHECKING, Any, Final
 
 from .config import integer, one_of
+from .conversation import snapshot_stamp
 from .frozen import SET_JSON_CHARS, FrozenDict
 from .media_tokens import IMAGE_FORMULAS, ImageFormula, media_tokens
 from .messages import AssistantMessage, Message, ToolCall, ToolResult
@@ -202,17 +203,30 @@ class _KeyedRef(weakref.ref):  # type: ignore[type-arg]
 
 class _Hot:
     """The history counted last, held strongly, with the counts of its messages from
-    ``start`` on (``pending``) that are not yet remembered by weak reference."""
+    ``start`` on (``pending``) that are not yet remembered by weak reference, and its
+    :func:`~tinyctx.conversation.snapshot_stamp` (None: no conversation vouches for it)."""
 
-    __slots__ = ("messages", "pending", "start", "total")
+    __slots__ = ("messages", "pending", "stamp", "start", "total")
 
     def __init__(
-        self, messages: tuple[Message, ...], total: int, start: int, pending: list[int]
+        self,
+        messages: tuple[Message, ...],
+        total: int,
+        start: int,
+        pending: list[int],
+        stamp: tuple[object, int] | None,
     ) -> None:
         self.messages = messages
         self.total = total
         self.start = start
         self.pending = pending
+        self.stamp = stamp
+
+
+def _same_log(stamp: tuple[object, int], held: tuple[object, ...] | None) -> bool:
+    """Whether two snapshot stamps are of the same conversation with no rewrite between
+    (the later snapshot then starts with every message of the earlier)."""
+    return held is not None and stamp[0] is held[0] and stamp[1] == held[1]
 
 
 class MemoCounter:
@@ -223,7 +237,9 @@ class MemoCounter:
 
     - per history: the history counted last is held (strongly) with its total and its
       messages' counts, so re-counting it is an identity check and a history that only
-      grew since costs a prefix comparison plus the new messages; a cold count builds
+      grew since costs its new messages plus a check that it starts with the held one:
+      O(1) when a :class:`~tinyctx.conversation.Conversation` made both and vouches so
+      (:func:`~tinyctx.conversation.snapshot_stamp`), else a prefix comparison; a cold count builds
       nothing more (these counts and the per-message memo below hold at most ``max_memo``
       messages together: past it, they join the memo, which forgets its oldest);
     - per message, keyed by identity, once a message's count is needed outside that last
@@ -235,6 +251,9 @@ class MemoCounter:
       message (the 64 most recent), by weak references: a history that grew while another
       one was counted in between still costs only its new messages, and a shared counter
       keeps no finished session's history alive once another history is counted;
+      a conversation's snapshot leaves instead its total with the conversation's stamp
+      (the conversation held weakly, the 64 most recent): handed over in O(1), no weak
+      reference per message;
     - per tool list (by identity) and per system prompt (by value).
 
     Images and documents in a message's content parts are counted by the ``images``
@@ -278,6 +297,9 @@ class MemoCounter:
         self._alive: dict[int, _KeyedRef] = {}
         # first message's id -> weak refs to a counted history and its total
         self._prefix: dict[int, tuple[tuple[_KeyedRef, ...], int]] = {}
+        # id of a conversation's stamp token -> the token, its rewrites, the length and
+        # the total of its snapshot counted last (the 64 most recent)
+        self._logs: dict[int, tuple[object, int, int, int]] = {}
         self._hot: _Hot | None = None
         self._tools: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
         self._texts: dict[str, int] = {}
@@ -311,6 +333,7 @@ class MemoCounter:
         self._counts.clear()
         self._alive.clear()
         self._prefix.clear()
+        self._logs.clear()
         self._hot = None
         self._tools.clear()
         self._texts.clear()
@@ -398,9 +421,19 @@ class MemoCounter:
         hot.start, hot.pending = len(hot.messages), []
 
     def _release(self, hot: _Hot) -> None:
-        """Another history is counted: the last one is held no more, its counts and its
-        total (as a prefix entry) are remembered by weak reference."""
+        """Another history is counted: the last one is held no more. A conversation's
+        snapshot leaves its total with the conversation's stamp (O(1): the conversation,
+        held weakly, vouches for its head when it comes back grown); any other history's
+        counts and total (as a prefix entry) are remembered by weak reference, one per
+        message."""
         self._hot = None
+        stamp = hot.stamp
+        if stamp is not None:
+            logs, key = self._logs, id(stamp[0])
+            if key not in logs and len(logs) >= 64:
+                del logs[next(iter(logs))]
+            logs[key] = (stamp[0], stamp[1], len(hot.messages), hot.total)
+            return
         if hot.pending:
             self._settle(hot)
         messages = hot.messages
@@ -421,6 +454,11 @@ class MemoCounter:
             return list(map(memo.__getitem__, map(id, messages)))
         except KeyError:
             pass
+        ends = (messages[0], messages[len(messages) // 2], messages[-1])
+        if not any(id(m) in memo for m in ends):
+            # never seen, most likely (a handover keeps a head, a compaction a middle or
+            # a tail): measured whole without a look-up per message in a large memo
+            return self._message_counts(messages)
         counts = list(map(memo.get, map(id, messages)))
         if counts.count(None) == len(counts):  # a history never seen: measure it whole
             return self._message_counts(messages)
@@ -441,9 +479,14 @@ class MemoCounter:
             if held is messages:
                 return hot.total
             k = len(held)
-            if len(messages) >= k and messages[k - 1] is held[-1] and messages[:k] == held:
-                # it only grew (equal messages have equal counts, so the total still holds)
-                hot.messages = messages
+            stamp = snapshot_stamp(messages) if len(messages) >= k else None
+            if (stamp is not None and _same_log(stamp, hot.stamp)) or (
+                len(messages) >= k and messages[k - 1] is held[-1] and messages[:k] == held
+            ):
+                # it only grew: its conversation vouches so (no rewrite since, O(1)), or
+                # its head is the held history (equal messages have equal counts, so the
+                # total still holds)
+                hot.messages, hot.stamp = messages, stamp
                 if len(messages) > k:
                     new = self._counts_of(messages[k:])
                     hot.total += sum(new)
@@ -462,6 +505,14 @@ class MemoCounter:
             self._settle(hot)
 
     def _count_history(self, messages: tuple[Message, ...]) -> _Hot:
+        stamp = snapshot_stamp(messages)
+        if stamp is not None:
+            log = self._logs.get(id(stamp[0]))
+            if log is not None and _same_log(stamp, log[:2]) and len(messages) >= log[2]:
+                # its conversation vouches that it starts with the snapshot counted then
+                k = log[2]
+                new = self._counts_of(messages[k:])
+                return _Hot(messages, log[3] + sum(new), k, new, stamp)
         entry = self._prefix.get(id(messages[0]))
         if entry is not None:
             refs, total = entry
@@ -473,9 +524,9 @@ class MemoCounter:
             ):
                 # equal messages have equal counts, so the remembered total still holds
                 new = self._counts_of(messages[k:])
-                return _Hot(messages, total + sum(new), k, new)
+                return _Hot(messages, total + sum(new), k, new, stamp)
         counts = self._counts_of(messages)
-        return _Hot(messages, sum(counts), 0, counts)
+        return _Hot(messages, sum(counts), 0, counts, stamp)
 
     def _refs(self, messages: tuple[Message, ...]) -> tuple[_KeyedRef, ...] | None:
         """The memo's weak references to ``messages`` (None if one was evicted)."""

@@ -9,6 +9,7 @@ next model request.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
 from attrs import frozen
@@ -17,7 +18,14 @@ from .messages import AssistantMessage, Message, check_messages, check_pairing
 from .model import Usage
 from .state import LayerStates
 
-__all__ = ["Conversation", "ConversationChange", "MessageSubscriber", "MessageTap", "SyncPoint"]
+__all__ = [
+    "Conversation",
+    "ConversationChange",
+    "MessageSubscriber",
+    "MessageTap",
+    "SyncPoint",
+    "snapshot_stamp",
+]
 
 MessageSubscriber = Callable[[Message, "Usage | None"], Awaitable[None]]
 
@@ -143,6 +151,45 @@ class MessageTap:
             self._displaced -= back
 
 
+class _LogRef(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference to a conversation that remembers the id of the snapshot it
+    registered in ``_SNAPSHOTS`` (so a newer snapshot, or its death, takes that out)."""
+
+    __slots__ = ("key",)
+    key: int
+
+
+_SNAPSHOTS: dict[int, _LogRef] = {}
+"""id of each live conversation's current snapshot (:attr:`Conversation.messages`) -> the
+conversation, weakly: at most one entry per conversation, checked on every look-up."""
+
+
+def _unregister(ref: _LogRef) -> None:
+    if _SNAPSHOTS.get(ref.key) is ref:
+        del _SNAPSHOTS[ref.key]
+
+
+def snapshot_stamp(messages: object) -> tuple[object, int] | None:
+    """Where ``messages`` comes from, when it is a conversation's current snapshot (its
+    :attr:`~Conversation.messages` now): the conversation (a token compared by identity)
+    and how many rewrites it had seen; else None.
+
+    Two snapshots of the same conversation with the same stamp differ only by messages
+    appended at the end: the longer one starts with every message of the shorter (by
+    identity), so a cache of the shorter one's total (a token counter's) may trust it
+    without comparing the two, in O(1) instead of O(history).
+    """
+    ref = _SNAPSHOTS.get(id(messages))
+    if ref is None:
+        return None
+    log = ref()
+    # the check that makes a stale entry harmless: an id is unique among live objects,
+    # and the conversation holds its current snapshot alive
+    if log is None or log._snapshot is not messages:
+        return None
+    return ref, log._rewrites
+
+
 def last_turn_start(history: Sequence[Message]) -> int:
     """The index of the message before the last assistant message's turn: the history
     before it is paired already (the loop and ``replace`` keep it so), so a check of what
@@ -174,11 +221,13 @@ class Conversation:
     """
 
     __slots__ = (
+        "__weakref__",
         "_appended",
         "_dirty_from",
         "_messages",
         "_pending",
         "_queued",
+        "_ref",
         "_rewrites",
         "_snapshot",
         "_subscribers",
@@ -192,6 +241,7 @@ class Conversation:
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self._messages: list[Message] = list(messages)
         self._snapshot: tuple[Message, ...] | None = None
+        self._ref: _LogRef | None = None  # for snapshot_stamp, made with the first snapshot
         self._queued: list[tuple[Message, Usage | None]] = []
         self._subscribers: list[MessageSubscriber] = []
         self._version = 0
@@ -218,7 +268,18 @@ class Conversation:
         snapshot = self._snapshot
         if snapshot is None:
             snapshot = self._snapshot = tuple(self._messages)
+            self._stamped(snapshot)
         return snapshot
+
+    def _stamped(self, snapshot: tuple[Message, ...]) -> None:
+        """Register ``snapshot`` for :func:`snapshot_stamp` (and forget the last one)."""
+        ref = self._ref
+        if ref is None:
+            ref = self._ref = _LogRef(self, _unregister)
+        else:
+            _unregister(ref)
+        ref.key = id(snapshot)
+        _SNAPSHOTS[ref.key] = ref
 
     @property
     def version(self) -> int:
