@@ -8,18 +8,27 @@ racing an operation against the token costs one cancel scope.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import weakref
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import contextmanager
 from typing import TypeVar
 
 import anyio
+import anyio.lowlevel
+import sniffio
 
 from .errors import RunCancelled
 
-__all__ = ["CancellationToken"]
+__all__ = ["CancellationToken", "scheduler_checkpoint"]
 
 T = TypeVar("T")
+
+
+_PRUNE_AT = 16
+"""A token's list of children is pruned of dead ones when it reaches this length (or twice
+what it kept at the last pruning): the list stays within twice the live children, plus 16."""
 
 
 class CancellationToken:
@@ -29,14 +38,17 @@ class CancellationToken:
     ``anyio.from_thread.run_sync(token.cancel)``).
     """
 
-    __slots__ = ("__weakref__", "_cancelled", "_children", "_reason", "_scopes")
+    __slots__ = ("__weakref__", "_cancelled", "_children", "_prune_at", "_reason", "_scopes")
 
     def __init__(self) -> None:
         self._cancelled = False
         self._reason: str | None = None
         # both made on first use: most tokens (one per derived call) never need them
         self._scopes: set[anyio.CancelScope] | None = None
-        self._children: weakref.WeakSet[CancellationToken] | None = None
+        # weak references to the children (a run's token dies with its run): plain refs
+        # in a list, the dead ones dropped whenever the list doubles (see child())
+        self._children: list[weakref.ref[CancellationToken]] | None = None
+        self._prune_at = _PRUNE_AT
 
     def __repr__(self) -> str:
         state = "cancelled" if self._cancelled else "active"
@@ -58,8 +70,10 @@ class CancellationToken:
         scopes, self._scopes = self._scopes, None
         for scope in scopes or ():
             scope.cancel()
-        for child in list(self._children or ()):
-            child.cancel(reason)
+        for ref in list(self._children or ()):
+            child = ref()
+            if child is not None:
+                child.cancel(reason)
 
     def child(self) -> CancellationToken:
         """A token cancelled with this one; cancelling the child leaves this one alone."""
@@ -68,9 +82,13 @@ class CancellationToken:
             token._cancelled = True
             token._reason = self._reason
         else:
-            if self._children is None:
-                self._children = weakref.WeakSet()
-            self._children.add(token)
+            children = self._children
+            if children is None:
+                children = self._children = []
+            elif len(children) >= self._prune_at:
+                children[:] = [ref for ref in children if ref() is not None]
+                self._prune_at = max(_PRUNE_AT, 2 * len(children))
+            children.append(weakref.ref(token))
         return token
 
     def _watch(self, scope: anyio.CancelScope) -> None:
@@ -122,3 +140,17 @@ class CancellationToken:
         with self.linked_scope(checkpoint):
             return await fn()
         raise RunCancelled(checkpoint, self._reason)  # pragma: no cover - scope raised above
+
+
+def scheduler_checkpoint() -> Callable[[], Awaitable[None]]:
+    """``anyio.lowlevel.checkpoint`` of the event loop running now, without its per-call
+    look-up of the backend: what anyio awaits on trio and on asyncio (a session, which
+    lives in one loop, looks it up once and yields through it at every checkpoint)."""
+    library = sniffio.current_async_library()
+    if library == "trio":
+        import trio.lowlevel
+
+        return trio.lowlevel.checkpoint
+    if library == "asyncio":
+        return functools.partial(asyncio.sleep, 0)
+    return anyio.lowlevel.checkpoint
