@@ -1,6 +1,6 @@
 """The shortcuts that cut a run's fixed cost (issue #39, gap 2) answer what the general
-path answers: cached tool specs, text-only message checks, the pruned list of a
-cancellation token's children, run ids drawn ahead, the session's scheduler checkpoint."""
+path answers: cached tool specs, text-only message checks, the input's pairing check, run
+ids drawn ahead, the kernel request's flaws, the session's scheduler checkpoint."""
 
 from __future__ import annotations
 
@@ -141,19 +141,16 @@ class TestInputCheckedAsTheWholeThread:
 
 
 class TestChildrenOfAToken:
-    """Cancelling a token cancels every live child; dead children do not pile up."""
+    """Cancelling a token cancels every child still alive, and the children made from them."""
 
     @given(steps=st.lists(st.booleans(), max_size=200))
-    def test_every_live_child_is_cancelled_and_the_list_stays_bounded(
-        self, steps: list[bool]
-    ) -> None:
+    def test_every_live_child_is_cancelled(self, steps: list[bool]) -> None:
         parent = CancellationToken()
         kept = []
         for keep in steps:
             child = parent.child()
             if keep:
                 kept.append(child)
-        assert len(parent._children or ()) <= 2 * len(kept) + 16
         grandchild = kept[0].child() if kept else None
         parent.cancel("stop")
         assert all(c.is_cancelled() and c.reason == "stop" for c in kept)

@@ -26,11 +26,6 @@ __all__ = ["CancellationToken", "scheduler_checkpoint"]
 T = TypeVar("T")
 
 
-_PRUNE_AT = 16
-"""A token's list of children is pruned of dead ones when it reaches this length (or twice
-what it kept at the last pruning): the list stays within twice the live children, plus 16."""
-
-
 class CancellationToken:
     """``cancel()`` latches; ``child()`` tokens follow their parent, never the reverse.
 
@@ -38,17 +33,14 @@ class CancellationToken:
     ``anyio.from_thread.run_sync(token.cancel)``).
     """
 
-    __slots__ = ("__weakref__", "_cancelled", "_children", "_prune_at", "_reason", "_scopes")
+    __slots__ = ("__weakref__", "_cancelled", "_children", "_reason", "_scopes")
 
     def __init__(self) -> None:
         self._cancelled = False
         self._reason: str | None = None
         # both made on first use: most tokens (one per derived call) never need them
         self._scopes: set[anyio.CancelScope] | None = None
-        # weak references to the children (a run's token dies with its run): plain refs
-        # in a list, the dead ones dropped whenever the list doubles (see child())
-        self._children: list[weakref.ref[CancellationToken]] | None = None
-        self._prune_at = _PRUNE_AT
+        self._children: weakref.WeakSet[CancellationToken] | None = None
 
     def __repr__(self) -> str:
         state = "cancelled" if self._cancelled else "active"
@@ -70,10 +62,8 @@ class CancellationToken:
         scopes, self._scopes = self._scopes, None
         for scope in scopes or ():
             scope.cancel()
-        for ref in list(self._children or ()):
-            child = ref()
-            if child is not None:
-                child.cancel(reason)
+        for child in list(self._children or ()):
+            child.cancel(reason)
 
     def child(self) -> CancellationToken:
         """A token cancelled with this one; cancelling the child leaves this one alone."""
@@ -82,13 +72,9 @@ class CancellationToken:
             token._cancelled = True
             token._reason = self._reason
         else:
-            children = self._children
-            if children is None:
-                children = self._children = []
-            elif len(children) >= self._prune_at:
-                children[:] = [ref for ref in children if ref() is not None]
-                self._prune_at = max(_PRUNE_AT, 2 * len(children))
-            children.append(weakref.ref(token))
+            if self._children is None:
+                self._children = weakref.WeakSet()
+            self._children.add(token)
         return token
 
     def _watch(self, scope: anyio.CancelScope) -> None:
