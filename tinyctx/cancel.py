@@ -138,5 +138,9 @@ def scheduler_checkpoint() -> Callable[[], Awaitable[None]]:
 
         return trio.lowlevel.checkpoint
     if library == "asyncio":
-        return functools.partial(asyncio.sleep, 0)
+        return _ASYNCIO_CHECKPOINT
     return anyio.lowlevel.checkpoint
+
+
+_ASYNCIO_CHECKPOINT = functools.partial(asyncio.sleep, 0)
+"""anyio's checkpoint on asyncio (``await sleep(0)``), one object for every session."""

@@ -159,6 +159,8 @@ class ServerTool:
 
 _NONE: dict[str, Any] = {}
 """The empty level every registry shares until it registers something (never written)."""
+_NO_FIXED: tuple[tuple[ToolSpec, ...], tuple[ServerTool, ...]] = ((), ())
+"""The agent level of a registry without agent tools (one object for all of them)."""
 
 
 class ToolRegistry:
@@ -185,8 +187,9 @@ class ToolRegistry:
         self._base_server, self._server = self._server, _NONE
         # what the model sees of the agent level, made once: it never changes after this
         self._fixed = (
-            tuple(tool.spec for tool in self._base.values()),
-            tuple(self._base_server.values()),
+            (tuple(tool.spec for tool in self._base.values()), tuple(self._base_server.values()))
+            if self._base or self._base_server
+            else _NO_FIXED
         )
 
     @staticmethod
