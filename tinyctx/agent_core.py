@@ -7,7 +7,7 @@ the module that defines them (that module imports the session).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 from attrs import field, frozen
@@ -113,9 +113,17 @@ def _committed_first(model: ModelHandler) -> ModelHandler:
     compaction, a relief) is made durable (:meth:`RunContext.commit`), then the model is
     called; a store that cannot take the write fails the call before the model runs."""
 
-    async def call_model(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
-        if ctx.commit_source is not None:
-            await ctx.commit_source(ctx)
+    async def commit_then_call(request: ModelRequest, ctx: RunContext[Any]) -> ModelResponse:
+        assert ctx.commit_source is not None
+        await ctx.commit_source(ctx)
         return await model(request, ctx)
+
+    def call_model(
+        request: ModelRequest, ctx: RunContext[Any]
+    ) -> Coroutine[Any, Any, ModelResponse]:
+        # nothing to commit (no store): the model's own awaitable, no frame around it
+        if ctx.commit_source is None:
+            return model(request, ctx)
+        return commit_then_call(request, ctx)
 
     return call_model

@@ -8,16 +8,20 @@ racing an operation against the token costs one cancel scope.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import weakref
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import contextmanager
 from typing import TypeVar
 
 import anyio
+import anyio.lowlevel
+import sniffio
 
 from .errors import RunCancelled
 
-__all__ = ["CancellationToken"]
+__all__ = ["CancellationToken", "scheduler_checkpoint"]
 
 T = TypeVar("T")
 
@@ -122,3 +126,21 @@ class CancellationToken:
         with self.linked_scope(checkpoint):
             return await fn()
         raise RunCancelled(checkpoint, self._reason)  # pragma: no cover - scope raised above
+
+
+def scheduler_checkpoint() -> Callable[[], Awaitable[None]]:
+    """``anyio.lowlevel.checkpoint`` of the event loop running now, without its per-call
+    look-up of the backend: what anyio awaits on trio and on asyncio (a session, which
+    lives in one loop, looks it up once and yields through it at every checkpoint)."""
+    library = sniffio.current_async_library()
+    if library == "trio":
+        import trio.lowlevel
+
+        return trio.lowlevel.checkpoint
+    if library == "asyncio":
+        return _ASYNCIO_CHECKPOINT
+    return anyio.lowlevel.checkpoint
+
+
+_ASYNCIO_CHECKPOINT = functools.partial(asyncio.sleep, 0)
+"""anyio's checkpoint on asyncio (``await sleep(0)``), one object for every session."""

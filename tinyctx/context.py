@@ -74,13 +74,31 @@ def wall_clock() -> float:
     return source() if source is not None else time.time()
 
 
+_IDS_AT_ONCE = 64
+_spare_ids: list[str] = []
+"""Random ids drawn ahead, 64 per ``os.urandom`` call (a system call each): the same
+entropy per id. Emptied in a forked child, which must never hand out its parent's ids."""
+
+
+def _forget_spare_ids() -> None:
+    _spare_ids.clear()
+
+
+os.register_at_fork(after_in_child=_forget_spare_ids)
+
+
 def new_run_id() -> str:
-    """128 random bits as 32 hex characters (uuid4's entropy at a seventh of its cost);
+    """128 random bits as 32 hex characters (uuid4's entropy at a fraction of its cost);
     inside a durable workflow, the workflow's next deterministic id."""
     source = RUN_ID_SOURCE.get()
     if source is not None:
         return source()
-    return os.urandom(16).hex()
+    try:
+        return _spare_ids.pop()
+    except IndexError:
+        drawn = os.urandom(16 * _IDS_AT_ONCE).hex()
+        _spare_ids.extend([drawn[at : at + 32] for at in range(32, len(drawn), 32)])
+        return drawn[:32]
 
 
 def _tags(value: Iterable[str]) -> tuple[str, ...]:

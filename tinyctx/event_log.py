@@ -160,9 +160,10 @@ def deferrable(cls: type[Event], fields: dict[str, Any]) -> bool:
     layout = _LAYOUTS.get(cls, _UNKNOWN)
     if layout is _UNKNOWN:
         layout = _layout(cls)
-    return (
-        layout is not None and fields.keys() <= layout.allowed and layout.required <= fields.keys()
-    )
+    if layout is None or not layout.allowed.issuperset(fields):  # iterates the dict in C
+        return False
+    required = layout.required
+    return not required or required <= fields.keys()
 
 
 _UNKNOWN: Any = object()

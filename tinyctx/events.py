@@ -271,9 +271,10 @@ class EventSink:
         """Deliver ``cls(**fields)`` stamped with ``stamp``'s ids (``replayed`` as given):
         built and emitted when anything would see it, else handed to the runs' logs
         (identical when they build it) or dropped when there is none."""
-        if not (self._listeners or _TAPS or _logs(self._logger, cls.level)) and deferrable(
-            cls, fields
-        ):
+        logger = self._logger
+        if not (
+            self._listeners or _TAPS or (logger is not None and _logs(logger, cls.level))
+        ) and deferrable(cls, fields):
             subscribers = self._subscribers
             if subscribers:
                 entry = (cls, fields, stamp, time.time(), replayed)

@@ -258,7 +258,7 @@ def clone_with(instance: _T, changes: Mapping[str, Any]) -> _T:
     For kernel hot paths (``derive``, event stamping) where every changed value is already
     valid by construction. Fields kept in the instance ``__dict__`` (a ``slots=False`` class,
     or the inherited fields of a slotted subclass of one) are copied with one C-level dict
-    update; slotted fields one by one. Not for classes with ``cache_hash=True`` (their
+    copy or update; slotted fields one by one. Not for classes with ``cache_hash=True`` (their
     hidden cache slot is not copied).
     """
     cls = type(instance)
@@ -266,11 +266,13 @@ def clone_with(instance: _T, changes: Mapping[str, Any]) -> _T:
     new = object.__new__(cls)
     setter = object.__setattr__
     if has_dict:
+        if not slotted:  # every field in the dict (RunConfig, RunContext): a C-level copy
+            state = instance.__dict__.copy()
+            state.update(changes)
+            setter(new, "__dict__", state)
+            return new
         state = new.__dict__
         state.update(instance.__dict__)
-        if not slotted:  # every field in the dict (RunConfig, RunContext): two C-level updates
-            state.update(changes)
-            return new
         for name, value in changes.items():
             if name in slotted:
                 setter(new, name, value)

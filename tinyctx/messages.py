@@ -319,8 +319,15 @@ def valid_message(message: Message) -> Message:
     """``message`` with its text (content, tool call arguments) made valid by
     :func:`valid_text`; the same object when it already is. The loop applies it to what
     enters from outside: input, model output and tool results."""
-    changes: dict[str, Any] = {}
     content = getattr(message, "content", None)
+    if type(content) is str and not (isinstance(message, AssistantMessage) and message.tool_calls):
+        # the common message, text only: the answer of the general path below, sooner
+        fixed = valid_text(content)
+        if fixed is content:
+            return message
+        fixes: dict[str, Any] = {"content": fixed}
+        return attrs.evolve(message, **fixes)
+    changes: dict[str, Any] = {}
     if isinstance(content, str):
         fixed = valid_text(content)
         if fixed is not content:

@@ -98,7 +98,11 @@ class RequestRule:
 
     def kernel_request(self, request: ModelRequest) -> Callable[[], None]:
         """Note the flaws of the loop's own request for this call; returns the undo."""
-        flaws = request_flaws(request, self.prefill)
+        messages = request.messages
+        if messages and (self.prefill or type(messages[-1]) is not AssistantMessage):
+            flaws = _NO_FLAWS  # what request_flaws says of it, without building a set
+        else:
+            flaws = request_flaws(request, self.prefill)
         if not flaws:
             if _KERNEL_FLAWS.get():
                 token = _KERNEL_FLAWS.set(frozenset())
@@ -106,6 +110,9 @@ class RequestRule:
             return _nothing
         token = _KERNEL_FLAWS.set(flaws)
         return lambda: _KERNEL_FLAWS.reset(token)
+
+
+_NO_FLAWS: frozenset[str] = frozenset()
 
 
 def _nothing() -> None:

@@ -70,10 +70,7 @@ def check_turn_input(
         used: Every call id of the history (or what returns them, called when needed).
         paused: Whether a pause's (or a dead worker's) pending calls are answered first.
     """
-    if not any(isinstance(m, _PAIRED) for m in messages) and not any(
-        isinstance(m, ToolResult) or (isinstance(m, AssistantMessage) and m.tool_calls)
-        for m in tail
-    ):
+    if _pairs_nothing(messages, tail):
         return  # no call and no result on either side: nothing that pairing could break
     if not messages and not pending_tool_calls(tail):
         return
@@ -105,6 +102,20 @@ def check_turn_input(
         raise PairingError(
             f"input[{index}]: {exc}", index=index, tool_call_id=exc.tool_call_id
         ) from None
+
+
+def _pairs_nothing(messages: tuple[Message, ...], tail: tuple[Message, ...]) -> bool:
+    """No message of the input is one pairing is about, and the tail holds no call and no
+    result (plain loops: this runs on every run's input)."""
+    for message in messages:
+        if isinstance(message, _PAIRED):
+            return False
+    for message in tail:
+        if isinstance(message, ToolResult) or (
+            isinstance(message, AssistantMessage) and message.tool_calls
+        ):
+            return False
+    return True
 
 
 def input_messages(input: str | Message | Sequence[Message] | None) -> tuple[Message, ...]:

@@ -14,7 +14,7 @@ so ``Session.resume`` can run them).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 import anyio
@@ -98,6 +98,7 @@ class RunLoop(Generic[Data]):
     _writing: anyio.Lock | None
     _winding: anyio.Event | None
     _template: ModelRequest | None
+    _yield: Callable[[], Awaitable[None]]
 
     async def _sync(self, *, failing: bool = False, run: RunContext[Data] | None = None) -> None:
         """Make what the conversation committed durable (no-op without a store).
@@ -306,11 +307,10 @@ class RunLoop(Generic[Data]):
         tools, server_tools = ctx.tools.specs(), ctx.tools.server_tools
         model = agent.model_name or ctx.config.model
         template = self._template
-        if (
-            template is None
-            or template.tools != tools
-            or template.server_tools != server_tools
-            or template.model != model
+        if template is None or not (
+            (template.tools is tools or template.tools == tools)
+            and (template.server_tools is server_tools or template.server_tools == server_tools)
+            and template.model == model
         ):
             template = self._template = ModelRequest(
                 messages=(),
@@ -433,7 +433,7 @@ class RunLoop(Generic[Data]):
         control = ctx.take_control()
         if control is not None:
             await self._apply(state, control, name, pending)
-        await anyio.lowlevel.checkpoint()
+        await self._yield()  # the scheduler's turn: where a host's cancellation lands
 
     async def _cancel(self, state: RunState, checkpoint: str) -> None:
         ctx = state.ctx

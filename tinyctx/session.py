@@ -12,8 +12,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from .agent_core import AgentCore
+from .cancel import scheduler_checkpoint
 from .checkpoint import Checkpoint, RunResult
 from .codec import encode_messages
 from .config import implements, number, optional, text
@@ -146,6 +148,7 @@ class Session(ResumePath[Data]):
         # set while the run of a stream closed early winds down (tinyctx.streaming)
         self._winding: anyio.Event | None = None
         self._template: ModelRequest | None = None  # the last model request (run_loop)
+        self._yield = anyio.lowlevel.checkpoint  # the loop's own once entered
         if store is not None:
             self._link = ThreadLink(
                 store, self._base.thread_id, owner=owner or default_owner(), ttl=lease_ttl
@@ -198,6 +201,7 @@ class Session(ResumePath[Data]):
             )
         if link is not None:
             self._writing = anyio.Lock()  # only writes take it
+        self._yield = scheduler_checkpoint()
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group

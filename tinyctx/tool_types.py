@@ -159,6 +159,8 @@ class ServerTool:
 
 _NONE: dict[str, Any] = {}
 """The empty level every registry shares until it registers something (never written)."""
+_NO_FIXED: tuple[tuple[ToolSpec, ...], tuple[ServerTool, ...]] = ((), ())
+"""The agent level of a registry without agent tools (one object for all of them)."""
 
 
 class ToolRegistry:
@@ -168,7 +170,7 @@ class ToolRegistry:
     both levels; server tools are unique by ``type`` and never reach the local executor.
     """
 
-    __slots__ = ("_base", "_base_server", "_context", "_local", "_server")
+    __slots__ = ("_base", "_base_server", "_context", "_fixed", "_local", "_server")
 
     def __init__(self, base: Iterable[Tool] = (), server_tools: Iterable[ServerTool] = ()) -> None:
         self._context: RunContext[Any] | None = None
@@ -183,6 +185,12 @@ class ToolRegistry:
         for server_tool in server_tools:
             self.register_server_tool(server_tool)
         self._base_server, self._server = self._server, _NONE
+        # what the model sees of the agent level, made once: it never changes after this
+        self._fixed = (
+            (tuple(tool.spec for tool in self._base.values()), tuple(self._base_server.values()))
+            if self._base or self._base_server
+            else _NO_FIXED
+        )
 
     @staticmethod
     def _add(into: dict[str, Tool], tool: Tool, *, where: str) -> None:
@@ -270,11 +278,15 @@ class ToolRegistry:
 
     @property
     def server_tools(self) -> tuple[ServerTool, ...]:
-        return (*self._base_server.values(), *self._server.values())
+        fixed = self._fixed[1]
+        return fixed if self._server is _NONE else (*fixed, *self._server.values())
 
     def specs(self) -> tuple[ToolSpec, ...]:
         """What the model sees: every local tool's spec, agent tools first."""
-        return tuple(tool.spec for tool in self)
+        fixed = self._fixed[0]
+        if self._local is _NONE:
+            return fixed  # the same tuple every run: nothing registered for this one
+        return (*fixed, *(tool.spec for tool in self._local.values()))
 
     def for_new_run(self) -> ToolRegistry:
         """A registry with the same agent-level tools and nothing registered for a run."""
@@ -282,6 +294,7 @@ class ToolRegistry:
         fresh._context = self._context
         fresh._base = self._base
         fresh._base_server = self._base_server
+        fresh._fixed = self._fixed
         fresh._local = _NONE
         fresh._server = _NONE
         return fresh
