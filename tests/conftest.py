@@ -5,13 +5,6 @@ from __future__ import annotations
 import os
 import sys
 
-# compiled test modules and tinyctx are kept (in the gitignored __pycache__ folders) even
-# where the environment asks Python not to write them: else every xdist worker rewrites
-# and compiles all the test modules, and every subprocess a test starts (the command,
-# worker processes) compiles tinyctx again
-sys.dont_write_bytecode = False
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-
 # each store property example writes real threads (PostgreSQL, Redis, SQLite, encrypted):
 # the README command draws 50 of each, and .ci/run runs them again at the profile's 200
 os.environ.setdefault("TINYCTX_STORE_EXAMPLES", "50")
@@ -30,6 +23,13 @@ from tests.servers import (  # noqa: F401
     redis_prefix,
     redis_url,
 )
+
+# compiled test modules and tinyctx are kept (in the gitignored __pycache__ folders) even
+# where the environment asks Python not to write them: else every xdist worker rewrites
+# and compiles all the test modules, and every subprocess a test starts (the command,
+# worker processes) compiles tinyctx again
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 settings.register_profile(
     "ci",
