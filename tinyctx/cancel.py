@@ -8,8 +8,8 @@ racing an operation against the token costs one cancel scope.
 
 from __future__ import annotations
 
-import asyncio
 import functools
+import sys
 import weakref
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import contextmanager
@@ -138,9 +138,13 @@ def scheduler_checkpoint() -> Callable[[], Awaitable[None]]:
 
         return trio.lowlevel.checkpoint
     if library == "asyncio":
-        return _ASYNCIO_CHECKPOINT
+        global _asyncio_checkpoint
+        if _asyncio_checkpoint is None:
+            # asyncio runs this, so it is imported: importing tinyctx never loads it
+            _asyncio_checkpoint = functools.partial(sys.modules["asyncio"].sleep, 0)
+        return _asyncio_checkpoint
     return anyio.lowlevel.checkpoint
 
 
-_ASYNCIO_CHECKPOINT = functools.partial(asyncio.sleep, 0)
+_asyncio_checkpoint: Callable[[], Awaitable[None]] | None = None
 """anyio's checkpoint on asyncio (``await sleep(0)``), one object for every session."""
