@@ -53,6 +53,17 @@ structlog.configure(
 )
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers per core for the default group, whose tests spend about
+    40% of their time waiting (on PostgreSQL and Redis, subprocesses, deadlines), so a
+    core per worker sat idle that much; one per core for the slow group, whose crash
+    trials time their kills and activity timeouts against a machine they do not share."""
+    cores = os.cpu_count() or 1
+    if "slow" in (config.option.markexpr or "") and "not slow" not in config.option.markexpr:
+        return cores
+    return min(2 * cores, cores + 4)
+
+
 def _find_shared_data() -> Path | None:
     """Real data lives beside the checkout (``../shared/data``), or where the env var says."""
     candidates = [os.environ.get("TINYCTX_SHARED_DATA", "")]
