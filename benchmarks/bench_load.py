@@ -315,7 +315,7 @@ def run(quick: bool = False) -> list[Row]:
 
 
 def _cancellation_rows(trials: int) -> list[Row]:
-    with servers() as urls:
+    with servers("bench_load") as urls:
         figures = cancellation_soak(trials, urls)
     return [
         Row(

@@ -17,12 +17,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import platform
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -100,8 +104,19 @@ def summary_rows(all_rows: list[tuple[str, Row]]) -> list[list[str]]:
     return lines
 
 
+SUMMARY_HEADER = ["capability", "case", "tinyctx", "best peer", "ratio", "floor", "ratio", "target"]
+
+
+def summary_markdown(all_rows: list[tuple[str, Row]]) -> str:
+    """The summary table as Markdown (what the README's benchmark section shows)."""
+    lines = [SUMMARY_HEADER, ["---"] * len(SUMMARY_HEADER), *summary_rows(all_rows)]
+    return "\n".join(
+        "| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |" for line in lines
+    )
+
+
 def print_summary(all_rows: list[tuple[str, Row]]) -> None:
-    header = ["capability", "case", "tinyctx", "best peer", "ratio", "floor", "ratio", "target"]
+    header = SUMMARY_HEADER
     lines = summary_rows(all_rows)
     widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
     print("\nsummary: each capability, tinyctx, the best peer, the floor (ratio = tinyctx / it)")
@@ -119,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument("--only", nargs="*", default=None, help="module names, e.g. bench_onion")
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
+    parser.add_argument(
+        "--markdown", type=Path, default=None, help="also write the summary table as Markdown"
+    )
     args = parser.parse_args(argv)
 
     modules = discover()
@@ -131,10 +149,16 @@ def main(argv: list[str] | None = None) -> int:
         modules = [m for m in modules if m in args.only]
 
     all_rows: list[tuple[str, Row]] = []
+    crashed: list[str] = []
     for name in modules:
         started = time.perf_counter()
-        module = importlib.import_module(name)
-        rows = module.run(quick=args.quick)
+        try:
+            module = importlib.import_module(name)
+            rows = module.run(quick=args.quick)
+        except Exception:  # one broken benchmark must not lose the others' results
+            traceback.print_exc()
+            crashed.append(name)
+            continue
         all_rows.extend((name, row) for row in rows)
         print(
             f"# {name}: {len(rows)} cases in {time.perf_counter() - started:.1f}s", file=sys.stderr
@@ -161,9 +185,17 @@ def main(argv: list[str] | None = None) -> int:
         "rows": [_row_json(m, r) for m, r in all_rows],
     }
     out.write_text(json.dumps(payload, indent=2, default=str))
+    if args.markdown is not None:
+        args.markdown.write_text(summary_markdown(all_rows) + "\n")
     print(f"\nresults written to {out}", file=sys.stderr)
+    if crashed:
+        print(f"\nbenchmarks that crashed (no rows): {', '.join(crashed)}", file=sys.stderr)
+        return 1
     return 0
 
 
 if __name__ == "__main__":
+    # the soaks cancel and kill runs on purpose: their framework warnings (as each bench's
+    # own __main__ filters them) would drown the tables
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     raise SystemExit(main())
