@@ -36,8 +36,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dbos import DBOS  # noqa: E402
@@ -135,11 +133,20 @@ class StallingStore(SqliteStore):
             lease = kwargs.get("lease")
             print("stalled", lease.token if lease is not None else None, flush=True)
             os.kill(os.getpid(), signal.SIGSTOP)
+        # the frozen write was already on its way to the database: continued, it lands
+        # there (and is refused) even though the engine cancels the timed-out attempt now.
+        # Its own task: Temporal cancels an activity with task.cancel(), which no anyio
+        # shield stops (the refusal was then never printed)
+        landing = asyncio.ensure_future(self._land(thread_id, change, **kwargs))
         try:
-            # the frozen write was already on its way to the database: continued, it lands
-            # there (and is refused) even though Temporal cancels the timed-out attempt now
-            with anyio.CancelScope(shield=True):
-                return await super().write(thread_id, change, **kwargs)
+            return await asyncio.shield(landing)
+        except asyncio.CancelledError:
+            await asyncio.wait((landing,))
+            raise
+
+    async def _land(self, thread_id: str, change: Any, **kwargs: Any) -> int:
+        try:
+            return await super().write(thread_id, change, **kwargs)
         except FencedOut as refused:
             print("fenced write", refused.token, refused.current, flush=True)
             raise
