@@ -284,3 +284,10 @@ async def time_skipping_env() -> AsyncIterator[Any]:
     )
     async with environment:
         yield environment
+
+
+async def assert_thread_free(store: Any, thread_id: str) -> None:
+    """No live lease on ``thread_id``: another owner takes the thread at once (and gives it
+    back); an expired lease counts as free, as it does for the next request."""
+    lease = await store.acquire_lease(thread_id, "tests.probe", 5.0)
+    await store.release_lease(lease)

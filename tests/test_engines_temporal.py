@@ -26,6 +26,7 @@ from tests.engine_app import (
     TOOL_CALLS,
     ClockInPrompt,
     PassThrough,
+    assert_thread_free,
     delegation_counts,
     executions,
     kill_mid_work,
@@ -439,7 +440,7 @@ class TestFencingAStalledWorker:
         ]
         assert messages[-1].content == f"did {TOOL_CALLS} steps"
         assert executions(tmp_path / "effects") == {f"fence:{k}": 1 for k in range(TOOL_CALLS)}
-        assert record.lease is None or record.lease.expires_at <= time.time()
+        await assert_thread_free(store, "fence")
         await store.aclose()
 
 

@@ -5,7 +5,6 @@ retried by Temporal and the run finishes."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from temporalio.worker import Replayer
 
 from tests.engine_app import (
     TOOL_CALLS,
+    assert_thread_free,
     executions,
     review_agent,
     temporal_pause,
@@ -81,7 +81,7 @@ async def _consistent(store: SqliteStore, thread_id: str) -> tuple[Message, ...]
     record = await store.load_thread(thread_id)
     messages = decode_messages(record.messages)
     check_pairing(messages, allow_pending=False)
-    assert record.lease is None or record.lease.expires_at <= time.time()
+    await assert_thread_free(store, thread_id)
     assert record.checkpoint is None
     assert record.state is not None and ENGINE_STATE not in decode_state(record.state)
     return messages
@@ -279,7 +279,7 @@ class TestCancelledWorkflow:
             assert failed.value.error_type == "CancelledError"
             record = await store.load_thread("th")
             assert record.checkpoint is not None
-            assert record.lease is None or record.lease.expires_at <= time.time()
+            await assert_thread_free(store, "th")
             decisions = {"send1": Reject("no"), "delete1": Reject("no")}
             resumed = await engine.start_resume(env.client, "th", decisions, request_id="r2")
             result = await engine.result(env.client, resumed)
