@@ -10,13 +10,13 @@ import pty
 import re
 import select
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.ports import reserved_port
 from tinyctx.cli import EXIT_CODES, FORMAT_HELP
 from tinyctx.formats import FORMATS, read_transcript
 
@@ -64,12 +64,6 @@ def one_line(err: str) -> str:
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     return lines[0]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TestClosedPipes:
@@ -137,7 +131,7 @@ class TestOneLineErrors:
 
     def test_an_unreachable_hub_fails_fast_with_a_hint(self, tmp_path: Path) -> None:
         """A hub that does not answer (a closed loopback port): exit 4 with what to do."""
-        endpoint = f"http://127.0.0.1:{free_port()}"
+        endpoint = f"http://127.0.0.1:{reserved_port()}"
         result = run("--tokenizer", "org/model", HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path))
         assert result.returncode == 4
         line = one_line(result.stderr)

@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from tests.loopback import TRIO_ASYNCGEN_WARNING
+from tests.ports import reserved_port
 from tinyctx import Agent, ImagePart, Session, ToolResult
 from tinyctx.mcp import MCPCall, MCPConnectError, MCPServerHTTP, MCPTools
 from tinyctx.testing import ScriptedModel, call, capture_events, reply
@@ -23,12 +24,6 @@ pytestmark = pytest.mark.filterwarnings(TRIO_ASYNCGEN_WARNING)
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
 LIMIT = 60
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class HttpServer:
@@ -70,7 +65,7 @@ class HttpServer:
 @pytest.fixture
 def http_server(tmp_path: Path) -> Iterator[HttpServer]:
     with (tmp_path / "stderr.txt").open("w", encoding="utf-8") as stderr:
-        server = HttpServer(free_port(), stderr)
+        server = HttpServer(reserved_port(), stderr)
         server.start()
         try:
             yield server
@@ -157,7 +152,7 @@ class TestStreamableHttp:
     async def test_nothing_listening_fails_at_open(self) -> None:
         """A URL where no server listens fails `async with` with MCPConnectError naming
         the server."""
-        nowhere = MCPServerHTTP(f"http://127.0.0.1:{free_port()}/mcp", name="nowhere")
+        nowhere = MCPServerHTTP(f"http://127.0.0.1:{reserved_port()}/mcp", name="nowhere")
         with anyio.fail_after(LIMIT), pytest.raises(MCPConnectError, match="'nowhere'"):
             async with nowhere:
                 pass  # pragma: no cover
