@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyctx import AssistantMessage, ToolCall, ToolResult, UserMessage, tool
-from tinyctx.cancel import CancellationToken, scheduler_checkpoint
+from tinyctx import Agent, AssistantMessage, Session, ToolCall, ToolResult, UserMessage, tool
+from tinyctx.cancel import CancellationToken, SchedulerCheckpoint, scheduler_checkpoint
 from tinyctx.context import new_run_id
 from tinyctx.errors import PairingError
 from tinyctx.messages import check_pairing, valid_message, valid_text
-from tinyctx.model import ModelRequest
+from tinyctx.model import ModelRequest, ModelResponse
 from tinyctx.request_rules import InvalidModelRequest, RequestRule, request_flaws
 from tinyctx.run_input import check_input
 from tinyctx.tool_types import ServerTool, ToolRegistry
@@ -248,3 +248,59 @@ class TestSchedulerCheckpoint:
             await checkpoint()
             reached = True
         assert scope.cancelled_caught and not reached
+
+
+class TestSessionCheckpointBudget:
+    """A session yields to the scheduler at least once a millisecond of running, and a
+    host's cancellation lands at every checkpoint, yielded or not."""
+
+    async def test_the_first_checkpoint_yields(self) -> None:
+        """Another task gets in at a fresh checkpoint's first call (trio orders a batch at
+        random, so over many fresh checkpoints; without a yield it never would)."""
+        let_in = 0
+        for _ in range(50):
+            checkpoint = SchedulerCheckpoint()
+            seen: list[str] = []
+
+            async def other(seen: list[str] = seen) -> None:
+                seen.append("other")
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(other)
+                await checkpoint()
+                let_in += bool(seen)
+        assert let_in > 0
+
+    async def test_a_cancellation_lands_between_two_turns(self) -> None:
+        checkpoint = SchedulerCheckpoint()
+        await checkpoint()  # the turn: the next one is within the budget, so no yield
+        reached = False
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await checkpoint()
+            reached = True
+        assert scope.cancelled_caught and not reached
+
+    async def test_a_session_that_never_waits_still_lets_others_in(self) -> None:
+        """Instant runs, back to back: another task gets its turn (with no yield it never
+        would; 100,000 runs is many seconds of a millisecond budget)."""
+        session_runs = 0
+        other_ran = anyio.Event()
+
+        async def other() -> None:
+            other_ran.set()
+
+        async def instant(request: Any, ctx: Any) -> ModelResponse:
+            return ModelResponse(AssistantMessage("ok"))  # never waits: no checkpoint
+
+        agent = Agent(model=instant)
+        with anyio.fail_after(30):
+            async with Session(agent) as session, anyio.create_task_group() as group:
+                await session.run("first")  # its first checkpoint yields
+                group.start_soon(other)
+                while not other_ran.is_set() and session_runs < 100_000:
+                    session.ctx.conversation.replace((), emit_new=False)
+                    await session.run("hi")
+                    session_runs += 1
+                let_in = other_ran.is_set()  # before the group's exit waits for it
+        assert let_in

@@ -15,7 +15,7 @@ import anyio
 import anyio.lowlevel
 
 from .agent_core import AgentCore
-from .cancel import scheduler_checkpoint
+from .cancel import SchedulerCheckpoint
 from .checkpoint import Checkpoint, RunResult
 from .codec import encode_messages
 from .config import implements, number, optional, text
@@ -201,7 +201,7 @@ class Session(ResumePath[Data]):
             )
         if link is not None:
             self._writing = anyio.Lock()  # only writes take it
-        self._yield = scheduler_checkpoint()
+        self._yield = SchedulerCheckpoint()
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
