@@ -332,6 +332,8 @@ def summary_references(
     chosen: list[str] = []
     joined = ""
     for message in reversed(messages):
+        if room < 1:
+            break  # every span costs at least its separator: none fits any more
         for span in find_spans(searchable_text(message)):
             if span.kind not in REFERENCE_KINDS or span.text in joined:
                 continue

@@ -120,6 +120,12 @@ def budget_tool_result(
     """
     check_int(budget_bytes, "budget_bytes", "budget_tool_result")
     _check_keep(keep, "budget_tool_result")
+    return _cut_text(content, budget_bytes, hint, keep)
+
+
+def _cut_text(content: str, budget_bytes: int, hint: str, keep: str) -> tuple[str, TruncationStats]:
+    """:func:`budget_tool_result` of settings already checked (a history's results are
+    budgeted many times over in a shrink's search)."""
     if budget_bytes == 0:
         return content, _untouched(utf8_len(content))
     if content.isascii():
@@ -197,7 +203,7 @@ def _budgeted(
     content = result.content
     if not isinstance(content, str):
         return _budgeted_parts(result, content, budget_bytes, hint, keep)
-    text, stats = budget_tool_result(content, budget_bytes, hint=hint, keep=keep)
+    text, stats = _cut_text(content, budget_bytes, hint, keep)
     if not stats.truncated:
         return result, stats
     return _marked(result, text, stats, budget_bytes), stats
@@ -221,7 +227,7 @@ def _marked(
 def _budgeted_parts(
     result: ToolResult, parts: tuple[Part, ...], budget_bytes: int, hint: str, keep: str
 ) -> tuple[ToolResult, TruncationStats]:
-    text, stats = budget_tool_result(result.text, budget_bytes, hint=hint, keep=keep)
+    text, stats = _cut_text(result.text, budget_bytes, hint, keep)
     if not stats.truncated:
         return result, stats
     out: list[Part] = []
@@ -252,6 +258,7 @@ def budget_history(
     """
     history = as_history(history)
     check_int(budget_bytes, "budget_bytes", "budget_history")
+    _check_keep(keep, "budget_history")
     if budget_bytes == 0:
         return history, HistoryBudgetStats()
     out: list[Message] | None = None

@@ -3,9 +3,12 @@ running default_stack() in create_agent's own loop over a real transcript."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,7 +31,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from tinyctx import StopWithFinal
+from tinyctx import AssistantMessage, StopWithFinal, UserMessage
 from tinyctx.formats import FormatError
 from tinyctx.integrations.langchain import TinyctxMiddleware
 from tinyctx.integrations.langchain_messages import (
@@ -201,6 +204,78 @@ class TestConversion:
         assert usage is not None
         assert (usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (10, 4, 6)
         assert usage.reasoning_tokens == 2
+
+
+_EDITS = st.sampled_from(["content", "kwargs", "metadata", "args", "name"])
+
+
+def _edit(message: BaseMessage, how: str) -> None:
+    """Change ``message`` in place, the way application code may."""
+    if how == "content":
+        message.content = f"{message.content!r} edited"
+    elif how == "kwargs":
+        message.additional_kwargs["edited"] = True
+    elif how == "metadata":
+        message.response_metadata["edited"] = [1, 2]
+    elif how == "args" and isinstance(message, AIMessage) and message.tool_calls:
+        message.tool_calls[0]["args"]["edited"] = "yes"
+    else:
+        message.name = "edited"
+
+
+class TestConversionMemo:
+    """A history re-sent on every call is converted once; an edit in place is never
+    answered from what an earlier call converted."""
+
+    def test_an_unchanged_message_reads_as_the_same_object(self) -> None:
+        messages = [HumanMessage("hi"), AIMessage("hello")]
+        first = from_langchain(messages)
+        again = from_langchain(messages)
+        assert all(a is b for a, b in zip(first, again, strict=True))
+
+    @given(lc_histories(), st.data())
+    def test_an_edited_message_is_read_again(self, messages: list[BaseMessage], data: Any) -> None:
+        """After any in-place edit, the reading equals that of fresh copies."""
+        from_langchain(messages)  # the memo holds every message now
+        if messages:
+            target = data.draw(st.sampled_from(messages))
+            _edit(target, data.draw(_EDITS))
+        fresh = [m.model_copy(deep=True) for m in messages]
+        assert from_langchain(messages) == from_langchain(fresh)
+
+    def test_an_extra_field_set_later_is_read(self) -> None:
+        """An undeclared field (kept outside __dict__) is never vouched for by the memo."""
+        message = HumanMessage("hi")
+        (before,) = from_langchain([message])
+        message.note = "later"  # type: ignore[attr-defined]
+        (after,) = from_langchain([message])
+        assert after != before and after.metadata["langchain"]["note"] == "later"
+
+    @given(histories(media=0.3), _EDITS)
+    def test_an_edited_written_message_is_written_again(
+        self, history: tuple[Any, ...], how: str
+    ) -> None:
+        """A LangChain message handed out and then edited is not handed out again: the
+        next writing says what the tinyctx message says."""
+        written = to_langchain(history)
+        for message in written:
+            _edit(message, how)
+        assert to_langchain(history) == to_langchain(tuple(attrs.evolve(m) for m in history))
+
+    def test_an_unedited_written_message_is_handed_out_again(self) -> None:
+        """As LangGraph hands the same state objects to every call."""
+        history = (UserMessage("hi"), AssistantMessage("hello"))
+        first = to_langchain(history)
+        assert all(a is b for a, b in zip(first, to_langchain(history), strict=True))
+
+    def test_the_memo_lets_messages_go(self) -> None:
+        """A converted message that nothing else holds is freed, and so is its reading."""
+        message = HumanMessage("x" * 1000)
+        (read,) = from_langchain([message])
+        gone, reading = weakref.ref(message), weakref.ref(read)
+        del message, read
+        gc.collect()
+        assert gone() is None and reading() is None
 
 
 class _FakeModel(GenericFakeChatModel):

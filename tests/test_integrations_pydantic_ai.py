@@ -4,6 +4,7 @@ transcript, usage fed back to the guard."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,80 @@ class TestConversion:
         part = to_pydantic_ai(cleared)[2].parts[0]
         assert isinstance(part, ToolReturnPart)
         assert part.content == "[cleared]"
+
+
+_EDITS = st.sampled_from(["part", "parts", "args", "field"])
+
+
+def _edit(message: ModelMessage, how: str) -> None:
+    """Change ``message`` in place, the way application code may."""
+    parts = message.parts
+    if how == "part" and parts and hasattr(parts[0], "content"):
+        parts[0].content = f"{parts[0].content!r} edited"  # type: ignore[union-attr]
+    elif how == "parts" and isinstance(parts, list):
+        parts.append(
+            TextPart("added") if isinstance(message, ModelResponse) else UserPromptPart("added")
+        )
+    elif how == "args" and any(
+        isinstance(p, ToolCallPart) and isinstance(p.args, dict) for p in parts
+    ):
+        call = next(p for p in parts if isinstance(p, ToolCallPart) and isinstance(p.args, dict))
+        assert isinstance(call.args, dict)
+        call.args["edited"] = 1
+    elif isinstance(message, ModelResponse):
+        message.model_name = "edited"
+    else:
+        message.instructions = "edited"
+
+
+def _copies(messages: list[ModelMessage]) -> list[ModelMessage]:
+    with warnings.catch_warnings():  # copying builds the deprecated RetryPromptPart again
+        warnings.simplefilter("ignore")
+        return copy.deepcopy(messages)
+
+
+class TestConversionMemo:
+    """A history re-sent on every call is converted once; an edit in place is never
+    answered from what an earlier call converted."""
+
+    def test_an_unchanged_message_reads_as_the_same_objects(self) -> None:
+        messages = [ModelRequest(parts=[SystemPromptPart("s"), UserPromptPart("hi")])]
+        first = from_pydantic_ai(messages)
+        again = from_pydantic_ai(messages)
+        assert len(first) == 2 and all(a is b for a, b in zip(first, again, strict=True))
+
+    @given(pa_histories(), st.data())
+    def test_an_edited_message_is_read_again(self, messages: list[ModelMessage], data: Any) -> None:
+        """After any in-place edit, the reading equals that of fresh copies."""
+        from_pydantic_ai(messages)  # the memo holds every message now
+        _edit(data.draw(st.sampled_from(messages)), data.draw(_EDITS))
+        assert from_pydantic_ai(messages) == from_pydantic_ai(_copies(messages))
+
+    @given(pa_histories(), _EDITS)
+    def test_an_edited_written_message_is_written_again(
+        self, messages: list[ModelMessage], how: str
+    ) -> None:
+        """A pydantic-ai message handed out and then edited is not handed out again."""
+        history = from_pydantic_ai(messages)
+        for message in to_pydantic_ai(history):
+            _edit(message, how)
+        fresh = tuple(m.evolve() for m in history)
+        assert to_pydantic_ai(history) == to_pydantic_ai(fresh)
+
+    def test_an_unedited_written_message_is_handed_out_again(self) -> None:
+        history = from_pydantic_ai([ModelRequest(parts=[UserPromptPart("hi")])])
+        first = to_pydantic_ai(history)
+        assert to_pydantic_ai(history)[0] is first[0]
+
+    def test_a_request_made_of_other_messages_is_written_anew(self) -> None:
+        """The memo is keyed by a request's first message; a different run of messages
+        after it makes another request."""
+        system, user = from_pydantic_ai(
+            [ModelRequest(parts=[SystemPromptPart("s"), UserPromptPart("u")])]
+        )
+        (both,) = to_pydantic_ai((system, user))
+        (alone,) = to_pydantic_ai((system,))
+        assert len(both.parts) == 2 and len(alone.parts) == 1
 
 
 def _transcript(shared_data: Path) -> list[ModelMessage]:

@@ -82,6 +82,24 @@ def _know(ctx: RunContext[Any], specs: Sequence[ToolSpec]) -> None:
             )
 
 
+def _reusing(known: tuple[Message, ...], sent: tuple[Message, ...]) -> tuple[Message, ...]:
+    """``sent`` (the framework's history, converted anew on every call) with the messages
+    it shares with ``known`` (the history kept from the last call) as the kept objects:
+    ``known`` itself when nothing changed, else the kept prefix plus what is new. Layers
+    keyed on identity (the counter's memo, a compaction's marks) then see a thread that
+    grew, not a new one, and a grown history costs only what was appended."""
+    same = 0
+    for old, new in zip(known, sent, strict=False):
+        if old is not new and old != new:
+            break
+        same += 1
+    if same == len(sent) == len(known):
+        return known
+    if not same:
+        return sent
+    return (*known[:same], *sent[same:])
+
+
 class StackInterrupted(TinyCtxError):
     """A layer asked for an :class:`~tinyctx.Interrupt` in a framework with no pause of
     its own: the model call is abandoned (nothing of it enters the framework's history)
@@ -179,8 +197,8 @@ class Stack:
         ctx = self.context(thread_id)
         _know(ctx, tools)
         conversation = ctx.conversation
-        history = tuple(messages)
-        if conversation.messages != history:
+        history = _reusing(conversation.messages, tuple(messages))
+        if history is not conversation.messages:
             conversation.replace(history, emit_new=False)
             conversation.mark_synced()
         before = conversation.messages

@@ -47,6 +47,7 @@ from ..frozen import thaw
 from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult, UserMessage
 from ..model import Usage
 from ..parts import Content
+from ._memo import ConversionMemo
 
 __all__ = [
     "LANGCHAIN",
@@ -235,7 +236,9 @@ def _parse(unit: Mapping[str, Any], index: int) -> Message:
         raise FormatError(str(exc), format=LANGCHAIN, index=index) from exc
 
 
-def _unit_of(message: BaseMessage, index: int) -> dict[str, Any]:
+def _unit_of(message: BaseMessage, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The message's fields as a unit to read, and the dump they come from (a deep copy:
+    the snapshot :data:`_READ` compares the message with later)."""
     if not isinstance(message, BaseMessage):
         raise FormatError(
             f"expected a LangChain message, got {type(message).__name__}",
@@ -243,9 +246,10 @@ def _unit_of(message: BaseMessage, index: int) -> dict[str, Any]:
             index=index,
         )
     dumped = message_to_dict(message)
-    unit = dict(dumped["data"])
+    data: dict[str, Any] = dumped["data"]
+    unit = dict(data)
     unit["type"] = dumped["type"]
-    return unit
+    return unit, data
 
 
 def from_langchain_message(message: BaseMessage, index: int = 0) -> Message:
@@ -254,8 +258,33 @@ def from_langchain_message(message: BaseMessage, index: int = 0) -> Message:
     return _read(message, index, CallNames())
 
 
+_READ: ConversionMemo[Message] = ConversionMemo()
+"""Each LangChain message's reading, while it lives and its fields are what they were
+(``message.__dict__`` equals its dump then): a thread re-sent on every call costs only
+what is new or edited. A message with extra (undeclared) fields is read every time."""
+
+_WRITTEN: ConversionMemo[BaseMessage] = ConversionMemo()
+"""Each tinyctx message's LangChain message, while both live and the LangChain one was
+not edited (its ``__dict__`` equals its dump when made): the same object again, as
+LangGraph hands the same state objects to every call."""
+
+
+def _fields(message: BaseMessage) -> dict[str, Any] | None:
+    """What a reading depends on, for the memo's check; None when it cannot be vouched
+    for by ``__dict__`` alone (extra fields live elsewhere)."""
+    if getattr(message, "__pydantic_extra__", None):
+        return None
+    return message.__dict__
+
+
 def _read(message: BaseMessage, index: int, calls: CallNames) -> Message:
-    unit = _unit_of(message, index)
+    fields = _fields(message) if isinstance(message, BaseMessage) else None
+    if fields is not None:
+        known = _READ.get(message)
+        if known is not None and known[0] == fields:
+            calls.add(known[1])
+            return known[1]
+    unit, data = _unit_of(message, index)
     response_metadata = unit.get("response_metadata")
     ext_raw: dict[str, Any] = {}
     if isinstance(response_metadata, Mapping) and EXTENSION_KEY in response_metadata:
@@ -265,7 +294,10 @@ def _read(message: BaseMessage, index: int, calls: CallNames) -> Message:
     ext = read_extension(ext_raw, allowed=("essential", "metadata"), fmt=LANGCHAIN, index=index)
     parsed = _parse(unit, index)
     generated = _generate(parsed, index)
-    return finish_unit(parsed, unit, generated, ext, LANGCHAIN, calls, fmt=LANGCHAIN, index=index)
+    read = finish_unit(parsed, unit, generated, ext, LANGCHAIN, calls, fmt=LANGCHAIN, index=index)
+    if fields is not None:
+        _READ.put(message, data, read)
+    return read
 
 
 def from_langchain(messages: Sequence[BaseMessage]) -> tuple[Message, ...]:
@@ -280,6 +312,16 @@ def from_langchain(messages: Sequence[BaseMessage]) -> tuple[Message, ...]:
 
 def to_langchain_message(message: Message, index: int = 0) -> BaseMessage:
     """One tinyctx message as a LangChain message (see the module docstring)."""
+    known = _WRITTEN.get(message)
+    if known is not None and _fields(known[1]) == known[0]:
+        return known[1]
+    converted = _written(message, index)
+    if _fields(converted) is not None:
+        _WRITTEN.put(message, message_to_dict(converted)["data"], converted)
+    return converted
+
+
+def _written(message: Message, index: int) -> BaseMessage:
     generated = _generate(message, index)
     plain = core(message)
 

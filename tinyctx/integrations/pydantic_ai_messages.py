@@ -38,6 +38,7 @@ from ..formats._common import (
 from ..frozen import freeze, thaw
 from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult, UserMessage
 from ..model import Usage
+from ._memo import ConversionMemo, copy_of
 
 __all__ = ["PYDANTIC_AI", "from_pydantic_ai", "to_pydantic_ai", "usage_from_pydantic_ai"]
 
@@ -175,33 +176,57 @@ def _dump(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
     return dumped
 
 
+_READ: ConversionMemo[tuple[Message, ...]] = ConversionMemo()
+"""Each pydantic-ai message's reading (its parts' messages), while it lives and still
+equals the copy taken when it was read."""
+
+_WRITTEN: ConversionMemo[ModelMessage] = ConversionMemo()
+"""The pydantic-ai message written for a tinyctx message (an assistant message, or the
+first of a request's messages), with a copy of it and the messages it was made from: the
+same object again while it equals its copy and is made from the same messages."""
+
+
 def from_pydantic_ai(messages: Sequence[ModelMessage]) -> tuple[Message, ...]:
     """pydantic-ai messages as tinyctx messages (see the module docstring). A tool return
     that answers no earlier call is a :class:`FormatError` naming its index."""
     out: list[Message] = []
     origins: list[int] = []
-    for index, raw in enumerate(_dump(messages)):
-        carried = _pop_extension(raw)
-        if raw.get("kind") == "response":
-            message: Message = _says(raw.get("parts") or [], index)
-            message = _carry_in(message, carried.get("0"))
-            out.append(_with_kept(message, {_RESPONSE: raw}))
-            origins.append(index)
-            continue
-        header = {k: v for k, v in raw.items() if k != "parts"}
-        for position, part in enumerate(raw.get("parts") or []):
-            message = _carry_in(_read_part(part, index), carried.get(str(position)))
-            kept_part = dict(part)
-            if isinstance(part.get("content"), str) and part["content"] == message.text:
-                del kept_part["content"]  # the message holds it
-            kept: dict[str, Any] = {_PART: kept_part}
-            if position == 0:
-                kept[_REQUEST] = header
-            out.append(_with_kept(message, kept))
-            origins.append(index)
+    for index, message in enumerate(messages):
+        known = _READ.get(message)
+        if known is not None and known[0] == message:
+            read = known[1]
+        else:
+            (raw,) = _dump([message])
+            read = _read_message(raw, index)
+            snapshot = copy_of(message)
+            if snapshot is not None:
+                _READ.put(message, snapshot, read)
+        out += read
+        origins += [index] * len(read)
     renamed = unique_call_ids(out)
     check_read_pairing(renamed, origins, fmt=PYDANTIC_AI)
     return tuple(renamed)
+
+
+def _read_message(raw: dict[str, Any], index: int) -> tuple[Message, ...]:
+    """The tinyctx messages one dumped pydantic-ai message says."""
+    carried = _pop_extension(raw)
+    if raw.get("kind") == "response":
+        message: Message = _says(raw.get("parts") or [], index)
+        message = _carry_in(message, carried.get("0"))
+        return (_with_kept(message, {_RESPONSE: raw}),)
+    header = {k: v for k, v in raw.items() if k != "parts"}
+    out: list[Message] = []
+    for position, part in enumerate(raw.get("parts") or []):
+        message = _carry_in(_read_part(part, index), carried.get(str(position)))
+        kept_part = dict(part)
+        if isinstance(part.get("content"), str) and part["content"] == message.text:
+            del kept_part["content"]  # the message holds it
+        kept: dict[str, Any] = {_PART: kept_part}
+        if position == 0:
+            kept[_REQUEST] = header
+        out.append(_with_kept(message, kept))
+    return tuple(out)
 
 
 def _part_of(message: Message, index: int) -> dict[str, Any]:
@@ -254,24 +279,63 @@ def to_pydantic_ai(messages: Sequence[Message]) -> list[ModelMessage]:
     """tinyctx messages as pydantic-ai messages: consecutive non-assistant messages are the
     parts of one ``ModelRequest`` (a new one starts where a message began one), each
     assistant message one ``ModelResponse``."""
-    dumped: list[dict[str, Any]] = []
-    request: dict[str, Any] | None = None
-    for index, message in enumerate(restore_call_ids(messages)):
-        if isinstance(message, AssistantMessage):
-            request = None
-            response = _response_of(message, index)
-            _put_extension(response, 0, _carry_out(message))
-            dumped.append(response)
+    converted: list[ModelMessage] = []
+    for index, group in _groups(restore_call_ids(messages)):
+        known = _WRITTEN.get(group[0])
+        if known is not None and _still(known[0], known[1], group):
+            converted.append(known[1])
             continue
-        header = _kept(message).get(_REQUEST)
-        if request is None or isinstance(header, Mapping):
-            request = thaw(header) if isinstance(header, Mapping) else {"kind": "request"}
-            request["parts"] = []
-            dumped.append(request)
-        _put_extension(request, len(request["parts"]), _carry_out(message))
-        request["parts"].append(_part_of(message, index))
-    converted: list[ModelMessage] = ModelMessagesTypeAdapter.validate_python(dumped)
+        (written,) = ModelMessagesTypeAdapter.validate_python([_unit_of(group, index)])
+        copied = copy_of(written)
+        if copied is not None:
+            _WRITTEN.put(group[0], (group, copied), written)
+        converted.append(written)
     return converted
+
+
+def _still(
+    kept: tuple[tuple[Message, ...], ModelMessage], written: ModelMessage, group: Sequence[Message]
+) -> bool:
+    """Whether ``written`` was made from exactly ``group`` and equals its copy then."""
+    made_from, snapshot = kept
+    return (
+        len(made_from) == len(group)
+        and all(a is b for a, b in zip(made_from, group, strict=True))
+        and written == snapshot
+    )
+
+
+def _groups(messages: Sequence[Message]) -> list[tuple[int, tuple[Message, ...]]]:
+    """``(index of the first, messages)`` of each pydantic-ai message to write: an
+    assistant message alone, else the run of messages one request holds."""
+    groups: list[tuple[int, list[Message]]] = []
+    open_request = False
+    for index, message in enumerate(messages):
+        if isinstance(message, AssistantMessage):
+            groups.append((index, [message]))
+            open_request = False
+        elif not open_request or isinstance(_kept(message).get(_REQUEST), Mapping):
+            groups.append((index, [message]))
+            open_request = True
+        else:
+            groups[-1][1].append(message)
+    return [(index, tuple(group)) for index, group in groups]
+
+
+def _unit_of(group: tuple[Message, ...], index: int) -> dict[str, Any]:
+    """The dumped pydantic-ai message that says ``group`` (from :func:`_groups`)."""
+    first = group[0]
+    if isinstance(first, AssistantMessage):
+        response = _response_of(first, index)
+        _put_extension(response, 0, _carry_out(first))
+        return response
+    header = _kept(first).get(_REQUEST)
+    request: dict[str, Any] = thaw(header) if isinstance(header, Mapping) else {"kind": "request"}
+    request["parts"] = []
+    for offset, message in enumerate(group):
+        _put_extension(request, offset, _carry_out(message))
+        request["parts"].append(_part_of(message, index + offset))
+    return request
 
 
 def usage_from_pydantic_ai(response: PAResponse) -> Usage:
