@@ -47,7 +47,7 @@ from attrs import field, frozen
 from tinyctx import ConfigError, Event, ModelRequest, RunContext
 from tinyctx.config import Check, flag, implements, optional, owner_of, text
 from tinyctx.events import EventLevel
-from tinyctx.frozen import FrozenDict, freeze, thaw
+from tinyctx.frozen import FrozenDict, clone_with, freeze, thaw
 
 __all__ = [
     "VIEW_KEY",
@@ -532,7 +532,8 @@ class ViewSpec:
             and carried[1] is metadata
             and carried[2] is system
         ):
-            return request.evolve(metadata=carried[3], system_prompt=carried[4])
+            # both values came out of a checked request: no converter to run again
+            return clone_with(request, {"metadata": carried[3], "system_prompt": carried[4]})
         out = self.to_request(request, built.view, header=built.header)
         memo.carried = (built, metadata, system, out.metadata, out.system_prompt)
         return out
