@@ -11,9 +11,10 @@ import anyio
 import pytest
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from tests.engine_app import TOOL_CALLS, append_line, executions, time_skipping_env
+from tests.engine_app import TOOL_CALLS, append_line, executions, time_skipping_env, work_agent
 from tinyctx import Agent, SqliteStore, tool
-from tinyctx.codec import decode_messages
+from tinyctx.agent import ENGINE_STATE, Session
+from tinyctx.codec import decode_messages, decode_state
 from tinyctx.context import RunContext
 from tinyctx.engines import WorkflowFailed, lease_json, lease_owner
 from tinyctx.engines.temporal import TemporalEngine
@@ -100,8 +101,18 @@ class TestFencedByAnotherOwner:
                 await engine.result(env.client, workflow_id)
         assert failed.value.error_type == "FencedOut"
         assert executions(effects) == {"th:0": 1, "th:1": 1, "th:2": 1}
-        lease = (await store.load_thread("th")).lease
-        assert lease is not None and lease.owner == "someone else"
+        record = await store.load_thread("th")
+        assert record.lease is not None and record.lease.owner == "someone else"
+        assert record.state is not None and ENGINE_STATE in decode_state(record.state)
+        # the other owner's first write drops the lost workflow's mark: the thread is
+        # the application's again, and nothing refuses its recover or resume
+        record_lease = record.lease
+        await store.release_lease(record_lease)
+        async with Session(work_agent(effects), thread_id="th", store=store) as session:
+            await session.run("the app goes on")
+        record = await store.load_thread("th")
+        assert record.state is not None and ENGINE_STATE not in decode_state(record.state)
+        check_pairing(decode_messages(record.messages), allow_pending=False)
         await store.aclose()
 
 

@@ -24,6 +24,7 @@ import contextlib
 import os
 import socket
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from .checkpoint import Checkpoint
     from .context import RunContext
     from .conversation import Conversation
+    from .state import LayerStates
 
 __all__ = [
     "ThreadLink",
@@ -62,8 +64,12 @@ __all__ = [
     "ThreadWriteFailed",
     "LeaseRenewFailed",
     "AbandonedStepClosed",
+    "ENGINE_STATE",
     "default_owner",
 ]
+
+ENGINE_STATE = "tinyctx.engine"
+"""The per-thread state a durable-engine workflow keeps while it owns the thread's run."""
 
 
 def default_owner() -> str:
@@ -113,6 +119,19 @@ class AbandonedStepClosed(Event):
     level: ClassVar[EventLevel] = "info"
     mode: str = ""
     tool_call_ids: tuple[str, ...] = ()
+
+
+def _drop_foreign_engine_mark(states: LayerStates, owner: str) -> None:
+    """Forget the mark of a workflow that leased the thread as another owner.
+
+    A write made under this owner's lease moves the thread past any version that workflow
+    knows, so its next write (a replay's too) is refused as stale or fenced: it can never
+    finish the run. Its mark, kept, would have ``recover`` and ``resume`` refuse the thread
+    for good; it goes with this write.
+    """
+    mark = states.dump(check=False).get(ENGINE_STATE)
+    if not (isinstance(mark, Mapping) and mark.get("owner") == owner):
+        states.discard(ENGINE_STATE)
 
 
 class ThreadLink:
@@ -236,7 +255,10 @@ class ThreadLink:
         """Write what changed since the last write; False when nothing had."""
         change = conversation.changes()
         point = conversation.sync_point()  # O(1): no copy of the history per write
-        state = conversation.layer_state.dump(check=False)  # the encoder checks it
+        states = conversation.layer_state
+        if ENGINE_STATE in states:
+            _drop_foreign_engine_mark(states, self.owner)
+        state = states.dump(check=False)  # the encoder checks it
         state_doc: str | Unchanged = UNCHANGED
         if state != self.state_json:
             state_doc = self.state_encoder.encode(state)

@@ -18,7 +18,7 @@ from .config import one_of
 from .context import RunContext
 from .control import Resumption
 from .decisions import DECISION_TYPES, Decision
-from .durable import AbandonedStepClosed
+from .durable import ENGINE_STATE, AbandonedStepClosed
 from .errors import InvalidCheckpoint, ResumeError, SessionBusy
 from .events import PendingCallsAnswered
 from .frozen import EMPTY, FrozenDict
@@ -33,9 +33,6 @@ from .synthetic import SKIPPED_ON_ABANDON, SKIPPED_ON_CRASH
 __all__ = ["ENGINE_STATE", "ResumePath", "refuse_engine_thread"]
 
 Data = TypeVar("Data")
-
-ENGINE_STATE = "tinyctx.engine"
-"""The per-thread state a durable-engine workflow keeps while it owns the thread's run."""
 
 _RECOVER_MODE = one_of(("continue", "close"), allowed="'continue' or 'close'")
 
