@@ -16,7 +16,8 @@ costs a lookup per old message and real work only for the new ones:
   characters per token over-count prose (``bench_tokens_budget.py`` measures both).
 
 :func:`default_counter` picks by the model's family (:func:`counter_family`): the shape
-counter for Claude, the heuristic for the rest.
+counter fitted to Claude's tokenizer for Claude, the one fitted to OpenAI's cl100k_base
+for GPT models, the heuristic for the rest.
 
 :class:`Calibration` turns the provider's reported ``input_tokens`` into better estimates,
 and :func:`context_window` knows the windows of common model families.
@@ -44,7 +45,7 @@ from ._token_memo import (
     message_payload,
     reasoning_tokens,
 )
-from ._token_shapes import ShapeCounter
+from ._token_shapes import SHAPE_FITS, ShapeCounter, ShapeFit
 from .config import fraction, integer, number, text
 from .frozen import FrozenDict
 from .messages import Message
@@ -60,6 +61,8 @@ __all__ = [
     "HeuristicCounter",
     "TokenizersCounter",
     "ShapeCounter",
+    "ShapeFit",
+    "SHAPE_FITS",
     "default_counter",
     "counter_family",
     "COUNTER_FAMILIES",
