@@ -19,6 +19,7 @@ from ._token_counters import (
     DEFAULT_SAMPLE_ABOVE,
     _sample,
     check_counter_settings,
+    measure_in_c,
     measure_parts,
     split_message,
 )
@@ -37,7 +38,7 @@ from ._token_shapes_data import (
 )
 from .config import one_of
 from .frozen import FrozenDict
-from .messages import AssistantMessage, Message, ToolResult
+from .messages import AssistantMessage, Message, ToolCall, ToolResult
 
 __all__ = ["SHAPE_FITS", "ShapeCounter", "ShapeFit", "ascii_shape", "unpack_shape"]
 
@@ -247,7 +248,25 @@ class ShapeCounter(MemoCounter):
     def _message_counts(self, messages: Sequence[Message]) -> list[int]:
         if type(self).count_text is not ShapeCounter.count_text:
             return super()._message_counts(messages)
-        return self._measure(messages, whole=True)
+        rates = (
+            self.letter_tokens,
+            self.digit_tokens,
+            self.symbol_tokens,
+            self.space_tokens,
+            self.text_tokens,
+            self.max_chars_per_token,
+        )
+        counts = measure_in_c(self, messages, rates, self._arguments_tokens)
+        return self._measure(messages, whole=True) if counts is None else counts
+
+    def _arguments_tokens(self, call: ToolCall) -> int:
+        """A call's arguments: their JSON text's shape without the encoder, or the raw
+        invalid text."""
+        part = call.invalid_arguments
+        if part is not None:
+            return self.count_text(part)
+        shape = json_shape(call.arguments)
+        return self._shape_tokens(shape) if shape >= 0 else self.count_text(arguments_text(call))
 
     def _shape_tokens(self, shape: int) -> int:
         """The count of ASCII text of a packed :func:`ascii_shape` (never 0 for a
@@ -297,7 +316,7 @@ class ShapeCounter(MemoCounter):
         letter, digit, symbol = self.letter_tokens, self.digit_tokens, self.symbol_tokens
         space, per_text, chars_per = self.space_tokens, self.text_tokens, self.max_chars_per_token
         not_digits, not_symbols = _NOT_DIGITS, _NOT_SYMBOLS
-        shape_tokens = self._shape_tokens
+        arguments = self._arguments_tokens
         base = self.message_overhead if whole else 0
         per_call = self.tool_call_overhead if whole else 0
         exact_to = self.sample_above if self.sample_above is not None else math.inf
@@ -339,13 +358,7 @@ class ShapeCounter(MemoCounter):
                         name = short(call.name)
                         if len(names) < 1024:
                             names[call.name] = name
-                    tokens += short(call.id) + name
-                    part = call.invalid_arguments
-                    if part is None:  # JSON arguments: their shape, without the encoder
-                        shape = json_shape(call.arguments)
-                        tokens += shape_tokens(shape) if shape >= 0 else count(arguments_text(call))
-                    else:
-                        tokens += count(part)
+                    tokens += short(call.id) + name + arguments(call)
             append(tokens)
         return counts
 
