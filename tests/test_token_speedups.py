@@ -90,6 +90,20 @@ class TestSameCountsAsPython:
         for counter in _counters():
             assert counter._message_counts(messages) == _python_counts(counter, messages)
 
+    @given(
+        runs=st.lists(
+            st.tuples(st.integers(0, 200), st.sampled_from(["x", "\n", "7", "é", ""])),
+            max_size=30,
+        )
+    )
+    def test_runs_of_spaces_of_any_length_anywhere(self, runs: list[tuple[int, str]]) -> None:
+        """Four-space runs and kinds of characters are counted alike whether a run sits
+        inside a 64-byte block of the C loop, across blocks or in the tail."""
+        text = "".join(" " * n + c for n, c in runs)
+        messages = (UserMessage(text or "x"), ToolResult("c1", text[3:]))
+        for counter in _counters():
+            assert counter._message_counts(messages) == _python_counts(counter, messages)
+
     def test_long_texts_at_and_past_the_sample_threshold(self) -> None:
         piece = "def f(x):\n    return x  # 12\n"
         messages = tuple(UserMessage((piece * 200)[:length]) for length in (4095, 4096, 4097, 5000))
