@@ -45,7 +45,8 @@ _VALUE = (
     | st.booleans()
     | st.none()
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.lists(st.integers(), max_size=2)
+    | st.lists(st.integers() | _JSON_TEXT, max_size=2)
+    | st.dictionaries(_JSON_TEXT, st.none() | _JSON_TEXT | st.lists(st.booleans()), max_size=2)
 )
 
 

@@ -113,39 +113,59 @@ block_runs(Scan *t, uint64_t mask, Py_ssize_t *run)
     }
 }
 
+/* the sum of the 16 bytes of a vector */
+static Py_ssize_t
+byte_sum(__m128i counts)
+{
+    uint64_t halves[2];
+    _mm_storeu_si128((__m128i *)halves, _mm_sad_epu8(counts, _mm_setzero_si128()));
+    return (Py_ssize_t)(halves[0] + halves[1]);
+}
+
+/* the kinds of characters of data[0:n) by 16 bytes (n a multiple of 16): each compare
+   gives -1 per byte that matches, subtracted into byte counters, summed every 255 rounds
+   (before a byte counter can overflow); symbols are what is left */
 static void
-block_counts(Scan *t, const unsigned char *data)
+vector_counts(Scan *t, const unsigned char *data, Py_ssize_t n)
 {
     const __m128i space = _mm_set1_epi8(' '), newline = _mm_set1_epi8('\n');
     const __m128i below_0 = _mm_set1_epi8('0' - 1), above_9 = _mm_set1_epi8('9' + 1);
     const __m128i below_a = _mm_set1_epi8('a' - 1), above_z = _mm_set1_epi8('z' + 1);
     const __m128i lower = _mm_set1_epi8(0x20);
-    for (int k = 0; k < 4; k++) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(data + 16 * k));
-        __m128i folded = _mm_or_si128(v, lower);
-        int spaces = _mm_movemask_epi8(_mm_cmpeq_epi8(v, space));
-        int newlines = _mm_movemask_epi8(_mm_cmpeq_epi8(v, newline));
-        int digits = _mm_movemask_epi8(
-            _mm_and_si128(_mm_cmpgt_epi8(v, below_0), _mm_cmplt_epi8(v, above_9)));
-        int letters = _mm_movemask_epi8(
-            _mm_and_si128(_mm_cmpgt_epi8(folded, below_a), _mm_cmplt_epi8(folded, above_z)));
-        int s = __builtin_popcount(spaces), l = __builtin_popcount(newlines);
-        int d = __builtin_popcount(digits), a = __builtin_popcount(letters);
-        t->counts[C_SPACE] += s;
-        t->counts[C_NEWLINE] += l;
-        t->counts[C_DIGIT] += d;
-        t->counts[C_LETTER] += a;
-        t->counts[C_SYMBOL] += 16 - s - l - d - a;
+    Py_ssize_t i = 0, kinds[4] = {0, 0, 0, 0};
+    while (i < n) {
+        __m128i spaces = _mm_setzero_si128(), newlines = spaces, digits = spaces, letters = spaces;
+        Py_ssize_t end = n - i > 16 * 255 ? i + 16 * 255 : n;
+        for (; i < end; i += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(data + i));
+            __m128i folded = _mm_or_si128(v, lower);
+            spaces = _mm_sub_epi8(spaces, _mm_cmpeq_epi8(v, space));
+            newlines = _mm_sub_epi8(newlines, _mm_cmpeq_epi8(v, newline));
+            digits = _mm_sub_epi8(
+                digits, _mm_and_si128(_mm_cmpgt_epi8(v, below_0), _mm_cmplt_epi8(v, above_9)));
+            letters = _mm_sub_epi8(letters, _mm_and_si128(_mm_cmpgt_epi8(folded, below_a),
+                                                          _mm_cmplt_epi8(folded, above_z)));
+        }
+        kinds[0] += byte_sum(spaces);
+        kinds[1] += byte_sum(newlines);
+        kinds[2] += byte_sum(digits);
+        kinds[3] += byte_sum(letters);
     }
+    t->counts[C_SPACE] += kinds[0];
+    t->counts[C_NEWLINE] += kinds[1];
+    t->counts[C_DIGIT] += kinds[2];
+    t->counts[C_LETTER] += kinds[3];
+    t->counts[C_SYMBOL] += n - kinds[0] - kinds[1] - kinds[2] - kinds[3];
 }
 
 static void
 scan_ascii(Scan *t, int shape, const unsigned char *data, Py_ssize_t n)
 {
     Py_ssize_t i = 0;
-    if (shape)
-        for (; i + BLOCK <= n; i += BLOCK)
-            block_counts(t, data + i);
+    if (shape) {
+        i = n - n % 16;
+        vector_counts(t, data, i);
+    }
     else {
         const __m128i space = _mm_set1_epi8(' ');
         Py_ssize_t run = t->run;
@@ -303,104 +323,139 @@ part_tokens(const Rates *r, PyObject *part)
 }
 
 /* What a call's JSON arguments text holds, as the stdlib encoder writes it (", " and ": "
-   between items, ensure_ascii=False): its length, its four-space runs and its characters
-   by kind (byte_class). */
-typedef struct {
-    Py_ssize_t length, runs, counts[5];
-} JsonText;
-
+   between items, ensure_ascii=False), in a Scan: its length (ascii), its four-space runs
+   (runs, for the heuristic) and its characters by kind (counts). */
 static void
-emit(JsonText *t, unsigned char c)
+emit(Scan *t, unsigned char c)
 {
-    t->length++;
+    t->ascii++;
     t->counts[byte_class[c]]++;
 }
 
-/* an ASCII string, quoted and escaped as json.encoder.encode_basestring does */
+/* what an escape changes: a backslash (a symbol) before the character itself ('"' and
+   '\\'), before a letter (\n, \t...: the control character goes), or \u00XX (the other
+   control characters: u, 0, 0 and two hex digits) */
 static void
-emit_string(JsonText *t, PyObject *text)
+escape(Scan *t, unsigned char c)
 {
-    static const char hex[] = "0123456789abcdef";
-    const unsigned char *data = PyUnicode_1BYTE_DATA(text);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text), run = 0;
-    emit(t, '"');
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = data[i];
-        if (c == ' ') {
-            run++;
-            emit(t, c);
-            continue;
-        }
-        t->runs += run / 4;
-        run = 0;
-        if (c == '"' || c == '\\') {
-            emit(t, '\\');
-            emit(t, c);
-        }
-        else if (c < 0x20) {
-            emit(t, '\\');
-            const char *shorts = "\b\f\n\r\t", *letters = "bfnrt";
-            const char *found = memchr(shorts, c, 5);
-            if (found != NULL)
-                emit(t, (unsigned char)letters[found - shorts]);
-            else {
-                emit(t, 'u');
-                emit(t, '0');
-                emit(t, '0');
-                emit(t, (unsigned char)hex[c >> 4]);
-                emit(t, (unsigned char)hex[c & 15]);
-            }
-        }
-        else
-            emit(t, c);
+    t->ascii++;
+    t->counts[C_SYMBOL]++;
+    if (c == '"' || c == '\\')
+        return;
+    t->counts[byte_class[c]]--;
+    if (memchr("\b\f\n\r\t", c, 5) != NULL) {
+        t->counts[C_LETTER]++;
+        return;
     }
-    t->runs += run / 4;
+    t->ascii += 4;
+    t->counts[C_LETTER] += 1 + ((c & 15) >= 10);
+    t->counts[C_DIGIT] += 3 + ((c & 15) < 10);
+}
+
+/* an ASCII string, quoted and escaped as json.encoder.encode_basestring does: its
+   characters scanned as they are, then what each escape changes */
+static void
+emit_string(Scan *t, int shape, PyObject *text)
+{
+    const unsigned char *data = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), i = 0;
+    emit(t, '"');
+    t->run = 0; /* a quote ends every run */
+    scan_ascii(t, shape, data, n);
+    t->runs += t->run / 4;
+    t->run = 0;
+#if defined(__SSE2__) && defined(__GNUC__)
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    const __m128i control = _mm_set1_epi8(0x20);
+    for (; i + 16 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(data + i));
+        unsigned mask = (unsigned)_mm_movemask_epi8(_mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+            _mm_cmplt_epi8(v, control)));
+        for (; mask; mask &= mask - 1)
+            escape(t, data[i + __builtin_ctz(mask)]);
+    }
+#endif
+    for (; i < n; i++)
+        if (data[i] < 0x20 || data[i] == '"' || data[i] == '\\')
+            escape(t, data[i]);
     emit(t, '"');
 }
 
-/* 1 when the arguments are a flat object of ASCII strings, integers (to 64 bits), booleans
-   and nulls, its text measured in *t; 0 when Python must measure them; -1 on error */
+/* 1 when a value is JSON the C loop writes as the stdlib encoder would (ASCII strings,
+   integers to 64 bits, booleans, nulls, and lists, tuples and objects of them, `frozen`
+   the arguments' own mapping type), its text measured into *t; 0 when Python must
+   measure it (floats: Python writes their repr; non-ASCII text; odd keys); -1 on error */
 static int
-json_text(PyObject *data, JsonText *t)
+emit_value(Scan *t, int shape, PyObject *value, PyTypeObject *frozen, int depth)
 {
-    memset(t, 0, sizeof(*t));
-    emit(t, '{');
+    if (depth > 64)
+        return 0;
+    if (PyUnicode_CheckExact(value)) {
+        if (!PyUnicode_IS_ASCII(value))
+            return 0;
+        emit_string(t, shape, value);
+        return 1;
+    }
+    if (value == Py_True || value == Py_False || value == Py_None) {
+        const char *word = value == Py_True ? "true" : value == Py_False ? "false" : "null";
+        for (; *word; word++)
+            emit(t, (unsigned char)*word);
+        return 1;
+    }
+    if (PyLong_CheckExact(value)) {
+        int overflow = 0;
+        char digits[32];
+        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow)
+            return 0;
+        if (number == -1 && PyErr_Occurred())
+            return -1;
+        int written = snprintf(digits, sizeof(digits), "%lld", number);
+        for (int k = 0; k < written; k++)
+            emit(t, (unsigned char)digits[k]);
+        return 1;
+    }
+    if (PyTuple_CheckExact(value) || PyList_CheckExact(value)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+        emit(t, '[');
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i) {
+                emit(t, ',');
+                emit(t, ' ');
+            }
+            int sure = emit_value(t, shape, PySequence_Fast_GET_ITEM(value, i), frozen, depth + 1);
+            if (sure <= 0)
+                return sure;
+        }
+        emit(t, ']');
+        return 1;
+    }
+    PyObject *data = value;
+    if (Py_TYPE(value) == frozen) { /* a nested mapping: its own dict */
+        data = PyObject_GetAttr(value, k_data);
+        if (data == NULL)
+            return -1;
+        Py_DECREF(data); /* the mapping holds it */
+    }
+    if (!PyDict_CheckExact(data))
+        return 0;
     Py_ssize_t pos = 0, i = 0;
-    PyObject *key, *value;
-    char digits[32];
-    while (PyDict_Next(data, &pos, &key, &value)) {
+    PyObject *key, *item;
+    emit(t, '{');
+    while (PyDict_Next(data, &pos, &key, &item)) {
         if (!PyUnicode_CheckExact(key) || !PyUnicode_IS_ASCII(key))
             return 0;
         if (i++) {
             emit(t, ',');
             emit(t, ' ');
         }
-        emit_string(t, key);
+        emit_string(t, shape, key);
         emit(t, ':');
         emit(t, ' ');
-        if (PyUnicode_CheckExact(value)) {
-            if (!PyUnicode_IS_ASCII(value))
-                return 0;
-            emit_string(t, value);
-        }
-        else if (value == Py_True || value == Py_False || value == Py_None) {
-            const char *word = value == Py_True ? "true" : value == Py_False ? "false" : "null";
-            for (; *word; word++)
-                emit(t, (unsigned char)*word);
-        }
-        else if (PyLong_CheckExact(value)) {
-            int overflow = 0;
-            long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-            if (overflow)
-                return 0;
-            if (number == -1 && PyErr_Occurred())
-                return -1;
-            int written = snprintf(digits, sizeof(digits), "%lld", number);
-            for (int k = 0; k < written; k++)
-                emit(t, (unsigned char)digits[k]);
-        }
-        else
-            return 0; /* floats (Python writes their repr), nested values */
+        int sure = emit_value(t, shape, item, frozen, depth + 1);
+        if (sure <= 0)
+            return sure;
     }
     emit(t, '}');
     return 1;
@@ -438,29 +493,29 @@ arguments_tokens(const Rates *r, PyObject *call, long *out)
         }
         Py_DECREF(chars);
     }
+    PyTypeObject *frozen = Py_TYPE(arguments);
     data = PyObject_GetAttr(arguments, k_data);
     Py_DECREF(arguments);
     if (data == NULL)
         return -1;
-    JsonText t;
-    if (PyDict_CheckExact(data))
-        sure = json_text(data, &t);
+    Scan t = {{0}};
+    sure = emit_value(&t, r->shape, data, frozen, 0);
     Py_DECREF(data);
     if (sure <= 0)
         return sure;
     if (!r->shape) {
-        *out = (long)ceil((double)(t.length - 2 * t.runs) / r->per);
+        *out = (long)ceil((double)(t.ascii - 2 * t.runs) / r->per);
         return 1;
     }
     Py_ssize_t digits = t.counts[C_DIGIT], symbols = t.counts[C_SYMBOL];
     Py_ssize_t spaces = t.counts[C_SPACE];
-    Py_ssize_t letters = t.length - digits - symbols - spaces - t.counts[C_NEWLINE];
+    Py_ssize_t letters = t.ascii - digits - symbols - spaces - t.counts[C_NEWLINE];
     double estimate = r->letter * (double)letters;
     estimate = estimate + r->digit * (double)digits;
     estimate = estimate + r->symbol * (double)symbols;
     estimate = estimate + r->space * (double)spaces;
     estimate = estimate + r->per_text;
-    double floor_ = (double)t.length / r->chars_per;
+    double floor_ = (double)t.ascii / r->chars_per;
     long tokens = (long)ceil(floor_ > estimate ? floor_ : estimate);
     *out = tokens > 1 ? tokens : 1;
     return 1;
@@ -484,6 +539,21 @@ call_names_tokens(const Rates *r, PyObject *id, PyObject *name)
     if (!r->shape && !(plain_ascii(id) && plain_ascii(name)))
         return count_text(r, id) + count_text(r, name);
     return part_tokens(r, id) + part_tokens(r, name);
+}
+
+/* Whether a FrozenDict (metadata) holds anything: the size of its dict, without a call of
+   its __len__ (any other object: its truth) */
+static int
+is_set(PyObject *mapping)
+{
+    PyObject *data = PyObject_GetAttr(mapping, k_data);
+    if (data == NULL) {
+        PyErr_Clear();
+        return PyObject_IsTrue(mapping);
+    }
+    int set = PyDict_CheckExact(data) ? PyDict_GET_SIZE(data) > 0 : PyObject_IsTrue(mapping);
+    Py_DECREF(data);
+    return set;
 }
 
 /* The count of one message: 1 and the count in *out, 0 when Python must count it, -1 on
@@ -515,7 +585,7 @@ measure_one(const Rates *r, PyObject *message, PyTypeObject *kinds[3], PyObject 
     else if (assistant) {
         if ((metadata = PyObject_GetAttr(message, k_metadata)) == NULL)
             goto error;
-        int has_metadata = PyObject_IsTrue(metadata);
+        int has_metadata = is_set(metadata);
         if (has_metadata != 0) { /* reasoning tokens: Python reads them */
             sure = has_metadata < 0 ? -1 : 0;
             goto done;
