@@ -1,7 +1,9 @@
 """Token counting and the budget guard on histories of 100 / 2,000 / 20,000 messages, cold
-and warm, next to LangChain's ``count_tokens_approximately`` over the same messages; and the
-heuristic's error, without calibration, against a real tokenizer on real texts (prose, code,
-CJK) next to LangChain's chars/4 rule on the same texts.
+and warm, next to LangChain's ``count_tokens_approximately`` over the same messages; and each
+family's counter's error, without calibration, against its family's real vocabulary on real
+texts (prose, code, CJK): Claude's shape fit against claude-legacy, the GPT family's against
+OpenAI's cl100k_base, and the heuristic every other model gets against both; next to
+LangChain's chars/4 rule on the same texts.
 
 Targets, at every size: a cold count no slower than LangChain (both count new message
 objects every time, built off the clock, in CPU time); a warm count no slower than
