@@ -3,6 +3,9 @@ loop gives, and leaves to Python what it is not sure of."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +14,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinyctx import AssistantMessage, Message, SystemMessage, ToolCall, ToolResult, UserMessage
+from tinyctx._token_counters import C_LOOP
 from tinyctx.codec import decode_messages, encode_messages
 from tinyctx.frozen import SET_JSON_CHARS
 from tinyctx.testing.strategies import histories
 from tinyctx.testing.transcripts import load_openai_jsonl
 from tinyctx.tokens import HeuristicCounter, MemoCounter, ShapeCounter
 
-speedups = pytest.importorskip("tinyctx._token_speedups")
+speedups: Any
+try:
+    from tinyctx import _token_speedups as speedups
+except ImportError:  # not built: the tests skip, unless CI requires it
+    speedups = None
+
+pytestmark = pytest.mark.skipif(
+    not C_LOOP and os.environ.get("TINYCTX_REQUIRE_EXTENSIONS") != "1",
+    reason="tinyctx._token_speedups was not built here (no C compiler at install)",
+)
 
 
 def _counters() -> list[MemoCounter]:
@@ -193,3 +206,32 @@ class TestWhatIsLeftToPython:
     ) -> None:
         with pytest.raises(error):
             speedups.measure((), _KINDS, shape, rates, one_token, 4, 4, exact_to, len)
+
+
+class TestTheSwitch:
+    """Cold counts run the C loop where it was built, and the Python loops alone with
+    TINYCTX_NO_EXTENSIONS=1, to the same counts."""
+
+    def test_loaded(self) -> None:
+        """CI requires it (TINYCTX_REQUIRE_EXTENSIONS=1)."""
+        assert C_LOOP
+
+    def test_turned_off_by_the_environment(self) -> None:
+        script = (
+            "from tinyctx import UserMessage, ToolResult\n"
+            "from tinyctx._token_counters import C_LOOP\n"
+            "from tinyctx.tokens import HeuristicCounter, ShapeCounter\n"
+            "history = (UserMessage('hi there 日本'), ToolResult('c1', 'def f():  ' * 500))\n"
+            "counts = [c().count_messages(history) for c in (HeuristicCounter, ShapeCounter)]\n"
+            "print(C_LOOP, counts)\n"
+        )
+        runs = []
+        for switch in ("1", ""):
+            env = {**os.environ, "TINYCTX_NO_EXTENSIONS": switch}
+            out = subprocess.run(
+                [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+            )
+            assert out.returncode == 0, out.stderr
+            runs.append(out.stdout.split(" ", 1))
+        assert [flag for flag, _ in runs] == ["False", "True"]
+        assert runs[0][1] == runs[1][1]

@@ -40,13 +40,17 @@ _CJK_CLASSES = (re.compile(f"[{_HAN}]"), re.compile(f"[{_KANA}]"), re.compile(f"
 # the exact types tinyctx._token_speedups counts (in its order): any other is Python's
 _C_KINDS: Final = (UserMessage, AssistantMessage, ToolResult)
 
-_measure_c: Callable[..., tuple[list[int], list[int]]] | None
-try:
-    from ._token_speedups import measure as _c_measure
-except ImportError:  # pragma: no cover - built without a C compiler: the Python loops count
-    _measure_c = None
-else:
-    _measure_c = _c_measure
+_measure_c: Callable[..., tuple[list[int], list[int]]] | None = None
+if not os.environ.get("TINYCTX_NO_EXTENSIONS"):  # set: the Python loops count everything
+    try:
+        from ._token_speedups import measure as _c_measure
+    except ImportError:  # pragma: no cover - built without a C compiler
+        pass
+    else:
+        _measure_c = _c_measure
+C_LOOP: Final = _measure_c is not None
+"""Whether cold counts run the C loop (``tinyctx._token_speedups``): False where it was
+not built, or with ``TINYCTX_NO_EXTENSIONS=1`` (the same counts, slower)."""
 
 
 DEFAULT_SAMPLE_ABOVE: Final = 4096
