@@ -15,6 +15,9 @@ costs a lookup per old message and real work only for the new ones:
   Claude's tokenizer: within a few percent on English prose, code and tool calls, where
   characters per token over-count prose (``bench_tokens_budget.py`` measures both).
 
+Where the package was built with a C compiler, a cold count's per-message loop runs in C
+(``tinyctx._token_speedups``: the same counts; ``TINYCTX_NO_EXTENSIONS=1`` turns it off).
+
 :func:`default_counter` picks by the model's family (:func:`counter_family`): the shape
 counter fitted to Claude's tokenizer for Claude, the one fitted to OpenAI's cl100k_base
 for GPT models, the heuristic for the rest.
