@@ -14,6 +14,7 @@ setup(
         Extension(
             "tinyctx._token_speedups",
             ["tinyctx/_token_speedups.c"],
+            depends=["tinyctx/_token_scan.h"],
             extra_compile_args=["-ffp-contract=off"],
             optional=True,
         ),
