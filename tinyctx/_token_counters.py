@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from .config import Check, integer, number, optional
 from .errors import ConfigError
-from .messages import AssistantMessage, Message, ToolResult, UserMessage
+from .messages import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 from .parts import content_text
 
 if TYPE_CHECKING:
@@ -36,6 +37,20 @@ _NOT_ASTRAL_LEADS = bytes(b for b in range(256) if not 0xF0 <= b <= 0xF4)
 # the message types whose ``content`` is their text (a str, or parts to join)
 _BUILT_IN = frozenset((UserMessage, AssistantMessage, ToolResult))
 _CJK_CLASSES = (re.compile(f"[{_HAN}]"), re.compile(f"[{_KANA}]"), re.compile(f"[{_HANGUL}]"))
+# the exact types tinyctx._token_speedups counts (in its order): any other is Python's
+_C_KINDS: Final = (UserMessage, AssistantMessage, ToolResult)
+
+_measure_c: Callable[..., tuple[list[int], list[int]]] | None = None
+if not os.environ.get("TINYCTX_NO_EXTENSIONS"):  # set: the Python loops count everything
+    try:
+        from ._token_speedups import measure as _c_measure
+    except ImportError:  # pragma: no cover - built without a C compiler
+        pass
+    else:
+        _measure_c = _c_measure
+C_LOOP: Final = _measure_c is not None
+"""Whether cold counts run the C loop (``tinyctx._token_speedups``): False where it was
+not built, or with ``TINYCTX_NO_EXTENSIONS=1`` (the same counts, slower)."""
 
 
 DEFAULT_SAMPLE_ABOVE: Final = 4096
@@ -81,6 +96,41 @@ def split_message(
         else None
     )
     return message.text, tokens, kind
+
+
+def measure_in_c(
+    counter: Any,
+    messages: Sequence[Message],
+    rates: tuple[float, ...],
+    one_token: bytes | None,
+    arguments: Callable[[ToolCall], int],
+) -> list[int] | None:
+    """Whole counts of ``messages`` by the C loop (``rates``: the heuristic's six or the
+    shape counter's twelve, in ``_token_speedups.c``'s order; ``one_token``: the shape
+    counter's one-token characters as a bitmap), the messages it is not sure of counted
+    by ``counter``'s Python loop (``_measure``); None without the C module.
+    ``arguments``: a call's arguments' tokens, for those the C loop leaves to Python."""
+    if _measure_c is None:
+        return None
+    if type(messages) is not tuple:
+        messages = tuple(messages)
+    limit = counter.sample_above
+    counts, doubt = _measure_c(
+        messages,
+        _C_KINDS,
+        one_token is not None,
+        rates,
+        one_token,
+        counter.message_overhead,
+        counter.tool_call_overhead,
+        sys.maxsize if limit is None else limit,
+        arguments,
+    )
+    if doubt:
+        measured = counter._measure([messages[i] for i in doubt], whole=True)
+        for index, count in zip(doubt, measured, strict=True):
+            counts[index] = count
+    return counts
 
 
 def measure_parts(count: Callable[[str], int], messages: Sequence[Message]) -> list[int]:
@@ -191,7 +241,34 @@ class HeuristicCounter(MemoCounter):
     def _message_counts(self, messages: Sequence[Message]) -> list[int]:
         if type(self).count_text is not HeuristicCounter.count_text:
             return super()._message_counts(messages)
-        return self._measure(messages, whole=True)
+        rates = (
+            self.chars_per_token,
+            self.nonascii_bytes_per_token,
+            self.astral_extra,
+            self.han_tokens,
+            self.kana_tokens,
+            self.hangul_tokens,
+        )
+        counts = measure_in_c(self, messages, rates, None, self._arguments_tokens)
+        return self._measure(messages, whole=True) if counts is None else counts
+
+    def _arguments_tokens(self, call: ToolCall) -> int:
+        """A call's arguments: JSON (its ASCII size remembered on the mapping) or the raw
+        invalid text."""
+        part = call.invalid_arguments
+        if part is None:
+            chars = call.arguments._json_chars
+            if chars is None:
+                chars = _json_chars(call.arguments)
+            # JSON text is never empty: chars >= 2
+            return (
+                math.ceil(chars / self.chars_per_token)
+                if chars >= 0
+                else self.count_text(arguments_text(call))
+            )
+        if part.isascii():
+            return math.ceil((len(part) - 2 * part.count(_FOUR_SPACES)) / self.chars_per_token)
+        return self.count_text(part)
 
     def _measure(self, messages: Sequence[Message], *, whole: bool = False) -> list[int]:
         # the payload's parts counted one by one (no joined copy of a large tool result),
@@ -206,6 +283,7 @@ class HeuristicCounter(MemoCounter):
         base = self.message_overhead if whole else 0
         per_call = self.tool_call_overhead if whole else 0
         exact_to = self.sample_above if self.sample_above is not None else math.inf
+        arguments = self._arguments_tokens
         counts: list[int] = []
         append = counts.append
         # an ASCII string costs ceil((len - 2 * four-space runs) / per): 0 for "", and at
@@ -240,17 +318,7 @@ class HeuristicCounter(MemoCounter):
                         tokens += ceil(len(part) / per) + ceil(len(name) / per)
                     else:
                         tokens += count(part) + count(name)
-                    part = call.invalid_arguments
-                    if part is None:  # JSON arguments: their ASCII size is remembered
-                        chars = call.arguments._json_chars
-                        if chars is None:
-                            chars = _json_chars(call.arguments)
-                        # JSON text is never empty: chars >= 2
-                        tokens += ceil(chars / per) if chars >= 0 else count(arguments_text(call))
-                    elif part.isascii():
-                        tokens += ceil((len(part) - 2 * part.count(four)) / per)
-                    else:
-                        tokens += count(part)
+                    tokens += arguments(call)
             append(tokens)
         return counts
 

@@ -3,10 +3,13 @@ real tokenizer (what :func:`~tinyctx.tokens.default_counter` gives the Claude fa
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, Final
+
+import attrs
 
 from ._token_counters import (
     _BUILT_IN,
@@ -17,6 +20,7 @@ from ._token_counters import (
     DEFAULT_SAMPLE_ABOVE,
     _sample,
     check_counter_settings,
+    measure_in_c,
     measure_parts,
     split_message,
 )
@@ -27,41 +31,50 @@ from ._token_memo import (
     flat_orjson,
     reasoning_tokens,
 )
-from ._token_shapes_data import ONE_TOKEN_HAN, ONE_TOKEN_HANGUL
+from ._token_shapes_data import (
+    CL100K_ONE_TOKEN_HAN,
+    CL100K_ONE_TOKEN_HANGUL,
+    ONE_TOKEN_HAN,
+    ONE_TOKEN_HANGUL,
+)
+from .config import one_of
 from .frozen import FrozenDict
-from .messages import AssistantMessage, Message, ToolResult
+from .messages import AssistantMessage, Message, ToolCall, ToolResult
 
-__all__ = ["ShapeCounter", "ascii_shape", "unpack_shape"]
+__all__ = ["SHAPE_FITS", "ShapeCounter", "ShapeFit", "ascii_shape", "unpack_shape"]
 
 # bytes.translate(None, delete) tables over ASCII text: deleting them leaves its symbols
 # (what is not a letter, a digit, a space, a newline) or its digits
 _NOT_SYMBOLS: Final = bytes(b for b in range(256) if b >= 0x80 or chr(b).isalnum() or b in b" \n")
 _NOT_DIGITS: Final = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
-_ONE_TOKEN_HAN: Final = re.compile(f"[{ONE_TOKEN_HAN}]")
-_ONE_TOKEN_HANGUL: Final = re.compile(f"[{ONE_TOKEN_HANGUL}]")
 _FIELD: Final = 32
 _MASK: Final = (1 << _FIELD) - 1
 
 
 def ascii_shape(data: bytes, spaces: int = 0) -> int:
     """What the heuristic reads of ASCII text ``data`` (plus ``spaces`` spaces not in it),
-    packed in one int: its length, digits, symbols and blanks (spaces and newlines), 32
-    bits each (:func:`unpack_shape` reads them)."""
+    packed in one int: its length, digits, symbols, newlines and spaces, 32 bits each
+    (:func:`unpack_shape` reads them)."""
     digits = len(data.translate(None, _NOT_DIGITS))
     symbols = len(data.translate(None, _NOT_SYMBOLS))
-    blanks = data.count(b" ") + data.count(b"\n") + spaces
     return (
-        (len(data) + spaces) | digits << _FIELD | symbols << (2 * _FIELD) | blanks << (3 * _FIELD)
+        (len(data) + spaces)
+        | digits << _FIELD
+        | symbols << (2 * _FIELD)
+        | data.count(b"\n") << (3 * _FIELD)
+        | (data.count(b" ") + spaces) << (4 * _FIELD)
     )
 
 
-def unpack_shape(shape: int) -> tuple[int, int, int, int]:
-    """``(length, digits, symbols, blanks)`` of a shape :func:`ascii_shape` packed."""
+def unpack_shape(shape: int) -> tuple[int, int, int, int, int]:
+    """``(length, digits, symbols, newlines, spaces)`` of a shape :func:`ascii_shape`
+    packed."""
     return (
         shape & _MASK,
         shape >> _FIELD & _MASK,
         shape >> (2 * _FIELD) & _MASK,
-        shape >> (3 * _FIELD),
+        shape >> (3 * _FIELD) & _MASK,
+        shape >> (4 * _FIELD),
     )
 
 
@@ -82,49 +95,97 @@ def json_shape(arguments: FrozenDict[str, Any]) -> int:
     return shape
 
 
-_RATES: Final = (
-    ("letter_tokens", 0.285),
-    ("digit_tokens", 0.906),
-    ("symbol_tokens", 0.634),
-    ("nonascii_byte_tokens", 0.344),
-    ("common_cjk_tokens", 0.738),
-    ("han_tokens", 2.643),
-    ("kana_tokens", 0.91),
-    ("hangul_tokens", 2.643),
-    ("astral_extra", 1.6),
-    ("text_tokens", 0.118),
+_RATE_NAMES: Final = (
+    "letter_tokens",
+    "digit_tokens",
+    "symbol_tokens",
+    "space_tokens",
+    "nonascii_byte_tokens",
+    "common_cjk_tokens",
+    "han_tokens",
+    "kana_tokens",
+    "hangul_tokens",
+    "astral_extra",
+    "text_tokens",
 )
-"""The heuristic's rates and their defaults, fitted by weighted least squares (each text's
-relative error counts alike, no rate below zero) against the claude-legacy BPE vocabulary
-on three of the six real transcripts (marot cc-subagent, mini-swe-agent astroid,
-OpenHands) and the CJK samples' lines of even index (``bench_tokens_budget.py`` reports
-the error on the others). The CJK rates were fitted on those lines with the others held
-at their values: one rate for the Han and Hangul characters the vocabulary holds as one
-token (``_token_shapes_data``), one for kana, and one, shared by Han and Hangul, for the
-rest (their UTF-8 bytes split into two or three tokens). ``astral_extra`` is set so an
-emoji costs the 3 tokens that vocabulary spends on one (no transcript has enough of them
-to fit it)."""
+
+
+@attrs.frozen
+class ShapeFit:
+    """The rates fitted to one vocabulary (in :data:`_RATE_NAMES`' order) and the Han and
+    Hangul characters it holds as one token."""
+
+    rates: tuple[float, ...]
+    one_token_han: str
+    one_token_hangul: str
+
+
+SHAPE_FITS: Final[FrozenDict[str, ShapeFit]] = FrozenDict(
+    {
+        "claude-legacy": ShapeFit(
+            (0.285, 0.906, 0.634, 0.0, 0.344, 0.738, 2.643, 0.91, 2.643, 1.6, 0.118),
+            ONE_TOKEN_HAN,
+            ONE_TOKEN_HANGUL,
+        ),
+        "cl100k": ShapeFit(
+            (0.251, 0.972, 0.485, 0.048, 0.509, 0.471, 2.963, 0.757, 2.763, 0.67, 2.106),
+            CL100K_ONE_TOKEN_HAN,
+            CL100K_ONE_TOKEN_HANGUL,
+        ),
+    }
+)
+"""The shape counter's fits, by vocabulary: ``"claude-legacy"`` (Claude's tokenizer, what
+the Claude family gets) and ``"cl100k"`` (OpenAI's cl100k_base, what the GPT family
+gets). Each was fitted by weighted least squares (each text's relative error counts
+alike, no rate below zero) against its real vocabulary on three of the six real
+transcripts (marot cc-subagent, mini-swe-agent astroid, OpenHands) and the CJK samples'
+lines of even index; ``bench_tokens_budget.py`` reports the error on the others, and
+``benchmarks/fit_token_shapes.py`` repeats the fit. The CJK rates were fitted on those
+lines with the others held at their values: one rate for the Han and Hangul characters
+the vocabulary holds as one token (``_token_shapes_data``), one for kana, and one each
+for the other Han and Hangul characters (their UTF-8 bytes split into two or three
+tokens; claude-legacy's share one). ``astral_extra`` is set so an emoji costs what that
+vocabulary spends on one (3 tokens in claude-legacy, 2.7 in cl100k; no transcript has
+enough of them to fit it). ``space_tokens`` fits to 0 for claude-legacy (a space merges
+into the next word) and to 0.048 for cl100k."""
+
+_FIT = one_of(tuple(SHAPE_FITS), allowed=f"one of {tuple(SHAPE_FITS)}")
+
+
+@functools.cache
+def one_token_bits(fit: ShapeFit) -> bytes:
+    """A bit per BMP code point, set for the characters ``fit``'s vocabulary holds as one
+    token (what the C counting loop reads)."""
+    bits = bytearray(0x10000 // 8)
+    for char in fit.one_token_han + fit.one_token_hangul:
+        code = ord(char)
+        bits[code >> 3] |= 1 << (code & 7)
+    return bytes(bits)
 
 
 class ShapeCounter(MemoCounter):
     """An estimate by what a byte-level BPE vocabulary makes of each kind of character.
 
-    Fitted against Claude's tokenizer, it is what :func:`default_counter` gives the Claude
-    family; it counts English prose, code and tool calls within a few percent of that
-    vocabulary where :class:`HeuristicCounter` (characters per token) over-counts prose.
+    ``fit`` names the vocabulary its defaults were fitted to (:data:`SHAPE_FITS`):
+    ``"claude-legacy"`` (Claude's tokenizer, the default: what :func:`default_counter`
+    gives the Claude family) or ``"cl100k"`` (OpenAI's cl100k_base: the GPT family's).
+    Either counts English prose, code and tool calls within a few percent of its
+    vocabulary, where :class:`HeuristicCounter` (characters per token) is 15-20% off per
+    text.
 
     ASCII letters cost ``letter_tokens`` each (0.285: a word and the space before it are
     one token), digits ``digit_tokens`` (0.906: ids and numbers split), other ASCII
-    symbols ``symbol_tokens`` (0.634: punctuation and operators rarely merge), spaces and
-    newlines nothing (they merge into the next token); a Han character or Hangul syllable
+    symbols ``symbol_tokens`` (0.634: punctuation and operators rarely merge), newlines
+    nothing and spaces ``space_tokens`` (0: they merge into the next token); a Han
+    character or Hangul syllable
     the vocabulary holds as one token (the common ones) costs ``common_cjk_tokens``, any
     other Han character ``han_tokens`` and Hangul syllable or jamo ``hangul_tokens`` (their
     bytes split in two or three), a kana ``kana_tokens``; any other non-ASCII text
     ``nonascii_byte_tokens`` per UTF-8 byte, plus ``astral_extra`` per character outside
     the BMP (emoji); and each text ``text_tokens``. No text counts less than one token
     per ``max_chars_per_token`` (6) characters, so whitespace runs and blank lines are not
-    undercounted much. The defaults were fitted against a real tokenizer on real
-    transcripts and CJK texts (see ``_RATES``).
+    undercounted much. The defaults (the numbers above are claude-legacy's) were fitted
+    against a real tokenizer on real transcripts and CJK texts (see :data:`SHAPE_FITS`).
 
     A text longer than ``sample_above`` characters (4096; None: never) is measured on 8
     evenly spaced windows of 256 characters and scaled to its length: on the real
@@ -136,9 +197,11 @@ class ShapeCounter(MemoCounter):
     ``max_memo``) are :class:`MemoCounter`'s.
 
     Args:
+        fit: The vocabulary the defaults (rates and one-token characters) come from.
         letter_tokens: Tokens per ASCII letter.
         digit_tokens: Tokens per ASCII digit.
         symbol_tokens: Tokens per other ASCII character but a space or a newline.
+        space_tokens: Tokens per ASCII space.
         nonascii_byte_tokens: Tokens per UTF-8 byte of non-ASCII, non-CJK text.
         common_cjk_tokens: Tokens per Han character or Hangul syllable that the vocabulary
             holds as one token.
@@ -156,6 +219,7 @@ class ShapeCounter(MemoCounter):
     letter_tokens: float
     digit_tokens: float
     symbol_tokens: float
+    space_tokens: float
     nonascii_byte_tokens: float
     common_cjk_tokens: float
     han_tokens: float
@@ -167,11 +231,16 @@ class ShapeCounter(MemoCounter):
     def __init__(
         self,
         *,
+        fit: str = "claude-legacy",
         max_chars_per_token: float = 6.0,
         sample_above: int | None = DEFAULT_SAMPLE_ABOVE,
         **options: Any,
     ) -> None:
-        rates = {name: options.pop(name, default) for name, default in _RATES}
+        fitted = SHAPE_FITS[_FIT.check(fit, "fit", "ShapeCounter")]
+        rates = {
+            name: options.pop(name, default)
+            for name, default in zip(_RATE_NAMES, fitted.rates, strict=True)
+        }
         check_counter_settings(
             "ShapeCounter",
             positive={"max_chars_per_token": max_chars_per_token},
@@ -182,24 +251,53 @@ class ShapeCounter(MemoCounter):
         self._names: dict[str, int] = {}  # tool name -> its count
         self.sample_above = sample_above
         self.max_chars_per_token = float(max_chars_per_token)
+        self.fit = fit
         for name, value in rates.items():
             setattr(self, name, float(value))
+        self._one_token_han = re.compile(f"[{fitted.one_token_han}]")
+        self._one_token_hangul = re.compile(f"[{fitted.one_token_hangul}]")
+        self._one_token_bits = one_token_bits(fitted)
 
     def _message_counts(self, messages: Sequence[Message]) -> list[int]:
         if type(self).count_text is not ShapeCounter.count_text:
             return super()._message_counts(messages)
-        return self._measure(messages, whole=True)
+        rates = (
+            self.letter_tokens,
+            self.digit_tokens,
+            self.symbol_tokens,
+            self.space_tokens,
+            self.text_tokens,
+            self.max_chars_per_token,
+            self.nonascii_byte_tokens,
+            self.common_cjk_tokens,
+            self.han_tokens,
+            self.kana_tokens,
+            self.hangul_tokens,
+            self.astral_extra,
+        )
+        counts = measure_in_c(self, messages, rates, self._one_token_bits, self._arguments_tokens)
+        return self._measure(messages, whole=True) if counts is None else counts
+
+    def _arguments_tokens(self, call: ToolCall) -> int:
+        """A call's arguments: their JSON text's shape without the encoder, or the raw
+        invalid text."""
+        part = call.invalid_arguments
+        if part is not None:
+            return self.count_text(part)
+        shape = json_shape(call.arguments)
+        return self._shape_tokens(shape) if shape >= 0 else self.count_text(arguments_text(call))
 
     def _shape_tokens(self, shape: int) -> int:
         """The count of ASCII text of a packed :func:`ascii_shape` (never 0 for a
         non-empty text)."""
-        n, digits, symbols, blanks = unpack_shape(shape)
+        n, digits, symbols, newlines, spaces = unpack_shape(shape)
         if not n:
             return 0
         estimate = (
-            self.letter_tokens * (n - digits - symbols - blanks)
+            self.letter_tokens * (n - digits - symbols - newlines - spaces)
             + self.digit_tokens * digits
             + self.symbol_tokens * symbols
+            + self.space_tokens * spaces
             + self.text_tokens
         )
         return max(1, math.ceil(max(estimate, n / self.max_chars_per_token)))
@@ -208,7 +306,7 @@ class ShapeCounter(MemoCounter):
         """count_text for an id or a tool name: its ASCII formula without the dispatch."""
         count, ceil = self.count_text, math.ceil
         letter, digit, symbol = self.letter_tokens, self.digit_tokens, self.symbol_tokens
-        per_text, chars_per = self.text_tokens, self.max_chars_per_token
+        space, per_text, chars_per = self.space_tokens, self.text_tokens, self.max_chars_per_token
         not_digits, not_symbols = _NOT_DIGITS, _NOT_SYMBOLS
 
         def short(part: str) -> int:
@@ -217,8 +315,11 @@ class ShapeCounter(MemoCounter):
             data = part.encode()
             digits = len(data.translate(None, not_digits))
             symbols = len(data.translate(None, not_symbols))
-            letters = len(part) - digits - symbols - data.count(b" ") - data.count(b"\n")
-            estimate = letter * letters + digit * digits + symbol * symbols + per_text
+            spaces = data.count(b" ")
+            letters = len(part) - digits - symbols - spaces - data.count(b"\n")
+            estimate = (
+                letter * letters + digit * digits + symbol * symbols + space * spaces + per_text
+            )
             return ceil(max(estimate, len(part) / chars_per)) if part else 0
 
         return short
@@ -232,9 +333,9 @@ class ShapeCounter(MemoCounter):
         count = self.count_text
         ceil = math.ceil
         letter, digit, symbol = self.letter_tokens, self.digit_tokens, self.symbol_tokens
-        per_text, chars_per = self.text_tokens, self.max_chars_per_token
+        space, per_text, chars_per = self.space_tokens, self.text_tokens, self.max_chars_per_token
         not_digits, not_symbols = _NOT_DIGITS, _NOT_SYMBOLS
-        shape_tokens = self._shape_tokens
+        arguments = self._arguments_tokens
         base = self.message_overhead if whole else 0
         per_call = self.tool_call_overhead if whole else 0
         exact_to = self.sample_above if self.sample_above is not None else math.inf
@@ -254,8 +355,11 @@ class ShapeCounter(MemoCounter):
                 data = text.encode()
                 digits = len(data.translate(None, not_digits))
                 symbols = len(data.translate(None, not_symbols))
-                letters = n - digits - symbols - text.count(" ") - text.count("\n")
-                estimate = letter * letters + digit * digits + symbol * symbols + per_text
+                spaces = text.count(" ")
+                letters = n - digits - symbols - spaces - text.count("\n")
+                estimate = (
+                    letter * letters + digit * digits + symbol * symbols + space * spaces + per_text
+                )
                 tokens += ceil(max(estimate, n / chars_per))
             elif n:
                 tokens += count(text)
@@ -273,13 +377,7 @@ class ShapeCounter(MemoCounter):
                         name = short(call.name)
                         if len(names) < 1024:
                             names[call.name] = name
-                    tokens += short(call.id) + name
-                    part = call.invalid_arguments
-                    if part is None:  # JSON arguments: their shape, without the encoder
-                        shape = json_shape(call.arguments)
-                        tokens += shape_tokens(shape) if shape >= 0 else count(arguments_text(call))
-                    else:
-                        tokens += count(part)
+                    tokens += short(call.id) + name + arguments(call)
             append(tokens)
         return counts
 
@@ -323,8 +421,8 @@ class ShapeCounter(MemoCounter):
                 bytes_left -= 3 * (han + kana + hangul)  # each is 3 bytes in UTF-8
                 # the common Han and Hangul characters are one token each, the others
                 # split into two or three: telling them apart is most of the accuracy
-                common_han = len(_ONE_TOKEN_HAN.findall(text)) if han else 0
-                common_hangul = len(_ONE_TOKEN_HANGUL.findall(text)) if hangul else 0
+                common_han = len(self._one_token_han.findall(text)) if han else 0
+                common_hangul = len(self._one_token_hangul.findall(text)) if hangul else 0
                 non_ascii = (
                     (common_han + common_hangul) * self.common_cjk_tokens
                     + (han - common_han) * self.han_tokens
@@ -336,11 +434,13 @@ class ShapeCounter(MemoCounter):
         # _NOT_DIGITS and _NOT_SYMBOLS delete every non-ASCII byte too
         digits = len(data.translate(None, _NOT_DIGITS))
         symbols = len(data.translate(None, _NOT_SYMBOLS))
-        letters = n - digits - symbols - data.count(b" ") - data.count(b"\n")
+        spaces = data.count(b" ")
+        letters = n - digits - symbols - spaces - data.count(b"\n")
         return (
             self.letter_tokens * letters
             + self.digit_tokens * digits
             + self.symbol_tokens * symbols
+            + self.space_tokens * spaces
             + non_ascii
             + self.text_tokens
         )

@@ -1,8 +1,9 @@
-"""The Han and Hangul characters the claude-legacy vocabulary holds as one token each
-(its ``tokenizer.json``, MIT license, Copyright 2023 Anthropic, PBC; the license ships
-beside it as ``tinyctx/data/claude-legacy-tokenizer.LICENSE``): the common ones,
-which cost about a token where the others cost two or three (their bytes split).
-``tests/test_token_shapes.py`` rebuilds both from the vocabulary and checks they match."""
+"""The Han and Hangul characters a vocabulary holds as one token each: the common ones,
+which cost about a token where the others cost two or three (their bytes split). Two
+vocabularies: claude-legacy (its ``tokenizer.json``, MIT license, Copyright 2023
+Anthropic, PBC; the license ships beside it as
+``tinyctx/data/claude-legacy-tokenizer.LICENSE``) and OpenAI's cl100k_base (below).
+``tests/test_token_shapes.py`` rebuilds each from its vocabulary and checks they match."""
 
 from __future__ import annotations
 
@@ -38,3 +39,31 @@ ONE_TOKEN_HANGUL: Final = (
     "자작장재전정제주지째치크터트하한할합해행호화환"
 )
 """103 Hangul syllables, in code point order."""
+
+CL100K_ONE_TOKEN_HAN: Final = (
+    "一万三上下不与专业东两个中串为主么义之也书了事二于五些交产享京人亿今介从他付代以们件"
+    "价任份企优会传但位体何余作你使例供価保信修倍值停像元先入全公共关其具内円册再写出击分"
+    "列则初利别到制前力功加务动動包化北区十午华单南即历原去县参及友反发取变口只可台右号司"
+    "合同名后向否含听启告员周命和品哈商問器四回因国图土在地场址型城基報場填增声处备复外多"
+    "大天失头女好如始子字存学安宋完定实审客家容密对导将小少尔就局展山岁州工左已市布常平年"
+    "并广序库应店度建开异式引张当录形影径待後得微心必志态思性总息您情意感成我或户所手打找"
+    "技投报拉持指按换据排接推提播支收改放政效数整文料断新方族无日时明易星是時景更最月有服"
+    "期木未本机权束条来板构析果查标样核格案检模次款止正此步歳段每比民気水求江汽没治法注活"
+    "流海消清游源火点無然片版物特率环现球理生用由电男画界番登的监目直相省看県真知码确示社"
+    "票私种科秒称移程稍税稿空立站章端笑符第等签简算管箱米类系素索约级线组经结给络统编网置"
+    "美老考者而联能自至色节英藏行表装西要見见规视角解言計記話読计认议记论设证评试话询该详"
+    "语误说请读调象责败账货购费资起超路身车转软载辑输达过运近还这进连述退送选通速造連道邮"
+    "部都配释里重量金钟钮链销错键长開間関门闭问间队阳陆限院除雅集雷需非面音页项预频题额首"
+    "验高黑"
+)
+"""549 Han characters that cl100k_base (OpenAI's GPT-4 vocabulary, shipped in tiktoken, MIT
+license, Copyright (c) 2022 OpenAI, Shantanu Jain; ``tinyctx/data/cl100k-base.LICENSE``)
+holds as one token, in code point order."""
+
+CL100K_ONE_TOKEN_HANGUL: Final = (
+    "가간값개거게결경고공과구그글기나내는능니다당대도동되된드든들디라래러력로록료류른를름"
+    "리만메면명목문미버번보복부분비사산상색생서성세션소수스습시식신아야어에여열오와요용우"
+    "운원위으은을음의이인일임입자작장재적전정제져조주지진째체출치크태터턴트튼하한할함해호"
+    "화환회"
+)
+"""129 Hangul syllables and jamo cl100k_base holds as one token, in code point order."""

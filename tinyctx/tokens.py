@@ -15,8 +15,12 @@ costs a lookup per old message and real work only for the new ones:
   Claude's tokenizer: within a few percent on English prose, code and tool calls, where
   characters per token over-count prose (``bench_tokens_budget.py`` measures both).
 
+Where the package was built with a C compiler, a cold count's per-message loop runs in C
+(``tinyctx._token_speedups``: the same counts; ``TINYCTX_NO_EXTENSIONS=1`` turns it off).
+
 :func:`default_counter` picks by the model's family (:func:`counter_family`): the shape
-counter for Claude, the heuristic for the rest.
+counter fitted to Claude's tokenizer for Claude, the one fitted to OpenAI's cl100k_base
+for GPT models, the heuristic for the rest.
 
 :class:`Calibration` turns the provider's reported ``input_tokens`` into better estimates,
 and :func:`context_window` knows the windows of common model families.
@@ -44,7 +48,7 @@ from ._token_memo import (
     message_payload,
     reasoning_tokens,
 )
-from ._token_shapes import ShapeCounter
+from ._token_shapes import SHAPE_FITS, ShapeCounter, ShapeFit
 from .config import fraction, integer, number, text
 from .frozen import FrozenDict
 from .messages import Message
@@ -60,6 +64,8 @@ __all__ = [
     "HeuristicCounter",
     "TokenizersCounter",
     "ShapeCounter",
+    "ShapeFit",
+    "SHAPE_FITS",
     "default_counter",
     "counter_family",
     "COUNTER_FAMILIES",

