@@ -162,7 +162,13 @@ class TestTheStackOnARun:
 
     async def test_budget_then_microcompact_then_summary(self) -> None:
         tool = FakeTool("read_file", returns="line of a long file\n" * 500)
-        script = [reply(f"reading part {i}", call("read_file", part=i)) for i in range(12)]
+        # ids of their own: call()'s default ids grow with every call made in the process
+        # before, and this history sits near where a summary starts to pay (the first
+        # test of a process got ids a digit shorter, and every summary was refused)
+        script = [
+            reply(f"reading part {i}", call("read_file", id=f"read_{i:02d}", part=i))
+            for i in range(12)
+        ]
         model = ScriptedModel([*script, "All parts read."])
         layers: list[Layer] = [
             ToolResultBudget(2048),
