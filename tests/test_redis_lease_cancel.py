@@ -6,8 +6,10 @@ the thread free while that thread is still held."""
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,6 +22,7 @@ from tinyctx.backends.redis import RedisStore
 from tinyctx.testing import ScriptedModel
 
 SAFETY = 20.0  # no wait here ends by this timer unless the code under test hangs
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 class HeldBack:
@@ -159,3 +162,23 @@ class TestAGivenUpLeaseRequest:
         assert any("{g}" in key for key in keys_of(store, "gone-thread"))
         await store.delete_thread("gone-thread")
         assert keys_of(store, "gone-thread") == []
+
+
+@pytest.mark.slow  # about 20 s: a thousand cancelled requests on each event loop
+class TestTheCancellationSoakOnRedis:
+    """Deadlines at random points of durable requests leave no lease held on Redis."""
+
+    def test_no_lease_held_on_trio_or_asyncio(
+        self, redis_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """benchmarks/_cancel_soak.py, bounded to 1,000 cancelled requests per loop and
+        traced: no request leaves its lease held, orphan tool calls or errors (a held
+        lease is reported with its owner and the steps of its request)."""
+        monkeypatch.syspath_prepend(str(BENCHMARKS))
+        soak = importlib.import_module("_cancel_soak")
+        rows = soak.cancellation_soak(1000, ("", redis_url), stores=("redis",), trace=True)
+        assert [row["loop"] for row in rows] == ["trio", "asyncio"]
+        for row in rows:
+            assert row["cancelled"] >= 1000
+            assert row["held"] == 0, row["held_leases"]
+            assert row["orphan calls"] == row["unpaired threads"] == row["errors"] == 0, row
