@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +17,11 @@ import anyio.to_thread
 import pytest
 import redis
 
+from tests.cancelling import SAFETY, cancelled_when
 from tinyctx import Agent, Session
 from tinyctx.backends.redis import RedisStore
 from tinyctx.testing import ScriptedModel
 
-SAFETY = 20.0  # no wait here ends by this timer unless the code under test hangs
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
@@ -65,20 +65,6 @@ async def held_back(store: RedisStore) -> HeldBack:
     return HeldBack(await anyio.to_thread.run_sync(store._threads.client))
 
 
-async def give_up(request: Callable[[], Awaitable[object]], once: threading.Event) -> None:
-    """Run ``request``, cancelled as soon as ``once`` is set (in a worker thread)."""
-
-    async def cancel(scope: anyio.CancelScope) -> None:
-        assert await anyio.to_thread.run_sync(once.wait, SAFETY)
-        scope.cancel()
-
-    with anyio.CancelScope() as scope:
-        async with anyio.create_task_group() as group:
-            group.start_soon(cancel, scope)
-            await request()
-    assert scope.cancelled_caught
-
-
 def keys_of(store: RedisStore, thread_id: str) -> list[str]:
     client = redis.Redis.from_url(store.url, decode_responses=True)
     try:
@@ -94,11 +80,12 @@ class TestAGivenUpLeaseRequest:
     async def test_one_that_reaches_redis_after_its_caller_left_is_refused(
         self, store: RedisStore
     ) -> None:
-        """Cancelled before its worker thread sent it: the caller leaves, the request then
-        reaches Redis and is refused, so the next owner gets the lease at once."""
+        """Cancelled before its worker thread sent it, and held back longer than its
+        caller waits for it (a second): the caller leaves, the request then reaches Redis
+        and is refused, so the next owner gets the lease at once."""
         hook = await held_back(store)
         try:
-            await give_up(lambda: store.acquire_lease("t", "gone", 30), hook.reached)
+            await cancelled_when(hook.reached, lambda: store.acquire_lease("t", "gone", 30))
             hook.go.set()  # the request reaches Redis only now, its caller long gone
             assert await anyio.to_thread.run_sync(hook.answered.wait, SAFETY)
             assert hook.answer[0] == 0  # refused: it was given up on
@@ -112,12 +99,13 @@ class TestAGivenUpLeaseRequest:
     async def test_one_redis_granted_before_its_caller_read_the_reply_is_released(
         self, store: RedisStore
     ) -> None:
-        """Cancelled after Redis granted it, before the worker thread got back: the grant
-        is released before the caller leaves, while the thread is still held."""
+        """Cancelled after Redis granted it, the worker thread held back longer than its
+        caller waits for it: the grant is released before the caller leaves, while the
+        thread is still held."""
         hook = await held_back(store)
         hook.go.set()
         try:
-            await give_up(lambda: store.acquire_lease("t", "gone", 30), hook.answered)
+            await cancelled_when(hook.answered, lambda: store.acquire_lease("t", "gone", 30))
             assert hook.answer[0] == 1  # it had been granted
             hook.restore()
             lease = await store.acquire_lease("t", "next", 30)
@@ -139,7 +127,7 @@ class TestAGivenUpLeaseRequest:
 
         hook = await held_back(store)
         try:
-            await give_up(request, hook.reached)
+            await cancelled_when(hook.reached, request)
             hook.go.set()
             assert await anyio.to_thread.run_sync(hook.answered.wait, SAFETY)
             hook.restore()
@@ -156,7 +144,8 @@ class TestAGivenUpLeaseRequest:
         hook = await held_back(store)
         hook.go.set()
         try:
-            await give_up(lambda: store.acquire_lease("gone-thread", "gone", 30), hook.answered)
+            request = lambda: store.acquire_lease("gone-thread", "gone", 30)  # noqa: E731
+            await cancelled_when(hook.answered, request, then=hook.back)
         finally:
             hook.back.set()
         assert any("{g}" in key for key in keys_of(store, "gone-thread"))
