@@ -11,7 +11,13 @@ taken by another owner (``held`` counts a LeaseHeld: the thread kept hostage) an
 stored history checked: ``orphan calls`` counts tool calls without a result (and
 ``unpaired threads`` results without a call).
 
-Used by ``bench_load.py``; ``python benchmarks/_cancel_soak.py [TRIALS]`` runs it alone.
+Used by ``bench_load.py``; ``python benchmarks/_cancel_soak.py [TRIALS] [--trace]
+[--stores redis,...]`` runs it alone. With ``--trace`` the store's lease and thread calls
+are recorded per thread (a subclass of the store, the library untouched), and each lease
+found held is reported: the cancelled request's owner, the holder LeaseHeld named, the
+steps of the request (which call the deadline cancelled) and of the store's calls in
+order, and whether the lease was still held once the soak ended (``held at the end``: a
+lease kept until its TTL, not one its request's cleanup released a moment late).
 Servers: ``TINYCTX_TEST_POSTGRES_URL`` / ``TINYCTX_TEST_REDIS_URL``, or started (and
 stopped) here with ``.ci/services.sh``.
 """
@@ -91,17 +97,75 @@ def _agent(store: Any) -> Agent:
 
 
 async def _request(agent: Agent, store: Any, thread: str) -> None:
-    async with Session(agent, thread_id=thread, store=store, grace_period=1.0) as session:
+    async with Session(
+        agent, thread_id=thread, store=store, grace_period=1.0, owner=f"request-{thread}"
+    ) as session:
         for run in range(2):
             await session.run(f"I prefer option {run}.")
 
 
-async def _check(store: Any, thread: str, counts: Counter[str]) -> None:
+class LeaseTrace:
+    """Mixed into a store's class by ``--trace``: each lease and thread call, recorded
+    per thread as ``<step>>`` (started), ``<step><`` (answered: the lease it returned or
+    saw, ``owner#token``) or ``<step>!<exception>`` (a deadline shows as Cancelled)."""
+
+    trace: dict[str, list[str]]
+
+    async def _traced(self, thread_id: str, step: str, call: Any) -> Any:
+        log = self.trace.setdefault(thread_id, [])
+        log.append(f"{step}>")
+        try:
+            answer = await call
+        except BaseException as exc:
+            log.append(f"{step}!{type(exc).__name__}")
+            raise
+        lease = getattr(answer, "lease", answer)
+        shown = f"{lease.owner}#{lease.token}" if hasattr(lease, "token") else ""
+        log.append(f"{step}<{shown}")
+        return answer
+
+    async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Any:
+        call = super().acquire_lease(thread_id, owner, ttl)  # type: ignore[misc]
+        return await self._traced(thread_id, f"acquire({owner})", call)
+
+    async def renew_lease(self, lease: Any, ttl: float) -> Any:
+        call = super().renew_lease(lease, ttl)  # type: ignore[misc]
+        return await self._traced(lease.thread_id, f"renew(#{lease.token})", call)
+
+    async def release_lease(self, lease: Any) -> Any:
+        call = super().release_lease(lease)  # type: ignore[misc]
+        return await self._traced(lease.thread_id, f"release(#{lease.token})", call)
+
+    async def load_thread(self, thread_id: str) -> Any:
+        call = super().load_thread(thread_id)  # type: ignore[misc]
+        return await self._traced(thread_id, "load", call)
+
+    async def write(self, thread_id: str, change: Any, **options: Any) -> Any:
+        call = super().write(thread_id, change, **options)  # type: ignore[misc]
+        return await self._traced(thread_id, "write", call)
+
+
+def _held_report(store: Any, thread: str, holder: str) -> dict[str, Any]:
+    """What ``--trace`` knows of a lease found held on ``thread``."""
+    steps = list(getattr(store, "trace", {}).get(thread, ()))
+    cancelled = [step for step in steps if step.endswith(("!Cancelled", "!CancelledError"))]
+    return {
+        "thread": thread,
+        "request owner": f"request-{thread}",
+        "holder": holder,
+        "cancelled at": cancelled[0].split("!")[0] if cancelled else "(no call cancelled)",
+        "steps": steps,
+    }
+
+
+async def _check(store: Any, thread: str, counts: Counter[str], held: list[Any]) -> None:
     """What the next request finds: the lease free, every stored tool call answered."""
     try:
         lease = await store.acquire_lease(thread, "next-request", 30.0)
-    except LeaseHeld:
+    except LeaseHeld as exc:
         counts["held"] += 1
+        if hasattr(store, "trace"):
+            held.append(_held_report(store, thread, exc.owner))
     else:
         await store.release_lease(lease)
     messages = decode_messages((await store.load_thread(thread)).messages)
@@ -126,6 +190,7 @@ async def _soak(store: Any, trials: int, seed: int) -> dict[str, Any]:
     counts: Counter[str] = Counter(held=0, **{"orphan calls": 0, "unpaired threads": 0})
     counts["cancelled"] = 0
     errors: list[str] = []
+    held: list[dict[str, Any]] = []  # with --trace: each lease found held
 
     async def trial(index: int, deadline: float) -> None:
         thread = f"cancel-{seed}-{index}"
@@ -137,7 +202,7 @@ async def _soak(store: Any, trials: int, seed: int) -> dict[str, Any]:
         # the deadline fell during the request (in its exit too, where nothing raises)
         counts["cancelled"] += scope.cancel_called
         counts["requests"] += 1
-        await _check(store, thread, counts)
+        await _check(store, thread, counts, held)
 
     started = time.perf_counter()
     index = 0
@@ -146,26 +211,42 @@ async def _soak(store: Any, trials: int, seed: int) -> dict[str, Any]:
             for _ in range(CONCURRENT):
                 group.start_soon(trial, index, rng.uniform(0, span))
                 index += 1
+    seconds = time.perf_counter() - started
+    for report in held:  # a lease its request's cleanup only released late is free now
+        try:
+            await store.release_lease(await store.acquire_lease(report["thread"], "end", 30.0))
+            report["held at the end"] = False
+        except LeaseHeld:
+            report["held at the end"] = True
     return {
         **counts,
         "trials": trials,
         "errors": len(errors),
         "first_error": errors[0] if errors else "",
         "deadline_span_ms": round(span * 1000, 1),
-        "seconds": round(time.perf_counter() - started, 1),
+        "seconds": round(seconds, 1),
+        **({"held_leases": held} if hasattr(store, "trace") else {}),
     }
 
 
-def _open(kind: str, urls: tuple[str, str], directory: str, name: str) -> Any:
+def _open(kind: str, urls: tuple[str, str], directory: str, name: str, trace: bool) -> Any:
     if kind == "sqlite":
-        return SqliteStore(Path(directory) / f"{name}.db")
-    if kind == "postgres":
+        kind_class: type[Any] = SqliteStore
+        args: tuple[Any, ...] = (Path(directory) / f"{name}.db",)
+        options: dict[str, Any] = {}
+    elif kind == "postgres":
         from tinyctx.backends.postgres import PostgresStore
 
-        return PostgresStore(urls[0], schema=name)
-    from tinyctx.backends.redis import RedisStore
+        kind_class, args, options = PostgresStore, (urls[0],), {"schema": name}
+    else:
+        from tinyctx.backends.redis import RedisStore
 
-    return RedisStore(urls[1], prefix=name + ":")
+        kind_class, args, options = RedisStore, (urls[1],), {"prefix": name + ":"}
+    if not trace:
+        return kind_class(*args, **options)
+    store = type(f"Traced{kind_class.__name__}", (LeaseTrace, kind_class), {})(*args, **options)
+    store.trace = {}
+    return store
 
 
 def _drop(kind: str, urls: tuple[str, str], name: str) -> None:
@@ -187,16 +268,31 @@ def _drop(kind: str, urls: tuple[str, str], name: str) -> None:
             client.close()
 
 
-def cancellation_soak(trials: int, urls: tuple[str, str]) -> list[dict[str, Any]]:
-    """``trials`` cancelled requests on each loop x store; one figures dict per pair."""
+def cancellation_soak(
+    trials: int,
+    urls: tuple[str, str],
+    *,
+    stores: tuple[str, ...] = STORES,
+    trace: bool = False,
+) -> list[dict[str, Any]]:
+    """``trials`` cancelled requests on each loop x store; one figures dict per pair.
+
+    Args:
+        trials: how many requests per pair must have been cancelled by their deadline
+        urls: the PostgreSQL and Redis URLs
+        stores: which of ``STORES`` to soak
+        trace: record the store's calls and report each lease found held (``--trace``)
+    """
     out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as directory:
         for loop in LOOPS:
             for seed, kind in enumerate(STORES):
+                if kind not in stores:
+                    continue
                 name = f"bench_cancel_{uuid.uuid4().hex[:10]}"
 
                 async def main(kind: str = kind, seed: int = seed, name: str = name) -> Any:
-                    store = _open(kind, urls, directory, name)
+                    store = _open(kind, urls, directory, name, trace)
                     try:
                         return await _soak(store, trials, seed)
                     finally:
@@ -211,12 +307,21 @@ def cancellation_soak(trials: int, urls: tuple[str, str]) -> list[dict[str, Any]
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    parser = argparse.ArgumentParser(description="Deadlines at random points of requests.")
+    parser.add_argument("trials", type=int, nargs="?", default=2000)
+    parser.add_argument("--trace", action="store_true", help="report each lease found held")
+    parser.add_argument("--stores", default=",".join(STORES), help="e.g. redis or sqlite,redis")
+    options = parser.parse_args()
+    chosen = tuple(options.stores.split(","))
+    if unknown := set(chosen) - set(STORES):
+        parser.error(f"--stores: unknown {sorted(unknown)}; choose from {', '.join(STORES)}")
     with servers("the cancellation soak") as found:
-        for row in cancellation_soak(count, found):
+        for row in cancellation_soak(options.trials, found, stores=chosen, trace=options.trace):
+            for report in row.pop("held_leases", ()):
+                print("  held:", report)
             print(row)

@@ -148,15 +148,19 @@ def check_positive(owner: str, name: str, value: object, *, integer: bool = Fals
 
 class _Call:
     """One driver call in a worker thread: whether its caller gave up on it, and how to
-    stop what it is waiting for meanwhile (see :func:`stoppable`)."""
+    stop what it is waiting for meanwhile (see :func:`stoppable`); for a call with an undo,
+    whether its thread began it, its result once handed back, and when it is done."""
 
-    __slots__ = ("_lock", "_stop", "_stopped", "cancelled")
+    __slots__ = ("_lock", "_stop", "_stopped", "cancelled", "finished", "kept", "started")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stop: Callable[[], None] | None = None
         self._stopped = False
         self.cancelled = False
+        self.started = False
+        self.kept: tuple[Any] | None = None
+        self.finished = threading.Event()
 
     def cancel(self) -> None:
         with self._lock:  # the call cannot leave its stoppable block meanwhile
@@ -166,8 +170,29 @@ class _Call:
                 with contextlib.suppress(Exception):
                     self._stop()
 
+    def begin(self) -> bool:
+        """In the thread: start the call unless its caller has given up already."""
+        with self._lock:
+            self.started = not self.cancelled
+            return self.started
+
+    def hand_back(self, result: Any) -> bool:
+        """In the thread: keep ``result`` for the caller; False once it has given up (the
+        thread undoes it then)."""
+        with self._lock:
+            if self.cancelled:
+                return False
+            self.kept = (result,)
+            return True
+
 
 _current = threading.local()
+
+
+# how long a caller that gave up on a call with an undo waits for the call to be settled
+# (a server that cannot answer in that time would stall the next request as well; the
+# undo still runs in the call's thread once the server answers)
+_SETTLE_BOUND: Final = 1.0
 
 
 class CallAbandoned(Exception):
@@ -226,7 +251,9 @@ class WorkerThreads(Generic[C]):
     pool's size), so an abandoned call never makes the pool run short. What such a call
     did is unknown to the caller: a write whose caller was cancelled may have landed (the
     session's write bound reports it as :class:`~tinyctx.stores.WriteOutcomeUnknown`). A
-    call with an ``undo`` is never stopped: it is waited out in its thread, then undone.
+    call with an ``undo`` is never stopped: it is waited out in its thread, then undone, and
+    its caller leaves only once that is done (shielded, bounded by a second): a lease
+    request cancelled on its way leaves no lease for the next request to find.
 
     ``connect`` builds the client on first use, in a worker thread, bounded by
     ``connect_timeout`` seconds on the event loop: past it the call fails with
@@ -297,8 +324,9 @@ class WorkerThreads(Generic[C]):
     ) -> T:
         """``fn(client, *args)`` in a worker thread; a cancellation is answered at once.
 
-        ``undo(client, result)`` runs in the thread when the caller was cancelled before
-        the call finished (a lease nobody will hold: released at once, not left to expire).
+        ``undo(client, result)`` runs when the caller was cancelled before the call
+        finished (a lease nobody will hold: released at once, not left to expire), before
+        the caller leaves (see :meth:`_settle`).
         """
         if self._client is None and not self._closed:
             await self._open()
@@ -311,13 +339,16 @@ class WorkerThreads(Generic[C]):
                 # know what it did (a lease granted is released)
                 _current.call = state if undo is None else None
                 try:
+                    if undo is not None and not state.begin():
+                        raise CallAbandoned  # its caller left before it began
                     client = self.client()
                     result = fn(client, *args)
-                    if undo is not None and state.cancelled:
+                    if undo is not None and not state.hand_back(result):
                         undo(client, result)
                     return result
                 finally:
                     _current.call = None
+                    state.finished.set()
 
         try:
             return await anyio.to_thread.run_sync(
@@ -325,7 +356,27 @@ class WorkerThreads(Generic[C]):
             )
         except BaseException:
             state.cancel()
+            if undo is not None:
+                await self._settle(state, undo)
             raise
+
+    async def _settle(self, state: _Call, undo: Callable[[C, Any], object]) -> None:
+        """The caller of a call with an undo gave up on it: wait until its thread is done
+        with it (shielded, bounded by ``_SETTLE_BOUND``), so that what it did is undone
+        before the caller leaves (the next request finds no lease of it), and undo here
+        a result handed back as the caller gave up (the event loop dropped it). A call
+        its thread had not begun never begins."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_BOUND):
+            if not state.started:
+                return
+            if not state.finished.is_set():
+                await anyio.to_thread.run_sync(
+                    state.finished.wait, _SETTLE_BOUND, abandon_on_cancel=True
+                )
+            if state.kept is not None:
+                (result,) = state.kept
+                with contextlib.suppress(Exception):  # the caller's own error is raised
+                    await self.run(lambda client: undo(client, result))
 
     async def _open(self) -> None:
         """Connect, bounded by the connect timeout (a server that accepts and never

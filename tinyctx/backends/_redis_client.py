@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._common import CallAbandoned, cancelled, stoppable
-from ._redis_scripts import ACQUIRE, DELETE, FENCED_APPEND, RELEASE, RENEW, WRITE
+from ._redis_scripts import ABANDON, ACQUIRE, DELETE, FENCED_APPEND, RELEASE, RENEW, WRITE
 
 try:
     import redis
@@ -105,6 +105,7 @@ class Client:
         self.redis.auto_close_connection_pool = True
         self.write = self.redis.register_script(WRITE)
         self.acquire = self.redis.register_script(ACQUIRE)
+        self.abandon = self.redis.register_script(ABANDON)
         self.renew = self.redis.register_script(RENEW)
         self.release = self.redis.register_script(RELEASE)
         self.delete = self.redis.register_script(DELETE)

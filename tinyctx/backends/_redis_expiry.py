@@ -64,7 +64,8 @@ end
 """
 
 # KEYS: old labels hash; ARGV: prefix, thread id -> how many keys and entries went: the
-# keys expiry would expire, the lease, the thread's index entries and its old-style label
+# keys expiry would expire, the lease and its given-up requests, the thread's index
+# entries and its old-style label
 _ERASE = (
     EXPIRY
     + """
@@ -72,6 +73,7 @@ local prefix, tid = ARGV[1], ARGV[2]
 local keys = thread_keys(prefix, tid)
 keys[#keys + 1] = prefix .. '{l}' .. tid
 keys[#keys + 1] = prefix .. '{x}' .. tid
+keys[#keys + 1] = prefix .. '{g}' .. tid
 local found = 0
 for _, key in ipairs(keys) do found = found + redis.call('DEL', key) end
 found = found + redis.call('ZREM', prefix .. '{threads}', tid)

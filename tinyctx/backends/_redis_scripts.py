@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from ._redis_expiry import EXPIRY
 
-__all__ = ["LUA_PUSH", "WRITE", "NOW_MS", "ACQUIRE", "RENEW", "RELEASE", "DELETE", "FENCED_APPEND"]
+__all__ = [
+    "LUA_PUSH",
+    "WRITE",
+    "NOW_MS",
+    "ACQUIRE",
+    "ABANDON",
+    "RENEW",
+    "RELEASE",
+    "DELETE",
+    "FENCED_APPEND",
+]
 
 # pushes ARGV[from..to] (or a table's items) onto a list in chunks: unpack() has a limit
 LUA_PUSH = """
@@ -101,10 +111,13 @@ local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
 
-# KEYS: thread, live lease, fencing counter; ARGV: owner, ttl ms
+# KEYS: thread, live lease, fencing counter, given-up requests; ARGV: owner, ttl ms,
+# request id (chosen by the client; refused once ABANDON named it)
 ACQUIRE = (
     NOW_MS
     + """
+local given_up = redis.call('ZSCORE', KEYS[4], ARGV[3])
+if given_up and tonumber(given_up) > now_ms then return {0, '', '0', ''} end
 if redis.call('EXISTS', KEYS[2]) == 1 then
     local holder = redis.call('HGET', KEYS[1], 'lo')
     if holder ~= ARGV[1] then
@@ -116,8 +129,28 @@ local expires = now_ms + tonumber(ARGV[2])
 redis.call('SET', KEYS[2], token, 'PX', ARGV[2])
 local left = redis.call('PTTL', KEYS[1])  -- an expiring thread's lease goes with it
 if left > 0 then redis.call('PEXPIRE', KEYS[2], left, 'LT') end
-redis.call('HSET', KEYS[1], 'lt', token, 'lo', ARGV[1], 'le', expires)
+redis.call('HSET', KEYS[1], 'lt', token, 'lo', ARGV[1], 'le', expires, 'lr', ARGV[3])
 return {1, ARGV[1], tostring(expires), tostring(token)}
+"""
+)
+
+# KEYS: thread, live lease, given-up requests; ARGV: request id, ttl ms. The caller of
+# the ACQUIRE of that id gave up on it (cancelled, or its reply lost): what it was granted
+# is released, and should it arrive later (still in a worker thread, or retried by the
+# driver) it is refused for the next ttl ms. Returns 1 when it had been granted.
+ABANDON = (
+    NOW_MS
+    + """
+local granted = redis.call('HGET', KEYS[1], 'lr') == ARGV[1]
+if granted then
+    redis.call('DEL', KEYS[2])
+    redis.call('HDEL', KEYS[1], 'lt', 'lo', 'le', 'lr')
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+redis.call('ZADD', KEYS[3], now_ms + ttl, ARGV[1])
+if redis.call('PTTL', KEYS[3]) < ttl then redis.call('PEXPIRE', KEYS[3], ttl) end
+return granted and 1 or 0
 """
 )
 
@@ -140,7 +173,7 @@ return {1, tostring(expires)}
 RELEASE = """
 if redis.call('HGET', KEYS[1], 'lt') == ARGV[1] then
     redis.call('DEL', KEYS[2])
-    redis.call('HDEL', KEYS[1], 'lt', 'lo', 'le')
+    redis.call('HDEL', KEYS[1], 'lt', 'lo', 'le', 'lr')
 end
 return 0
 """
@@ -149,9 +182,10 @@ return 0
 DELETE = """
 local existed = redis.call('EXISTS', KEYS[1])  -- written, or leased
 local prefix = string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[1] - 3)
--- its layer copies, and its index entry if it was expiring (tinyctx.backends._redis_expiry)
+-- its layer copies, its given-up lease requests, and its index entry if it was expiring
+-- (tinyctx.backends._redis_expiry)
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], prefix .. '{h}' .. ARGV[1],
-           prefix .. '{x}' .. ARGV[1])
+           prefix .. '{x}' .. ARGV[1], prefix .. '{g}' .. ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 return existed
 """

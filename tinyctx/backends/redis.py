@@ -8,15 +8,17 @@ being ``tinyctx:`` unless ``prefix=`` says otherwise):
 - ``{kv}<namespace>`` a hash of JSON values; ``{n}<namespace>`` a list of notes (a note's
   ``seq`` is its position + 1: notes are append-only);
 - ``{t}<thread>`` a hash: version, checkpoint, state, and the newest lease (token, owner,
-  expiry); ``{m}<thread>`` the live messages (a list); ``{a}<thread>`` the archive;
-  ``{l}<thread>`` the live lease, ``SET ... PX ttl`` so Redis expires it; ``{threads}`` the
-  sorted index of thread ids; ``{fencing}`` the fencing-token counter; and ``schema`` (no
-  brace) the layout version;
+  expiry, the id of the request that got it); ``{m}<thread>`` the live messages (a list);
+  ``{a}<thread>`` the archive; ``{l}<thread>`` the live lease, ``SET ... PX ttl`` so Redis
+  expires it; ``{threads}`` the sorted index of thread ids; ``{fencing}`` the
+  fencing-token counter; and ``schema`` (no brace) the layout version;
 - ``{h}<thread>`` the checkpoint and layer state each write set (``load_as_of``);
   ``{lb}<thread>`` the thread's labels (``tinyctx.thread_metadata``); ``{nn}<thread>`` the
   set of its ``...:thread:<thread>`` note namespaces; ``{x}<thread>`` the index entry of
   an expiring thread and ``{expiring}`` the mark that the prefix has any (thread expiry:
-  :mod:`tinyctx.backends._redis_expiry`).
+  :mod:`tinyctx.backends._redis_expiry`); ``{g}<thread>`` the lease requests given up on
+  (a sorted set of request ids by when Redis may forget them; see
+  :meth:`RedisStore.acquire_lease`).
 
 A prefix holds no ``{``, so no (prefix, kind, name) names another's key, nested prefixes
 (``acme:``, ``acme:m:``) included, and ``SCAN MATCH <prefix>{*`` lists one store's keys.
@@ -32,18 +34,21 @@ Cluster would spread over slots.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import anyio
 import anyio.to_thread
 
 from ..config import Check
 from ..errors import ConfigError
 from ..lifecycle import THREAD_METADATA, check_store_ttl, thread_of_namespace
-from ..store_errors import StoreUnavailable
+from ..store_errors import StoreClosed, StoreUnavailable
 from ..store_protocols import (
     Note,
     check_archive_retention,
@@ -93,6 +98,10 @@ __all__ = ["RedisStore", "SCHEMA_VERSION"]
 
 
 _SCHEMES = ("redis://", "rediss://", "unix://")
+# how long a lease request given up on waits for Redis to settle it (one small script):
+# a Redis that cannot answer it in that time would stall the next request as well, and the
+# worker thread still releases a grant that lands later (WorkerThreads.run's undo)
+_GIVE_UP_BOUND: Final = 1.0
 
 
 def _ttl_ms(thread_id: str, owner: str, ttl: float) -> int:
@@ -135,8 +144,9 @@ class RedisStore(RedisExpiry, RedisLifecycle, NetworkedStore):
 
     Calls run on redis-py's sync client in worker threads (``redis.asyncio`` is asyncio-only),
     so the store serves trio and asyncio alike; each answers a cancellation at once (see
-    :class:`~tinyctx.backends._common.WorkerThreads`). Use a Redis with persistence (AOF) for data
-    that must survive a restart of Redis itself.
+    :class:`~tinyctx.backends._common.WorkerThreads`), but a lease request, which first gives
+    itself up on Redis (shielded, bounded by a second; see :meth:`acquire_lease`). Use a
+    Redis with persistence (AOF) for data that must survive a restart of Redis itself.
     """
 
     def __init__(
@@ -415,18 +425,44 @@ class RedisStore(RedisExpiry, RedisLifecycle, NetworkedStore):
         raise AssertionError(f"write script returned {outcome!r}")  # pragma: no cover
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
+        """Lease ``thread_id`` to ``owner`` for ``ttl`` seconds (``LeaseHeld`` if another
+        owner holds it).
+
+        A caller that gives up on the request (cancelled, or the connection lost) does not
+        leave before Redis has settled it: one more bounded, shielded script gives up the
+        request by the id it was sent with, so whether the grant had landed, is still on its
+        way (in its worker thread, or retried by redis-py) or never will, no lease of it is
+        live once the caller has left (the next request finds the thread free).
+        """
         ttl_ms = _ttl_ms(thread_id, owner, ttl)
         thread, _, _, live = self._thread_keys(check_thread_id(thread_id))
-        keys = [thread, live, self._key("fencing")]
-        args = [_check_str("owner", owner), ttl_ms]
+        given_up = self._key("g", thread_id)
+        request = os.urandom(8).hex()
+        keys = [thread, live, self._key("fencing"), given_up]
+        args = [_check_str("owner", owner), ttl_ms, request]
 
         def release(client: Client, answer: Any) -> None:  # its caller was cancelled
             if answer[0]:
                 client.release(keys=keys[:2], args=[answer[3]])
 
-        granted, holder, expires, token = await self._threads.run(
-            lambda client: client.acquire(keys=keys, args=args), undo=release
-        )
+        try:
+            granted, holder, expires, token = await self._threads.run(
+                lambda client: client.acquire(keys=keys, args=args), undo=release
+            )
+        except (StoreUnavailable, StoreClosed):
+            raise  # no connection: nothing was sent
+        except BaseException:
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(min(ttl, _GIVE_UP_BOUND)),
+                contextlib.suppress(Exception),  # the error that ended the request is raised
+            ):
+                await self._threads.run(
+                    lambda client: client.abandon(
+                        keys=[thread, live, given_up], args=[request, ttl_ms]
+                    )
+                )
+            raise
         if not granted:
             raise LeaseHeld(thread_id, holder, int(expires) / 1000)
         return Lease(thread_id, owner, int(token), int(expires) / 1000)
