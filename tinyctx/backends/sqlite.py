@@ -46,8 +46,10 @@ from ._sqlite_schema import (
     StoreConnection,
     busy,
     enable_wal,
+    inline_mode,
     migrate,
     stored_version,
+    thread_mode,
 )
 from ._sqlite_threads import (
     acquire_lease,
@@ -82,12 +84,37 @@ _TIMEOUT: Final = number(above=0, finite=False, allowed="a number of seconds > 0
 _BYTES: Final = integer(minimum=0, allowed="an integer number of bytes >= 0")
 
 
+INLINE_BYTES: Final = 64 << 10
+"""The largest write (its documents, state and checkpoint, in characters) a SqliteStore
+makes on the event loop; a larger one, and any compaction, runs on the store's thread."""
+
+INLINE_RUN: Final = 32
+"""After this many writes on the event loop, the next one runs on the store's thread
+(whose commit checkpoints the WAL once it outgrew SQLite's default of 1000 pages)."""
+
+
+def _small(change: ThreadWrite) -> bool:
+    """Whether ``change`` may be written on the event loop (see :data:`INLINE_BYTES`)."""
+    if change.compaction is not None:
+        return False
+    size = sum(map(len, change.append))
+    for doc in (change.state, change.checkpoint):
+        if type(doc) is str:
+            size += len(doc)
+    return size <= INLINE_BYTES
+
+
 class SqliteStore(SqliteLifecycle):
     """A :class:`Store` in one SQLite file: the embedded default for notes and data.
 
     - WAL journal (readers never wait for the writer), ``synchronous=NORMAL``.
     - One connection per store, used from the store's own thread (:class:`WorkerThread`) one
-      operation at a time; nothing touches the disk on the event loop.
+      operation at a time; nothing waits for the disk on the event loop. The exception is
+      a small thread write at ``NORMAL`` (a step's messages and state, up to
+      :data:`INLINE_BYTES`): its commit only copies a few KB into the OS's page cache, so
+      it is made on the loop when the store's thread is idle and the file unlocked,
+      saving the two thread hops that were most of a durable step; a locked file, a
+      compaction, a larger write and every checkpoint of the WAL stay on the thread.
     - Writes that read-then-insert (note sequence numbers) run in ``BEGIN IMMEDIATE``
       transactions, and ``timeout`` is SQLite's busy timeout: many stores (or processes)
       on one file wait for each other instead of losing or duplicating notes.
@@ -142,6 +169,7 @@ class SqliteStore(SqliteLifecycle):
         self._lock = threading.Lock()
         self._closed = False
         self._worker = WorkerThread(f"tinyctx-sqlite {self.path}")
+        self._inline_run = 0  # writes made on the event loop since the last on the thread
         reset_after_fork(self)
 
     def __repr__(self) -> str:
@@ -177,6 +205,7 @@ class SqliteStore(SqliteLifecycle):
                     if self._closed:
                         raise StoreClosed(f"{self!r} was closed")
                     conn = self._conn if self._conn is not None else self._connect()
+                    thread_mode(conn)
                     return fn(conn)
             except sqlite3.OperationalError as exc:
                 # busy: nothing was done (a write takes its lock first, a read reads only)
@@ -373,11 +402,44 @@ class SqliteStore(SqliteLifecycle):
         :meth:`tinyctx.threads.ThreadStore.write`."""
         validate_write(thread_id, change, expected_version, lease)
         retention, ttl = self.archive_retention, self.ttl
-        return await self._run(
-            lambda conn: write_thread(
-                conn, thread_id, change, expected_version, lease, retention, ttl
-            )
-        )
+
+        def write(conn: sqlite3.Connection) -> int:
+            return write_thread(conn, thread_id, change, expected_version, lease, retention, ttl)
+
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if _small(change):
+            landed = self._write_inline(write)
+            if landed is not None:
+                return landed
+        self._inline_run = 0
+        return await self._run(write)
+
+    def _write_inline(self, write: Callable[[sqlite3.Connection], int]) -> int | None:
+        """A small write made here, on the event loop, when nothing waits for the store's
+        thread (so it overtakes no call), the connection is open and free, its sync mode
+        waits for no disk at commit (NORMAL: a page-cache write of a few KB, cheaper than
+        the hop to the thread and back) and the file's write lock is free; else None (the
+        thread makes it, waiting for the lock as every call does). Every
+        :data:`INLINE_RUN`-th write goes to the thread regardless: its commit folds a grown
+        WAL back into the file, a wait for the disk the loop never makes."""
+        if self._inline_run >= INLINE_RUN or not self._worker.idle:
+            return None
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            conn = self._conn
+            if conn is None or self._closed or not inline_mode(conn):
+                return None
+            try:
+                landed = write(conn)
+            except sqlite3.OperationalError as exc:
+                if busy(exc):  # another writer holds the file: nothing was done
+                    return None
+                raise
+        finally:
+            self._lock.release()
+        self._inline_run += 1
+        return landed
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         """A new lease with a fresh token; :class:`LeaseHeld` while another owner's is live."""
