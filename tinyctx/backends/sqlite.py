@@ -39,6 +39,7 @@ from ..threads import (
 from ..worker import WorkerThread, cancel_requested, keep_inherited, reset_after_fork
 from ._sqlite_lifecycle import SqliteLifecycle
 from ._sqlite_schema import (
+    AUTOCHECKPOINT_PAGES,
     BUSY_SLICE,
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -88,20 +89,23 @@ INLINE_BYTES: Final = 64 << 10
 """The largest write (its documents, state and checkpoint, in characters) a SqliteStore
 makes on the event loop; a larger one, and any compaction, runs on the store's thread."""
 
-INLINE_RUN: Final = 32
-"""After this many writes on the event loop, the next one runs on the store's thread
-(whose commit checkpoints the WAL once it outgrew SQLite's default of 1000 pages)."""
+INLINE_PAGES: Final = AUTOCHECKPOINT_PAGES // 4
+"""Once the writes made on the event loop may have added this many pages to the WAL, the
+next write runs on the store's thread, whose commit checkpoints the WAL once it outgrew
+SQLite's default of 1000 pages: the WAL stays near that size, as with every write there."""
 
 
-def _small(change: ThreadWrite) -> bool:
-    """Whether ``change`` may be written on the event loop (see :data:`INLINE_BYTES`)."""
+def _inline_pages(change: ThreadWrite) -> int | None:
+    """The WAL pages a write of ``change`` may add, when it may be made on the event loop
+    (see :data:`INLINE_BYTES`; None: it may not): a leaf page per table written (messages,
+    thread row, version log) and the pages its text fills, counted generously."""
     if change.compaction is not None:
-        return False
+        return None
     size = sum(map(len, change.append))
     for doc in (change.state, change.checkpoint):
         if type(doc) is str:
             size += len(doc)
-    return size <= INLINE_BYTES
+    return 3 + size // 2048 if size <= INLINE_BYTES else None
 
 
 class SqliteStore(SqliteLifecycle):
@@ -169,7 +173,7 @@ class SqliteStore(SqliteLifecycle):
         self._lock = threading.Lock()
         self._closed = False
         self._worker = WorkerThread(f"tinyctx-sqlite {self.path}")
-        self._inline_run = 0  # writes made on the event loop since the last on the thread
+        self._inline_pages = 0  # WAL pages written on the event loop since on the thread
         reset_after_fork(self)
 
     def __repr__(self) -> str:
@@ -407,11 +411,13 @@ class SqliteStore(SqliteLifecycle):
             return write_thread(conn, thread_id, change, expected_version, lease, retention, ttl)
 
         await anyio.lowlevel.checkpoint_if_cancelled()
-        if _small(change):
+        pages = _inline_pages(change)
+        if pages is not None:
             landed = self._write_inline(write)
             if landed is not None:
+                self._inline_pages += pages
                 return landed
-        self._inline_run = 0
+        self._inline_pages = 0
         return await self._run(write)
 
     def _write_inline(self, write: Callable[[sqlite3.Connection], int]) -> int | None:
@@ -419,10 +425,10 @@ class SqliteStore(SqliteLifecycle):
         thread (so it overtakes no call), the connection is open and free, its sync mode
         waits for no disk at commit (NORMAL: a page-cache write of a few KB, cheaper than
         the hop to the thread and back) and the file's write lock is free; else None (the
-        thread makes it, waiting for the lock as every call does). Every
-        :data:`INLINE_RUN`-th write goes to the thread regardless: its commit folds a grown
-        WAL back into the file, a wait for the disk the loop never makes."""
-        if self._inline_run >= INLINE_RUN or not self._worker.idle:
+        thread makes it, waiting for the lock as every call does). After
+        :data:`INLINE_PAGES` the next write goes to the thread regardless: its commit folds
+        a grown WAL back into the file, a wait for the disk the loop never makes."""
+        if self._inline_pages >= INLINE_PAGES or not self._worker.idle:
             return None
         if not self._lock.acquire(blocking=False):
             return None
@@ -438,7 +444,6 @@ class SqliteStore(SqliteLifecycle):
                 raise
         finally:
             self._lock.release()
-        self._inline_run += 1
         return landed
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
