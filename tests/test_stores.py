@@ -258,7 +258,7 @@ class TestSchemaMigration:
         path = tmp_path / "v1.db"
         _write_v1_file(path)
         async with SqliteStore(path) as store:
-            assert await store.schema_version() == SCHEMA_VERSION == 6
+            assert await store.schema_version() == SCHEMA_VERSION == 7
             assert await store.get("ns", "k") == {"old": True}
             old = await store.notes("ns")
             assert [(n.seq, n.text, n.created_at, n.metadata) for n in old] == [
@@ -275,7 +275,7 @@ class TestSchemaMigration:
             columns = {row[1] for row in raw.execute("PRAGMA table_info(tinyctx_notes)")}
             version = raw.execute("SELECT version FROM tinyctx_schema").fetchone()[0]
         assert "metadata" in columns
-        assert version == 6
+        assert version == 7
 
     async def test_a_version_5_file_reads_its_versions_without_run_ids(
         self, tmp_path: Path
@@ -289,9 +289,10 @@ class TestSchemaMigration:
             for column in ("run_id", "checkpoint_set", "checkpoint", "state"):
                 raw.execute(f"ALTER TABLE tinyctx_versions DROP COLUMN {column}")
             raw.execute("ALTER TABLE tinyctx_threads DROP COLUMN ttl")
+            raw.execute("ALTER TABLE tinyctx_threads DROP COLUMN state_version")
             raw.execute("UPDATE tinyctx_schema SET version = 5")
         async with SqliteStore(path) as store:
-            assert await store.schema_version() == 6
+            assert await store.schema_version() == 7
             new = ThreadWrite(("b",), state="s2", run_id="r-2")
             await store.write("t", new, expected_version=1)
             assert [(v.version, v.run_id) for v in await store.versions("t")] == [
@@ -345,7 +346,7 @@ class TestSchemaMigration:
             )
         raw.close()
         async with SqliteStore(path) as store:
-            assert await store.schema_version() == SCHEMA_VERSION == 6
+            assert await store.schema_version() == SCHEMA_VERSION == 7
             record = await store.load_thread("t")
             assert record.messages == old_docs
             new_docs = encode_messages([UserMessage("new"), AssistantMessage("new answer")])

@@ -25,7 +25,7 @@ from .checkpoint import Checkpoint, Phase, RunResult, RunStatus
 from .context import RunContext
 from .control import RESUMING, Control, Interrupt, StopWithFinal, Suspend, stronger
 from .conversation import Conversation
-from .durable import ThreadLink, ThreadWriteFailed
+from .durable import ThreadLink, ThreadWriteFailed, take_lock
 from .errors import (
     Interrupted,
     LimitExceeded,
@@ -121,17 +121,20 @@ class RunLoop(Generic[Data]):
         link.run_id = None if run is None else run.config.agent_run_id or run.config.run_id
         limit = max(self._grace, 5.0)
         try:
-            with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(limit) as scope:
-                    # one write at a time: a layer's ctx.commit() may come from a task
-                    # beside the run (each write goes from the version the last one made)
-                    assert self._writing is not None
-                    async with self._writing:
-                        await link.sync(self._base.conversation)
-                if scope.cancelled_caught:
-                    raise WriteOutcomeUnknown(
-                        link.thread_id, expected_version=link.version, seconds=limit
-                    )
+            with anyio.CancelScope(shield=True, deadline=anyio.current_time() + limit) as scope:
+                # one write at a time: a layer's ctx.commit() may come from a task beside
+                # the run (each write goes from the version the last one made)
+                writing = self._writing
+                assert writing is not None
+                await take_lock(writing)
+                try:
+                    await link.sync(self._base.conversation)
+                finally:
+                    writing.release()
+            if scope.cancelled_caught:
+                raise WriteOutcomeUnknown(
+                    link.thread_id, expected_version=link.version, seconds=limit
+                )
         except Exception as exc:
             if not failing:
                 raise

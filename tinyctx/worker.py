@@ -126,6 +126,12 @@ class WorkerThread:
             return await self._run_asyncio(fn, interrupt)
         return await anyio.to_thread.run_sync(fn)  # pragma: no cover - no other backend
 
+    @property
+    def idle(self) -> bool:
+        """No call queued or running now (a caller that runs a call of its own in place
+        then overtakes none submitted before it)."""
+        return self._current is None and self._queue.empty()
+
     def _give_up(self, job: _Job, interrupt: Callable[[], None] | None) -> bool:
         """The caller of ``job`` was cancelled: skip it if queued (True: it never runs and
         nothing is delivered, so the caller leaves now), else stop it if running."""

@@ -13,7 +13,7 @@ from ..lifecycle import ThreadWindow, check_age, check_window_args
 from ..threads import check_thread_id
 from ..versions import ThreadVersion
 from ._sqlite_schema import Immediate, Read, check_integers
-from ._sqlite_threads import gone
+from ._sqlite_threads import gone, stored_state
 
 __all__ = ["SqliteLifecycle"]
 
@@ -27,13 +27,15 @@ def _load_window(
         if gone(conn, thread_id, ttl):
             return ThreadWindow(thread_id, 0, 0, 0, ())
         row = conn.execute(
-            "SELECT version, length, checkpoint, state FROM tinyctx_threads WHERE thread_id = ?",
+            "SELECT version, length, checkpoint, state, state_version FROM tinyctx_threads "
+            "WHERE thread_id = ?",
             (thread_id,),
         ).fetchone()
         if row is None:
             return ThreadWindow(thread_id, 0, 0, 0, ())
         check_integers(thread_id, row, ((0, "version", False), (1, "length", False)))
-        version, length, checkpoint, state = row
+        version, length, checkpoint, own_state, state_version = row
+        state = stored_state(conn, thread_id, own_state, state_version)
         end = length if stop is None else min(stop, length)
         start = max(0, end - count)
         rows: list[tuple[Any, ...]] = []

@@ -25,10 +25,13 @@ __all__ = [
     "check_integers",
     "BUSY_SLICE",
     "busy",
+    "AUTOCHECKPOINT_PAGES",
+    "inline_mode",
+    "thread_mode",
 ]
 
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The schema version :class:`SqliteStore` writes; older files are migrated on open."""
 
 # MIGRATIONS[n] takes a file from version n to version n + 1, inside one transaction.
@@ -94,6 +97,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE tinyctx_versions ADD COLUMN checkpoint TEXT",
         "ALTER TABLE tinyctx_versions ADD COLUMN state TEXT",
     ),
+    # 7: the layer state is stored once, in the version log's row of the write that set
+    # it: the thread row names that version (state_version) and holds NULL state; NULL
+    # state_version: the state is the thread row's own (rows written before)
+    ("ALTER TABLE tinyctx_threads ADD COLUMN state_version INTEGER",),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -105,6 +112,11 @@ class StoreConnection(sqlite3.Connection):
 
     path = ""
     schema_cookie: int | None = None
+    # small writes made on the event loop (SqliteStore.write): whether this connection's
+    # sync mode allows them (None: not asked yet), and whether it is set up for them now
+    # (no busy wait, no checkpoint at commit: both stay on the store's thread)
+    inline_allowed: bool | None = None
+    inline_mode = False
 
 
 def _check_schema(conn: sqlite3.Connection) -> None:
@@ -276,3 +288,42 @@ def busy(exc: sqlite3.OperationalError) -> bool:
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or (
         code is None and "locked" in str(exc)
     )
+
+
+# -- small writes on the event loop (SqliteStore.write) ------------------------------------
+
+_SYNC_NORMAL: Final = 1
+"""``PRAGMA synchronous``'s NORMAL: in WAL mode a commit only writes to the WAL file (the
+OS's page cache), with no fsync; FULL (2) and EXTRA (3) fsync at every commit."""
+
+AUTOCHECKPOINT_PAGES: Final = 1000
+"""SQLite's default ``wal_autocheckpoint``: the WAL's size at which a commit made on the
+store's thread folds it back into the database file."""
+
+
+def inline_mode(conn: sqlite3.Connection) -> bool:
+    """Set ``conn`` up for a write on the event loop, if its sync mode allows one (a
+    commit then waits for no disk): no busy wait (a locked file is left to the store's
+    thread, which waits for it) and no checkpoint at commit (the store's thread runs
+    them). False: this connection's writes all go to the store's thread."""
+    if not isinstance(conn, StoreConnection):
+        return False
+    allowed = conn.inline_allowed
+    if allowed is None:
+        (mode,) = conn.execute("PRAGMA synchronous").fetchone()
+        allowed = conn.inline_allowed = int(mode) <= _SYNC_NORMAL
+    if allowed and not conn.inline_mode:
+        conn.execute("PRAGMA busy_timeout = 0")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.inline_mode = True
+    return allowed
+
+
+def thread_mode(conn: sqlite3.Connection) -> None:
+    """Set ``conn`` back up for a call on the store's thread: the busy wait in slices of
+    :data:`BUSY_SLICE`, and a checkpoint at the commit that finds the WAL grown past
+    :data:`AUTOCHECKPOINT_PAGES`."""
+    if isinstance(conn, StoreConnection) and conn.inline_mode:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_SLICE * 1000)}")
+        conn.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
+        conn.inline_mode = False

@@ -14,6 +14,7 @@ from .._gc import gc_paused
 from ..documents import SplitDocuments, join_document, split_document
 from ..frozen import frozen_mapping
 from ..lifecycle import THREAD_METADATA, expires_at, thread_of_namespace
+from ..store_errors import StoreSchemaError
 from ..store_protocols import Note
 from ..threads import (
     ArchivedRange,
@@ -33,6 +34,7 @@ __all__ = [
     "note_from_row",
     "append_notes_row",
     "load_thread",
+    "stored_state",
     "purge_archive",
     "write_thread",
     "acquire_lease",
@@ -89,8 +91,30 @@ GAP = 1 << 20
 
 _THREAD_ROW = (
     "SELECT version, length, last_pos, checkpoint, state, lease_owner, lease_token, "
-    "lease_expires, updated_at, ttl FROM tinyctx_threads WHERE thread_id = ?"
+    "lease_expires, updated_at, ttl, state_version FROM tinyctx_threads WHERE thread_id = ?"
 )
+
+
+def stored_state(
+    conn: sqlite3.Connection, thread_id: str, own: str | None, state_version: Any
+) -> str | None:
+    """Inside a transaction: the thread's layer state, from the thread row (``own``, rows
+    written before schema 7) or from the version log's row that set it (each state is
+    stored once: a write that changes only the messages leaves it where it is)."""
+    if state_version is None:
+        return own
+    check_integers(thread_id, (state_version,), ((0, "state_version", False),))
+    row = conn.execute(
+        "SELECT state FROM tinyctx_versions WHERE thread_id = ? AND version = ?",
+        (thread_id, state_version),
+    ).fetchone()
+    if row is None or row[0] is None:
+        raise StoreSchemaError(
+            f"thread {thread_id!r}: its layer state is kept in the version log at version "
+            f"{state_version}, and that row has none; the file was changed outside tinyctx "
+            "(restore it from a backup, or delete_thread() it)"
+        )
+    return str(row[0])
 
 
 def _due(version: Any, updated_at: Any, own: Any, default: float | None) -> bool:
@@ -188,8 +212,9 @@ def load_thread(conn: sqlite3.Connection, thread_id: str, ttl: float | None = No
                 "SELECT doc, content FROM tinyctx_messages WHERE thread_id = ? ORDER BY pos",
                 (thread_id,),
             ).fetchall()
+        state = stored_state(conn, thread_id, row[4], row[10])
     return ThreadRecord(
-        thread_id, row[0], SplitDocuments(rows), row[3], row[4], _lease_of(thread_id, row)
+        thread_id, row[0], SplitDocuments(rows), row[3], state, _lease_of(thread_id, row)
     )
 
 
@@ -340,8 +365,9 @@ def _update_row(
         sets += ", checkpoint = ?"
         values.append(change.checkpoint)
     if not isinstance(change.state, Unchanged):
-        sets += ", state = ?"
-        values.append(change.state)
+        # stored once: in the version log's row of this write (_log_version)
+        sets += ", state = NULL, state_version = ?"
+        values.append(counters[0])
     values.append(thread_id)
     conn.execute(f"UPDATE tinyctx_threads SET {sets} WHERE thread_id = ?", values)
 

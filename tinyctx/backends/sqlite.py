@@ -39,6 +39,7 @@ from ..threads import (
 from ..worker import WorkerThread, cancel_requested, keep_inherited, reset_after_fork
 from ._sqlite_lifecycle import SqliteLifecycle
 from ._sqlite_schema import (
+    AUTOCHECKPOINT_PAGES,
     BUSY_SLICE,
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -46,8 +47,10 @@ from ._sqlite_schema import (
     StoreConnection,
     busy,
     enable_wal,
+    inline_mode,
     migrate,
     stored_version,
+    thread_mode,
 )
 from ._sqlite_threads import (
     acquire_lease,
@@ -82,12 +85,40 @@ _TIMEOUT: Final = number(above=0, finite=False, allowed="a number of seconds > 0
 _BYTES: Final = integer(minimum=0, allowed="an integer number of bytes >= 0")
 
 
+INLINE_BYTES: Final = 64 << 10
+"""The largest write (its documents, state and checkpoint, in characters) a SqliteStore
+makes on the event loop; a larger one, and any compaction, runs on the store's thread."""
+
+INLINE_PAGES: Final = AUTOCHECKPOINT_PAGES // 4
+"""Once the writes made on the event loop may have added this many pages to the WAL, the
+next write runs on the store's thread, whose commit checkpoints the WAL once it outgrew
+SQLite's default of 1000 pages: the WAL stays near that size, as with every write there."""
+
+
+def _inline_pages(change: ThreadWrite) -> int | None:
+    """The WAL pages a write of ``change`` may add, when it may be made on the event loop
+    (see :data:`INLINE_BYTES`; None: it may not): a leaf page per table written (messages,
+    thread row, version log) and the pages its text fills, counted generously."""
+    if change.compaction is not None:
+        return None
+    size = sum(map(len, change.append))
+    for doc in (change.state, change.checkpoint):
+        if type(doc) is str:
+            size += len(doc)
+    return 3 + size // 2048 if size <= INLINE_BYTES else None
+
+
 class SqliteStore(SqliteLifecycle):
     """A :class:`Store` in one SQLite file: the embedded default for notes and data.
 
     - WAL journal (readers never wait for the writer), ``synchronous=NORMAL``.
     - One connection per store, used from the store's own thread (:class:`WorkerThread`) one
-      operation at a time; nothing touches the disk on the event loop.
+      operation at a time; nothing waits for the disk on the event loop. The exception is
+      a small thread write at ``NORMAL`` (a step's messages and state, up to
+      :data:`INLINE_BYTES`): its commit only copies a few KB into the OS's page cache, so
+      it is made on the loop when the store's thread is idle and the file unlocked,
+      saving the two thread hops that were most of a durable step; a locked file, a
+      compaction, a larger write and every checkpoint of the WAL stay on the thread.
     - Writes that read-then-insert (note sequence numbers) run in ``BEGIN IMMEDIATE``
       transactions, and ``timeout`` is SQLite's busy timeout: many stores (or processes)
       on one file wait for each other instead of losing or duplicating notes.
@@ -142,6 +173,7 @@ class SqliteStore(SqliteLifecycle):
         self._lock = threading.Lock()
         self._closed = False
         self._worker = WorkerThread(f"tinyctx-sqlite {self.path}")
+        self._inline_pages = 0  # WAL pages written on the event loop since on the thread
         reset_after_fork(self)
 
     def __repr__(self) -> str:
@@ -177,6 +209,7 @@ class SqliteStore(SqliteLifecycle):
                     if self._closed:
                         raise StoreClosed(f"{self!r} was closed")
                     conn = self._conn if self._conn is not None else self._connect()
+                    thread_mode(conn)
                     return fn(conn)
             except sqlite3.OperationalError as exc:
                 # busy: nothing was done (a write takes its lock first, a read reads only)
@@ -373,11 +406,45 @@ class SqliteStore(SqliteLifecycle):
         :meth:`tinyctx.threads.ThreadStore.write`."""
         validate_write(thread_id, change, expected_version, lease)
         retention, ttl = self.archive_retention, self.ttl
-        return await self._run(
-            lambda conn: write_thread(
-                conn, thread_id, change, expected_version, lease, retention, ttl
-            )
-        )
+
+        def write(conn: sqlite3.Connection) -> int:
+            return write_thread(conn, thread_id, change, expected_version, lease, retention, ttl)
+
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        pages = _inline_pages(change)
+        if pages is not None:
+            landed = self._write_inline(write)
+            if landed is not None:
+                self._inline_pages += pages
+                return landed
+        self._inline_pages = 0
+        return await self._run(write)
+
+    def _write_inline(self, write: Callable[[sqlite3.Connection], int]) -> int | None:
+        """A small write made here, on the event loop, when nothing waits for the store's
+        thread (so it overtakes no call), the connection is open and free, its sync mode
+        waits for no disk at commit (NORMAL: a page-cache write of a few KB, cheaper than
+        the hop to the thread and back) and the file's write lock is free; else None (the
+        thread makes it, waiting for the lock as every call does). After
+        :data:`INLINE_PAGES` the next write goes to the thread regardless: its commit folds
+        a grown WAL back into the file, a wait for the disk the loop never makes."""
+        if self._inline_pages >= INLINE_PAGES or not self._worker.idle:
+            return None
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            conn = self._conn
+            if conn is None or self._closed or not inline_mode(conn):
+                return None
+            try:
+                landed = write(conn)
+            except sqlite3.OperationalError as exc:
+                if busy(exc):  # another writer holds the file: nothing was done
+                    return None
+                raise
+        finally:
+            self._lock.release()
+        return landed
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> Lease:
         """A new lease with a fresh token; :class:`LeaseHeld` while another owner's is live."""
