@@ -10,7 +10,7 @@ the memo.
 
 from __future__ import annotations
 
-import pickle
+import copy
 import weakref
 from typing import Any, Generic, TypeVar
 
@@ -54,11 +54,10 @@ class ConversionMemo(Generic[V]):
 
 
 def copy_of(value: V) -> V | None:
-    """A deep copy of ``value`` that shares nothing mutable with it (a pickle round trip:
-    a fraction of ``copy.deepcopy``'s cost), or None when it cannot be copied so (then it
-    is not memoized)."""
+    """A deep copy of ``value`` that shares nothing mutable with it, or None when it cannot
+    be copied (then it is not memoized). Made once per message converted, never stored."""
     try:
-        copied: V = pickle.loads(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
-    except Exception:  # whatever pickling refuses (or a warning raised), the memo does without
+        copied: V = copy.deepcopy(value)
+    except Exception:  # whatever copying refuses (or a warning raised), the memo does without
         return None
     return copied
