@@ -222,6 +222,16 @@ def _answer(request: Any, ctx: Any) -> str:
     return "answered"
 
 
+async def _stops_a_cancelled_scope(checkpoint: Any) -> None:
+    """``checkpoint()`` inside a cancelled scope raises there: nothing after it runs."""
+    reached = False
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await checkpoint()
+        reached = True
+    assert scope.cancelled_caught and not reached
+
+
 class TestSchedulerCheckpoint:
     """A session's checkpoint yields to other tasks and is where a cancellation lands."""
 
@@ -241,13 +251,7 @@ class TestSchedulerCheckpoint:
             assert seen == ["other"]
 
     async def test_a_cancelled_scope_stops_at_it(self) -> None:
-        checkpoint = scheduler_checkpoint()
-        reached = False
-        with anyio.CancelScope() as scope:
-            scope.cancel()
-            await checkpoint()
-            reached = True
-        assert scope.cancelled_caught and not reached
+        await _stops_a_cancelled_scope(scheduler_checkpoint())
 
 
 class TestSessionCheckpointBudget:
@@ -274,12 +278,7 @@ class TestSessionCheckpointBudget:
     async def test_a_cancellation_lands_between_two_turns(self) -> None:
         checkpoint = SchedulerCheckpoint()
         await checkpoint()  # the turn: the next one is within the budget, so no yield
-        reached = False
-        with anyio.CancelScope() as scope:
-            scope.cancel()
-            await checkpoint()
-            reached = True
-        assert scope.cancelled_caught and not reached
+        await _stops_a_cancelled_scope(checkpoint)
 
     async def test_a_session_that_never_waits_still_lets_others_in(self) -> None:
         """Instant runs, back to back: another task gets its turn (with no yield it never
