@@ -494,38 +494,47 @@ class ViewSpec:
 
     # -- once per call, reused while the inputs are the same ---------------------------------
 
-    def prepare(
+    def for_call(
         self, ctx: RunContext[Any], request: ModelRequest | None = None
-    ) -> tuple[Materialized, bool]:
-        """The materialized view for one call, and whether it was built now.
+    ) -> tuple[Materialized, bool, ModelRequest | None]:
+        """The materialized view for one call, whether it was built now, and ``request``
+        carrying it (:meth:`to_request`; None for a tool call).
 
         Without step values the view depends only on the context's ``configurable`` (the
         global tier or an inherited view) and its agent run: while those are the same
-        objects the previous call's frozen view is reused, not rebuilt.
+        objects the previous call's frozen view is reused, not rebuilt, and a request that
+        brings the previous call's metadata and system prompt (the usual case) gets the
+        previous call's carrying metadata and prompt again, without merging or rendering.
+        The memo holds only immutable values seen stepless, so an identical object needs no
+        second look for step values.
         """
-        configurable = ctx.config.configurable
-        stepless = _tier(configurable.get(VIEW_STEP_KEY)) is None and (
-            request is None or _tier(request.metadata.get(VIEW_STEP_KEY)) is None
-        )
-        if not stepless:
-            return self._materialized(ctx, request), True
-        memo = ctx.state_for(self, _Memo)
-        run = ctx.config.agent_run_id or ctx.run_id
-        if memo.configurable is configurable and memo.run == run and memo.value is not None:
-            return memo.value, False
-        value = self._materialized(ctx, request)
-        memo.configurable, memo.run, memo.value = configurable, run, value
-        return value, True
-
-    def carry(
-        self, ctx: RunContext[Any], request: ModelRequest, built: Materialized
-    ) -> ModelRequest:
-        """:meth:`to_request` with ``built``'s view and header. A request that brings the
-        previous call's metadata and system prompt (the usual case) gets the previous
-        call's carrying metadata and prompt again, without merging or rendering."""
-        memo = ctx.state_for(self, _Memo)
-        metadata, system = request.metadata, request.system_prompt
+        memo = ctx.cache.state_for(self, _Memo)
+        config = ctx.config
+        configurable = config.configurable
         carried = memo.carried
+        metadata = None if request is None else request.metadata
+        if (
+            configurable is not memo.configurable
+            and _tier(configurable.get(VIEW_STEP_KEY)) is not None
+        ) or (
+            metadata is not None
+            and (carried is None or metadata is not carried[1])
+            and _tier(metadata.get(VIEW_STEP_KEY)) is not None
+        ):
+            # this call's own step values: its own view, never reused
+            own = self._materialized(ctx, request)
+            if request is None:
+                return own, True, None
+            return own, True, self.to_request(request, own.view, header=own.header)
+        run = config.agent_run_id or config.run_id
+        built = memo.value
+        fresh = built is None or memo.configurable is not configurable or memo.run != run
+        if built is None or fresh:
+            built = self._materialized(ctx, request)
+            memo.configurable, memo.run, memo.value = configurable, run, built
+        if request is None:
+            return built, fresh, None
+        system = request.system_prompt
         if (
             carried is not None
             and carried[0] is built
@@ -533,10 +542,11 @@ class ViewSpec:
             and carried[2] is system
         ):
             # both values came out of a checked request: no converter to run again
-            return clone_with(request, {"metadata": carried[3], "system_prompt": carried[4]})
+            carrying = clone_with(request, {"metadata": carried[3], "system_prompt": carried[4]})
+            return built, fresh, carrying
         out = self.to_request(request, built.view, header=built.header)
         memo.carried = (built, metadata, system, out.metadata, out.system_prompt)
-        return out
+        return built, fresh, out
 
     def _materialized(self, ctx: RunContext[Any], request: ModelRequest | None) -> Materialized:
         view, excluded = self.build(ctx, request)

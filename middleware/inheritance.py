@@ -142,6 +142,8 @@ class Inherit(Layer):
     ) -> None:
         self.tags = _tags(tags, "Inherit")
         self.metadata = _metadata(metadata, "Inherit")
+        # what each call's derive gets: None when there is nothing to merge (no look per call)
+        self._call_metadata = self.metadata or None
         self.view = _view_spec(view)
         if name is not None:
             self.name = name
@@ -151,14 +153,13 @@ class Inherit(Layer):
     ) -> tuple[RunContext[Any], ModelRequest | None]:
         """The call's derived context, and the request carrying the view (model calls)."""
         spec = self.view
+        metadata = self._call_metadata
         if spec is None:
-            return ctx.derive(tags=self.tags, metadata=self.metadata), request
-        built, fresh = spec.prepare(ctx, request)
-        child = ctx.derive(tags=self.tags, metadata=self.metadata, configurable=built.configurable)
+            return ctx.derive(tags=self.tags, metadata=metadata), request
+        built, fresh, request = spec.for_call(ctx, request)
+        child = ctx.derive(tags=self.tags, metadata=metadata, configurable=built.configurable)
         if fresh:
             child.emit(ContextViewBuilt(fields=built.fields, excluded=built.excluded))
-        if request is not None:
-            request = spec.carry(ctx, request, built)
         return child, request
 
     async def wrap_model(

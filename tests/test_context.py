@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tinyctx import ConfigError, DepthLimitExceeded, MemoryStore, RunConfig, RunContext, Usage
+from tinyctx.frozen import FrozenDict
 from tinyctx.testing import assert_parent_unchanged
 from tinyctx.testing.invariants import context_snapshot
 from tinyctx.testing.strategies import contexts, json_values
@@ -170,6 +172,43 @@ class TestDerive:
         sibling = parent.derive()
         parent.cancellation.cancel("all")
         assert sibling.cancellation.is_cancelled()
+
+
+class TestDeriveConfigurable:
+    """A derived context's configurable is its parent's merged with the call's, on every call."""
+
+    @given(
+        steps=st.lists(
+            st.tuples(
+                st.integers(0, 2),
+                st.integers(0, 2),
+                st.booleans(),
+                st.dictionaries(st.sampled_from("ab"), st.integers(), max_size=2),
+            ),
+            min_size=1,
+            max_size=12,
+        )
+    )
+    def test_repeated_and_changing_mappings_always_merge_right(
+        self, steps: list[tuple[int, int, bool, dict[str, int]]]
+    ) -> None:
+        """The same frozen objects again (a layer's constant values) and mutable dicts
+        changed between calls both give exactly parent | added, never a previous merge."""
+        parents: list[RunContext[Any]] = [
+            RunContext.new(RunConfig(configurable={"a": i, f"p{i}": i})) for i in range(3)
+        ]
+        frozen_added: list[FrozenDict[str, int]] = [FrozenDict({"b": i, "a": -i}) for i in range(3)]
+        mutable: dict[str, int] = {}
+        for parent_index, added_index, use_mutable, update in steps:
+            parent = parents[parent_index]
+            if use_mutable:
+                mutable.clear()
+                mutable.update(update or {"a": 99})
+                added: Mapping[str, Any] = mutable
+            else:
+                added = frozen_added[added_index]
+            child = parent.derive(configurable=added)
+            assert dict(child.config.configurable) == {**parent.config.configurable, **added}
 
 
 class TestSharedHandles:

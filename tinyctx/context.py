@@ -110,6 +110,24 @@ def _tags(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(tags))
 
 
+_LAST_MERGE: list[tuple[object, object, FrozenDict[str, Any]]] = [(None, None, EMPTY)]
+"""The last ``derive(configurable=...)`` merge, as one tuple (swapped atomically)."""
+
+
+def _merged_configurable(
+    base: FrozenDict[str, Any], added: Mapping[str, Any]
+) -> FrozenDict[str, Any]:
+    """``base | added``; the same merged object again while both are the same frozen
+    objects (a layer deriving every call with its own constant values: no copy per call)."""
+    last = _LAST_MERGE[0]
+    if last[0] is base and last[1] is added:
+        return last[2]
+    merged = base | frozen_mapping(added)
+    if type(added) is FrozenDict:  # immutable: the same object means the same values
+        _LAST_MERGE[0] = (base, added, merged)
+    return merged
+
+
 def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
     return value if type(value) is tuple else tuple(value)
 
@@ -309,7 +327,7 @@ class RunContext(Generic[Data]):
         if metadata:
             changes["metadata"] = parent.metadata | frozen_mapping(metadata)
         if configurable:
-            changes["configurable"] = parent.configurable | frozen_mapping(configurable)
+            changes["configurable"] = _merged_configurable(parent.configurable, configurable)
         handles: dict[str, Any] = {
             "config": self._child_config(changes),
             "cancellation": self.cancellation.child(),
