@@ -25,6 +25,7 @@ from tinyctx import Event, Layer, Message, RunContext, TextPart, ToolCall, ToolE
 from tinyctx.chain import ToolCallHandler
 from tinyctx.config import fraction, one_of, optional, text
 from tinyctx.events import EventLevel
+from tinyctx.frozen import FrozenDict
 from tinyctx.parts import Content, Part
 from tinyctx.tokens import TokenCounter, default_counter
 
@@ -128,34 +129,42 @@ def _cut_text(content: str, budget_bytes: int, hint: str, keep: str) -> tuple[st
     budgeted many times over in a shrink's search)."""
     if budget_bytes == 0:
         return content, _untouched(utf8_len(content))
+    data: bytes | None
     if content.isascii():
-        if len(content) <= budget_bytes:
-            return content, _untouched(len(content))
-        data = content.encode("ascii")
+        total = len(content)
+        if total <= budget_bytes:
+            return content, _untouched(total)
+        # one byte per character, every cut on a boundary: a head cut slices the text
+        # itself (a shrink's search cuts each result a dozen times), no encoded copy
+        data = None if keep == "head" else content.encode("ascii")
     else:
         try:
             data = content.encode("utf-8")
         except UnicodeEncodeError:
             content = _SURROGATE.sub("\ufffd", content)
             data = content.encode("utf-8")
-        if len(data) <= budget_bytes:
-            return content, _untouched(len(data))
-    total = len(data)
+        total = len(data)
+        if total <= budget_bytes:
+            return content, _untouched(total)
     # the dropped count is at most ``total``: a marker rendered with it is the longest one,
     # so the real marker (with fewer or as many digits) fits wherever this one fits
     for rank, longest in enumerate(_markers(total, total, hint, keep)):
         size = utf8_len(longest)
         if size <= budget_bytes:
-            kept = _cut(data, budget_bytes - size)
-            if keep == "middle":
-                return _middle(data, kept, hint, rank)
+            if data is None:
+                kept = budget_bytes - size
+            else:
+                kept = _cut(data, budget_bytes - size)
+                if keep == "middle":
+                    return _middle(data, kept, hint, rank)
             marker = _markers(total - kept, total, hint)[rank]
             break
     else:
         # not even "[cut]" fits: cut the marker, never the guarantee
         kept = 0
         marker = longest[:budget_bytes]
-    text = data[:kept].decode("utf-8") + marker
+    head = content[:kept] if data is None else data[:kept].decode("utf-8")
+    text = head + marker
     return text, TruncationStats(total, kept + utf8_len(marker), True, kept)
 
 
@@ -212,15 +221,13 @@ def _budgeted(
 def _marked(
     result: ToolResult, content: Content, stats: TruncationStats, budget_bytes: int
 ) -> ToolResult:
-    meta = mark(
-        result.metadata,
-        "truncated",
-        {
-            "original_bytes": stats.original_bytes,
-            "final_bytes": stats.final_bytes,
-            "budget_bytes": budget_bytes,
-        },
+    # built frozen (ints only): mark adopts it without walking it
+    truncated: FrozenDict[str, int] = FrozenDict(
+        original_bytes=stats.original_bytes,
+        final_bytes=stats.final_bytes,
+        budget_bytes=budget_bytes,
     )
+    meta = mark(result.metadata, "truncated", truncated)
     return attrs.evolve(result, content=content, metadata=meta)
 
 

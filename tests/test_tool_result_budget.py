@@ -146,6 +146,32 @@ class TestBudgetFunction:
         assert stats.original_bytes == size(text)
 
 
+class TestAsciiHeadCut:
+    """An ASCII result keeps the longest prefix that fits beside its marker, byte for byte."""
+
+    @given(
+        text=st.text(alphabet=st.characters(max_codepoint=127), min_size=1, max_size=600),
+        budget=st.integers(1, 500),
+        hint=st.sampled_from(["", "ask for the rest", "voir la suite é"]),
+    )
+    def test_the_prefix_is_as_long_as_the_marker_lets_it_be(
+        self, text: str, budget: int, hint: str
+    ) -> None:
+        out, stats = budget_tool_result(text, budget, hint=hint)
+        if len(text) <= budget:
+            assert out == text and not stats.truncated
+            return
+        total = len(text)
+        how = f"; {hint}" if hint else ""
+        # each marker sized for the most digits a dropped count can have; the first that fits
+        room = [size(m) for m in (f"\n[truncated: {total} of {total} bytes dropped{how}]",)]
+        room += [size(f"[+{total}B cut]"), size("[cut]")]
+        fitting = [r for r in room if r <= budget]
+        assert out[: stats.kept_bytes] == text[: stats.kept_bytes]
+        assert size(out) <= budget and stats.final_bytes == size(out)
+        assert stats.kept_bytes == (budget - fitting[0] if fitting else 0)
+
+
 class TestMiddleCut:
     """keep="middle": the start and the end of a result survive, the marker in between."""
 
