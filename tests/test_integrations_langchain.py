@@ -393,6 +393,30 @@ class TestMiddleware:
         stored = (await agent.aget_state(config)).values["messages"]
         assert [m.content for m in stored] == ["hello", "fine"]
 
+    async def test_an_unchanged_request_reaches_the_model_as_the_graphs_own_messages(
+        self, anyio_backend: str
+    ) -> None:
+        """Layers that pass the request on as it came hand LangChain's handler the graph's
+        own message objects (its ids and fields as they are), on every call."""
+
+        async def passing(request: Any, ctx: Any, call_next: Any) -> Any:
+            return await call_next(request, ctx)
+
+        recorder = _Recorder()
+        agent = create_agent(
+            _FakeModel(messages=iter(_script(2))),
+            tools=[lookup],
+            middleware=[TinyctxMiddleware([passing]), recorder],
+        )
+        first = HumanMessage("hello", id="h-1", additional_kwargs={"trace": "t"})
+        out = await agent.ainvoke({"messages": [first]})
+        assert len(recorder.requests) == 3
+        assert recorder.requests[0][0] is first
+        final = out["messages"]
+        for sent in recorder.requests:
+            assert all(m is final[i] for i, m in enumerate(sent))
+            assert len(sent) < len(final)
+
     async def test_stop_with_final_ends_the_run_with_its_text(self, anyio_backend: str) -> None:
         """A layer's StopWithFinal ends LangChain's loop with its text, no call left open."""
 

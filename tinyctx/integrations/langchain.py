@@ -104,6 +104,15 @@ def _thread_id() -> str:
     return str(thread) if thread is not None else DEFAULT_THREAD
 
 
+def _same_messages(sent: Sequence[Message], read: tuple[Message, ...]) -> bool:
+    """Whether the layers sent the messages read from LangChain's request unchanged (the
+    stack's kept objects for the same messages are equal to them), so nothing needs
+    writing back."""
+    if sent is read:
+        return True
+    return len(sent) == len(read) and all(a is b or a == b for a, b in zip(sent, read, strict=True))
+
+
 def _answer(result: list[BaseMessage]) -> AIMessage:
     for message in result:
         if isinstance(message, AIMessage):
@@ -147,8 +156,13 @@ class TinyctxMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> LCModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """The stack's model onion around LangChain's ``handler``."""
 
+        history = from_langchain(request.messages)
+
         async def call(tiny: ModelRequest) -> ModelResponse:
-            changes: dict[str, Any] = {"messages": to_langchain(tiny.messages)}
+            changes: dict[str, Any] = {}
+            if not _same_messages(tiny.messages, history):
+                changes["messages"] = to_langchain(tiny.messages)
+            # else the layers sent the history as read: LangChain's own messages go on
             if tiny.system_prompt != request.system_prompt:
                 prompt = tiny.system_prompt
                 changes["system_message"] = SystemMessage(prompt) if prompt is not None else None
@@ -166,7 +180,7 @@ class TinyctxMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
         outcome = await self.stack.call_model(
             _thread_id(),
-            from_langchain(request.messages),
+            history,
             call,
             system_prompt=request.system_prompt,
             tools=_tool_specs(request.tools),
