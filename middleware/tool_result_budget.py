@@ -14,6 +14,7 @@ untouched. Error results are budgeted too.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -66,7 +67,9 @@ class TruncationStats:
         return self.original_bytes - self.kept_bytes
 
 
+@functools.lru_cache(maxsize=256)
 def _untouched(size: int) -> TruncationStats:
+    # frozen, so shared: a search reports most results untouched at every probe
     return TruncationStats(size, size, False, size)
 
 
@@ -124,28 +127,41 @@ def budget_tool_result(
     return _cut_text(content, budget_bytes, hint, keep)
 
 
-def _cut_text(content: str, budget_bytes: int, hint: str, keep: str) -> tuple[str, TruncationStats]:
-    """:func:`budget_tool_result` of settings already checked (a history's results are
-    budgeted many times over in a shrink's search)."""
+_Encodings = dict[int, tuple[str, str, bytes | None, int]]
+"""id(text) -> (the text, the text to cut, its UTF-8 bytes, their size), for one search."""
+
+
+def _utf8(content: str, keep: str) -> tuple[str, bytes | None, int]:
+    """The text to cut (lone surrogates replaced), its UTF-8 bytes and their size. An ASCII
+    text cut at its head needs no bytes (None): one byte per character, every cut on a
+    boundary, so the text itself is sliced."""
+    if content.isascii():
+        return content, (None if keep == "head" else content.encode("ascii")), len(content)
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError:
+        content = _SURROGATE.sub("\ufffd", content)
+        data = content.encode("utf-8")
+    return content, data, len(data)
+
+
+def _cut_text(
+    content: str, budget_bytes: int, hint: str, keep: str, known: _Encodings | None = None
+) -> tuple[str, TruncationStats]:
+    """:func:`budget_tool_result` of settings already checked. A shrink's search budgets a
+    history's results a dozen times over: ``known`` keeps each text's encoding meanwhile."""
     if budget_bytes == 0:
         return content, _untouched(utf8_len(content))
-    data: bytes | None
-    if content.isascii():
-        total = len(content)
-        if total <= budget_bytes:
-            return content, _untouched(total)
-        # one byte per character, every cut on a boundary: a head cut slices the text
-        # itself (a shrink's search cuts each result a dozen times), no encoded copy
-        data = None if keep == "head" else content.encode("ascii")
-    else:
-        try:
-            data = content.encode("utf-8")
-        except UnicodeEncodeError:
-            content = _SURROGATE.sub("\ufffd", content)
-            data = content.encode("utf-8")
-        total = len(data)
-        if total <= budget_bytes:
-            return content, _untouched(total)
+    if content.isascii() and len(content) <= budget_bytes:
+        return content, _untouched(len(content))
+    entry = None if known is None else known.get(id(content))
+    if entry is None or entry[0] is not content:
+        entry = (content, *_utf8(content, keep))
+        if known is not None:
+            known[id(content)] = entry  # the entry holds the text: its id stays its own
+    _, content, data, total = entry
+    if total <= budget_bytes:
+        return content, _untouched(total)
     # the dropped count is at most ``total``: a marker rendered with it is the longest one,
     # so the real marker (with fewer or as many digits) fits wherever this one fits
     for rank, longest in enumerate(_markers(total, total, hint, keep)):
@@ -200,7 +216,11 @@ class HistoryBudgetStats:
 
 
 def _budgeted(
-    result: ToolResult, budget_bytes: int, hint: str, keep: str = "head"
+    result: ToolResult,
+    budget_bytes: int,
+    hint: str,
+    keep: str = "head",
+    known: _Encodings | None = None,
 ) -> tuple[ToolResult, TruncationStats]:
     """``result`` with its content budgeted and marked, or ``result`` itself when untouched.
 
@@ -212,7 +232,7 @@ def _budgeted(
     content = result.content
     if not isinstance(content, str):
         return _budgeted_parts(result, content, budget_bytes, hint, keep)
-    text, stats = _cut_text(content, budget_bytes, hint, keep)
+    text, stats = _cut_text(content, budget_bytes, hint, keep, known)
     if not stats.truncated:
         return result, stats
     return _marked(result, text, stats, budget_bytes), stats
@@ -266,6 +286,18 @@ def budget_history(
     history = as_history(history)
     check_int(budget_bytes, "budget_bytes", "budget_history")
     _check_keep(keep, "budget_history")
+    return _budget_results(history, budget_bytes, hint, counter, keep, None)
+
+
+def _budget_results(
+    history: tuple[Message, ...],
+    budget_bytes: int,
+    hint: str,
+    counter: TokenCounter | None,
+    keep: str,
+    known: _Encodings | None,
+) -> tuple[tuple[Message, ...], HistoryBudgetStats]:
+    """:func:`budget_history` of settings already checked (``known``: see :func:`_cut_text`)."""
     if budget_bytes == 0:
         return history, HistoryBudgetStats()
     out: list[Message] | None = None
@@ -274,7 +306,7 @@ def budget_history(
     for index, message in enumerate(history):
         if not isinstance(message, ToolResult):
             continue
-        new, stats = _budgeted(message, budget_bytes, hint, keep)
+        new, stats = _budgeted(message, budget_bytes, hint, keep, known)
         if new is message:
             continue
         if counter is not None:
@@ -526,15 +558,17 @@ class ShrinkToolResults:
         # the largest budget that frees enough: freed tokens only grow as the budget shrinks
         low, high = self.floor_bytes, largest - 1
         best: tuple[tuple[Message, ...], HistoryBudgetStats, int] | None = None
+        known: _Encodings = {}  # each result encoded once for the whole search
         while low <= high:
             budget = (low + high) // 2
-            new, stats = budget_history(messages, budget, hint=self.hint, counter=counter)
+            new, stats = _budget_results(messages, budget, self.hint, counter, "head", known)
             if stats.freed_tokens >= need:
                 best, low = (new, stats, budget), budget + 1
             else:
                 high = budget - 1
         if best is None:  # even the floor does not free enough: free all it can
-            new, stats = budget_history(messages, self.floor_bytes, hint=self.hint, counter=counter)
+            floor = self.floor_bytes
+            new, stats = _budget_results(messages, floor, self.hint, counter, "head", known)
             best = (new, stats, self.floor_bytes)
         new, stats, budget = best
         for tool_call_id, tool, cut in stats.truncated:

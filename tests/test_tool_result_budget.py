@@ -505,3 +505,21 @@ class TestShrinkToolResults:
         check_pairing(relief.messages)
         assert [type(m) for m in relief.messages] == [type(m) for m in history]
         assert counter.count_messages(relief.messages) <= counter.count_messages(history)
+
+    @given(history=histories(text=SHORT_MIXED), need=st.integers(1, 400))
+    async def test_the_search_cuts_as_budget_history_does_at_the_budget_it_chose(
+        self, history: Any, need: int
+    ) -> None:
+        """The search's history is exactly budget_history's at the budget it reports."""
+        from tinyctx import RunContext
+        from tinyctx.middleware import ShrinkToolResults
+
+        counter = HeuristicCounter()
+        relief = await ShrinkToolResults(floor_bytes=8).relieve(
+            history, RunContext.new(), counter, need=need
+        )
+        if not relief.detail:
+            return
+        budget = relief.detail["budget_bytes"]
+        again, stats = budget_history(history, budget, counter=counter)
+        assert again == relief.messages and stats.freed_tokens == relief.freed_tokens
