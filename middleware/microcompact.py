@@ -33,15 +33,14 @@ from tinyctx import (
     ModelRequest,
     ModelResponse,
     RunContext,
-    ToolCall,
     ToolResult,
 )
 from tinyctx.config import text
 from tinyctx.events import EventLevel
-from tinyctx.frozen import FrozenDict
 from tinyctx.parts import content_bytes
 from tinyctx.tokens import TokenCounter, default_counter
 
+from ._cleared_inputs import CLEARED_ARGUMENTS, clear_turn_inputs
 from ._compaction import (
     as_history,
     check_bool,
@@ -56,7 +55,7 @@ from ._compaction import (
 )
 from .images import clear_images_history
 from .policy import Relief
-from .triggers import Trigger, acts_on
+from .triggers import Trigger, acts_on, fits_after
 from .triggers import trigger as as_trigger
 
 __all__ = [
@@ -287,7 +286,7 @@ def _clear_results(
                 break
     inputs = 0
     if clear_inputs and cleared:
-        inputs, inputs_tokens = _clear_turn_inputs(history, out, turns, counting)
+        inputs, inputs_tokens = clear_turn_inputs(history, out, turns, counting)
         freed_tokens += inputs_tokens
     if not cleared:
         return history, _NOTHING
@@ -311,51 +310,6 @@ def _remembered_clear(
     if memo is not None:
         memo[id(result)] = (result, new, original_bytes)
     return new, original_bytes
-
-
-def _clear_turn_inputs(
-    history: tuple[Message, ...], out: list[Message], turns: set[int], counter: TokenCounter
-) -> tuple[int, int]:
-    """Clear, in ``out``, the arguments of the calls of ``turns`` whose results were
-    cleared (``out`` differs from ``history`` there); how many and the tokens it freed."""
-    done = {
-        m.tool_call_id
-        for m, n in zip(history, out, strict=True)
-        if m is not n and isinstance(m, ToolResult)
-    }
-    count = counter.count_message
-    inputs = freed_tokens = 0
-    for index in sorted(t for t in turns if t >= 0):
-        message = out[index]
-        if not isinstance(message, AssistantMessage):
-            continue
-        new_message, count_cleared = _cleared_inputs(message, done)
-        if count_cleared:
-            saved = count(message) - count(new_message)
-            out[index] = new_message
-            inputs += count_cleared
-            freed_tokens += max(saved, 0)
-    return inputs, freed_tokens
-
-
-CLEARED_ARGUMENTS: FrozenDict[str, Any] = FrozenDict()
-"""The arguments a cleared tool call is left with (``clear_tool_inputs``): ``{}``."""
-
-
-def _cleared_inputs(message: AssistantMessage, ids: set[str]) -> tuple[AssistantMessage, int]:
-    """``message`` with the arguments of its calls in ``ids`` cleared, and how many."""
-    calls = []
-    ids_cleared: list[str] = []
-    for call in message.tool_calls:
-        if call.id in ids and (call.arguments or call.invalid_arguments is not None):
-            calls.append(ToolCall(call.id, call.name, CLEARED_ARGUMENTS))
-            ids_cleared.append(call.id)
-        else:
-            calls.append(call)
-    if not ids_cleared:
-        return message, 0
-    meta = mark(message.metadata, "cleared_inputs", {"by": "microcompact", "ids": ids_cleared})
-    return attrs.evolve(message, tool_calls=tuple(calls), metadata=meta), len(ids_cleared)
 
 
 @frozen
@@ -451,6 +405,9 @@ class Microcompact(Layer):
       known it clears on every call.
     - ``clear_at_least`` (tokens, default 0) leaves the history alone when clearing would free
       less: a small saving is not worth a broken prefix.
+    - With the window known, a clear that would leave the request over it is held back: the
+      call overflows either way, and the clear of a later call, once the turns that do not
+      fit have aged out of ``keep_recent``, covers these results in the same one break.
     - ``clear_tool_inputs`` also clears the arguments of the calls whose results it clears
       (they become ``{}``; ids, names and pairing are kept).
 
@@ -569,10 +526,16 @@ class Microcompact(Layer):
         messages = request.messages
         session = ctx.state_for(self, _Session)
         new, stats = self._compact(messages, counter, session)
-        if new is not messages and stats.freed_tokens < self.clear_at_least:
-            new = messages  # not worth breaking the cached prefix
         if new is messages:
             session.remember(messages, self.keep_recent)
+            return await call_next(request, ctx)
+        after = counter.count_request(request) - stats.freed_tokens
+        if stats.freed_tokens < self.clear_at_least or not fits_after(
+            after, ctx.config.usable_tokens
+        ):
+            # not worth breaking the cached prefix: too small a saving, or the request would
+            # still overflow (a later call clears these results and more in one batch). The
+            # session's mark stays where it was: the results held back are cleared later.
             return await call_next(request, ctx)
         persisted = False
         if self.persist:
