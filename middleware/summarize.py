@@ -17,13 +17,10 @@ summary raises :class:`SummarizationError` and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
-
-from attrs import frozen
+from typing import Any
 
 from tinyctx import (
     ConfigError,
-    Event,
     Layer,
     Message,
     ModelCall,
@@ -34,12 +31,11 @@ from tinyctx import (
     SystemMessage,
 )
 from tinyctx.config import fraction, implements, optional
-from tinyctx.events import EventLevel
 from tinyctx.messages import check_pairing
 from tinyctx.reexport import publish
 from tinyctx.tokens import Calibration, TokenCounter, default_counter
 
-from . import _summarizers, _summary_history
+from . import _summarizers, _summary_events, _summary_history
 from ._compaction import (
     check_bool,
     check_counter,
@@ -50,6 +46,7 @@ from ._summarizers import (
     ExtractiveSummarizer,
     ModelSummarizer,
 )
+from ._summary_events import SummaryApplied, SummaryFailed
 from ._summary_history import (
     DEFAULT_SUMMARY_PROMPT,
     REFERENCE_KINDS,
@@ -69,11 +66,11 @@ from ._summary_history import (
     summary_split,
 )
 from .policy import Relief
-from .triggers import Keep, Trigger
+from .triggers import Keep, Trigger, fits_after
 from .triggers import keep as as_keep
 from .triggers import trigger as as_trigger
 
-publish(__name__, _summarizers, _summary_history)
+publish(__name__, _summarizers, _summary_events, _summary_history)
 
 __all__ = [
     "SUMMARY_PREFIX",
@@ -95,60 +92,6 @@ __all__ = [
     "SummaryApplied",
     "SummaryFailed",
 ]
-
-
-@frozen
-class SummaryApplied(Event):
-    """The older part of the history was replaced by a summary."""
-
-    kind: ClassVar[str] = "compaction.summary"
-    level: ClassVar[EventLevel] = "info"
-    summarized: int = 0
-    kept: int = 0
-    tokens_before: int = 0
-    tokens_after: int = 0
-    summarizer: str = ""
-    persisted: bool = False
-    source: str = "layer"
-
-    @classmethod
-    def of(
-        cls,
-        stats: SummaryStats,
-        summarizer: Summarizer,
-        *,
-        persisted: bool = False,
-        source: str = "layer",
-    ) -> SummaryApplied:
-        return cls(
-            summarized=stats.summarized,
-            kept=stats.kept,
-            tokens_before=stats.tokens_before,
-            tokens_after=stats.tokens_after,
-            summarizer=type(summarizer).__name__,
-            persisted=persisted,
-            source=source,
-        )
-
-    def describe(self) -> str | None:
-        if self.source != "layer":
-            return None  # as a guard policy, the guard's own event reports it
-        return f"summary of {self.summarized} -{self.tokens_before - self.tokens_after}"
-
-
-@frozen
-class SummaryFailed(Event):
-    """A summary failed; the history is unchanged. ``disabled``: the layer stopped trying."""
-
-    kind: ClassVar[str] = "compaction.summary_failed"
-    level: ClassVar[EventLevel] = "warning"
-    error: str = ""
-    consecutive_failures: int = 0
-    disabled: bool = False
-    source: str = "layer"
-
-    def describe(self) -> str | None:
-        return None if self.source != "layer" else "summary failed"
 
 
 class _Breaker:
@@ -238,17 +181,19 @@ class Summarize(Layer):
     of the newest history stays verbatim: ``("messages", 20)``, ``("tokens", 4000)`` (the
     newest messages that fit, at least one, grown back so no tool call loses its result) or
     ``("fraction", 0.3)`` of the usable window; the default is ``keep_recent`` messages.
-    ``persist=True`` (the default) commits the summary to the conversation, so later calls
-    start from it and the summary is paid for once; ``persist=False`` rewrites only this
-    call's request. A failed summary is reported (``SummaryFailed``) and the call goes on
-    with the history as it was; a summary that would not make the history smaller counts as
-    a failed one (refused); after ``max_failures`` consecutive failures the layer stops
-    trying for the thread (0: never stops; the count is durable thread state, so a later
-    session of a thread with a store continues it), and a success resets the count. As a
-    pressure policy (``relieve``) it summarizes the least of the head that frees what the
-    guard needs (the kept tail is the newest messages that fit once the summary is in),
-    whatever the trigger says, reports failure in ``Relief.detail["failed"]``,
-    and leaves the history as it was when the summary would not make it smaller.
+    ``persist=True`` (the default) commits the summary to the conversation, so later calls start
+    from it and the summary is paid for once; ``persist=False`` rewrites only this call's request.
+    With the window known, a summary that could not make the request fit (the kept tail and lead
+    alone overflow) is held back, with no summarizer call: the call overflows either way, and a
+    later call summarizes once the tail that does not fit has aged into the head, in one rewrite. A
+    failed summary is reported (``SummaryFailed``) and the call goes on with the history as it was;
+    a summary that would not make the history smaller counts as a failed one (refused); after
+    ``max_failures`` consecutive failures the layer stops trying for the thread (0: never stops; the
+    count is durable thread state, so a later session of a thread with a store continues it), and a
+    success resets the count. As a pressure policy (``relieve``) it summarizes the least of the head
+    that frees what the guard needs (the kept tail is the newest messages that fit once the summary
+    is in), whatever the trigger says, reports failure in ``Relief.detail["failed"]``, and leaves
+    the history as it was when the summary would not make it smaller.
 
     ``keep_task=True`` keeps the first user message (the task, when it is at most an eighth
     of the history it fires on, or as a guard's policy of the usable window) verbatim in
@@ -483,6 +428,36 @@ class Summarize(Layer):
             )
         return usable + 1
 
+    def _can_fit(
+        self,
+        request: ModelRequest,
+        ctx: RunContext[Any],
+        counter: TokenCounter,
+        keep_recent: int,
+        keep_task: bool,
+    ) -> bool:
+        """Whether a summary with this split can make the request fit the usable window:
+        the request's estimate less the head the summary replaces (the summary itself
+        counted as nothing) fits, or the window is unknown. When even that overflows, the
+        summary is held back (:func:`~tinyctx.middleware.triggers.fits_after`): no
+        summarizer call and no broken prefix for a call that overflows either way; a later
+        call, once the tail that does not fit has aged into the head, summarizes in one
+        rewrite."""
+        usable = ctx.config.usable_tokens
+        if usable is None:
+            return True
+        messages = request.messages
+        plan = summary_split(
+            messages, keep_recent, keep_task=keep_task, keep_summaries=self.keep_summaries
+        )
+        if plan is None:
+            return True  # nothing to summarize: summarize_history says so
+        lead, split = plan
+        gone = counter.count_messages(
+            tuple(m for m in messages[lead:split] if not isinstance(m, SystemMessage))
+        )
+        return fits_after(counter.count_request(request) - gone, usable)
+
     async def wrap_model(
         self, request: ModelRequest, ctx: RunContext[Any], call_next: ModelCall
     ) -> ModelResponse:
@@ -495,14 +470,18 @@ class Summarize(Layer):
         if not self.fires(request, ctx, counter):
             return await self._send(request, ctx, call_next, counter)
         messages = request.messages
+        keep_recent = self.keep_for(messages, ctx, counter)
+        keep_task = self._pins_task(messages, counter)
+        if not self._can_fit(request, ctx, counter, keep_recent, keep_task):
+            return await self._send(request, ctx, call_next, counter)
         try:
             new, stats = await summarize_history(
                 messages,
                 self.summarizer,
                 ctx,
-                self.keep_for(messages, ctx, counter),
+                keep_recent,
                 counter=counter,
-                keep_task=self._pins_task(messages, counter),
+                keep_task=keep_task,
                 keep_summaries=self.keep_summaries,
                 references=self.reference_tokens(),
             )

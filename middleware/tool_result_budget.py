@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -499,6 +499,12 @@ class ToolResultBudget(Layer):
         )
 
 
+def _was_cut(result: ToolResult) -> bool:
+    """Whether a budget already cut ``result`` (its ``metadata["tinyctx"]["truncated"]``)."""
+    marks = result.metadata.get("tinyctx")
+    return isinstance(marks, Mapping) and "truncated" in marks
+
+
 class ShrinkToolResults:
     """Last-resort pressure policy: cut every tool result, the newest turn's too, to the
     largest per-result byte budget that frees what the guard still needs.
@@ -507,6 +513,10 @@ class ShrinkToolResults:
     cannot split it); when that turn alone is bigger than the window, this is what keeps
     the run going. It never removes a message (every call keeps its result), never cuts a
     result below ``floor_bytes``, and never makes one cost more tokens than before.
+
+    When the results after the newest one already cut (by an earlier relief or the tool
+    budget) free enough alone, only they are cut: the history up to it is a prefix the
+    provider has cached, and re-cutting it to a new common size would rewrite it all.
 
     ``keep_recent=N`` (default 0: every result may be cut) leaves the results of the newest
     ``N`` tool-call turns whole. Placed before microcompaction, it makes a relief shrink the
@@ -550,11 +560,32 @@ class ShrinkToolResults:
     def _shrink(
         self, messages: tuple[Message, ...], ctx: RunContext[Any], counter: TokenCounter, need: int
     ) -> Relief:
-        """Every tool result of ``messages`` cut to the largest budget that frees ``need``."""
+        """The results after the newest one already cut, when cutting those alone frees
+        ``need`` (the history up to it is what an earlier relief or the tool budget wrote,
+        a prefix the provider has cached), else every tool result of ``messages``, cut to
+        the largest budget that frees ``need``."""
+        last = max(
+            (i for i, m in enumerate(messages) if isinstance(m, ToolResult) and _was_cut(m)),
+            default=-1,
+        )
+        if 0 <= last < len(messages) - 1 and need > 0:
+            tail = self._plan(messages[last + 1 :], counter, need)
+            if tail is not None and tail[1].freed_tokens >= need:
+                return self._cut(messages[: last + 1] + tail[0], tail[1], tail[2], ctx)
+        best = self._plan(messages, counter, need)
+        if best is None:
+            return Relief(messages)
+        return self._cut(*best, ctx)
+
+    def _plan(
+        self, messages: tuple[Message, ...], counter: TokenCounter, need: int
+    ) -> tuple[tuple[Message, ...], HistoryBudgetStats, int] | None:
+        """Every tool result of ``messages`` cut to the largest budget that frees ``need``
+        (all it can at the floor when none does); None when there is nothing to cut."""
         sizes = [utf8_len(m.text) for m in messages if isinstance(m, ToolResult)]
         largest = max(sizes, default=0)
         if need <= 0 or largest <= self.floor_bytes:
-            return Relief(messages)
+            return None
         # the largest budget that frees enough: freed tokens only grow as the budget shrinks
         low, high = self.floor_bytes, largest - 1
         best: tuple[tuple[Message, ...], HistoryBudgetStats, int] | None = None
@@ -570,7 +601,16 @@ class ShrinkToolResults:
             floor = self.floor_bytes
             new, stats = _budget_results(messages, floor, self.hint, counter, "head", known)
             best = (new, stats, self.floor_bytes)
-        new, stats, budget = best
+        return best
+
+    def _cut(
+        self,
+        new: tuple[Message, ...],
+        stats: HistoryBudgetStats,
+        budget: int,
+        ctx: RunContext[Any],
+    ) -> Relief:
+        """Report the cuts of a planned relief (one event per result) and return it."""
         for tool_call_id, tool, cut in stats.truncated:
             ctx.emit(
                 ToolResultTruncated,

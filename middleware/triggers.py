@@ -26,7 +26,7 @@ from attrs import frozen
 from tinyctx import ConfigError
 from tinyctx.config import fraction, integer, one_of
 
-__all__ = ["Trigger", "Keep", "trigger", "keep", "KINDS", "acts_on"]
+__all__ = ["Trigger", "Keep", "trigger", "keep", "KINDS", "acts_on", "fits_after"]
 
 KINDS = ("tokens", "fraction", "messages")
 Kind = Literal["tokens", "fraction", "messages"]
@@ -138,6 +138,16 @@ def acts_on(
     if when is not None:
         return when.fires(tokens, messages, usable, owner)
     return usable is None or tokens > usable
+
+
+def fits_after(tokens_after: int, usable: int | None) -> bool:
+    """Whether a rewrite that leaves a request at ``tokens_after`` is worth its broken cached
+    prefix when a layer acts alone: the request then fits the usable window ``usable`` (or
+    the window is unknown). A rewrite that leaves the request over the window buys nothing
+    for this call, which overflows either way, and the rewrite a later call needs covers
+    it (a layer's rewrites grow with the history), so holding it back until it makes the
+    request fit batches the edits into one break of the prefix (DESIGN rule 11)."""
+    return usable is None or tokens_after <= usable
 
 
 @frozen

@@ -31,6 +31,7 @@ from tinyctx.messages import check_pairing, safe_boundaries, tool_turns
 from tinyctx.middleware import Microcompact
 from tinyctx.middleware.microcompact import (
     DEFAULT_PLACEHOLDER,
+    SHORT_RESULT_TOKENS,
     MicrocompactApplied,
     MicrocompactStats,
     microcompact_history,
@@ -278,6 +279,31 @@ class TestMicrocompactProperties:
             for index in (recent.assistant_index, *recent.result_indices):
                 assert new[index] is history[index]
 
+    @given(history=histories(), keep=st.integers(0, 3), need=st.integers(1, 400))
+    def test_with_a_need_it_clears_oldest_first_and_short_results_last(
+        self, history: Any, keep: int, need: int
+    ) -> None:
+        counter = HeuristicCounter()
+        everything, _ = microcompact_history(history, keep, counter=counter)
+        savings = [
+            (i, counter.count_message(a) - counter.count_message(b))
+            for i, (a, b) in enumerate(zip(history, everything, strict=True))
+            if a is not b
+        ]
+        order = [s for s in savings if s[1] > SHORT_RESULT_TOKENS]
+        order += [s for s in savings if s[1] <= SHORT_RESULT_TOKENS]
+        expected: set[int] = set()
+        for index, saved in order:
+            if sum(dict(savings)[i] for i in expected) >= need:
+                break
+            expected.add(index)
+        out, stats = microcompact_history(history, keep, counter=counter, need=need)
+        assert {i for i, (a, b) in enumerate(zip(history, out, strict=True)) if a is not b} == (
+            expected
+        )
+        assert stats.freed_tokens >= min(need, sum(s for _, s in savings))
+        assert_pairing_intact(out, history)
+
     @given(history=histories(), keep=st.integers(0, 4))
     def test_idempotent_and_never_increases_tokens(self, history: Any, keep: int) -> None:
         counter = HeuristicCounter()
@@ -415,6 +441,21 @@ class TestMicrocompactLayer:
         per_result = one.freed_tokens
         two = await layer.relieve(history, context_with(history), counter, need=per_result + 1)
         assert [cleared(m) for m in results_of(two.messages)] == [True, True] + [False] * 4
+
+    async def test_relieve_clears_short_results_last(self) -> None:
+        """A short old result (cheap to keep, dense in paths) outlives a newer long one."""
+        history = (
+            SystemMessage("sys"),
+            UserMessage("start"),
+            *turn(0, "/testbed/src/rules/std_L003.py\n" * 3),
+            *turn(1, BIG),
+            *turn(2, BIG),
+            *turn(3, BIG),
+        )
+        counter = HeuristicCounter()
+        layer = Microcompact(keep_recent=1, trigger=10**9)
+        relief = await layer.relieve(history, context_with(history), counter, need=1)
+        assert [cleared(m) for m in results_of(relief.messages)] == [False, True, False, False]
 
     async def test_relieve_clears_everything_it_may_and_touches_no_conversation(self) -> None:
         history = build(6)

@@ -493,6 +493,35 @@ class TestShrinkToolResults:
         with pytest.raises(ConfigError, match="keep_recent"):
             ShrinkToolResults(keep_recent=-1)
 
+    async def test_a_second_relief_leaves_the_results_cut_before_alone(self) -> None:
+        """Once results were cut, the next relief cuts only the newer ones when they free
+        enough (the prefix up to the last cut stays as it was, cached); else all of them."""
+        from tinyctx.middleware import ShrinkToolResults
+
+        counter = HeuristicCounter()
+        policy = ShrinkToolResults(floor_bytes=512)
+        first = await policy.relieve(
+            self._history([20_000, 20_000]), RunContext.new(), counter, need=3_000
+        )
+        later = (
+            UserMessage("and these"),
+            AssistantMessage("", (ToolCall("d0", "read"), ToolCall("d1", "read"))),
+            ToolResult("d0", "z" * 20_000, "read"),
+            ToolResult("d1", "z" * 20_000, "read"),
+        )
+        history = first.messages + later
+        most = (await policy.relieve(later, RunContext.new(), counter, need=10**9)).freed_tokens
+        with capture_events(ToolResultTruncated) as events:
+            second = await policy.relieve(history, RunContext.new(), counter, need=most - 100)
+        assert second.freed_tokens >= most - 100
+        assert all(a is b for a, b in zip(second.messages, first.messages, strict=False))
+        assert all(size(m.text) < 20_000 for m in second.messages[-2:])
+        assert sorted(e.tool_call_id for e in events) == ["d0", "d1"]
+        deeper = await policy.relieve(history, RunContext.new(), counter, need=most + 100)
+        assert deeper.freed_tokens >= most + 100
+        assert size(deeper.messages[2].text) < size(first.messages[2].text)
+        check_pairing(deeper.messages, allow_pending=False)
+
     @given(history=histories(text=SHORT_MIXED), need=st.integers(0, 400))
     async def test_pairing_and_tokens_for_any_history(self, history: Any, need: int) -> None:
         from tinyctx import RunContext
