@@ -425,8 +425,19 @@ class RunLoop(Generic[Data]):
 
     # -- checkpoints and control ----------------------------------------------------------
 
-    async def _checkpoint(
+    def _checkpoint(
         self, state: RunState, name: str, pending: tuple[ToolCall, ...] = ()
+    ) -> Awaitable[None]:
+        """A named checkpoint: write what is pending, stop if cancelled, apply a control
+        request, and yield (see :meth:`_yield`). With no store, no cancellation and no
+        request, the yield itself is what the caller awaits (no frame around it)."""
+        ctx = state.ctx
+        if self._link is None and not ctx.cancellation.is_cancelled() and not ctx.control.pending:
+            return self._yield()
+        return self._checkpoint_work(state, name, pending)
+
+    async def _checkpoint_work(
+        self, state: RunState, name: str, pending: tuple[ToolCall, ...]
     ) -> None:
         ctx = state.ctx
         if self._link is not None:
