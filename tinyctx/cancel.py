@@ -60,7 +60,9 @@ class CancellationToken:
         if self._cancelled:
             return True
         parent = self._parent
-        if parent is not None and parent.is_cancelled():
+        if parent is not None and (
+            parent._cancelled or (parent._parent is not None and parent.is_cancelled())
+        ):
             self._cancelled, self._reason = True, parent._reason
             return True
         return False

@@ -217,7 +217,7 @@ class RunLoop(Generic[Data]):
                         paused = paused.evolve(state=states.dump())
                         error.checkpoint = self._paused = paused
                 else:
-                    ctx.run_states.pop(ctx.run_id)
+                    ctx.run_states.pop(ctx.config.run_id)
                 if result is not None and ctx.conversation.queued_events:
                     # a run that ended with an answer leaves no message event queued
                     await ctx.conversation.flush()
@@ -561,13 +561,14 @@ class RunLoop(Generic[Data]):
         ctx.emit(
             RunFinished, status=status, model_calls=state.model_calls, tool_calls=state.tool_calls
         )
+        config = ctx.config
         return RunResult(
             final_text=text,
             messages=tuple(state.added),
             usage=state.usage(),
             status=status,
-            run_id=ctx.run_id,
-            thread_id=ctx.thread_id,
+            run_id=config.run_id,
+            thread_id=config.thread_id,
             model_calls=state.model_calls,
             tool_calls=state.tool_calls,
             events=state.events.snapshot(),

@@ -51,7 +51,7 @@ class RunState:
         self.usage_start = ctx.usage.total()
         self.usage_before = usage_before
         # the run tree's events, for RunResult.events
-        self.events = EventLog(ctx.root_run_id)
+        self.events = EventLog(ctx.config.root_run_id)
 
     def usage(self) -> Usage:
         """The run's usage so far, its part before a pause included."""
