@@ -275,7 +275,7 @@ class RunLoop(Generic[Data]):
         if ctx.cancellation.is_cancelled():
             # the answer arrived after the cancel: it is dropped, nothing half-added
             await self._cancel(state, "after_model")
-        if response.control_only:
+        if response.control is not None and response.control_only:
             # a layer answered with an outcome instead of calling the model: nothing to add
             control = stronger(response.control, ctx.take_control())
             assert control is not None
@@ -294,7 +294,8 @@ class RunLoop(Generic[Data]):
         appended = await self._append(state, message, usage)
         assert isinstance(appended, AssistantMessage)
         message = appended
-        control = stronger(response.control, ctx.take_control())
+        taken = ctx.control.take()  # ctx.take_control(), one call less
+        control = response.control if taken is None else stronger(response.control, taken)
         if control is not None:
             await self._apply(state, control, "after_model", message.tool_calls)
         if not message.tool_calls:
