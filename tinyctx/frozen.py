@@ -262,7 +262,7 @@ def clone_with(instance: _T, changes: Mapping[str, Any]) -> _T:
     hidden cache slot is not copied).
     """
     cls = type(instance)
-    has_dict, slotted, fields = _layout(cls)
+    has_dict, slotted, fields = _LAYOUT.get(cls) or _layout(cls)
     new = object.__new__(cls)
     setter = object.__setattr__
     if has_dict:

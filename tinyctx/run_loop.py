@@ -14,7 +14,7 @@ so ``Session.resume`` can run them).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 import anyio
@@ -191,7 +191,7 @@ class RunLoop(Generic[Data]):
             self._abandoned = ()
             if phase == "tools":
                 if resumed:
-                    pending = _as_in_history(state, pending)
+                    pending = state.as_in_history(pending)
                 await self._run_tools(state, pending)
             while (result := await self._model_step(state)) is None:
                 pass
@@ -574,38 +574,3 @@ class RunLoop(Generic[Data]):
             tool_calls=state.tool_calls,
             events=state.events.snapshot(),
         )
-
-
-def _as_in_history(state: RunState, pending: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
-    """The pending calls as the history shows them now.
-
-    A resume hook may rewrite the paused calls' arguments in history before they run (an
-    approval layer applying a reviewer's edit); the run then runs, and reports in
-    ``RunResult.messages``, exactly what the history shows.
-    """
-    if not pending:
-        return pending
-    first = pending[0].id
-    message = _holder(state.ctx.conversation.messages, first)
-    if message is None:
-        return pending
-    current = {c.id: c for c in message.tool_calls}
-    updated = tuple(current.get(c.id, c) for c in pending)
-    if updated != pending:
-        added = state.added
-        for at in range(len(added) - 1, -1, -1):
-            old = added[at]
-            if isinstance(old, AssistantMessage) and any(c.id == first for c in old.tool_calls):
-                added[at] = message
-                break
-    return updated
-
-
-def _holder(messages: Sequence[Message], call_id: str) -> AssistantMessage | None:
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, AssistantMessage) and any(
-            c.id == call_id for c in message.tool_calls
-        ):
-            return message
-    return None
