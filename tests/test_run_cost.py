@@ -215,6 +215,30 @@ class TestCloneWithSlottedClasses:
         assert request == ModelRequest(messages=(UserMessage("hi"),), model="m", system_prompt="s")
 
 
+class TestEachRunsConfig:
+    """Each run's config is its session's, one level down, with a fresh id of its own,
+    however runs of several sessions alternate."""
+
+    async def test_alternating_sessions_keep_their_own_identity(self) -> None:
+        async def answer(request: Any, ctx: Any) -> ModelResponse:
+            return ModelResponse(AssistantMessage("ok"))
+
+        agent = Agent(model=answer)
+        seen: set[str] = set()
+        async with Session(agent, thread_id="t-a") as a, Session(agent, thread_id="t-b") as b:
+            for _ in range(3):
+                for session, thread in ((a, "t-a"), (b, "t-b")):
+                    result = await session.run("hi")
+                    config = session.ctx.config
+                    run = result.events[0]
+                    assert result.thread_id == run.thread_id == thread
+                    assert run.parent_run_id == config.run_id
+                    assert run.root_run_id == config.root_run_id
+                    assert run.lineage == (config.run_id,)
+                    seen.add(result.run_id)
+        assert len(seen) == 6
+
+
 class TestRunIdsDrawnAhead:
     """Run ids are 32 hex characters, never repeated, and a forked child draws its own."""
 

@@ -211,20 +211,22 @@ def _child_identity(parent: RunConfig) -> dict[str, Any]:
     return {"parent_run_id": parent.run_id, "lineage": lineage, "depth": depth}
 
 
-_last_run_parent: list[Any] = [None, None]
+_last_run_parent: tuple[RunConfig | None, dict[str, Any]] = (None, {})
 """The last config an agent run was derived from and its runs' config fields but the ids
-(a session derives every run from the same config): one slot, holding that config alive
-so that the identity it is compared by stays its own."""
+(a session derives every run from the same config): one slot, replaced whole (threads
+running loops of their own read a consistent pair), holding that config alive so that
+the identity it is compared by stays its own."""
 
 
 def _agent_run_config(parent: RunConfig) -> RunConfig:
     """The config of an agent run (``Session.run``) derived from ``parent``: a copy of
     the fields every such run shares, made once per parent, with a fresh run id."""
+    global _last_run_parent
     last = _last_run_parent
     if last[0] is not parent:
-        state = parent.__dict__.copy()
-        state.update(_child_identity(parent))
-        last[0], last[1] = parent, state
+        shared = parent.__dict__.copy()
+        shared.update(_child_identity(parent))
+        last = _last_run_parent = (parent, shared)
     state = last[1].copy()
     state["run_id"] = state["agent_run_id"] = new_run_id()
     config: RunConfig = object.__new__(RunConfig)
