@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from tinyctx import Agent, AssistantMessage, Session, ToolCall, ToolResult, UserMessage, tool
 from tinyctx.cancel import CancellationToken, SchedulerCheckpoint, scheduler_checkpoint
 from tinyctx.context import new_run_id
-from tinyctx.errors import PairingError
+from tinyctx.errors import PairingError, RunCancelled
+from tinyctx.frozen import clone_with
 from tinyctx.messages import check_pairing, valid_message, valid_text
 from tinyctx.model import ModelRequest, ModelResponse
 from tinyctx.request_rules import InvalidModelRequest, RequestRule, request_flaws
@@ -161,6 +162,81 @@ class TestChildrenOfAToken:
         parent.cancel("late")
         child = parent.child()
         assert child.is_cancelled() and child.reason == "late"
+
+    def test_the_first_reason_wins_down_the_tree(self) -> None:
+        """A child asked after its parent's cancel, or cancelled itself later, reports the
+        parent's reason (its own cancel came second)."""
+        parent = CancellationToken()
+        child, other = parent.child(), parent.child()
+        grandchild = child.child()
+        parent.cancel("first")
+        child.cancel("second")
+        assert child.reason == grandchild.reason == other.reason == "first"
+        assert grandchild.is_cancelled() and other.is_cancelled()
+
+    async def test_a_scope_deep_in_the_tree_is_cancelled_with_the_root(self) -> None:
+        """A wait on a grandchild (``linked_scope``) ends when the root is cancelled, and
+        a sibling's wait too, although no token registered before it waited."""
+        root = CancellationToken()
+        grandchild, sibling = root.child().child(), root.child()
+        ended: list[str] = []
+
+        async def wait(token: CancellationToken, name: str) -> None:
+            with pytest.raises(RunCancelled, match="stop"), token.linked_scope(name):
+                await anyio.sleep_forever()
+            ended.append(name)
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as group:
+                group.start_soon(wait, grandchild, "deep")
+                group.start_soon(wait, sibling, "near")
+                await anyio.wait_all_tasks_blocked()
+                root.cancel("stop")
+        assert sorted(ended) == ["deep", "near"]
+
+
+class TestCloneWithSlottedClasses:
+    """``clone_with`` of a fully slotted frozen class equals ``attrs.evolve`` with the same
+    changes, and leaves the original as it was."""
+
+    @given(
+        changes=st.dictionaries(
+            st.sampled_from(["system_prompt", "model", "messages"]),
+            st.sampled_from([None, "x", "y"]),
+            max_size=3,
+        )
+    )
+    def test_equals_evolve(self, changes: dict[str, Any]) -> None:
+        request = ModelRequest(messages=(UserMessage("hi"),), model="m", system_prompt="s")
+        changes = {
+            k: (UserMessage(v or "z"),) if k == "messages" else v for k, v in changes.items()
+        }
+        assert clone_with(request, changes) == attrs.evolve(request, **changes)
+        assert request == ModelRequest(messages=(UserMessage("hi"),), model="m", system_prompt="s")
+
+
+class TestEachRunsConfig:
+    """Each run's config is its session's, one level down, with a fresh id of its own,
+    however runs of several sessions alternate."""
+
+    async def test_alternating_sessions_keep_their_own_identity(self) -> None:
+        async def answer(request: Any, ctx: Any) -> ModelResponse:
+            return ModelResponse(AssistantMessage("ok"))
+
+        agent = Agent(model=answer)
+        seen: set[str] = set()
+        async with Session(agent, thread_id="t-a") as a, Session(agent, thread_id="t-b") as b:
+            for _ in range(3):
+                for session, thread in ((a, "t-a"), (b, "t-b")):
+                    result = await session.run("hi")
+                    config = session.ctx.config
+                    run = result.events[0]
+                    assert result.thread_id == run.thread_id == thread
+                    assert run.parent_run_id == config.run_id
+                    assert run.root_run_id == config.root_run_id
+                    assert run.lineage == (config.run_id,)
+                    seen.add(result.run_id)
+        assert len(seen) == 6
 
 
 class TestRunIdsDrawnAhead:

@@ -34,7 +34,7 @@ class CancellationToken:
     ``anyio.from_thread.run_sync(token.cancel)``).
     """
 
-    __slots__ = ("__weakref__", "_cancelled", "_children", "_reason", "_scopes")
+    __slots__ = ("__weakref__", "_cancelled", "_children", "_parent", "_reason", "_scopes")
 
     def __init__(self) -> None:
         self._cancelled = False
@@ -42,53 +42,81 @@ class CancellationToken:
         # both made on first use: most tokens (one per derived call) never need them
         self._scopes: set[anyio.CancelScope] | None = None
         self._children: weakref.WeakSet[CancellationToken] | None = None
+        # a child reads its parent's state when asked (no registration per child: one
+        # token per run and per derived call); it registers in ``_children`` only once it
+        # has scopes to cancel (see :meth:`_watch`)
+        self._parent: CancellationToken | None = None
 
     def __repr__(self) -> str:
-        state = "cancelled" if self._cancelled else "active"
+        state = "cancelled" if self.is_cancelled() else "active"
         return f"<CancellationToken {state}>"
 
     @property
     def reason(self) -> str | None:
+        self.is_cancelled()  # latches a parent's cancellation, with its reason
         return self._reason
 
     def is_cancelled(self) -> bool:
-        return self._cancelled
+        if self._cancelled:
+            return True
+        parent = self._parent
+        if parent is not None and (
+            parent._cancelled or (parent._parent is not None and parent.is_cancelled())
+        ):
+            self._cancelled, self._reason = True, parent._reason
+            return True
+        return False
 
     def cancel(self, reason: str | None = None) -> None:
         """Cancel this token and every child; idempotent (the first reason is kept)."""
         if self._cancelled:
             return
+        parent = self._parent
+        if parent is not None and parent.is_cancelled():
+            reason = parent._reason  # cancelled with it already: its reason came first
         self._cancelled = True
         self._reason = reason
         scopes, self._scopes = self._scopes, None
         for scope in scopes or ():
             scope.cancel()
+        # the children with scopes (the others see it when they are next asked)
         for child in list(self._children or ()):
             child.cancel(reason)
 
     def child(self) -> CancellationToken:
         """A token cancelled with this one; cancelling the child leaves this one alone."""
         token = CancellationToken()
-        if self._cancelled:
+        if self.is_cancelled():
             token._cancelled = True
             token._reason = self._reason
         else:
-            if self._children is None:
-                self._children = weakref.WeakSet()
-            self._children.add(token)
+            token._parent = self
         return token
 
     def _watch(self, scope: anyio.CancelScope) -> None:
         if self._scopes is None:
             self._scopes = set()
         self._scopes.add(scope)
+        self._register()
+
+    def _register(self) -> None:
+        """Be reached by an ancestor's ``cancel()`` (this token has scopes to cancel)."""
+        parent = self._parent
+        if parent is None:
+            return
+        if parent._children is None:
+            parent._children = weakref.WeakSet()
+        elif self in parent._children:
+            return  # so are the ancestors
+        parent._children.add(self)
+        parent._register()
 
     def _unwatch(self, scope: anyio.CancelScope) -> None:
         if self._scopes is not None:
             self._scopes.discard(scope)
 
     def raise_if_cancelled(self, checkpoint: str = "") -> None:
-        if self._cancelled:
+        if self.is_cancelled():
             raise RunCancelled(checkpoint, self._reason)
 
     @contextmanager
@@ -106,12 +134,12 @@ class CancellationToken:
                 yield scope
         finally:
             self._unwatch(scope)
-        if scope.cancelled_caught and self._cancelled:
+        if scope.cancelled_caught and self.is_cancelled():
             raise RunCancelled(checkpoint, self._reason)
 
     async def cancelled(self) -> None:
         """Return once the token is cancelled; safe to cancel (use it in a task group race)."""
-        if self._cancelled:
+        if self.is_cancelled():
             await anyio.lowlevel.checkpoint()
             return
         scope = anyio.CancelScope()
@@ -173,12 +201,16 @@ class SchedulerCheckpoint:
         self._if_cancelled = _cancel_check()
         self._last = float("-inf")
 
-    async def __call__(self) -> None:
+    def __call__(self) -> Awaitable[None]:
+        # not a coroutine of its own: within the budget, the backend's check itself is
+        # what the caller awaits (one frame less per checkpoint)
         if time.perf_counter() - self._last >= YIELD_EVERY:
-            await self._full()
-            self._last = time.perf_counter()
-        else:
-            await self._if_cancelled()
+            return self._turn()
+        return self._if_cancelled()
+
+    async def _turn(self) -> None:
+        await self._full()
+        self._last = time.perf_counter()
 
 
 def _cancel_check() -> Callable[[], Awaitable[None]]:

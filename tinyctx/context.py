@@ -220,6 +220,38 @@ class RunConfig:
 _UNSET: Any = object()
 
 
+def _child_identity(parent: RunConfig) -> dict[str, Any]:
+    """What every child config of ``parent`` has in common: its place in the tree."""
+    depth = parent.depth + 1
+    if depth > parent.max_depth:
+        raise DepthLimitExceeded(depth, parent.max_depth)
+    lineage = (*parent.lineage, parent.run_id) if parent.lineage or not parent.depth else ()
+    return {"parent_run_id": parent.run_id, "lineage": lineage, "depth": depth}
+
+
+_last_run_parent: tuple[RunConfig | None, dict[str, Any]] = (None, {})
+"""The last config an agent run was derived from and its runs' config fields but the ids
+(a session derives every run from the same config): one slot, replaced whole (threads
+running loops of their own read a consistent pair), holding that config alive so that
+the identity it is compared by stays its own."""
+
+
+def _agent_run_config(parent: RunConfig) -> RunConfig:
+    """The config of an agent run (``Session.run``) derived from ``parent``: a copy of
+    the fields every such run shares, made once per parent, with a fresh run id."""
+    global _last_run_parent
+    last = _last_run_parent
+    if last[0] is not parent:
+        shared = parent.__dict__.copy()
+        shared.update(_child_identity(parent))
+        last = _last_run_parent = (parent, shared)
+    state = last[1].copy()
+    state["run_id"] = state["agent_run_id"] = new_run_id()
+    config: RunConfig = object.__new__(RunConfig)
+    object.__setattr__(config, "__dict__", state)
+    return config
+
+
 class _Named:
     """Stands in for an attrs Attribute when a validator is called by hand."""
 
@@ -340,32 +372,22 @@ class RunContext(Generic[Data]):
             handles["tools"] = tools
         return clone_with(self, handles)
 
-    def _child_config(self, changes: dict[str, Any], *, agent_run: bool = False) -> RunConfig:
+    def _child_config(self, changes: dict[str, Any]) -> RunConfig:
         """The config of a nested call: ``changes`` (already validated) plus the new identity.
 
         Every value is either the (valid) parent's or validated by the caller, so the copy
         skips attrs' full re-validation: this runs once per nested call.
         """
         parent = self.config
-        depth = parent.depth + 1
-        if depth > parent.max_depth:
-            raise DepthLimitExceeded(depth, parent.max_depth)
-        run_id = new_run_id()
-        changes["run_id"] = run_id
-        changes["parent_run_id"] = parent.run_id
-        changes["lineage"] = (
-            (*parent.lineage, parent.run_id) if parent.lineage or not parent.depth else ()
-        )
-        changes["depth"] = depth
-        if agent_run:
-            changes["agent_run_id"] = run_id
+        changes.update(_child_identity(parent))
+        changes["run_id"] = new_run_id()
         return clone_with(parent, changes)
 
     def _for_run(self, config: RunConfig | None = None) -> RunContext[Data]:
         """A run's own context: derived (or resumed with ``config``), with request-scoped
         tools and a fresh control slot."""
         if config is None:
-            config = self._child_config({}, agent_run=True)
+            config = _agent_run_config(self.config)
         return clone_with(
             self,
             {

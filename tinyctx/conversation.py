@@ -360,12 +360,15 @@ class Conversation:
         if not isinstance(message, Message):
             raise TypeError(f"expected a Message, got {type(message).__name__}")
         self._messages.append(message)
-        self._changed()
+        self._snapshot = None  # self._changed(), inline: this runs for every message
+        self._version += 1
         self._appended += 1
         if self._taps:
             self._tapped((message,))
-        for fn in tuple(self._subscribers):
-            await fn(message, usage)
+        subscribers = self._subscribers
+        if subscribers:
+            for fn in tuple(subscribers):
+                await fn(message, usage)
 
     def add(
         self, message: Message, *, index: int | None = None, usage: Usage | None = None

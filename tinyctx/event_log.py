@@ -160,10 +160,12 @@ def deferrable(cls: type[Event], fields: dict[str, Any]) -> bool:
     layout = _LAYOUTS.get(cls, _UNKNOWN)
     if layout is _UNKNOWN:
         layout = _layout(cls)
-    if layout is None or not layout.allowed.issuperset(fields):  # iterates the dict in C
-        return False
-    required = layout.required
-    return not required or required <= fields.keys()
+    # issuperset iterates the dict in C
+    return (
+        layout is not None
+        and layout.allowed.issuperset(fields)
+        and (not layout.required or layout.required <= fields.keys())
+    )
 
 
 _UNKNOWN: Any = object()

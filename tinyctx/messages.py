@@ -140,6 +140,8 @@ def _frozen_arguments(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
 
 def _frozen_metadata(value: Mapping[str, Any] | None) -> FrozenDict[str, Any]:
     """:func:`frozen_mapping`; nested past MAX_NESTING: a NestingError naming the field."""
+    if type(value) is FrozenDict:
+        return value  # frozen already (the default EMPTY too): what frozen_mapping returns
     try:
         return frozen_mapping(value)
     except NestingError as exc:

@@ -14,7 +14,7 @@ so ``Session.resume`` can run them).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 import anyio
@@ -191,7 +191,7 @@ class RunLoop(Generic[Data]):
             self._abandoned = ()
             if phase == "tools":
                 if resumed:
-                    pending = _as_in_history(state, pending)
+                    pending = state.as_in_history(pending)
                 await self._run_tools(state, pending)
             while (result := await self._model_step(state)) is None:
                 pass
@@ -217,7 +217,7 @@ class RunLoop(Generic[Data]):
                         paused = paused.evolve(state=states.dump())
                         error.checkpoint = self._paused = paused
                 else:
-                    ctx.run_states.pop(ctx.run_id)
+                    ctx.run_states.pop(ctx.config.run_id)
                 if result is not None and ctx.conversation.queued_events:
                     # a run that ended with an answer leaves no message event queued
                     await ctx.conversation.flush()
@@ -275,7 +275,7 @@ class RunLoop(Generic[Data]):
         if ctx.cancellation.is_cancelled():
             # the answer arrived after the cancel: it is dropped, nothing half-added
             await self._cancel(state, "after_model")
-        if response.control_only:
+        if response.control is not None and response.control_only:
             # a layer answered with an outcome instead of calling the model: nothing to add
             control = stronger(response.control, ctx.take_control())
             assert control is not None
@@ -294,7 +294,8 @@ class RunLoop(Generic[Data]):
         appended = await self._append(state, message, usage)
         assert isinstance(appended, AssistantMessage)
         message = appended
-        control = stronger(response.control, ctx.take_control())
+        taken = ctx.control.take()  # ctx.take_control(), one call less
+        control = response.control if taken is None else stronger(response.control, taken)
         if control is not None:
             await self._apply(state, control, "after_model", message.tool_calls)
         if not message.tool_calls:
@@ -425,8 +426,19 @@ class RunLoop(Generic[Data]):
 
     # -- checkpoints and control ----------------------------------------------------------
 
-    async def _checkpoint(
+    def _checkpoint(
         self, state: RunState, name: str, pending: tuple[ToolCall, ...] = ()
+    ) -> Awaitable[None]:
+        """A named checkpoint: write what is pending, stop if cancelled, apply a control
+        request, and yield (see :meth:`_yield`). With no store, no cancellation and no
+        request, the yield itself is what the caller awaits (no frame around it)."""
+        ctx = state.ctx
+        if self._link is None and not ctx.cancellation.is_cancelled() and not ctx.control.pending:
+            return self._yield()
+        return self._checkpoint_work(state, name, pending)
+
+    async def _checkpoint_work(
+        self, state: RunState, name: str, pending: tuple[ToolCall, ...]
     ) -> None:
         ctx = state.ctx
         if self._link is not None:
@@ -550,49 +562,15 @@ class RunLoop(Generic[Data]):
         ctx.emit(
             RunFinished, status=status, model_calls=state.model_calls, tool_calls=state.tool_calls
         )
+        config = ctx.config
         return RunResult(
             final_text=text,
             messages=tuple(state.added),
             usage=state.usage(),
             status=status,
-            run_id=ctx.run_id,
-            thread_id=ctx.thread_id,
+            run_id=config.run_id,
+            thread_id=config.thread_id,
             model_calls=state.model_calls,
             tool_calls=state.tool_calls,
             events=state.events.snapshot(),
         )
-
-
-def _as_in_history(state: RunState, pending: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
-    """The pending calls as the history shows them now.
-
-    A resume hook may rewrite the paused calls' arguments in history before they run (an
-    approval layer applying a reviewer's edit); the run then runs, and reports in
-    ``RunResult.messages``, exactly what the history shows.
-    """
-    if not pending:
-        return pending
-    first = pending[0].id
-    message = _holder(state.ctx.conversation.messages, first)
-    if message is None:
-        return pending
-    current = {c.id: c for c in message.tool_calls}
-    updated = tuple(current.get(c.id, c) for c in pending)
-    if updated != pending:
-        added = state.added
-        for at in range(len(added) - 1, -1, -1):
-            old = added[at]
-            if isinstance(old, AssistantMessage) and any(c.id == first for c in old.tool_calls):
-                added[at] = message
-                break
-    return updated
-
-
-def _holder(messages: Sequence[Message], call_id: str) -> AssistantMessage | None:
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, AssistantMessage) and any(
-            c.id == call_id for c in message.tool_calls
-        ):
-            return message
-    return None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .checkpoint import Checkpoint
 from .context import RunContext
 from .control import Resumption
 from .event_log import EventLog
-from .messages import Message
+from .messages import AssistantMessage, Message, ToolCall
 from .model import Usage
 
 __all__ = ["NO_USAGE", "RunState"]
@@ -51,7 +52,7 @@ class RunState:
         self.usage_start = ctx.usage.total()
         self.usage_before = usage_before
         # the run tree's events, for RunResult.events
-        self.events = EventLog(ctx.root_run_id)
+        self.events = EventLog(ctx.config.root_run_id)
 
     def usage(self) -> Usage:
         """The run's usage so far, its part before a pause included."""
@@ -60,3 +61,38 @@ class RunState:
             return before  # nothing used since the start: ``before + Usage()`` is ``before``
         used = total - self.usage_start
         return used if before == NO_USAGE else before + used
+
+    def as_in_history(self, pending: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+        """The pending calls as the history shows them now.
+
+        A resume hook may rewrite the paused calls' arguments in history before they run
+        (an approval layer applying a reviewer's edit); the run then runs, and reports in
+        ``RunResult.messages``, exactly what the history shows.
+        """
+        if not pending:
+            return pending
+        first = pending[0].id
+        message = _holder(self.ctx.conversation.messages, first)
+        if message is None:
+            return pending
+        current = {c.id: c for c in message.tool_calls}
+        updated = tuple(current.get(c.id, c) for c in pending)
+        if updated != pending:
+            added = self.added
+            for at in range(len(added) - 1, -1, -1):
+                old = added[at]
+                if isinstance(old, AssistantMessage) and any(c.id == first for c in old.tool_calls):
+                    added[at] = message
+                    break
+        return updated
+
+
+def _holder(messages: Sequence[Message], call_id: str) -> AssistantMessage | None:
+    """The last assistant message holding the call ``call_id``, if any."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AssistantMessage) and any(
+            c.id == call_id for c in message.tool_calls
+        ):
+            return message
+    return None
